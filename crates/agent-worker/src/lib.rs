@@ -1,0 +1,1 @@
+//! parley-agent-worker
