@@ -1,0 +1,988 @@
+//! The debate state machine: pure, no I/O.
+//!
+//! [`Machine::handle`] takes an [`Input`] (start, a task result, a retry timer, a user retry,
+//! a cancel, a resume after a restart) and returns the [`Effect`]s the driver must perform
+//! (dispatch tasks, schedule a retry, emit events). The driver checkpoints
+//! [`Machine::state`] after every call that changed it.
+//!
+//! # Scheduling
+//! The machine keeps no phase cursor. After every input it re-derives, from the
+//! [`DebateState`] alone, which tasks have their inputs and no output yet, and dispatches
+//! those not already in flight. That gives dataflow scheduling — a critique of proposal j
+//! starts when proposal j exists, agent i's refinement when every critique of i has arrived,
+//! and with `fixed` termination round r+1 starts for agent i as soon as i's refinement of
+//! round r exists — and makes resumption trivial: a restarted coordinator rebuilds the
+//! machine from the checkpoint, feeds in the results workers stored meanwhile, and
+//! dispatches whatever is still missing with the same task ids.
+//!
+//! Dependencies (round r, agents i ≠ j):
+//! - `Summarize(i, r)`, r ≥ 2: needs `Refine(i, r-1)`; only when i's history exceeds the
+//!   summarization threshold.
+//! - `Propose(i, 1)`: no inputs. `Propose(i, r ≥ 2)`: the carried-over `Refine(i, r-1)`
+//!   (no LLM call); an empty refinement falls back to an LLM proposal with a warning.
+//! - `Critique(i→j, r)`: `Propose(j, r)` and i's summary (if due).
+//! - `Refine(i, r)`: `Propose(i, r)`, every `Critique(k→i, r)`, i's summary (if due).
+//! - `Evaluate(r)` (convergence/quality only): every `Refine(·, r)`.
+//! - `JudgeSummarize`, then `Synthesize`: the final round complete.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use parley_protocol::{
+    task_id, AgentConfig, Contribution, ContributionMetadata, ContributionType, DebateEvent,
+    DebateFailure, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary, EventKind,
+    Node, PeerText, Progress, RoundEvaluation, Solution, SummarizationConfig, SummaryMetadata,
+    Task, TaskError, TaskInput, TaskKind, TaskOutcome, TaskOutput, TaskResult, TerminationType,
+    SCHEMA_VERSION,
+};
+
+/// What drives the machine.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A new debate: emit the start events and dispatch round 1.
+    Start,
+    /// A worker's (or the embedded runner's) answer to a task.
+    Result(TaskResult),
+    /// The backoff of a failed task has elapsed: dispatch its next attempt.
+    RetryDue(String),
+    /// The user asked to resume a failed debate from its failed node.
+    Retry,
+    /// The user cancelled the debate.
+    Cancel,
+    /// The machine was rebuilt from a checkpoint (coordinator restart or takeover):
+    /// everything that was in flight is dispatched again with the same attempt number.
+    Resume,
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    Dispatch(Task),
+    /// Feed `Input::RetryDue(task_id)` back after `delay_ms` (plus jitter).
+    ScheduleRetry { task_id: String, delay_ms: u64 },
+    Emit(DebateEvent),
+}
+
+/// A task the plan wants, before it becomes a [`Task`] message.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Planned {
+    round: u32,
+    kind: TaskKind,
+    /// Index into the active agents; `None` for judge tasks.
+    agent: Option<usize>,
+    target: Option<usize>,
+}
+
+/// One debate's state machine.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    spec: DebateSpec,
+    /// Enabled agents in configuration order (indices used by the plan).
+    agents: Vec<AgentConfig>,
+    state: DebateState,
+    /// Tasks dispatched and not yet answered (not checkpointed: a resume re-dispatches).
+    in_flight: BTreeMap<String, Planned>,
+    /// Failed tasks waiting for their backoff to elapse.
+    backing_off: BTreeSet<String>,
+    /// (round, node) pairs already announced with `NodeEntered`.
+    entered: BTreeSet<(u32, Node)>,
+}
+
+impl Machine {
+    /// A new debate in `pending` state.
+    pub fn new(id: String, spec: DebateSpec, now: DateTime<Utc>) -> Self {
+        let state = DebateState {
+            schema_version: SCHEMA_VERSION,
+            id,
+            problem: spec.problem.clone(),
+            context: spec.context.clone(),
+            status: DebateStatus::Pending,
+            current_round: 0,
+            rounds: Vec::new(),
+            judge_summary: None,
+            final_solution: None,
+            synthesis_metadata: None,
+            prompt_sources: spec.prompt_sources.clone(),
+            error: None,
+            engine: Default::default(),
+            created_at: now,
+            updated_at: now,
+        };
+        Self::from_checkpoint(spec, state)
+    }
+
+    /// Rebuilds the machine from a stored spec and state (follow with [`Input::Resume`]).
+    pub fn from_checkpoint(spec: DebateSpec, state: DebateState) -> Self {
+        let agents = spec.active_agents().cloned().collect();
+        Self {
+            spec,
+            agents,
+            state,
+            in_flight: BTreeMap::new(),
+            backing_off: BTreeSet::new(),
+            entered: BTreeSet::new(),
+        }
+    }
+
+    pub fn state(&self) -> &DebateState {
+        &self.state
+    }
+    pub fn spec(&self) -> &DebateSpec {
+        &self.spec
+    }
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+    /// Task ids dispatched and not yet answered.
+    pub fn in_flight(&self) -> impl Iterator<Item = &str> {
+        self.in_flight.keys().map(String::as_str)
+    }
+    /// True once nothing more will happen without outside input (done, failed, cancelled)
+    /// and no task is still running.
+    pub fn is_settled(&self) -> bool {
+        self.state.status != DebateStatus::Running
+            && self.state.status != DebateStatus::Pending
+            && self.in_flight.is_empty()
+    }
+
+    /// Applies one input; returns the effects to perform, in order.
+    pub fn handle(&mut self, input: Input, now: DateTime<Utc>) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        match input {
+            Input::Start => {
+                if self.state.status != DebateStatus::Pending {
+                    return fx;
+                }
+                self.state.status = DebateStatus::Running;
+                let agents = self.agents.iter().map(|a| a.id.clone()).collect();
+                let rounds = self.spec.debate.rounds;
+                self.emit(&mut fx, now, EventKind::DebateStarted { agents, rounds });
+                self.enter(&mut fx, now, 0, Node::Initialization);
+                for a in &self.agents.clone() {
+                    if !parley_protocol::KNOWN_ROLES.contains(&a.role.as_str()) {
+                        self.warn(
+                            &mut fx,
+                            now,
+                            format!(
+                                "agent {}: unknown role {:?}, using the architect prompts",
+                                a.id, a.role
+                            ),
+                        );
+                    }
+                }
+                // Clarifications are not part of this engine yet: a pass-through node.
+                self.enter(&mut fx, now, 0, Node::Clarification);
+            }
+            Input::Result(result) => self.on_result(result, now, &mut fx),
+            Input::RetryDue(task_id) => {
+                self.backing_off.remove(&task_id);
+            }
+            Input::Retry => {
+                if self.state.status != DebateStatus::Failed {
+                    return fx;
+                }
+                self.state.status = DebateStatus::Running;
+                if let Some(err) = self.state.error.take() {
+                    // A fresh budget for the task that failed.
+                    let used = self.attempts(&err.task_id);
+                    self.state
+                        .engine
+                        .budget_start
+                        .insert(err.task_id.clone(), used);
+                }
+                self.backing_off.clear();
+                self.emit(&mut fx, now, EventKind::DebateResumed);
+            }
+            Input::Cancel => {
+                if matches!(
+                    self.state.status,
+                    DebateStatus::Completed | DebateStatus::Cancelled
+                ) {
+                    return fx;
+                }
+                self.state.status = DebateStatus::Cancelled;
+                self.emit(&mut fx, now, EventKind::DebateCancelled);
+            }
+            Input::Resume => {
+                self.in_flight.clear();
+                self.backing_off.clear();
+                if self.state.status == DebateStatus::Pending {
+                    return self.handle(Input::Start, now);
+                }
+                if self.state.status == DebateStatus::Running {
+                    self.emit(&mut fx, now, EventKind::DebateResumed);
+                }
+            }
+        }
+        self.advance(now, &mut fx);
+        self.state.updated_at = now;
+        fx
+    }
+
+    fn attempts(&self, task_id: &str) -> u32 {
+        self.state
+            .engine
+            .attempts
+            .get(task_id)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn on_result(&mut self, result: TaskResult, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+        if result.debate_id != self.state.id {
+            return;
+        }
+        let Some(planned) = self.parse_task_id(&result.task_id) else {
+            self.warn(fx, now, format!("ignored result for unknown task {}", result.task_id));
+            return;
+        };
+        if self.is_done(&planned) {
+            // First result wins; a duplicate delivery changes nothing.
+            self.in_flight.remove(&result.task_id);
+            return;
+        }
+        match result.outcome {
+            TaskOutcome::Ok(out) => {
+                self.in_flight.remove(&result.task_id);
+                self.backing_off.remove(&result.task_id);
+                for w in &out.warnings {
+                    self.warn(fx, now, format!("{}: {w}", result.task_id));
+                }
+                let (tokens, latency) = (out.metadata.tokens_used, out.metadata.latency_ms);
+                self.record(&planned, out, now, fx);
+                let agent_id = self.executor(&planned).id.clone();
+                self.emit(
+                    fx,
+                    now,
+                    EventKind::TaskCompleted {
+                        task_id: result.task_id,
+                        node: planned.kind.node(),
+                        agent_id,
+                        tokens,
+                        latency_ms: latency,
+                    },
+                );
+            }
+            TaskOutcome::Error(err) => {
+                // A stale failure of an older attempt does not count against the budget.
+                if result.attempt < self.attempts(&result.task_id) {
+                    return;
+                }
+                self.in_flight.remove(&result.task_id);
+                self.on_failure(&planned, &result.task_id, result.attempt, err, now, fx);
+            }
+        }
+    }
+
+    fn on_failure(
+        &mut self,
+        planned: &Planned,
+        id: &str,
+        attempt: u32,
+        err: TaskError,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let node = planned.kind.node();
+        let policy = self.spec.debate.retry.for_node(node.as_str()).clone();
+        let base = self
+            .state
+            .engine
+            .budget_start
+            .get(id)
+            .copied()
+            .unwrap_or(0);
+        let used = attempt.saturating_sub(base);
+        let running = self.state.status == DebateStatus::Running;
+        let will_retry = running && err.retryable() && used < policy.attempts;
+        let agent_id = self.executor(planned).id.clone();
+        self.emit(
+            fx,
+            now,
+            EventKind::TaskFailed {
+                task_id: id.to_string(),
+                node,
+                agent_id: agent_id.clone(),
+                attempt,
+                error: err.message.clone(),
+                will_retry,
+            },
+        );
+        if will_retry {
+            let delay_ms = policy
+                .backoff_ms(attempt + 1)
+                .max(err.retry_after_ms.unwrap_or(0));
+            self.backing_off.insert(id.to_string());
+            fx.push(Effect::ScheduleRetry {
+                task_id: id.to_string(),
+                delay_ms,
+            });
+            return;
+        }
+        if !running {
+            return;
+        }
+        let message = match &err.provider {
+            Some(p) if !err.message.contains(p.as_str()) => format!("{p}: {}", err.message),
+            _ => err.message.clone(),
+        };
+        self.state.status = DebateStatus::Failed;
+        self.state.error = Some(DebateFailure {
+            node: node.as_str().to_string(),
+            round: planned.round,
+            task_id: id.to_string(),
+            agent_id: Some(agent_id),
+            message: message.clone(),
+            attempts: used,
+            at: now,
+        });
+        self.enter(fx, now, planned.round, Node::Failed);
+        self.emit(
+            fx,
+            now,
+            EventKind::DebateFailed {
+                node,
+                round: planned.round,
+                message,
+            },
+        );
+    }
+
+    /// Dispatches every task whose inputs exist; opens rounds; completes the debate.
+    fn advance(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+        if self.state.status != DebateStatus::Running {
+            return;
+        }
+        loop {
+            let changed = self.open_rounds_and_carry_over(now, fx);
+            if !changed {
+                break;
+            }
+        }
+        if self.state.final_solution.is_some() {
+            self.state.status = DebateStatus::Completed;
+            self.enter(fx, now, self.state.current_round, Node::Completed);
+            let confidence = self
+                .state
+                .final_solution
+                .as_ref()
+                .map_or(0.0, |s| s.confidence);
+            self.emit(fx, now, EventKind::DebateCompleted { confidence });
+            return;
+        }
+        for p in self.plan() {
+            let id = self.task_id_of(&p);
+            if self.in_flight.contains_key(&id) || self.backing_off.contains(&id) {
+                continue;
+            }
+            self.enter(fx, now, p.round, p.kind.node());
+            let attempt = self.attempts(&id) + 1;
+            self.state.engine.attempts.insert(id.clone(), attempt);
+            let task = self.build_task(&p, id.clone(), attempt);
+            self.in_flight.insert(id.clone(), p.clone());
+            let agent_id = task.agent.id.clone();
+            self.emit(
+                fx,
+                now,
+                EventKind::TaskDispatched {
+                    task_id: id,
+                    node: p.kind.node(),
+                    agent_id,
+                    attempt,
+                },
+            );
+            fx.push(Effect::Dispatch(task));
+        }
+    }
+
+    /// Opens the next round when its time has come and fills in carried-over proposals.
+    /// Returns true if anything changed.
+    fn open_rounds_and_carry_over(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) -> bool {
+        let mut changed = false;
+        if self.state.rounds.is_empty() {
+            self.open_round(1, now, fx);
+            changed = true;
+        }
+        let r = self.state.rounds.len() as u32;
+        if self.round_complete(r) && !self.entered.contains(&(r, Node::Evaluation)) {
+            // Round finished: pass through (or enter) evaluation.
+            self.enter(fx, now, r, Node::Evaluation);
+            self.emit(fx, now, EventKind::RoundCompleted { round: r });
+        }
+        if r < self.spec.debate.rounds && !self.is_final_round(r) {
+            let open_next = match self.termination() {
+                TerminationType::Fixed => self
+                    .round(r)
+                    .is_some_and(|rd| rd.count(ContributionType::Refinement) > 0),
+                _ => self.round(r).is_some_and(|rd| rd.evaluation.is_some()),
+            };
+            if open_next {
+                self.open_round(r + 1, now, fx);
+                changed = true;
+            }
+        }
+        // Carry over refinements as the next round's proposals.
+        for r in 2..=self.state.rounds.len() as u32 {
+            for i in 0..self.agents.len() {
+                let agent = &self.agents[i];
+                if self.round(r).is_some_and(|rd| {
+                    rd.find(ContributionType::Proposal, &agent.id, None).is_some()
+                }) {
+                    continue;
+                }
+                let Some(prev) = self
+                    .round(r - 1)
+                    .and_then(|rd| rd.find(ContributionType::Refinement, &agent.id, None))
+                else {
+                    continue;
+                };
+                if prev.content.trim().is_empty() {
+                    continue; // the plan asks the LLM for a fresh proposal instead
+                }
+                let c = Contribution {
+                    agent_id: agent.id.clone(),
+                    agent_role: agent.role.clone(),
+                    kind: ContributionType::Proposal,
+                    content: prev.content.clone(),
+                    target_agent_id: None,
+                    metadata: ContributionMetadata {
+                        tokens_used: 0,
+                        latency_ms: 0,
+                        model: prev.metadata.model.clone(),
+                        carried_over: true,
+                        ..Default::default()
+                    },
+                };
+                self.enter(fx, now, r, Node::Proposal);
+                self.push_contribution(r, c);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    fn open_round(&mut self, r: u32, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+        self.state.rounds.push(DebateRound::new(r, now));
+        self.state.current_round = r;
+        self.enter(fx, now, r, Node::RoundManager);
+    }
+
+    fn termination(&self) -> TerminationType {
+        self.spec.debate.termination_condition.kind
+    }
+
+    fn round(&self, r: u32) -> Option<&DebateRound> {
+        self.state.round(r)
+    }
+
+    /// Every agent has refined in round r.
+    fn round_complete(&self, r: u32) -> bool {
+        self.round(r).is_some_and(|rd| {
+            self.agents
+                .iter()
+                .all(|a| rd.find(ContributionType::Refinement, &a.id, None).is_some())
+        })
+    }
+
+    /// Round r is the last: the hard cap, or the judge's confidence reached the threshold.
+    fn is_final_round(&self, r: u32) -> bool {
+        if r >= self.spec.debate.rounds {
+            return true;
+        }
+        match self.termination() {
+            TerminationType::Fixed => false,
+            _ => self.round(r).and_then(|rd| rd.evaluation.as_ref()).is_some_and(|e| {
+                e.confidence >= self.spec.debate.termination_condition.threshold()
+            }),
+        }
+    }
+
+    fn summarization_for(&self, agent: Option<usize>) -> &SummarizationConfig {
+        let own = match agent {
+            Some(i) => self.agents[i].summarization.as_ref(),
+            None => self.spec.judge.summarization.as_ref(),
+        };
+        own.unwrap_or(&self.spec.debate.summarization)
+    }
+
+    /// Whether agent i's summary for round r is settled: not due, or present.
+    /// `None` while that cannot be known yet (previous refinement missing).
+    fn summary_settled(&self, i: usize, r: u32) -> Option<bool> {
+        if r < 2 || !self.summarization_for(Some(i)).enabled {
+            return Some(true);
+        }
+        let id = &self.agents[i].id;
+        self.round(r - 1)?
+            .find(ContributionType::Refinement, id, None)?;
+        if self.round(r)?.summaries.contains_key(id) {
+            return Some(true);
+        }
+        let len = self.history_chars(i, r);
+        Some(len <= self.summarization_for(Some(i)).threshold)
+    }
+
+    /// All tasks whose inputs exist and whose output does not, in a stable order.
+    fn plan(&self) -> Vec<Planned> {
+        let mut out = Vec::new();
+        let n = self.agents.len();
+        let rounds = self.state.rounds.len() as u32;
+        for r in 1..=rounds {
+            let Some(rd) = self.round(r) else { continue };
+            for i in 0..n {
+                let id = &self.agents[i].id;
+                let settled = self.summary_settled(i, r);
+                if settled == Some(false) {
+                    out.push(Planned { round: r, kind: TaskKind::Summarize, agent: Some(i), target: None });
+                }
+                let has_proposal = rd.find(ContributionType::Proposal, id, None).is_some();
+                if !has_proposal {
+                    let fallback = r >= 2
+                        && self
+                            .round(r - 1)
+                            .and_then(|p| p.find(ContributionType::Refinement, id, None))
+                            .is_some_and(|c| c.content.trim().is_empty());
+                    if (r == 1 || fallback) && settled == Some(true) {
+                        out.push(Planned { round: r, kind: TaskKind::Propose, agent: Some(i), target: None });
+                    }
+                    continue;
+                }
+                if settled != Some(true) {
+                    continue;
+                }
+                // Critiques by i of every proposal that exists.
+                for j in 0..n {
+                    if i == j {
+                        continue;
+                    }
+                    let tid = &self.agents[j].id;
+                    if rd.find(ContributionType::Proposal, tid, None).is_some()
+                        && rd.find(ContributionType::Critique, id, Some(tid)).is_none()
+                    {
+                        out.push(Planned { round: r, kind: TaskKind::Critique, agent: Some(i), target: Some(j) });
+                    }
+                }
+                let critiques_in = (0..n)
+                    .filter(|&k| k != i)
+                    .all(|k| rd.find(ContributionType::Critique, &self.agents[k].id, Some(id)).is_some());
+                if critiques_in && rd.find(ContributionType::Refinement, id, None).is_none() {
+                    out.push(Planned { round: r, kind: TaskKind::Refine, agent: Some(i), target: None });
+                }
+            }
+            if self.round_complete(r)
+                && r < self.spec.debate.rounds
+                && self.termination() != TerminationType::Fixed
+                && rd.evaluation.is_none()
+            {
+                out.push(Planned { round: r, kind: TaskKind::Evaluate, agent: None, target: None });
+            }
+        }
+        // Synthesis once the final round is complete.
+        if rounds > 0 && self.round_complete(rounds) && self.is_final_round(rounds) {
+            let judge_sum = self.summarization_for(None);
+            let summary_due = judge_sum.enabled
+                && self.state.judge_summary.is_none()
+                && self.final_transcript().chars().count() > judge_sum.threshold;
+            if summary_due {
+                out.push(Planned { round: rounds, kind: TaskKind::JudgeSummarize, agent: None, target: None });
+            } else {
+                out.push(Planned { round: rounds, kind: TaskKind::Synthesize, agent: None, target: None });
+            }
+        }
+        out
+    }
+
+    fn is_done(&self, p: &Planned) -> bool {
+        let Some(rd) = self.round(p.round) else {
+            return false;
+        };
+        let agent = p.agent.map(|i| self.agents[i].id.as_str());
+        let target = p.target.map(|j| self.agents[j].id.as_str());
+        match p.kind {
+            TaskKind::Propose => rd.find(ContributionType::Proposal, agent.unwrap_or(""), None).is_some(),
+            TaskKind::Critique => rd.find(ContributionType::Critique, agent.unwrap_or(""), target).is_some(),
+            TaskKind::Refine => rd.find(ContributionType::Refinement, agent.unwrap_or(""), None).is_some(),
+            TaskKind::Summarize => rd.summaries.contains_key(agent.unwrap_or("")),
+            TaskKind::Evaluate => rd.evaluation.is_some(),
+            TaskKind::JudgeSummarize => self.state.judge_summary.is_some(),
+            TaskKind::Synthesize => self.state.final_solution.is_some(),
+        }
+    }
+
+    fn executor(&self, p: &Planned) -> &AgentConfig {
+        match p.agent {
+            Some(i) => &self.agents[i],
+            None => &self.spec.judge,
+        }
+    }
+
+    fn task_id_of(&self, p: &Planned) -> String {
+        let agent = &self.executor(p).id;
+        let target = p.target.map(|j| self.agents[j].id.as_str());
+        task_id(&self.state.id, p.round, p.kind, agent, target)
+    }
+
+    /// Inverse of [`Self::task_id_of`]; `None` for ids this debate never issues.
+    fn parse_task_id(&self, id: &str) -> Option<Planned> {
+        let rest = id.strip_prefix(&self.state.id)?.strip_prefix('/')?;
+        let mut parts = rest.split('/');
+        let round: u32 = parts.next()?.parse().ok()?;
+        let kind = match parts.next()? {
+            "propose" => TaskKind::Propose,
+            "critique" => TaskKind::Critique,
+            "refine" => TaskKind::Refine,
+            "summarize" => TaskKind::Summarize,
+            "evaluate" => TaskKind::Evaluate,
+            "judgeSummarize" => TaskKind::JudgeSummarize,
+            "synthesize" => TaskKind::Synthesize,
+            _ => return None,
+        };
+        let who = parts.next()?;
+        let target = parts.next();
+        if parts.next().is_some() || round == 0 || round as usize > self.state.rounds.len() {
+            return None;
+        }
+        let index = |id: &str| self.agents.iter().position(|a| a.id == id);
+        let (agent, target) = match kind.worker() {
+            parley_protocol::WorkerKind::Judge => {
+                if who != self.spec.judge.id || target.is_some() {
+                    return None;
+                }
+                (None, None)
+            }
+            parley_protocol::WorkerKind::Agent => {
+                let a = index(who)?;
+                let t = match (kind, target) {
+                    (TaskKind::Critique, Some(t)) => Some(index(t)?),
+                    (TaskKind::Critique, None) | (_, Some(_)) => return None,
+                    _ => None,
+                };
+                (Some(a), t)
+            }
+        };
+        Some(Planned { round, kind, agent, target })
+    }
+
+    /// Agent i's perspective history before round r: its proposals, the critiques it
+    /// received and its refinements, starting from its newest summary.
+    fn history(&self, i: usize, r: u32) -> String {
+        let id = &self.agents[i].id;
+        let mut out = String::new();
+        let mut from = 1;
+        for k in (1..=r).rev() {
+            if let Some(s) = self.round(k).and_then(|rd| rd.summaries.get(id)) {
+                out.push_str(&format!("Summary of your earlier rounds:\n{}\n\n", s.summary));
+                from = k;
+                break;
+            }
+        }
+        for k in from..r {
+            let Some(rd) = self.round(k) else { continue };
+            if let Some(p) = rd.find(ContributionType::Proposal, id, None) {
+                out.push_str(&format!("Round {k} - your proposal:\n{}\n\n", p.content));
+            }
+            for c in rd.contributions.iter().filter(|c| {
+                c.kind == ContributionType::Critique && c.target_agent_id.as_deref() == Some(id)
+            }) {
+                out.push_str(&format!(
+                    "Round {k} - critique from {} ({}):\n{}\n\n",
+                    c.agent_id, c.agent_role, c.content
+                ));
+            }
+            if let Some(p) = rd.find(ContributionType::Refinement, id, None) {
+                out.push_str(&format!("Round {k} - your refinement:\n{}\n\n", p.content));
+            }
+        }
+        out
+    }
+
+    fn history_chars(&self, i: usize, r: u32) -> usize {
+        self.history(i, r).chars().count()
+    }
+
+    fn history_input(&self, i: usize, r: u32) -> Option<String> {
+        if !self.spec.debate.include_full_history {
+            let id = &self.agents[i].id;
+            return (1..=r)
+                .rev()
+                .find_map(|k| self.round(k).and_then(|rd| rd.summaries.get(id)))
+                .map(|s| s.summary.clone());
+        }
+        let h = self.history(i, r);
+        (!h.is_empty()).then_some(h)
+    }
+
+    fn round_transcript(&self, r: u32) -> String {
+        let mut out = String::new();
+        let Some(rd) = self.round(r) else { return out };
+        for a in &self.agents {
+            if let Some(c) = rd
+                .find(ContributionType::Refinement, &a.id, None)
+                .or_else(|| rd.find(ContributionType::Proposal, &a.id, None))
+            {
+                out.push_str(&format!("### {} ({}) — round {r}\n{}\n\n", a.id, a.role, c.content));
+            }
+        }
+        out
+    }
+
+    /// What the judge synthesizes from: the whole debate or just the final round.
+    fn final_transcript(&self) -> String {
+        let last = self.state.rounds.len() as u32;
+        if self.spec.debate.include_full_history {
+            (1..=last).map(|r| self.round_transcript(r)).collect()
+        } else {
+            self.round_transcript(last)
+        }
+    }
+
+    fn build_task(&self, p: &Planned, id: String, attempt: u32) -> Task {
+        let rd = self.round(p.round);
+        let peer = |c: &Contribution| PeerText {
+            agent_id: c.agent_id.clone(),
+            agent_role: c.agent_role.clone(),
+            content: c.content.clone(),
+        };
+        let mut input = TaskInput::default();
+        match (p.kind, p.agent) {
+            (TaskKind::Propose, Some(i)) => input.history = self.history_input(i, p.round),
+            (TaskKind::Critique, Some(i)) => {
+                input.history = self.history_input(i, p.round);
+                let target = &self.agents[p.target.unwrap_or(i)].id;
+                input.proposal = rd
+                    .and_then(|rd| rd.find(ContributionType::Proposal, target, None))
+                    .map(peer);
+            }
+            (TaskKind::Refine, Some(i)) => {
+                let id = &self.agents[i].id;
+                input.history = self.history_input(i, p.round);
+                input.proposal = rd
+                    .and_then(|rd| rd.find(ContributionType::Proposal, id, None))
+                    .map(peer);
+                input.critiques = rd
+                    .map(|rd| {
+                        rd.contributions
+                            .iter()
+                            .filter(|c| {
+                                c.kind == ContributionType::Critique
+                                    && c.target_agent_id.as_deref() == Some(id)
+                            })
+                            .map(peer)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            }
+            (TaskKind::Summarize, Some(i)) => {
+                input.transcript = Some(self.history(i, p.round));
+                input.max_length = Some(self.summarization_for(Some(i)).max_length);
+            }
+            (TaskKind::Evaluate, _) => input.transcript = Some(self.round_transcript(p.round)),
+            (TaskKind::JudgeSummarize, _) => {
+                input.transcript = Some(self.final_transcript());
+                input.max_length = Some(self.summarization_for(None).max_length);
+            }
+            (TaskKind::Synthesize, _) => {
+                input.transcript = Some(match &self.state.judge_summary {
+                    Some(s) => s.summary.clone(),
+                    None => self.final_transcript(),
+                });
+            }
+            _ => {}
+        }
+        let node = p.kind.node();
+        Task {
+            schema_version: SCHEMA_VERSION,
+            id,
+            debate_id: self.state.id.clone(),
+            round: p.round,
+            kind: p.kind,
+            attempt,
+            agent: self.executor(p).clone(),
+            target_agent_id: p.target.map(|j| self.agents[j].id.clone()),
+            problem: self.spec.problem.clone(),
+            context: self.spec.context.clone(),
+            input,
+            timeout_ms: self.spec.debate.retry.for_node(node.as_str()).timeout_ms,
+        }
+    }
+
+    /// Stores a task's output in the state.
+    fn record(&mut self, p: &Planned, out: TaskOutput, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+        let r = p.round;
+        let exec = self.executor(p).clone();
+        let contribution = |kind, target: Option<String>, out: TaskOutput| Contribution {
+            agent_id: exec.id.clone(),
+            agent_role: exec.role.clone(),
+            kind,
+            content: out.content,
+            target_agent_id: target,
+            metadata: out.metadata,
+        };
+        match p.kind {
+            TaskKind::Propose => {
+                if r >= 2 {
+                    self.warn(
+                        fx,
+                        now,
+                        format!(
+                            "agent {}: round {} had no usable refinement from round {}; asked for a fresh proposal",
+                            exec.id, r, r - 1
+                        ),
+                    );
+                }
+                self.push_contribution(r, contribution(ContributionType::Proposal, None, out));
+            }
+            TaskKind::Critique => {
+                let target = p.target.map(|j| self.agents[j].id.clone());
+                self.push_contribution(r, contribution(ContributionType::Critique, target, out));
+            }
+            TaskKind::Refine => {
+                self.push_contribution(r, contribution(ContributionType::Refinement, None, out))
+            }
+            TaskKind::Summarize | TaskKind::JudgeSummarize => {
+                let before = match p.agent {
+                    Some(i) => self.history_chars(i, r),
+                    None => self.final_transcript().chars().count(),
+                };
+                let max = self.summarization_for(p.agent).max_length;
+                let summary: String = out.content.chars().take(max).collect();
+                let s = DebateSummary {
+                    agent_id: exec.id.clone(),
+                    agent_role: exec.role.clone(),
+                    metadata: SummaryMetadata {
+                        before_chars: before,
+                        after_chars: summary.chars().count(),
+                        method: self.summarization_for(p.agent).method.clone(),
+                        timestamp: now,
+                        latency_ms: out.metadata.latency_ms,
+                        tokens_used: out.metadata.tokens_used,
+                        model: out.metadata.model,
+                    },
+                    summary,
+                };
+                if p.kind == TaskKind::JudgeSummarize {
+                    self.state.judge_summary = Some(s);
+                } else if let Some(rd) = self.state.round_mut(r) {
+                    rd.summaries.insert(exec.id.clone(), s);
+                }
+            }
+            TaskKind::Evaluate => {
+                if let Some(rd) = self.state.round_mut(r) {
+                    rd.evaluation = Some(RoundEvaluation {
+                        confidence: out.confidence.unwrap_or(0.0),
+                        reasoning: out.content,
+                        metadata: out.metadata,
+                    });
+                }
+            }
+            TaskKind::Synthesize => {
+                let solution = out.solution.unwrap_or_else(|| Solution {
+                    description: out.content.clone(),
+                    tradeoffs: Vec::new(),
+                    recommendations: Vec::new(),
+                    confidence: 0.0,
+                    synthesized_by: exec.id.clone(),
+                });
+                self.state.final_solution = Some(solution);
+                self.state.synthesis_metadata = Some(out.metadata);
+            }
+        }
+    }
+
+    /// Inserts a contribution keeping a stable order: proposals, critiques, refinements,
+    /// each in agent order (critiques by target order).
+    fn push_contribution(&mut self, r: u32, c: Contribution) {
+        let order: BTreeMap<&str, usize> = self
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.id.as_str(), i))
+            .collect();
+        let key = |c: &Contribution| {
+            (
+                c.kind,
+                order.get(c.agent_id.as_str()).copied().unwrap_or(usize::MAX),
+                c.target_agent_id
+                    .as_deref()
+                    .and_then(|t| order.get(t).copied())
+                    .unwrap_or(0),
+            )
+        };
+        let k = key(&c);
+        let Some(rd) = self.state.round_mut(r) else {
+            return;
+        };
+        let pos = rd.contributions.partition_point(|x| key(x) <= k);
+        rd.contributions.insert(pos, c);
+    }
+
+    fn enter(&mut self, fx: &mut Vec<Effect>, now: DateTime<Utc>, round: u32, node: Node) {
+        if self.entered.insert((round, node)) {
+            self.emit(fx, now, EventKind::NodeEntered { round, node });
+        }
+    }
+
+    fn warn(&mut self, fx: &mut Vec<Effect>, now: DateTime<Utc>, message: String) {
+        self.state.engine.warnings.push(message.clone());
+        self.emit(fx, now, EventKind::Warning { message });
+    }
+
+    fn emit(&mut self, fx: &mut Vec<Effect>, now: DateTime<Utc>, kind: EventKind) {
+        self.state.engine.event_seq += 1;
+        fx.push(Effect::Emit(DebateEvent {
+            schema_version: SCHEMA_VERSION,
+            debate_id: self.state.id.clone(),
+            seq: self.state.engine.event_seq,
+            at: now,
+            status: self.state.status,
+            progress: self.progress(),
+            kind,
+        }));
+    }
+
+    /// Where the debate stands, for progress displays.
+    pub fn progress(&self) -> Progress {
+        let n = self.agents.len();
+        let rounds = self.spec.debate.rounds;
+        let per_round = n + n * n.saturating_sub(1) + n;
+        let mut done = 0;
+        for rd in &self.state.rounds {
+            done += rd.contributions.len();
+        }
+        let mut total = per_round * rounds as usize + 1;
+        if self.termination() != TerminationType::Fixed {
+            total += rounds as usize;
+            done += self
+                .state
+                .rounds
+                .iter()
+                .filter(|r| r.evaluation.is_some())
+                .count();
+        }
+        done += usize::from(self.state.final_solution.is_some());
+        let phase = self
+            .in_flight
+            .values()
+            .map(|p| p.kind.node())
+            .min()
+            .unwrap_or(match self.state.status {
+                DebateStatus::Completed => Node::Completed,
+                DebateStatus::Failed => Node::Failed,
+                _ => Node::RoundManager,
+            });
+        let mut active: Vec<String> = self
+            .in_flight
+            .values()
+            .map(|p| self.executor(p).id.clone())
+            .collect();
+        active.sort();
+        active.dedup();
+        Progress {
+            round: self.state.current_round,
+            rounds,
+            phase: phase.as_str().to_string(),
+            done,
+            total: total.max(done),
+            active_agents: active,
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! The debate configuration, dialectic-compatible (`debate-config.json`).
+//!
+//! Unknown keys are rejected (`deny_unknown_fields`) so a typo such as `"temprature"` is an
+//! error that names the key instead of a silently ignored setting.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Built-in roles; any other role string is accepted and uses the architect prompts.
+pub const KNOWN_ROLES: &[&str] = &[
+    "architect",
+    "performance",
+    "security",
+    "testing",
+    "kiss",
+    "generalist",
+];
+
+/// One debating agent (or the judge).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentConfig {
+    pub id: String,
+    pub name: String,
+    pub role: String,
+    pub model: String,
+    /// `openai`, `openrouter`, `openai-compatible` (needs `baseUrl`) or `local`; `None` picks
+    /// the default provider (openai when `OPENAI_API_KEY` is set, else local).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default = "default_temperature")]
+    pub temperature: f64,
+    /// OpenAI-compatible endpoint for this agent (overrides the global `baseUrl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Path as written in the config file; resolved by the CLI, never opened by services.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_prompt_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clarification_prompt_path: Option<String>,
+    /// Prompt texts resolved from the paths above (what services actually use).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summarization: Option<SummarizationConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+fn default_temperature() -> f64 {
+    0.5
+}
+
+impl AgentConfig {
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TerminationType {
+    Fixed,
+    Convergence,
+    Quality,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TerminationCondition {
+    #[serde(rename = "type")]
+    pub kind: TerminationType,
+    /// Judge confidence (0–100) at which `convergence` / `quality` stop early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+}
+
+impl Default for TerminationCondition {
+    fn default() -> Self {
+        Self {
+            kind: TerminationType::Fixed,
+            threshold: None,
+        }
+    }
+}
+
+impl TerminationCondition {
+    pub const DEFAULT_THRESHOLD: f64 = 80.0;
+    pub fn threshold(&self) -> f64 {
+        self.threshold.unwrap_or(Self::DEFAULT_THRESHOLD)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SummarizationConfig {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Perspective history length (chars) above which an agent gets a summary.
+    #[serde(default = "default_summary_threshold")]
+    pub threshold: usize,
+    /// Summaries are cut to this many chars.
+    #[serde(default = "default_summary_max_length")]
+    pub max_length: usize,
+    #[serde(default = "default_summary_method")]
+    pub method: String,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_summary_threshold() -> usize {
+    5000
+}
+fn default_summary_max_length() -> usize {
+    2500
+}
+fn default_summary_method() -> String {
+    "length-based".into()
+}
+
+impl Default for SummarizationConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            threshold: default_summary_threshold(),
+            max_length: default_summary_max_length(),
+            method: default_summary_method(),
+        }
+    }
+}
+
+/// Node-level retry policy for one kind of node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Total attempts including the first.
+    #[serde(default = "default_attempts")]
+    pub attempts: u32,
+    #[serde(default = "default_backoff_ms")]
+    pub initial_backoff_ms: u64,
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+    /// Timeout of one attempt (one LLM call plus its bookkeeping).
+    #[serde(default = "default_task_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_attempts() -> u32 {
+    3
+}
+fn default_backoff_ms() -> u64 {
+    500
+}
+fn default_max_backoff_ms() -> u64 {
+    30_000
+}
+fn default_task_timeout_ms() -> u64 {
+    300_000
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: default_attempts(),
+            initial_backoff_ms: default_backoff_ms(),
+            max_backoff_ms: default_max_backoff_ms(),
+            timeout_ms: default_task_timeout_ms(),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Backoff before attempt `next_attempt` (2, 3, ...), before jitter.
+    pub fn backoff_ms(&self, next_attempt: u32) -> u64 {
+        let exp = next_attempt.saturating_sub(2).min(20);
+        self.initial_backoff_ms
+            .saturating_mul(1u64 << exp)
+            .min(self.max_backoff_ms)
+    }
+}
+
+/// Retry policies per node kind; a kind without an entry uses `default`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryPolicies {
+    #[serde(default)]
+    pub default: RetryPolicy,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nodes: BTreeMap<String, RetryPolicy>,
+}
+
+impl RetryPolicies {
+    pub fn for_node(&self, node: &str) -> &RetryPolicy {
+        self.nodes.get(node).unwrap_or(&self.default)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DebateSettings {
+    #[serde(default = "default_rounds")]
+    pub rounds: u32,
+    #[serde(default)]
+    pub termination_condition: TerminationCondition,
+    #[serde(default = "default_synthesis")]
+    pub synthesis_method: String,
+    #[serde(default = "default_true")]
+    pub include_full_history: bool,
+    /// Milliseconds; kept for dialectic compatibility (per-task timeouts come from `retry`).
+    #[serde(default = "default_timeout_per_round")]
+    pub timeout_per_round: u64,
+    #[serde(default)]
+    pub summarization: SummarizationConfig,
+    #[serde(default)]
+    pub interactive_clarifications: bool,
+    #[serde(default = "default_clarifications_max")]
+    pub clarifications_max_per_agent: u32,
+    #[serde(default = "default_clarifications_iterations")]
+    pub clarifications_max_iterations: u32,
+    #[serde(default)]
+    pub retry: RetryPolicies,
+    /// Upper bound on concurrently running tasks of one debate (embedded mode).
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: usize,
+}
+
+fn default_rounds() -> u32 {
+    3
+}
+fn default_synthesis() -> String {
+    "judge".into()
+}
+fn default_timeout_per_round() -> u64 {
+    300_000
+}
+fn default_clarifications_max() -> u32 {
+    5
+}
+fn default_clarifications_iterations() -> u32 {
+    3
+}
+fn default_max_concurrency() -> usize {
+    16
+}
+
+impl Default for DebateSettings {
+    fn default() -> Self {
+        Self {
+            rounds: default_rounds(),
+            termination_condition: TerminationCondition::default(),
+            synthesis_method: default_synthesis(),
+            include_full_history: true,
+            timeout_per_round: default_timeout_per_round(),
+            summarization: SummarizationConfig::default(),
+            interactive_clarifications: false,
+            clarifications_max_per_agent: default_clarifications_max(),
+            clarifications_max_iterations: default_clarifications_iterations(),
+            retry: RetryPolicies::default(),
+            max_concurrency: default_max_concurrency(),
+        }
+    }
+}
+
+/// Request and token limits of one provider (operator settings, never from a submission).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProviderLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_minute: Option<u32>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, ProviderLimits>,
+}
+
+/// The whole `debate-config.json`. Every section is optional; missing ones take the
+/// built-in defaults (the CLI warns about each).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DebateConfigFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<AgentConfig>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<AgentConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debate: Option<DebateSettings>,
+    /// Global OpenAI-compatible endpoint used by agents without their own `baseUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub providers: BTreeMap<String, ProviderLimits>,
+}

@@ -1,0 +1,286 @@
+//! [`DebateState`]: a debate as saved, in dialectic's camelCase shape.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::{default_schema_version, PromptSources};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DebateStatus {
+    Pending,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl DebateStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Cancelled)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContributionType {
+    Proposal,
+    Critique,
+    Refinement,
+}
+
+impl ContributionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Proposal => "proposal",
+            Self::Critique => "critique",
+            Self::Refinement => "refinement",
+        }
+    }
+}
+
+/// What one LLM call cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContributionMetadata {
+    pub tokens_used: u64,
+    pub latency_ms: u64,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Set on round ≥ 2 proposals that carry over the previous refinement (no LLM call).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub carried_over: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Contribution {
+    pub agent_id: String,
+    pub agent_role: String,
+    #[serde(rename = "type")]
+    pub kind: ContributionType,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_agent_id: Option<String>,
+    pub metadata: ContributionMetadata,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryMetadata {
+    pub before_chars: usize,
+    pub after_chars: usize,
+    pub method: String,
+    pub timestamp: DateTime<Utc>,
+    pub latency_ms: u64,
+    pub tokens_used: u64,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DebateSummary {
+    pub agent_id: String,
+    pub agent_role: String,
+    pub summary: String,
+    pub metadata: SummaryMetadata,
+}
+
+/// The judge's confidence after a round (convergence / quality termination).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoundEvaluation {
+    pub confidence: f64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reasoning: String,
+    pub metadata: ContributionMetadata,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DebateRound {
+    pub round_number: u32,
+    pub contributions: Vec<Contribution>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub summaries: BTreeMap<String, DebateSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<RoundEvaluation>,
+    pub timestamp: DateTime<Utc>,
+}
+
+impl DebateRound {
+    pub fn new(round_number: u32, now: DateTime<Utc>) -> Self {
+        Self {
+            round_number,
+            contributions: Vec::new(),
+            summaries: BTreeMap::new(),
+            evaluation: None,
+            timestamp: now,
+        }
+    }
+
+    pub fn find(
+        &self,
+        kind: ContributionType,
+        agent_id: &str,
+        target: Option<&str>,
+    ) -> Option<&Contribution> {
+        self.contributions.iter().find(|c| {
+            c.kind == kind && c.agent_id == agent_id && c.target_agent_id.as_deref() == target
+        })
+    }
+
+    pub fn count(&self, kind: ContributionType) -> usize {
+        self.contributions.iter().filter(|c| c.kind == kind).count()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Solution {
+    pub description: String,
+    #[serde(default)]
+    pub tradeoffs: Vec<String>,
+    #[serde(default)]
+    pub recommendations: Vec<String>,
+    /// 0–100.
+    pub confidence: f64,
+    pub synthesized_by: String,
+}
+
+/// Where and why a debate failed; `retry` resumes from here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DebateFailure {
+    pub node: String,
+    pub round: u32,
+    pub task_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    pub message: String,
+    pub attempts: u32,
+    pub at: DateTime<Utc>,
+}
+
+/// Engine bookkeeping that must survive a restart: attempts per task id.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineRecord {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attempts: BTreeMap<String, u32>,
+    /// Attempt number at which a task's current retry budget started (set by `retry`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub budget_start: BTreeMap<String, u32>,
+    /// Sequence number of the last event emitted.
+    #[serde(default)]
+    pub event_seq: u64,
+    /// Warnings raised while running (unknown role, missing refinement, unparsable judge reply).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// W3C `traceparent` of the debate's root span, so a resumed debate continues its trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DebateState {
+    #[serde(default = "default_schema_version")]
+    pub schema_version: u32,
+    pub id: String,
+    pub problem: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    pub status: DebateStatus,
+    pub current_round: u32,
+    pub rounds: Vec<DebateRound>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_summary: Option<DebateSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_solution: Option<Solution>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthesis_metadata: Option<ContributionMetadata>,
+    pub prompt_sources: PromptSources,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<DebateFailure>,
+    #[serde(default)]
+    pub engine: EngineRecord,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl DebateState {
+    pub fn round(&self, n: u32) -> Option<&DebateRound> {
+        n.checked_sub(1).and_then(|i| self.rounds.get(i as usize))
+    }
+    pub fn round_mut(&mut self, n: u32) -> Option<&mut DebateRound> {
+        n.checked_sub(1).and_then(|i| self.rounds.get_mut(i as usize))
+    }
+    /// Sum of tokens over every contribution, summary, evaluation and the synthesis.
+    pub fn total_tokens(&self) -> u64 {
+        let rounds: u64 = self
+            .rounds
+            .iter()
+            .map(|r| {
+                r.contributions
+                    .iter()
+                    .map(|c| c.metadata.tokens_used)
+                    .sum::<u64>()
+                    + r.summaries
+                        .values()
+                        .map(|s| s.metadata.tokens_used)
+                        .sum::<u64>()
+                    + r.evaluation
+                        .as_ref()
+                        .map_or(0, |e| e.metadata.tokens_used)
+            })
+            .sum();
+        rounds
+            + self
+                .judge_summary
+                .as_ref()
+                .map_or(0, |s| s.metadata.tokens_used)
+            + self.synthesis_metadata.as_ref().map_or(0, |m| m.tokens_used)
+    }
+}
+
+/// A new debate id: `deb-YYYYMMDD-HHMMSS-RAND` (RAND: 6 lowercase base-36 chars).
+pub fn new_debate_id(now: DateTime<Utc>) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::thread_rng();
+    let rand: String = (0..6)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("deb-{}-{rand}", now.format("%Y%m%d-%H%M%S"))
+}
+
+/// True when `id` has the shape [`new_debate_id`] produces (safe in subjects, keys, paths).
+pub fn is_valid_debate_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 26
+        && id.starts_with("deb-")
+        && b[4..12].iter().all(u8::is_ascii_digit)
+        && b[12] == b'-'
+        && b[13..19].iter().all(u8::is_ascii_digit)
+        && b[19] == b'-'
+        && b[20..]
+            .iter()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
+}

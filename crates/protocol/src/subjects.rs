@@ -1,0 +1,65 @@
+//! NATS subjects, stream names, header names and the error reply every service uses.
+
+use serde::{Deserialize, Serialize};
+
+pub const SUBMIT: &str = "parley.debates.submit";
+pub const STATUS: &str = "parley.debates.status";
+pub const RETRY: &str = "parley.debates.retry";
+pub const CANCEL: &str = "parley.debates.cancel";
+/// Queue group shared by coordinator replicas.
+pub const COORDINATOR_QUEUE: &str = "parley-coordinators";
+
+pub const TASKS_AGENT: &str = "parley.tasks.agent";
+pub const TASKS_JUDGE: &str = "parley.tasks.judge";
+pub const TASKS_STREAM: &str = "PARLEY_TASKS";
+pub const EVENTS_STREAM: &str = "PARLEY_EVENTS";
+/// Workers publish result notifications here (the result itself is in Redis first).
+pub const RESULTS_PREFIX: &str = "parley.results";
+
+pub fn events_subject(debate_id: &str) -> String {
+    format!("parley.debates.{debate_id}.events")
+}
+
+pub fn results_subject(debate_id: &str) -> String {
+    format!("{RESULTS_PREFIX}.{debate_id}")
+}
+
+pub const HEADER_SCHEMA_VERSION: &str = "Parley-Schema-Version";
+pub const HEADER_TRACEPARENT: &str = "traceparent";
+pub const HEADER_TRACESTATE: &str = "tracestate";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidJson,
+    InvalidRequest,
+    UnsupportedSchemaVersion,
+    PayloadTooLarge,
+    NotFound,
+    Conflict,
+    Unavailable,
+    Internal,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// `{"error": {"code": ..., "message": ...}}`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    pub error: ErrorBody,
+}
+
+impl ErrorReply {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            error: ErrorBody {
+                code,
+                message: message.into(),
+            },
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! [`Task`]s the coordinator hands to workers and the [`TaskResult`]s they return.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{default_schema_version, AgentConfig, ContributionMetadata, Solution};
+
+/// The state machine's nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Node {
+    Initialization,
+    Clarification,
+    RoundManager,
+    Summarization,
+    Proposal,
+    Critique,
+    Refinement,
+    Evaluation,
+    Synthesis,
+    Completed,
+    Failed,
+}
+
+impl Node {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Initialization => "initialization",
+            Self::Clarification => "clarification",
+            Self::RoundManager => "roundManager",
+            Self::Summarization => "summarization",
+            Self::Proposal => "proposal",
+            Self::Critique => "critique",
+            Self::Refinement => "refinement",
+            Self::Evaluation => "evaluation",
+            Self::Synthesis => "synthesis",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TaskKind {
+    Propose,
+    Critique,
+    Refine,
+    Summarize,
+    Evaluate,
+    JudgeSummarize,
+    Synthesize,
+}
+
+/// Which worker pool runs a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerKind {
+    Agent,
+    Judge,
+}
+
+impl WorkerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Judge => "judge",
+        }
+    }
+}
+
+impl TaskKind {
+    pub fn node(self) -> Node {
+        match self {
+            Self::Propose => Node::Proposal,
+            Self::Critique => Node::Critique,
+            Self::Refine => Node::Refinement,
+            Self::Summarize | Self::JudgeSummarize => Node::Summarization,
+            Self::Evaluate => Node::Evaluation,
+            Self::Synthesize => Node::Synthesis,
+        }
+    }
+    pub fn worker(self) -> WorkerKind {
+        match self {
+            Self::Propose | Self::Critique | Self::Refine | Self::Summarize => WorkerKind::Agent,
+            Self::Evaluate | Self::JudgeSummarize | Self::Synthesize => WorkerKind::Judge,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Propose => "propose",
+            Self::Critique => "critique",
+            Self::Refine => "refine",
+            Self::Summarize => "summarize",
+            Self::Evaluate => "evaluate",
+            Self::JudgeSummarize => "judgeSummarize",
+            Self::Synthesize => "synthesize",
+        }
+    }
+}
+
+/// Deterministic task id: `debate/round/node/agent[/target]`.
+pub fn task_id(debate_id: &str, round: u32, kind: TaskKind, agent: &str, target: Option<&str>) -> String {
+    match target {
+        Some(t) => format!("{debate_id}/{round}/{}/{agent}/{t}", kind.as_str()),
+        None => format!("{debate_id}/{round}/{}/{agent}", kind.as_str()),
+    }
+}
+
+/// Another participant's text a prompt refers to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerText {
+    pub agent_id: String,
+    pub agent_role: String,
+    pub content: String,
+}
+
+/// Everything a worker needs to build the prompt: workers hold no debate state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskInput {
+    /// The agent's perspective so far (its newest summary, or its full history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<String>,
+    /// Critique: the target's proposal. Refine: the agent's own proposal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<PeerText>,
+    /// Refine: the critiques the agent received.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub critiques: Vec<PeerText>,
+    /// Summarize / evaluate / synthesize: the text to work on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
+    /// Summaries are cut to this many characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    #[serde(default = "default_schema_version")]
+    pub schema_version: u32,
+    pub id: String,
+    pub debate_id: String,
+    pub round: u32,
+    pub kind: TaskKind,
+    /// 1 for the first dispatch; node-level retries increase it.
+    pub attempt: u32,
+    /// The agent (or judge) that performs the task.
+    pub agent: AgentConfig,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_agent_id: Option<String>,
+    pub problem: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    pub input: TaskInput,
+    /// Per-attempt deadline the worker enforces.
+    pub timeout_ms: u64,
+}
+
+impl Task {
+    /// `Nats-Msg-Id` of this dispatch: the task id plus the attempt, so a re-publish of the
+    /// same attempt is dropped by JetStream while a retry is a new message.
+    pub fn message_id(&self) -> String {
+        format!("{}#{}", self.id, self.attempt)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskOutput {
+    pub content: String,
+    pub metadata: ContributionMetadata,
+    /// Synthesize: the parsed solution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solution: Option<Solution>,
+    /// Evaluate: the judge's confidence (0–100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// How a failed call should be treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ErrorKind {
+    RateLimited,
+    Server,
+    Timeout,
+    Network,
+    Auth,
+    InvalidRequest,
+    Malformed,
+    Config,
+    Internal,
+}
+
+impl ErrorKind {
+    /// Rate limits, 5xx, timeouts, network errors and malformed replies are worth another try.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Self::RateLimited | Self::Server | Self::Timeout | Self::Network | Self::Malformed
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskError {
+    pub kind: ErrorKind,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The provider asked to wait this long (Retry-After).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+impl TaskError {
+    pub fn retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+}
+
+impl std::fmt::Display for TaskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "status")]
+pub enum TaskOutcome {
+    Ok(TaskOutput),
+    Error(TaskError),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskResult {
+    #[serde(default = "default_schema_version")]
+    pub schema_version: u32,
+    pub task_id: String,
+    pub debate_id: String,
+    pub attempt: u32,
+    /// Which worker produced it (for diagnostics).
+    #[serde(default)]
+    pub worker: String,
+    pub outcome: TaskOutcome,
+}
