@@ -404,10 +404,12 @@ impl Machine {
             changed = true;
         }
         let r = self.state.rounds.len() as u32;
-        if self.round_complete(r) && !self.entered.contains(&(r, Node::Evaluation)) {
-            // Round finished: pass through (or enter) evaluation.
-            self.enter(fx, now, r, Node::Evaluation);
-            self.emit(fx, now, EventKind::RoundCompleted { round: r });
+        for k in 1..=r {
+            if self.round_complete(k) && !self.entered.contains(&(k, Node::Evaluation)) {
+                // Round finished: pass through (or enter) evaluation.
+                self.enter(fx, now, k, Node::Evaluation);
+                self.emit(fx, now, EventKind::RoundCompleted { round: k });
+            }
         }
         if r < self.spec.debate.rounds && !self.is_final_round(r) {
             let open_next = match self.termination() {
@@ -544,7 +546,6 @@ impl Machine {
                     if (r == 1 || fallback) && settled == Some(true) {
                         out.push(Planned { round: r, kind: TaskKind::Propose, agent: Some(i), target: None });
                     }
-                    continue;
                 }
                 if settled != Some(true) {
                     continue;
@@ -564,7 +565,7 @@ impl Machine {
                 let critiques_in = (0..n)
                     .filter(|&k| k != i)
                     .all(|k| rd.find(ContributionType::Critique, &self.agents[k].id, Some(id)).is_some());
-                if critiques_in && rd.find(ContributionType::Refinement, id, None).is_none() {
+                if has_proposal && critiques_in && rd.find(ContributionType::Refinement, id, None).is_none() {
                     out.push(Planned { round: r, kind: TaskKind::Refine, agent: Some(i), target: None });
                 }
             }
