@@ -1,1 +1,22 @@
-//! parley-testkit
+//! Test-only helpers for Parley's integration tests and benchmarks.
+//!
+//! # Layout
+//! - [`fake_llm`]: [`FakeLlm`], an OpenAI-compatible HTTP server (Chat Completions and
+//!   Responses API) whose latency, faults, rate limit and replies are knobs, and which
+//!   records every request. The `fake-llm` binary runs one in its own process.
+//! - [`servers`]: [`NatsServer`] and [`RedisServer`], real server processes on ephemeral
+//!   loopback ports with private data directories; kill and restart them to test crashes.
+//! - [`process`]: [`ChildProcess`] for our own binaries ([`workspace_bin`] finds them),
+//!   plus [`free_port`], [`wait_until`] and [`wait_until_async`].
+//!
+//! Every process and server is killed when its handle is dropped, and its temporary
+//! directory removed. Logs go to files, never to the test's terminal; when a test panics,
+//! the handles print the tail of their logs as they drop.
+
+pub mod fake_llm;
+pub mod process;
+pub mod servers;
+
+pub use fake_llm::{FakeLlm, Fault, Latency, Match, RateLimit, RecordedRequest};
+pub use process::{free_port, wait_until, wait_until_async, workspace_bin, ChildProcess};
+pub use servers::{NatsServer, RedisServer};

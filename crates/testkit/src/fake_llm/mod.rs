@@ -1,0 +1,459 @@
+//! An OpenAI-compatible fake LLM server with latency, fault and rate-limit knobs.
+//!
+//! Routes: `POST /v1/chat/completions` (Chat Completions) and `POST /v1/responses`
+//! (Responses API). Every request that reaches the server is recorded, whatever it was
+//! answered with. Anything else answers 404 (and is recorded too).
+//!
+//! Order in which a request is judged, under one lock so concurrent requests see a
+//! consistent view:
+//! 1. unknown route, or `/v1/responses` while `set_responses_api(false)` → 404;
+//! 2. body not a JSON object, or `"stream": true` (streaming is not supported) → 400;
+//! 3. rate limit (only requests that got this far count toward the window) → 429;
+//! 4. the first matching [`Fault`] with runs left;
+//! 5. otherwise a normal reply (from the responder, or the default text).
+//!
+//! Steps 4 and 5 wait for the configured [`Latency`] first. Knob changes apply to
+//! requests that arrive after the change.
+
+mod knobs;
+mod wire;
+
+pub use knobs::{Fault, Latency, Match, RateLimit};
+
+use anyhow::Context as _;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
+use axum::Router;
+use knobs::{ActiveFault, RateWindow, SeededRng, LATENCY_SEED};
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// One request the fake LLM received.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// URI path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// Headers in arrival order; names are lower-case.
+    pub headers: Vec<(String, String)>,
+    /// The JSON body; a JSON string holding the raw text when the body was not JSON.
+    pub body: Value,
+    /// The body's `model` field (`""` when absent).
+    pub model: String,
+    /// The body's `temperature` field.
+    pub temperature: Option<f64>,
+    /// When the request arrived.
+    pub received_at: Instant,
+    /// The status the server answered (or will answer, once latency has passed) with;
+    /// 0 for a [`Fault::Hang`].
+    pub status: u16,
+}
+
+impl RecordedRequest {
+    /// The first value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every message/input text of the request, joined by newlines (Responses
+    /// `instructions`, Chat `messages[].content`, Responses `input`).
+    pub fn prompt_text(&self) -> String {
+        wire::prompt_text(&self.body)
+    }
+}
+
+type Responder = Arc<dyn Fn(&RecordedRequest) -> String + Send + Sync>;
+
+/// A running fake LLM server on `127.0.0.1`. Stops (stops accepting, closes idle
+/// connections, releases hung requests with 503) when dropped.
+pub struct FakeLlm {
+    /// Where the server listens.
+    addr: SocketAddr,
+    /// Knobs and recordings, shared with the request handlers.
+    shared: Arc<Shared>,
+    /// Set to `true` on drop: stops the server and wakes sleeping handlers.
+    shutdown: watch::Sender<bool>,
+}
+
+struct Shared {
+    state: Mutex<Knobs>,
+    /// Handlers watch this to stop sleeping when the server is dropped.
+    shutdown: watch::Receiver<bool>,
+}
+
+struct Knobs {
+    /// Every request, in arrival order.
+    requests: Vec<RecordedRequest>,
+    latency: Latency,
+    /// Reseeded on every `set_latency`, so heavy-tail runs are reproducible.
+    rng: SeededRng,
+    faults: Vec<ActiveFault>,
+    rate_limit: Option<RateLimit>,
+    window: RateWindow,
+    /// How many requests were answered 429.
+    rate_limited: usize,
+    responder: Option<Responder>,
+    /// When false, `/v1/responses` answers 404.
+    responses_api: bool,
+    /// Numbers the normal replies (`#<n>` in the default text, ids).
+    replies: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Chat,
+    Responses,
+}
+
+/// What the server decided to do with a request.
+enum Plan {
+    NotFound(String),
+    BadRequest(String),
+    RateLimited(Option<Duration>),
+    Fault(Fault, Duration),
+    Reply(Endpoint, u64, Duration),
+}
+
+impl Plan {
+    fn status(&self) -> u16 {
+        match self {
+            Plan::NotFound(_) => 404,
+            Plan::BadRequest(_) => 400,
+            Plan::RateLimited(_) => 429,
+            Plan::Fault(Fault::Status { status, .. }, _) => *status,
+            Plan::Fault(Fault::Malformed { .. }, _) => 200,
+            Plan::Fault(Fault::Hang { .. }, _) => 0,
+            Plan::Reply(..) => 200,
+        }
+    }
+}
+
+impl FakeLlm {
+    /// Starts the server on an ephemeral port of 127.0.0.1 in the current tokio runtime,
+    /// with zero latency, no faults, no rate limit and the Responses API on.
+    pub async fn start() -> anyhow::Result<FakeLlm> {
+        Self::start_on_port(0).await
+    }
+
+    /// Like [`FakeLlm::start`], on a given port (0 = ephemeral).
+    pub async fn start_on_port(port: u16) -> anyhow::Result<FakeLlm> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .with_context(|| format!("while binding the fake LLM to 127.0.0.1:{port}"))?;
+        let addr = listener
+            .local_addr()
+            .context("while reading the fake LLM's address")?;
+        let (tx, rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(Knobs {
+                requests: Vec::new(),
+                latency: Latency::Zero,
+                rng: SeededRng::new(LATENCY_SEED),
+                faults: Vec::new(),
+                rate_limit: None,
+                window: RateWindow::default(),
+                rate_limited: 0,
+                responder: None,
+                responses_api: true,
+                replies: 0,
+            }),
+            shutdown: rx.clone(),
+        });
+        let app = Router::new().fallback(handle).with_state(shared.clone());
+        let mut stop = rx;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|v| *v).await;
+                })
+                .await;
+        });
+        Ok(FakeLlm {
+            addr,
+            shared,
+            shutdown: tx,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT/v1` — what an OpenAI client takes as its base URL.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The socket address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request received so far, in arrival order (failed ones included).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.knobs().requests.clone()
+    }
+
+    /// How many requests were received so far (failed ones included).
+    pub fn request_count(&self) -> usize {
+        self.knobs().requests.len()
+    }
+
+    /// Sets the latency of later requests (and reseeds the heavy-tail generator).
+    pub fn set_latency(&self, l: Latency) {
+        let mut k = self.knobs();
+        k.latency = l;
+        k.rng = SeededRng::new(LATENCY_SEED);
+    }
+
+    /// Adds a fault after the existing ones (the first matching fault wins).
+    pub fn add_fault(&self, f: Fault) {
+        let remaining = f.times();
+        self.knobs().faults.push(ActiveFault {
+            fault: f,
+            remaining,
+        });
+    }
+
+    /// Removes every fault.
+    pub fn clear_faults(&self) {
+        self.knobs().faults.clear();
+    }
+
+    /// Sets or removes the requests-per-minute limit. The 60-second window starts empty
+    /// each time this is called; the 429 count is kept.
+    pub fn set_rate_limit(&self, limit: Option<RateLimit>) {
+        let mut k = self.knobs();
+        k.rate_limit = limit;
+        k.window.clear();
+    }
+
+    /// How many requests were answered 429 so far.
+    pub fn rate_limited_count(&self) -> usize {
+        self.knobs().rate_limited
+    }
+
+    /// Replaces the default reply text. The function is called outside the server's
+    /// lock, so it may call back into this `FakeLlm`.
+    pub fn set_responder(&self, f: impl Fn(&RecordedRequest) -> String + Send + Sync + 'static) {
+        self.knobs().responder = Some(Arc::new(f));
+    }
+
+    /// Turns the Responses API route on or off; off answers `/v1/responses` with 404 so
+    /// clients can test falling back to Chat Completions.
+    pub fn set_responses_api(&self, enabled: bool) {
+        self.knobs().responses_api = enabled;
+    }
+
+    fn knobs(&self) -> MutexGuard<'_, Knobs> {
+        lock(&self.shared.state)
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+impl std::fmt::Debug for FakeLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeLlm")
+            .field("base_url", &self.base_url())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock(m: &Mutex<Knobs>) -> MutexGuard<'_, Knobs> {
+    // A panic while holding the lock leaves the knobs usable; keep serving.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Knobs {
+    fn decide(
+        &mut self,
+        endpoint: Option<Endpoint>,
+        body: &Value,
+        model: &str,
+        prompt: &str,
+        now: Instant,
+    ) -> Plan {
+        let endpoint = match endpoint {
+            Some(Endpoint::Responses) if !self.responses_api => {
+                return Plan::NotFound("the Responses API is disabled on this server".into())
+            }
+            Some(e) => e,
+            None => return Plan::NotFound("unknown route".into()),
+        };
+        if !body.is_object() {
+            return Plan::BadRequest("the request body is not a JSON object".into());
+        }
+        if body.get("stream").and_then(Value::as_bool) == Some(true) {
+            return Plan::BadRequest("stream: true is not supported by the fake LLM".into());
+        }
+        if let Some(limit) = self.rate_limit {
+            if !self.window.admit(now, limit.requests_per_minute) {
+                self.rate_limited += 1;
+                return Plan::RateLimited(limit.retry_after);
+            }
+        }
+        let delay = self.latency.sample(&mut self.rng);
+        if let Some(fault) = knobs::take_fault(&mut self.faults, model, prompt) {
+            return Plan::Fault(fault, delay);
+        }
+        self.replies += 1;
+        Plan::Reply(endpoint, self.replies, delay)
+    }
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let received_at = Instant::now();
+    let path = uri.path().to_string();
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let body: Value = serde_json::from_slice(&raw)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&raw).into_owned()));
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let temperature = body.get("temperature").and_then(Value::as_f64);
+    let prompt = wire::prompt_text(&body);
+    let endpoint = match (method == Method::POST, path.as_str()) {
+        (true, "/v1/chat/completions") => Some(Endpoint::Chat),
+        (true, "/v1/responses") => Some(Endpoint::Responses),
+        _ => None,
+    };
+
+    let (plan, record, responder) = {
+        let mut k = lock(&shared.state);
+        let plan = k.decide(endpoint, &body, &model, &prompt, received_at);
+        let record = RecordedRequest {
+            path,
+            headers,
+            body,
+            model,
+            temperature,
+            received_at,
+            status: plan.status(),
+        };
+        k.requests.push(record.clone());
+        (plan, record, k.responder.clone())
+    };
+
+    match plan {
+        Plan::NotFound(msg) => json_response(
+            StatusCode::NOT_FOUND,
+            wire::error_body(&msg, "invalid_request_error", "not_found"),
+        ),
+        Plan::BadRequest(msg) => json_response(
+            StatusCode::BAD_REQUEST,
+            wire::error_body(&msg, "invalid_request_error", "invalid_request"),
+        ),
+        Plan::RateLimited(retry_after) => {
+            let mut resp = json_response(
+                StatusCode::TOO_MANY_REQUESTS,
+                wire::error_body(
+                    "Rate limit reached for requests (fake LLM)",
+                    "requests",
+                    "rate_limit_exceeded",
+                ),
+            );
+            if let Some(d) = retry_after {
+                let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+                if let Ok(v) = secs.to_string().parse() {
+                    resp.headers_mut().insert(header::RETRY_AFTER, v);
+                }
+            }
+            resp
+        }
+        Plan::Fault(fault, delay) => {
+            if let Fault::Hang { .. } = fault {
+                sleep_or_shutdown(&shared, Duration::from_secs(24 * 3600)).await;
+                return stopped();
+            }
+            if sleep_or_shutdown(&shared, delay).await {
+                return stopped();
+            }
+            match fault {
+                Fault::Status { status, body, .. } => {
+                    let code =
+                        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                    if serde_json::from_str::<Value>(&body).is_ok() {
+                        json_response(code, body)
+                    } else {
+                        text_response(code, "text/plain; charset=utf-8", body)
+                    }
+                }
+                _ => json_response(StatusCode::OK, wire::MALFORMED_BODY.to_string()),
+            }
+        }
+        Plan::Reply(endpoint, n, delay) => {
+            if sleep_or_shutdown(&shared, delay).await {
+                return stopped();
+            }
+            let text = match responder {
+                Some(f) => f(&record),
+                None => wire::default_reply(&record.model, n, &prompt),
+            };
+            let reply = match endpoint {
+                Endpoint::Chat => wire::chat_completion(&record.model, n, &text, &prompt),
+                Endpoint::Responses => wire::response(&record.model, n, &text, &prompt),
+            };
+            json_response(StatusCode::OK, reply.to_string())
+        }
+    }
+}
+
+/// Sleeps for `d`; returns true when the server was dropped meanwhile.
+async fn sleep_or_shutdown(shared: &Shared, d: Duration) -> bool {
+    if *shared.shutdown.borrow() {
+        return true;
+    }
+    if d.is_zero() {
+        return false;
+    }
+    let mut rx = shared.shutdown.clone();
+    tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = rx.wait_for(|v| *v) => true,
+    }
+}
+
+fn stopped() -> Response {
+    json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        wire::error_body("the fake LLM was stopped", "server_error", "stopped"),
+    )
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    text_response(status, "application/json", body)
+}
+
+fn text_response(status: StatusCode, content_type: &'static str, body: String) -> Response {
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    resp
+}

@@ -1,0 +1,191 @@
+//! The OpenAI wire shapes the fake LLM reads and writes: prompt text extraction from
+//! Chat Completions / Responses requests, reply bodies, error bodies.
+
+use serde_json::{json, Value};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Every text in a request, in order, joined by newlines: Responses `instructions`,
+/// Chat `messages[].content` and Responses `input` (a string, or items whose `content` is a
+/// string or a list of parts with `text`).
+pub(crate) fn prompt_text(body: &Value) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    if let Some(s) = body.get("instructions").and_then(Value::as_str) {
+        parts.push(s);
+    }
+    if let Some(messages) = body.get("messages").and_then(Value::as_array) {
+        for m in messages {
+            if let Some(c) = m.get("content") {
+                content_texts(c, &mut parts);
+            }
+        }
+    }
+    match body.get("input") {
+        Some(Value::String(s)) => parts.push(s),
+        Some(Value::Array(items)) => {
+            for item in items {
+                match item {
+                    Value::String(s) => parts.push(s),
+                    Value::Object(o) => {
+                        if let Some(c) = o.get("content") {
+                            content_texts(c, &mut parts);
+                        } else if let Some(s) = o.get("text").and_then(Value::as_str) {
+                            parts.push(s);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+    parts.join("\n")
+}
+
+/// A message's `content`: a string, or a list of parts (`{"type":"text","text":..}`,
+/// `{"type":"input_text","text":..}`, ...).
+fn content_texts<'a>(content: &'a Value, out: &mut Vec<&'a str>) {
+    match content {
+        Value::String(s) => out.push(s),
+        Value::Array(ps) => {
+            for p in ps {
+                match p {
+                    Value::String(s) => out.push(s),
+                    other => {
+                        if let Some(s) = other.get("text").and_then(Value::as_str) {
+                            out.push(s);
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Rough token count: characters / 4, at least 1.
+pub(crate) fn rough_tokens(text: &str) -> u64 {
+    ((text.chars().count() / 4) as u64).max(1)
+}
+
+/// The default reply when no responder is set: a JSON synthesis when the prompt asks for
+/// `JSON`, a short proposal paragraph otherwise. Deterministic given (model, n).
+pub(crate) fn default_reply(model: &str, n: u64, prompt: &str) -> String {
+    if prompt.contains("JSON") {
+        json!({
+            "description": format!(
+                "Fake synthesized solution from {model} #{n}: put a bounded queue between \
+                 producers and consumers and retry failed work with backoff."
+            ),
+            "tradeoffs": [
+                "A queue adds an operational component to run and monitor.",
+                "Retries need idempotent handlers."
+            ],
+            "recommendations": [
+                "Bound the queue and shed load when it is full.",
+                "Add tracing across the queue boundary."
+            ],
+            "confidence": 85
+        })
+        .to_string()
+    } else {
+        format!(
+            "Proposal from {model} #{n}: use a queue between the producer and the consumers, \
+             bound it, and retry failed work with exponential backoff. Trade-off: one more \
+             component to operate in exchange for isolation from load spikes."
+        )
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A Chat Completions reply.
+pub(crate) fn chat_completion(model: &str, n: u64, text: &str, prompt: &str) -> Value {
+    let prompt_tokens = rough_tokens(prompt);
+    let completion_tokens = rough_tokens(text);
+    json!({
+        "id": format!("chatcmpl-fake-{n}"),
+        "object": "chat.completion",
+        "created": unix_now(),
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": { "role": "assistant", "content": text },
+            "finish_reason": "stop"
+        }],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens
+        }
+    })
+}
+
+/// A Responses API reply.
+pub(crate) fn response(model: &str, n: u64, text: &str, prompt: &str) -> Value {
+    let input_tokens = rough_tokens(prompt);
+    let output_tokens = rough_tokens(text);
+    json!({
+        "id": format!("resp_fake_{n}"),
+        "object": "response",
+        "created_at": unix_now(),
+        "status": "completed",
+        "model": model,
+        "output": [{
+            "type": "message",
+            "id": format!("msg_fake_{n}"),
+            "status": "completed",
+            "role": "assistant",
+            "content": [{ "type": "output_text", "text": text, "annotations": [] }]
+        }],
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens
+        }
+    })
+}
+
+/// An OpenAI-style error body.
+pub(crate) fn error_body(message: &str, kind: &str, code: &str) -> String {
+    json!({ "error": { "message": message, "type": kind, "param": null, "code": code } })
+        .to_string()
+}
+
+/// What a [`Fault::Malformed`](super::Fault::Malformed) reply sends: a chat completion
+/// cut off mid-way, so it is not valid JSON.
+pub(crate) const MALFORMED_BODY: &str =
+    r#"{"id":"chatcmpl-fake-malformed","object":"chat.completion","choices":[{"index":0,"mess"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_text_reads_chat_and_responses_shapes() {
+        let chat = json!({"messages":[
+            {"role":"system","content":"sys"},
+            {"role":"user","content":[{"type":"text","text":"hello"}]}
+        ]});
+        assert_eq!(prompt_text(&chat), "sys\nhello");
+        let resp = json!({"instructions":"be brief","input":[
+            {"role":"user","content":[{"type":"input_text","text":"a"}]},
+            {"role":"user","content":"b"}
+        ]});
+        assert_eq!(prompt_text(&resp), "be brief\na\nb");
+        assert_eq!(prompt_text(&json!({"input":"plain"})), "plain");
+    }
+
+    #[test]
+    fn json_prompts_get_json_replies() {
+        let r = default_reply("m", 1, "answer in JSON");
+        let v: Value = serde_json::from_str(&r).unwrap();
+        assert_eq!(v["confidence"], 85);
+        assert!(default_reply("m", 2, "json lower case").starts_with("Proposal from m #2"));
+        assert!(serde_json::from_str::<Value>(MALFORMED_BODY).is_err());
+    }
+}

@@ -1,0 +1,353 @@
+//! Real `nats-server` (with JetStream) and `redis-server` processes on ephemeral loopback
+//! ports, each with a private temporary directory for its data and its log.
+//!
+//! A server is ready when it speaks its protocol, not merely when the port accepts:
+//! NATS must send its `INFO` line, Redis must answer `PING` with `+PONG` (so a restarted
+//! Redis has finished loading its append-only file). Start and restart wait up to 10 s.
+
+use crate::process::{free_port, kill_and_reap, log_stdio, log_tail};
+use anyhow::{anyhow, Context as _};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(20);
+/// How many ports `start` tries when another process takes the chosen port first.
+const PORT_ATTEMPTS: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Nats,
+    Redis,
+}
+
+impl Kind {
+    fn program(self) -> &'static str {
+        match self {
+            Kind::Nats => "nats-server",
+            Kind::Redis => "redis-server",
+        }
+    }
+
+    fn args(self, port: u16, data_dir: &Path) -> Vec<std::ffi::OsString> {
+        let port = port.to_string();
+        let v: Vec<std::ffi::OsString> = match self {
+            Kind::Nats => vec![
+                "-js".into(),
+                "-a".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port.into(),
+                "-sd".into(),
+                data_dir.into(),
+            ],
+            Kind::Redis => vec![
+                "--port".into(),
+                port.into(),
+                "--bind".into(),
+                "127.0.0.1".into(),
+                "--dir".into(),
+                data_dir.into(),
+                "--save".into(),
+                "".into(),
+                "--appendonly".into(),
+                "yes".into(),
+                "--appendfsync".into(),
+                "always".into(),
+            ],
+        };
+        v
+    }
+
+    /// Whether the server on `port` speaks its protocol.
+    fn ready(self, port: u16) -> bool {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(250)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+        let expect: &[u8] = match self {
+            Kind::Nats => b"INFO",
+            Kind::Redis => {
+                if s.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
+                    return false;
+                }
+                b"+PONG"
+            }
+        };
+        let mut buf = [0u8; 5];
+        let mut got = 0;
+        while got < expect.len() {
+            match s.read(&mut buf[got..expect.len()]) {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => got += n,
+            }
+        }
+        &buf[..expect.len()] == expect
+    }
+}
+
+/// Why a launch failed; `port_in_use` lets `start` retry on another port.
+struct LaunchError {
+    error: anyhow::Error,
+    port_in_use: bool,
+}
+
+/// One server process plus its directory; shared by [`NatsServer`] and [`RedisServer`].
+struct ServerProcess {
+    kind: Kind,
+    port: u16,
+    /// `None` after `kill`.
+    child: Option<Child>,
+    /// Server data (JetStream store, Redis AOF); kept across restarts.
+    data_dir: PathBuf,
+    /// stdout + stderr of every run, appended.
+    log_path: PathBuf,
+    /// Owns `data_dir` and the log; removed on drop, after the process is killed.
+    dir: tempfile::TempDir,
+}
+
+impl ServerProcess {
+    fn start(kind: Kind) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("parley-{}-", kind.program()))
+            .tempdir()
+            .with_context(|| {
+                format!(
+                    "while creating a temporary directory for {}",
+                    kind.program()
+                )
+            })?;
+        let data_dir = dir.path().join("data");
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("while creating {}", data_dir.display()))?;
+        let log_path = dir.path().join(format!("{}.log", kind.program()));
+        let mut server = ServerProcess {
+            kind,
+            port: 0,
+            child: None,
+            data_dir,
+            log_path,
+            dir,
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            server.port = free_port();
+            match server.launch() {
+                Ok(()) => return Ok(server),
+                Err(e) if e.port_in_use && attempt < PORT_ATTEMPTS => continue,
+                Err(e) => return Err(e.error),
+            }
+        }
+    }
+
+    /// Spawns the server on `self.port` and waits until it is ready.
+    fn launch(&mut self) -> Result<(), LaunchError> {
+        let program = self.kind.program();
+        let fail = |error: anyhow::Error| LaunchError {
+            error,
+            port_in_use: false,
+        };
+        let log_start = std::fs::metadata(&self.log_path)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let (out, err) = log_stdio(&self.log_path).map_err(fail)?;
+        let spawned = Command::new(program)
+            .args(self.kind.args(self.port, &self.data_dir))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn();
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(fail(anyhow!(
+                    "{program} not found: install it with apt-get install {program}"
+                )))
+            }
+            Err(e) => {
+                return Err(fail(
+                    anyhow!(e).context(format!("while spawning {program}")),
+                ))
+            }
+        };
+        let child = self.child.insert(child);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_none() && self.kind.ready(self.port) {
+                return Ok(());
+            }
+            let problem = if let Some(status) = exited {
+                format!(
+                    "{program} exited ({status}) before accepting connections on 127.0.0.1:{}",
+                    self.port
+                )
+            } else if Instant::now() >= deadline {
+                kill_and_reap(child);
+                format!(
+                    "{program} did not accept connections on 127.0.0.1:{} within {:?}",
+                    self.port, READY_TIMEOUT
+                )
+            } else {
+                std::thread::sleep(POLL);
+                continue;
+            };
+            self.child = None;
+            let new_log = std::fs::read(&self.log_path)
+                .map(|b| {
+                    String::from_utf8_lossy(&b[(log_start as usize).min(b.len())..]).to_lowercase()
+                })
+                .unwrap_or_default();
+            return Err(LaunchError {
+                error: anyhow!(
+                    "{problem}; last lines of {}:\n{}",
+                    self.log_path.display(),
+                    log_tail(&self.log_path, 20)
+                ),
+                port_in_use: new_log.contains("address already in use"),
+            });
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_reap(&mut child);
+        }
+    }
+
+    fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.launch().map_err(|e| e.error).with_context(|| {
+            format!(
+                "while restarting {} on 127.0.0.1:{}",
+                self.kind.program(),
+                self.port
+            )
+        })
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- last lines of {} ({}) ---\n{}",
+                self.kind.program(),
+                self.log_path.display(),
+                log_tail(&self.log_path, 40)
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(self.kind.program())
+            .field("port", &self.port)
+            .field("running", &self.child.is_some())
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+/// A `nats-server -js` on an ephemeral loopback port, with its JetStream store in a
+/// temporary directory. SIGKILLed on drop; the directory is removed.
+#[derive(Debug)]
+pub struct NatsServer {
+    inner: ServerProcess,
+}
+
+impl NatsServer {
+    /// Spawns the server and waits (up to 10 s) until it sends its `INFO` line.
+    pub fn start() -> anyhow::Result<Self> {
+        Ok(NatsServer {
+            inner: ServerProcess::start(Kind::Nats)?,
+        })
+    }
+
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.inner.port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.inner.port
+    }
+
+    /// SIGKILL (a crash: no clean shutdown). The store survives for [`NatsServer::restart`].
+    pub fn kill(&mut self) {
+        self.inner.kill();
+    }
+
+    /// Kills the server if it runs, then starts it again on the same port with the same
+    /// JetStream store.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.inner.restart()
+    }
+
+    /// The JetStream store directory.
+    pub fn store_dir(&self) -> &Path {
+        &self.inner.data_dir
+    }
+
+    /// The server's log (stdout and stderr of every run).
+    pub fn log_path(&self) -> &Path {
+        &self.inner.log_path
+    }
+}
+
+/// A `redis-server` on an ephemeral loopback port with append-only persistence
+/// (`appendfsync always`), so data written before a kill is there after a restart.
+/// SIGKILLed on drop; the directory is removed.
+#[derive(Debug)]
+pub struct RedisServer {
+    inner: ServerProcess,
+}
+
+impl RedisServer {
+    /// Spawns the server and waits (up to 10 s) until it answers `PING`.
+    pub fn start() -> anyhow::Result<Self> {
+        Ok(RedisServer {
+            inner: ServerProcess::start(Kind::Redis)?,
+        })
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.inner.port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.inner.port
+    }
+
+    /// SIGKILL (a crash). Acknowledged writes survive for [`RedisServer::restart`].
+    pub fn kill(&mut self) {
+        self.inner.kill();
+    }
+
+    /// Kills the server if it runs, then starts it again on the same port with the same
+    /// data directory; waits until it has loaded its data and answers `PING`.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.inner.restart()
+    }
+
+    /// The directory holding the append-only file.
+    pub fn data_dir(&self) -> &Path {
+        &self.inner.data_dir
+    }
+
+    /// The server's log (stdout and stderr of every run).
+    pub fn log_path(&self) -> &Path {
+        &self.inner.log_path
+    }
+}
