@@ -1,1 +1,63 @@
-//! parley-agent-worker
+//! The agent worker: turns agent tasks (propose, critique, refine, summarize) into LLM calls.
+//!
+//! # Layout
+//! - [`roles`]: the built-in role prompts (architect, performance, security, testing, kiss,
+//!   generalist) and the prompt builders for each task kind.
+//! - [`execute`]: runs one [`Task`] against a provider and returns its [`TaskResult`].
+
+pub mod roles;
+
+use parley_llm::{call_for_task, task_result, ChatMessage, LlmError, Provider};
+use parley_protocol::{Task, TaskKind, TaskOutput, TaskResult};
+
+pub use roles::{role_prompts, RolePrompts};
+
+/// Runs one agent task: builds the prompt for its kind and calls the provider.
+pub async fn execute(task: &Task, provider: &dyn Provider, worker: &str) -> TaskResult {
+    task_result(task, worker, run(task, provider).await)
+}
+
+async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmError> {
+    let messages = build_messages(task).map_err(|m| {
+        LlmError::new(parley_protocol::ErrorKind::InvalidRequest, provider.name(), m)
+    })?;
+    let (content, metadata) = call_for_task(provider, task, messages).await?;
+    let content = match (task.kind, task.input.max_length) {
+        (TaskKind::Summarize, Some(max)) => content.chars().take(max).collect(),
+        _ => content,
+    };
+    Ok(TaskOutput { content, metadata, solution: None, confidence: None, warnings: Vec::new() })
+}
+
+/// The chat messages for an agent task; an error names what the task lacks.
+pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
+    let prompts = role_prompts(&task.agent.role);
+    let system = task
+        .agent
+        .system_prompt
+        .clone()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| prompts.system.to_string());
+    let i = &task.input;
+    let user = match task.kind {
+        TaskKind::Propose => roles::propose(prompts, &task.problem, task.context.as_deref(), i.history.as_deref()),
+        TaskKind::Critique => {
+            let p = i.proposal.as_ref().ok_or("critique task without the proposal to critique")?;
+            roles::critique(prompts, &task.problem, p, i.history.as_deref())
+        }
+        TaskKind::Refine => {
+            let p = i.proposal.as_ref().ok_or("refine task without the agent's proposal")?;
+            roles::refine(prompts, &task.problem, p, &i.critiques, i.history.as_deref())
+        }
+        TaskKind::Summarize => {
+            let t = i.transcript.as_deref().ok_or("summarize task without history")?;
+            let max = i.max_length.unwrap_or(2500);
+            match task.agent.summary_prompt.as_deref().filter(|s| !s.trim().is_empty()) {
+                Some(custom) => format!("{custom}\n\nKeep it under {max} characters.\n\n{t}"),
+                None => roles::summarize(prompts, t, max),
+            }
+        }
+        other => return Err(format!("{} is not an agent task", other.as_str())),
+    };
+    Ok(vec![ChatMessage::system(system), ChatMessage::user(user)])
+}

@@ -1,1 +1,120 @@
-fn main() {}
+//! `parley`: run multi-agent debates.
+//!
+//! # Layout
+//! - [`config`]: `debate-config.json`, defaults, prompt files, the problem text.
+//! - [`run`]: `parley run`, the embedded debate.
+//! - [`progress`]: the progress display on stderr.
+//! - [`report`]: the final solution text and the Markdown report.
+
+mod config;
+mod progress;
+mod report;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// An error with the exit code it maps to: 1 general, 2 invalid arguments, 3 provider
+/// error, 4 configuration error.
+#[derive(Debug)]
+pub struct CliError {
+    pub code: u8,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn general(m: impl Into<String>) -> Self {
+        Self { code: 1, message: m.into() }
+    }
+    pub fn usage(m: impl Into<String>) -> Self {
+        Self { code: 2, message: m.into() }
+    }
+    pub fn provider(m: impl Into<String>) -> Self {
+        Self { code: 3, message: m.into() }
+    }
+    pub fn config(m: impl Into<String>) -> Self {
+        Self { code: 4, message: m.into() }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(name = "parley", version, about = "Multi-agent LLM debates for software design problems")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a debate in this process and print the final solution.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The problem to debate (or use --problem-file).
+    pub problem: Option<String>,
+    /// Read the problem from a file.
+    #[arg(long, value_name = "FILE")]
+    pub problem_file: Option<PathBuf>,
+    /// Only the agents with these roles (comma-separated), e.g. architect,security.
+    #[arg(long, value_delimiter = ',', value_name = "ROLES")]
+    pub agents: Option<Vec<String>>,
+    /// Number of rounds (1-20).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: Option<u32>,
+    /// Debate configuration (default ./debate-config.json).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Write the result: .json = the full debate state, anything else = the solution text.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Write a Markdown report of the whole debate.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Per-round latency and token summary, and each agent's prompt source.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => 2,
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PARLEY_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_target(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}

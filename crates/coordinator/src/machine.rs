@@ -333,6 +333,7 @@ impl Machine {
             task_id: id.to_string(),
             agent_id: Some(agent_id),
             message: message.clone(),
+            kind: Some(err.kind),
             attempts: used,
             at: now,
         });

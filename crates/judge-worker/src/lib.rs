@@ -1,1 +1,99 @@
-//! parley-judge-worker
+//! The judge worker: synthesis, round evaluation and the judge's summary.
+//!
+//! # Layout
+//! - [`prompts`]: the judge's system prompt and the prompt for each judge task.
+//! - [`parse`]: lenient extraction of the judge's JSON replies.
+//! - [`execute`]: runs one judge [`Task`]. A synthesis or evaluation reply that is not
+//!   valid JSON is asked for once more with a stricter instruction; if that fails too, the
+//!   evaluation counts as confidence 0 and the synthesis keeps the raw text, both with a
+//!   warning.
+
+pub mod parse;
+pub mod prompts;
+
+use parley_llm::{add_usage, call_for_task, task_result, ChatMessage, LlmError, Provider};
+use parley_protocol::{ErrorKind, Solution, Task, TaskKind, TaskOutput, TaskResult};
+
+/// Runs one judge task.
+pub async fn execute(task: &Task, provider: &dyn Provider, worker: &str) -> TaskResult {
+    task_result(task, worker, run(task, provider).await)
+}
+
+fn system(task: &Task) -> String {
+    task.agent
+        .system_prompt
+        .clone()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| prompts::SYSTEM.to_string())
+}
+
+async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmError> {
+    let transcript = task.input.transcript.as_deref().ok_or_else(|| {
+        LlmError::new(ErrorKind::InvalidRequest, provider.name(), "judge task without a transcript")
+    })?;
+    let user = match task.kind {
+        TaskKind::Synthesize => prompts::synthesize(&task.problem, task.context.as_deref(), transcript),
+        TaskKind::Evaluate => prompts::evaluate(&task.problem, transcript),
+        TaskKind::JudgeSummarize => {
+            let max = task.input.max_length.unwrap_or(2500);
+            let user = match task.agent.summary_prompt.as_deref().filter(|s| !s.trim().is_empty()) {
+                Some(custom) => format!("{custom}\n\nKeep it under {max} characters.\n\n{transcript}"),
+                None => prompts::summarize(&task.problem, transcript, max),
+            };
+            let (content, metadata) =
+                call_for_task(provider, task, vec![ChatMessage::system(system(task)), ChatMessage::user(user)]).await?;
+            let content = content.chars().take(max).collect();
+            return Ok(TaskOutput { content, metadata, solution: None, confidence: None, warnings: vec![] });
+        }
+        other => {
+            return Err(LlmError::new(
+                ErrorKind::InvalidRequest,
+                provider.name(),
+                format!("{} is not a judge task", other.as_str()),
+            ))
+        }
+    };
+    let mut messages = vec![ChatMessage::system(system(task)), ChatMessage::user(user)];
+    let (first, mut metadata) = call_for_task(provider, task, messages.clone()).await?;
+    let mut content = first;
+    let mut parsed = parse::extract_json(&content);
+    let mut warnings = Vec::new();
+    if parsed.is_none() {
+        messages.push(ChatMessage { role: "assistant", content: content.clone() });
+        messages.push(ChatMessage::user(prompts::STRICT_JSON));
+        let (second, more) = call_for_task(provider, task, messages).await?;
+        add_usage(&mut metadata, &more);
+        parsed = parse::extract_json(&second);
+        if parsed.is_some() {
+            content = second;
+        }
+    }
+    let mut out = TaskOutput { content, metadata, solution: None, confidence: None, warnings: vec![] };
+    match task.kind {
+        TaskKind::Evaluate => {
+            let confidence = parsed.as_ref().and_then(parse::confidence);
+            if confidence.is_none() {
+                warnings.push("judge evaluation was not valid JSON twice; counting confidence as 0".to_string());
+            }
+            out.confidence = Some(confidence.unwrap_or(0.0));
+            if let Some(r) = parsed.as_ref().and_then(|v| v.get("reasoning")).and_then(|v| v.as_str()) {
+                out.content = r.to_string();
+            }
+        }
+        _ => {
+            let solution = parsed.as_ref().and_then(|v| parse::solution(v, &task.agent.id));
+            if solution.is_none() {
+                warnings.push("judge synthesis was not valid JSON twice; keeping its text as the solution".to_string());
+            }
+            out.solution = Some(solution.unwrap_or_else(|| Solution {
+                description: out.content.clone(),
+                tradeoffs: vec![],
+                recommendations: vec![],
+                confidence: 0.0,
+                synthesized_by: task.agent.id.clone(),
+            }));
+        }
+    }
+    out.warnings = warnings;
+    Ok(out)
+}

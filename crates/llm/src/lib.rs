@@ -1,1 +1,18 @@
-//! parley-llm
+//! LLM providers: one trait, several clients.
+//!
+//! # Layout
+//! - [`provider`]: the [`Provider`] trait, requests, replies, [`LlmError`] and its
+//!   classification (what is retried, what fails at once).
+//! - [`openai`]: OpenAI (Responses API, falling back to Chat Completions), OpenRouter and any
+//!   OpenAI-compatible base URL, over one HTTP client.
+//! - [`local`]: the in-process SmolLM2 model (see `parley-local`).
+//! - [`registry`]: picks and caches the provider for an agent's config; reads API keys from
+//!   the environment and reports a missing key as a configuration error naming the variable.
+
+pub mod local;
+pub mod openai;
+pub mod provider;
+pub mod registry;
+
+pub use provider::{add_usage, call_for_task, task_result, ChatMessage, ChatRequest, ChatResponse, LlmError, Provider};
+pub use registry::{ProviderSettings, Registry};

@@ -175,6 +175,9 @@ pub struct DebateFailure {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
     pub message: String,
+    /// How the failing call was classified (provider error, configuration, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<crate::ErrorKind>,
     pub attempts: u32,
     pub at: DateTime<Utc>,
 }

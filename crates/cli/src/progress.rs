@@ -1,0 +1,57 @@
+//! Progress on stderr while a debate runs: round n/N, phase, done/total tasks, active
+//! agents. On a terminal one status line is redrawn in place; otherwise plain lines are
+//! printed when something changes.
+
+use std::io::{IsTerminal, Write};
+
+use parley_protocol::{DebateEvent, EventKind, Progress};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+pub fn status_line(p: &Progress) -> String {
+    let active = if p.active_agents.is_empty() {
+        "-".to_string()
+    } else {
+        p.active_agents.join(", ")
+    };
+    format!(
+        "[round {}/{}] {} · {}/{} tasks · active: {}",
+        p.round, p.rounds, p.phase, p.done, p.total, active
+    )
+}
+
+/// Prints events until the channel closes.
+pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
+    let tty = std::io::stderr().is_terminal();
+    let mut last = String::new();
+    while let Some(e) = rx.recv().await {
+        let mut err = std::io::stderr().lock();
+        match &e.kind {
+            EventKind::Warning { message } => {
+                if tty {
+                    let _ = write!(err, "\r\x1b[K");
+                }
+                let _ = writeln!(err, "warning: {message}");
+            }
+            EventKind::TaskFailed { task_id, error, will_retry, .. } => {
+                if tty {
+                    let _ = write!(err, "\r\x1b[K");
+                }
+                let then = if *will_retry { "retrying" } else { "giving up" };
+                let _ = writeln!(err, "task {task_id} failed: {error} ({then})");
+            }
+            _ => {}
+        }
+        let line = status_line(&e.progress);
+        if line != last {
+            if tty {
+                let _ = write!(err, "\r\x1b[K{line}");
+            } else {
+                let _ = writeln!(err, "{line}");
+            }
+            last = line;
+        }
+        if e.is_final() && tty {
+            let _ = writeln!(err);
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Lenient parsing of the judge's JSON replies: code fences and prose around the object are
+//! tolerated; numbers may come as strings; list items may be objects.
+
+use parley_protocol::Solution;
+use serde_json::Value;
+
+/// The first JSON object in `text` (bare, fenced, or surrounded by prose).
+pub fn extract_json(text: &str) -> Option<Value> {
+    let t = text.trim();
+    if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(t) {
+        return Some(v);
+    }
+    // Try every '{' as a start, longest candidate first.
+    let end = t.rfind('}')?;
+    for (start, _) in t.match_indices('{') {
+        if start >= end {
+            break;
+        }
+        if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(&t[start..=end]) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn number(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().trim_end_matches('%').trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// `confidence`, clamped to 0–100.
+pub fn confidence(v: &Value) -> Option<f64> {
+    let c = number(v.get("confidence")?)?;
+    c.is_finite().then(|| c.clamp(0.0, 100.0))
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    match v {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect(),
+        Some(Value::String(s)) if !s.trim().is_empty() => vec![s.clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// A [`Solution`] from the judge's JSON; `None` without a non-empty `description`.
+pub fn solution(v: &Value, judge_id: &str) -> Option<Solution> {
+    let description = v.get("description")?.as_str()?.trim().to_string();
+    if description.is_empty() {
+        return None;
+    }
+    Some(Solution {
+        description,
+        tradeoffs: strings(v.get("tradeoffs")),
+        recommendations: strings(v.get("recommendations")),
+        confidence: confidence(v).unwrap_or(0.0),
+        synthesized_by: judge_id.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_fenced_and_embedded_json() {
+        assert!(extract_json(r#"{"confidence": 90}"#).is_some());
+        assert!(extract_json("```json\n{\"confidence\": 90}\n```").is_some());
+        assert!(extract_json("Sure! Here it is: {\"confidence\": 90, \"x\": {\"y\": 1}} Hope it helps.").is_some());
+        assert!(extract_json("no json here").is_none());
+        assert!(extract_json("[1,2,3]").is_none());
+        assert!(extract_json("{not json}").is_none());
+    }
+
+    #[test]
+    fn confidence_forms() {
+        let c = |s: &str| confidence(&extract_json(s).unwrap());
+        assert_eq!(c(r#"{"confidence": 85}"#), Some(85.0));
+        assert_eq!(c(r#"{"confidence": "70%"}"#), Some(70.0));
+        assert_eq!(c(r#"{"confidence": 150}"#), Some(100.0));
+        assert_eq!(c(r#"{"confidence": -3}"#), Some(0.0));
+        assert_eq!(c(r#"{"confidence": "high"}"#), None);
+        assert_eq!(c(r#"{"reasoning": "x"}"#), None);
+    }
+
+    #[test]
+    fn solution_fields() {
+        let v = extract_json(r#"{"description":"D","tradeoffs":["a",{"k":1}],"recommendations":"r","confidence":"88"}"#).unwrap();
+        let s = solution(&v, "judge").unwrap();
+        assert_eq!(s.description, "D");
+        assert_eq!(s.tradeoffs, vec!["a".to_string(), r#"{"k":1}"#.to_string()]);
+        assert_eq!(s.recommendations, vec!["r".to_string()]);
+        assert_eq!(s.confidence, 88.0);
+        assert_eq!(s.synthesized_by, "judge");
+        assert!(solution(&extract_json(r#"{"description":"  "}"#).unwrap(), "j").is_none());
+    }
+}

@@ -1,0 +1,37 @@
+//! The judge's prompts.
+
+pub const SYSTEM: &str = "You are the judge of a technical design debate. You weigh the \
+arguments of every participant fairly, resolve their disagreements, and produce a single \
+practical solution with its tradeoffs. You answer in the exact format requested.";
+
+pub const STRICT_JSON: &str = "Your previous reply was not valid JSON. Reply again with ONLY \
+the JSON object, no prose and no code fences, exactly in the requested JSON format.";
+
+pub fn synthesize(problem: &str, context: Option<&str>, transcript: &str) -> String {
+    let ctx = context
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| format!("\nAdditional context:\n{c}\n"))
+        .unwrap_or_default();
+    format!(
+        "Problem:\n{problem}\n{ctx}\nThe debate:\n{transcript}\n\nSynthesize the best final \
+solution from the debate. Reply with a JSON object with these keys: \"description\" (the \
+solution, a few paragraphs), \"tradeoffs\" (array of strings), \"recommendations\" (array of \
+strings), \"confidence\" (number 0-100: how confident you are in the solution)."
+    )
+}
+
+pub fn evaluate(problem: &str, transcript: &str) -> String {
+    format!(
+        "Problem:\n{problem}\n\nThe latest round of the debate:\n{transcript}\n\nHow confident \
+are you that the proposals have converged on a good solution? Reply with a JSON object: \
+{{\"confidence\": number 0-100, \"reasoning\": string}}."
+    )
+}
+
+pub fn summarize(problem: &str, transcript: &str, max_length: usize) -> String {
+    format!(
+        "Problem:\n{problem}\n\nSummarize this debate for the final synthesis: the competing \
+proposals, the key critiques and where the participants agree. Keep it under {max_length} \
+characters.\n\n{transcript}"
+    )
+}

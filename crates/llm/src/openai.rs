@@ -1,0 +1,404 @@
+//! OpenAI-style HTTP providers: OpenAI, OpenRouter, and any OpenAI-compatible server.
+//!
+//! Calls are retried inside the client for rate limits, 5xx, timeouts and connection errors,
+//! with exponential backoff and full jitter, honouring `Retry-After` and
+//! `x-ratelimit-reset-*`. A wait longer than [`RetrySettings::max_inline_wait`] is not slept
+//! through: the error goes back to the caller with `retry_after`, so the task is handed back
+//! with that delay instead of holding a concurrency slot. 401/403 and other 4xx fail at once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rand::Rng;
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
+
+use crate::provider::{ChatRequest, ChatResponse, ErrorKind, LlmError, Provider};
+
+/// An API key that never prints.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: String) -> Self {
+        Self(s)
+    }
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RetrySettings {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Longest wait slept through inside one call.
+    pub max_inline_wait: Duration,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        Self {
+            max_retries: 2,
+            initial_backoff: Duration::from_millis(250),
+            max_backoff: Duration::from_secs(4),
+            max_inline_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Which wire API a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// The Responses API, falling back to Chat Completions when the server lacks it.
+    Responses,
+    ChatCompletions,
+}
+
+#[derive(Debug)]
+pub struct OpenAiClient {
+    /// Provider name used in errors and metadata.
+    name: String,
+    base_url: String,
+    key: Option<Secret>,
+    /// Environment variable the key came from, named in authentication errors.
+    key_var: Option<&'static str>,
+    /// Set once the server answered that it has no Responses API.
+    chat_only: AtomicBool,
+    http: reqwest::Client,
+    extra_headers: Vec<(&'static str, String)>,
+    pub retry: RetrySettings,
+}
+
+impl OpenAiClient {
+    pub fn new(
+        name: impl Into<String>,
+        base_url: impl Into<String>,
+        key: Option<(Secret, &'static str)>,
+        api: Api,
+    ) -> Result<Self, LlmError> {
+        let name = name.into();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(120))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .user_agent(concat!("parley/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| LlmError::new(ErrorKind::Config, name.clone(), format!("HTTP client: {e}")))?;
+        let (key, key_var) = match key {
+            Some((k, v)) => (Some(k), Some(v)),
+            None => (None, None),
+        };
+        let extra_headers = if name == "openrouter" {
+            vec![("X-Title", "Parley".to_string())]
+        } else {
+            Vec::new()
+        };
+        Ok(Self {
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            name,
+            key,
+            key_var,
+            chat_only: AtomicBool::new(api == Api::ChatCompletions),
+            http,
+            extra_headers,
+            retry: RetrySettings::default(),
+        })
+    }
+
+    fn backoff(&self, retry: u32) -> Duration {
+        let exp = self.retry.initial_backoff.saturating_mul(1 << retry.min(16));
+        let cap = exp.min(self.retry.max_backoff);
+        let ms = cap.as_millis() as u64;
+        Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms.max(1)))
+    }
+
+    async fn attempt(&self, req: &ChatRequest, deadline: Instant) -> Result<ChatResponse, LlmError> {
+        let chat = self.chat_only.load(Ordering::Relaxed);
+        let (url, body) = if chat {
+            (format!("{}/chat/completions", self.base_url), chat_body(req))
+        } else {
+            (format!("{}/responses", self.base_url), responses_body(req))
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(LlmError::new(ErrorKind::Timeout, &self.name, "call deadline exceeded"));
+        }
+        let mut rb = self.http.post(&url).timeout(remaining).json(&body);
+        if let Some(k) = &self.key {
+            rb = rb.bearer_auth(k.expose());
+        }
+        for (h, v) in &self.extra_headers {
+            rb = rb.header(*h, v);
+        }
+        let started = Instant::now();
+        let resp = rb.send().await.map_err(|e| self.transport_error(e))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.map_err(|e| self.transport_error(e))?;
+        let latency_ms = started.elapsed().as_millis() as u64;
+        if !status.is_success() {
+            if !chat && (status.as_u16() == 404 || status.as_u16() == 405) {
+                // No Responses API here: use Chat Completions from now on.
+                self.chat_only.store(true, Ordering::Relaxed);
+                return Err(LlmError::new(ErrorKind::Internal, &self.name, "fallback"));
+            }
+            return Err(self.status_error(status.as_u16(), &headers, &text));
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            LlmError::new(ErrorKind::Malformed, &self.name, format!("reply is not JSON: {e}"))
+        })?;
+        let parsed = if chat { parse_chat(&v) } else { parse_responses(&v) };
+        let (text, pt, ct) = parsed.ok_or_else(|| {
+            LlmError::new(
+                ErrorKind::Malformed,
+                &self.name,
+                "reply has no message text (unexpected response shape)",
+            )
+        })?;
+        let model = v.get("model").and_then(Value::as_str).unwrap_or(&req.model).to_string();
+        Ok(ChatResponse { text, prompt_tokens: pt, completion_tokens: ct, model, latency_ms })
+    }
+
+    fn transport_error(&self, e: reqwest::Error) -> LlmError {
+        let kind = if e.is_timeout() {
+            ErrorKind::Timeout
+        } else if e.is_connect() || e.is_request() || e.is_body() {
+            ErrorKind::Network
+        } else if e.is_decode() {
+            ErrorKind::Malformed
+        } else {
+            ErrorKind::Network
+        };
+        // reqwest errors carry the URL, never headers; strip the URL's query anyway.
+        LlmError::new(kind, &self.name, format!("{kind:?} error: {}", e.without_url()))
+    }
+
+    fn status_error(&self, status: u16, headers: &HeaderMap, body: &str) -> LlmError {
+        let detail = serde_json::from_str::<Value>(body)
+            .ok()
+            .and_then(|v| {
+                v.pointer("/error/message")
+                    .or_else(|| v.get("message"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| body.chars().take(300).collect());
+        let (kind, message) = match status {
+            401 | 403 => (
+                ErrorKind::Auth,
+                format!(
+                    "authentication failed (HTTP {status}){}: {detail}",
+                    self.key_var
+                        .map(|v| format!("; check {v}"))
+                        .unwrap_or_default()
+                ),
+            ),
+            429 => (ErrorKind::RateLimited, format!("rate limited (HTTP 429): {detail}")),
+            500..=599 => (ErrorKind::Server, format!("server error (HTTP {status}): {detail}")),
+            408 => (ErrorKind::Timeout, format!("request timeout (HTTP 408): {detail}")),
+            _ => (ErrorKind::InvalidRequest, format!("request rejected (HTTP {status}): {detail}")),
+        };
+        let mut err = LlmError::new(kind, &self.name, message);
+        err.retry_after = retry_after(headers);
+        err
+    }
+}
+
+/// `Retry-After` (seconds), else OpenAI's `x-ratelimit-reset-requests/-tokens` ("1s", "6m0s", "20ms").
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    if let Some(v) = headers.get("retry-after-ms").and_then(|v| v.to_str().ok()) {
+        if let Ok(ms) = v.trim().parse::<f64>() {
+            return Some(Duration::from_millis(ms.max(0.0) as u64));
+        }
+    }
+    if let Some(v) = headers.get("retry-after").and_then(|v| v.to_str().ok()) {
+        if let Ok(s) = v.trim().parse::<f64>() {
+            return Some(Duration::from_millis((s.max(0.0) * 1000.0) as u64));
+        }
+    }
+    ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+        .iter()
+        .filter_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()).and_then(parse_go_duration))
+        .max()
+}
+
+/// Parses durations like `1s`, `6m0s`, `20ms`, `1h2m3.5s`.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut num = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            continue;
+        }
+        let value: f64 = num.parse().ok()?;
+        num.clear();
+        let unit = match (c, chars.peek()) {
+            ('m', Some('s')) => {
+                chars.next();
+                0.001
+            }
+            ('h', _) => 3600.0,
+            ('m', _) => 60.0,
+            ('s', _) => 1.0,
+            _ => return None,
+        };
+        total += value * unit;
+    }
+    if !num.is_empty() {
+        total += num.parse::<f64>().ok()?;
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+fn chat_body(req: &ChatRequest) -> Value {
+    let messages: Vec<Value> = req
+        .messages
+        .iter()
+        .map(|m| json!({"role": m.role, "content": m.content}))
+        .collect();
+    let mut body = json!({"model": req.model, "messages": messages, "temperature": req.temperature});
+    if let Some(m) = req.max_tokens {
+        body["max_tokens"] = json!(m);
+    }
+    body
+}
+
+fn responses_body(req: &ChatRequest) -> Value {
+    let instructions: Vec<&str> = req
+        .messages
+        .iter()
+        .filter(|m| m.role == "system")
+        .map(|m| m.content.as_str())
+        .collect();
+    let input: Vec<Value> = req
+        .messages
+        .iter()
+        .filter(|m| m.role != "system")
+        .map(|m| json!({"role": m.role, "content": m.content}))
+        .collect();
+    let mut body = json!({"model": req.model, "input": input, "temperature": req.temperature});
+    if !instructions.is_empty() {
+        body["instructions"] = json!(instructions.join("\n\n"));
+    }
+    if let Some(m) = req.max_tokens {
+        body["max_output_tokens"] = json!(m);
+    }
+    body
+}
+
+fn parse_chat(v: &Value) -> Option<(String, u64, u64)> {
+    let text = v.pointer("/choices/0/message/content")?.as_str()?.to_string();
+    let pt = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64).unwrap_or(0);
+    let ct = v.pointer("/usage/completion_tokens").and_then(Value::as_u64).unwrap_or(0);
+    Some((text, pt, ct))
+}
+
+fn parse_responses(v: &Value) -> Option<(String, u64, u64)> {
+    let text = if let Some(t) = v.get("output_text").and_then(Value::as_str) {
+        t.to_string()
+    } else {
+        let mut out = String::new();
+        for item in v.get("output")?.as_array()? {
+            if item.get("type").and_then(Value::as_str) != Some("message") {
+                continue;
+            }
+            for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
+                if part.get("type").and_then(Value::as_str) == Some("output_text") {
+                    out.push_str(part.get("text").and_then(Value::as_str).unwrap_or(""));
+                }
+            }
+        }
+        out
+    };
+    if text.is_empty() && v.get("output").is_none() {
+        return None;
+    }
+    let pt = v.pointer("/usage/input_tokens").and_then(Value::as_u64).unwrap_or(0);
+    let ct = v.pointer("/usage/output_tokens").and_then(Value::as_u64).unwrap_or(0);
+    Some((text, pt, ct))
+}
+
+#[async_trait]
+impl Provider for OpenAiClient {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let deadline = Instant::now() + req.timeout;
+        let mut retries = 0;
+        loop {
+            match self.attempt(req, deadline).await {
+                Ok(r) => return Ok(r),
+                Err(e) if e.kind == ErrorKind::Internal && e.message == "fallback" => continue,
+                Err(e) if e.retryable() && retries < self.retry.max_retries => {
+                    let wait = e.retry_after.unwrap_or_else(|| self.backoff(retries));
+                    if wait > self.retry.max_inline_wait
+                        || Instant::now() + wait >= deadline
+                    {
+                        return Err(e);
+                    }
+                    tracing::warn!(provider = %self.name, kind = ?e.kind, wait_ms = wait.as_millis() as u64, "LLM call failed, retrying");
+                    tokio::time::sleep(wait).await;
+                    retries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("1s"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_go_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(parse_go_duration("20ms"), Some(Duration::from_millis(20)));
+        assert_eq!(parse_go_duration("1h2m3.5s"), Some(Duration::from_secs_f64(3723.5)));
+        assert_eq!(parse_go_duration("x"), None);
+    }
+
+    #[test]
+    fn retry_after_prefers_header() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "2".parse().unwrap());
+        h.insert("x-ratelimit-reset-requests", "10s".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.remove("retry-after");
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn secret_debug_hides_key() {
+        let s = Secret::new("sk-very-secret".into());
+        assert!(!format!("{s:?}").contains("sk-very"));
+    }
+
+    #[test]
+    fn parses_both_shapes() {
+        let chat = json!({"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}});
+        assert_eq!(parse_chat(&chat), Some(("hi".into(), 3, 1)));
+        let resp = json!({"output":[{"type":"message","content":[{"type":"output_text","text":"yo"}]}],"usage":{"input_tokens":4,"output_tokens":2}});
+        assert_eq!(parse_responses(&resp), Some(("yo".into(), 4, 2)));
+        assert_eq!(parse_chat(&json!({"nope":1})), None);
+    }
+}

@@ -1,0 +1,137 @@
+//! The provider trait and its error type.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+pub use parley_protocol::ErrorKind;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: &'static str,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self { role: "system", content: content.into() }
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self { role: "user", content: content.into() }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    pub temperature: f64,
+    pub max_tokens: Option<u32>,
+    /// Deadline for the whole call, retries included.
+    pub timeout: Duration,
+    /// Sampling seed where the provider supports one (the local model does).
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatResponse {
+    pub text: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub model: String,
+    pub latency_ms: u64,
+}
+
+/// A failed call, classified. Messages never contain API keys.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{provider}: {message}")]
+pub struct LlmError {
+    pub kind: ErrorKind,
+    pub provider: String,
+    pub message: String,
+    /// The provider asked to wait this long before trying again.
+    pub retry_after: Option<Duration>,
+}
+
+impl LlmError {
+    pub fn new(kind: ErrorKind, provider: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind, provider: provider.into(), message: message.into(), retry_after: None }
+    }
+    pub fn retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+    /// The wire form carried in a failed [`parley_protocol::TaskResult`].
+    pub fn to_task_error(&self) -> parley_protocol::TaskError {
+        parley_protocol::TaskError {
+            kind: self.kind,
+            message: self.to_string(),
+            provider: Some(self.provider.clone()),
+            retry_after_ms: self.retry_after.map(|d| d.as_millis() as u64),
+        }
+    }
+}
+
+#[async_trait]
+pub trait Provider: Send + Sync + std::fmt::Debug {
+    /// Provider name as configured (`openai`, `openrouter`, `openai-compatible`, `local`).
+    fn name(&self) -> &str;
+    async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError>;
+}
+
+/// Runs one LLM call for `task` with the task's agent settings, returning the text and the
+/// metadata a contribution records (tokens in + out, latency, model, provider).
+pub async fn call_for_task(
+    provider: &dyn Provider,
+    task: &parley_protocol::Task,
+    messages: Vec<ChatMessage>,
+) -> Result<(String, parley_protocol::ContributionMetadata), LlmError> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    task.id.hash(&mut h);
+    let req = ChatRequest {
+        model: task.agent.model.clone(),
+        messages,
+        temperature: task.agent.temperature,
+        max_tokens: task.agent.max_tokens,
+        timeout: Duration::from_millis(task.timeout_ms.max(1)),
+        seed: Some(h.finish()),
+    };
+    let r = provider.complete(&req).await?;
+    let meta = parley_protocol::ContributionMetadata {
+        tokens_used: r.prompt_tokens + r.completion_tokens,
+        latency_ms: r.latency_ms,
+        model: r.model,
+        prompt_tokens: Some(r.prompt_tokens),
+        completion_tokens: Some(r.completion_tokens),
+        provider: Some(provider.name().to_string()),
+        carried_over: false,
+    };
+    Ok((r.text, meta))
+}
+
+/// Adds the cost of a second call (e.g. a stricter retry) to `into`.
+pub fn add_usage(into: &mut parley_protocol::ContributionMetadata, more: &parley_protocol::ContributionMetadata) {
+    into.tokens_used += more.tokens_used;
+    into.latency_ms += more.latency_ms;
+    into.prompt_tokens = Some(into.prompt_tokens.unwrap_or(0) + more.prompt_tokens.unwrap_or(0));
+    into.completion_tokens =
+        Some(into.completion_tokens.unwrap_or(0) + more.completion_tokens.unwrap_or(0));
+}
+
+/// The result message for `task` from an outcome.
+pub fn task_result(
+    task: &parley_protocol::Task,
+    worker: &str,
+    outcome: Result<parley_protocol::TaskOutput, LlmError>,
+) -> parley_protocol::TaskResult {
+    parley_protocol::TaskResult {
+        schema_version: parley_protocol::SCHEMA_VERSION,
+        task_id: task.id.clone(),
+        debate_id: task.debate_id.clone(),
+        attempt: task.attempt,
+        worker: worker.to_string(),
+        outcome: match outcome {
+            Ok(o) => parley_protocol::TaskOutcome::Ok(o),
+            Err(e) => parley_protocol::TaskOutcome::Error(e.to_task_error()),
+        },
+    }
+}

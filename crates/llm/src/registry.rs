@@ -1,0 +1,237 @@
+//! Picks the provider for an agent and builds each client once.
+//!
+//! Resolution of an agent's `provider`:
+//! - `openai`: `OPENAI_API_KEY` required; the agent's (or the global) `baseUrl` if set.
+//! - `openrouter`: `OPENROUTER_API_KEY` required.
+//! - `openai-compatible`: a `baseUrl` required; `OPENAI_COMPATIBLE_API_KEY` sent if set.
+//! - `local`: the SmolLM2 model file (see `scripts/fetch-model.sh`).
+//! - unset: `openai-compatible` when a `baseUrl` is configured, else `openai` when
+//!   `OPENAI_API_KEY` is set, else `openrouter` when `OPENROUTER_API_KEY` is set, else `local`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use parley_protocol::AgentConfig;
+
+use crate::local::LocalProvider;
+use crate::openai::{Api, OpenAiClient, Secret};
+use crate::provider::{ErrorKind, LlmError, Provider};
+
+pub const OPENAI_KEY_VAR: &str = "OPENAI_API_KEY";
+pub const OPENROUTER_KEY_VAR: &str = "OPENROUTER_API_KEY";
+pub const COMPATIBLE_KEY_VAR: &str = "OPENAI_COMPATIBLE_API_KEY";
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
+pub const PROVIDERS: &[&str] = &["openai", "openrouter", "openai-compatible", "local"];
+
+/// Process-wide provider settings: keys (from the environment) and defaults.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderSettings {
+    /// Global OpenAI-compatible endpoint for agents without their own `baseUrl`.
+    pub base_url: Option<String>,
+    pub openai_key: Option<Secret>,
+    pub openrouter_key: Option<Secret>,
+    pub compatible_key: Option<Secret>,
+    pub model_path: PathBuf,
+}
+
+impl ProviderSettings {
+    /// Reads the API keys from the environment (empty values count as unset).
+    pub fn from_env(base_url: Option<String>) -> Self {
+        let key = |var: &str| {
+            std::env::var(var)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .map(Secret::new)
+        };
+        Self {
+            base_url,
+            openai_key: key(OPENAI_KEY_VAR),
+            openrouter_key: key(OPENROUTER_KEY_VAR),
+            compatible_key: key(COMPATIBLE_KEY_VAR),
+            model_path: parley_local::default_model_path(),
+        }
+    }
+}
+
+/// Which provider an agent uses and where.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Resolved {
+    pub kind: &'static str,
+    pub base_url: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Registry {
+    settings: ProviderSettings,
+    /// One client per (provider, base URL), shared by all agents using it.
+    clients: Mutex<HashMap<Resolved, Arc<dyn Provider>>>,
+    /// The local model, loaded on first use.
+    local: OnceLock<Arc<LocalProvider>>,
+}
+
+fn config_error(msg: impl Into<String>, provider: &str) -> LlmError {
+    LlmError::new(ErrorKind::Config, provider, msg)
+}
+
+impl Registry {
+    pub fn new(settings: ProviderSettings) -> Self {
+        Self { settings, clients: Mutex::new(HashMap::new()), local: OnceLock::new() }
+    }
+
+    pub fn settings(&self) -> &ProviderSettings {
+        &self.settings
+    }
+
+    /// Which provider `agent` uses; a configuration error names what is missing.
+    pub fn resolve(&self, agent: &AgentConfig) -> Result<Resolved, LlmError> {
+        let base_url = agent.base_url.clone().or_else(|| self.settings.base_url.clone());
+        let kind: &'static str = match agent.provider.as_deref() {
+            Some(p) => PROVIDERS.iter().copied().find(|k| *k == p).ok_or_else(|| {
+                config_error(
+                    format!(
+                        "agent {}: unknown provider {p:?} (expected one of: {})",
+                        agent.id,
+                        PROVIDERS.join(", ")
+                    ),
+                    p,
+                )
+            })?,
+            None if base_url.is_some() => "openai-compatible",
+            None if self.settings.openai_key.is_some() => "openai",
+            None if self.settings.openrouter_key.is_some() => "openrouter",
+            None => "local",
+        };
+        let base_url = match kind {
+            "openai" => Some(base_url.unwrap_or_else(|| OPENAI_BASE_URL.into())),
+            "openrouter" => Some(agent.base_url.clone().unwrap_or_else(|| OPENROUTER_BASE_URL.into())),
+            "openai-compatible" => Some(base_url.ok_or_else(|| {
+                config_error(
+                    format!("agent {}: provider openai-compatible needs a baseUrl", agent.id),
+                    kind,
+                )
+            })?),
+            _ => None,
+        };
+        match kind {
+            "openai" if self.settings.openai_key.is_none() => Err(config_error(
+                format!("agent {} uses provider openai but {OPENAI_KEY_VAR} is not set", agent.id),
+                kind,
+            )),
+            "openrouter" if self.settings.openrouter_key.is_none() => Err(config_error(
+                format!(
+                    "agent {} uses provider openrouter but {OPENROUTER_KEY_VAR} is not set",
+                    agent.id
+                ),
+                kind,
+            )),
+            _ => Ok(Resolved { kind, base_url }),
+        }
+    }
+
+    /// The client for `agent`, built on first use.
+    pub fn provider_for(&self, agent: &AgentConfig) -> Result<Arc<dyn Provider>, LlmError> {
+        let resolved = self.resolve(agent)?;
+        if resolved.kind == "local" {
+            return Ok(self.local()? as Arc<dyn Provider>);
+        }
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = clients.get(&resolved) {
+            return Ok(c.clone());
+        }
+        let url = resolved.base_url.clone().unwrap_or_default();
+        let client: Arc<dyn Provider> = match resolved.kind {
+            "openai" => Arc::new(OpenAiClient::new(
+                "openai",
+                url,
+                self.settings.openai_key.clone().map(|k| (k, OPENAI_KEY_VAR)),
+                Api::Responses,
+            )?),
+            "openrouter" => Arc::new(OpenAiClient::new(
+                "openrouter",
+                url,
+                self.settings.openrouter_key.clone().map(|k| (k, OPENROUTER_KEY_VAR)),
+                Api::ChatCompletions,
+            )?),
+            _ => Arc::new(OpenAiClient::new(
+                "openai-compatible",
+                url,
+                self.settings.compatible_key.clone().map(|k| (k, COMPATIBLE_KEY_VAR)),
+                Api::ChatCompletions,
+            )?),
+        };
+        clients.insert(resolved, client.clone());
+        Ok(client)
+    }
+
+    /// The shared local model provider, loading the model on first use.
+    pub fn local(&self) -> Result<Arc<LocalProvider>, LlmError> {
+        if let Some(p) = self.local.get() {
+            return Ok(p.clone());
+        }
+        let model = parley_local::LocalModel::load(&self.settings.model_path)
+            .map_err(|e| config_error(e.to_string(), "local"))?;
+        let p = Arc::new(LocalProvider::new(Arc::new(model)));
+        Ok(self.local.get_or_init(|| p).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(provider: Option<&str>, base_url: Option<&str>) -> AgentConfig {
+        serde_json::from_value(serde_json::json!({
+            "id": "a1", "name": "A", "role": "architect", "model": "m",
+            "provider": provider, "baseUrl": base_url,
+        }))
+        .unwrap()
+    }
+
+    fn settings(openai: bool, openrouter: bool, base: Option<&str>) -> ProviderSettings {
+        ProviderSettings {
+            base_url: base.map(String::from),
+            openai_key: openai.then(|| Secret::new("sk-test".into())),
+            openrouter_key: openrouter.then(|| Secret::new("or-test".into())),
+            compatible_key: None,
+            model_path: PathBuf::from("/nonexistent"),
+        }
+    }
+
+    #[test]
+    fn default_provider_order() {
+        let r = Registry::new(settings(false, false, None));
+        assert_eq!(r.resolve(&agent(None, None)).unwrap().kind, "local");
+        let r = Registry::new(settings(true, true, None));
+        assert_eq!(r.resolve(&agent(None, None)).unwrap().kind, "openai");
+        let r = Registry::new(settings(false, true, None));
+        assert_eq!(r.resolve(&agent(None, None)).unwrap().kind, "openrouter");
+        let r = Registry::new(settings(true, false, Some("http://x/v1")));
+        let res = r.resolve(&agent(None, None)).unwrap();
+        assert_eq!(res.kind, "openai-compatible");
+        assert_eq!(res.base_url.as_deref(), Some("http://x/v1"));
+    }
+
+    #[test]
+    fn missing_key_names_the_variable() {
+        let r = Registry::new(settings(false, false, None));
+        let e = r.resolve(&agent(Some("openai"), None)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Config);
+        assert!(e.to_string().contains("OPENAI_API_KEY"), "{e}");
+        let e = r.resolve(&agent(Some("openrouter"), None)).unwrap_err();
+        assert!(e.to_string().contains("OPENROUTER_API_KEY"), "{e}");
+        let e = r.resolve(&agent(Some("bogus"), None)).unwrap_err();
+        assert!(e.to_string().contains("unknown provider \"bogus\""), "{e}");
+        let e = r.resolve(&agent(Some("openai-compatible"), None)).unwrap_err();
+        assert!(e.to_string().contains("baseUrl"), "{e}");
+    }
+
+    #[test]
+    fn missing_model_file_is_a_config_error() {
+        let r = Registry::new(settings(false, false, None));
+        let e = r.provider_for(&agent(Some("local"), None)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Config);
+        assert!(e.to_string().contains("fetch-model"), "{e}");
+    }
+}
