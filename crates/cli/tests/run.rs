@@ -1,0 +1,245 @@
+//! End-to-end tests of `parley run` as a subprocess against the fake OpenAI-compatible server.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use parley_testkit::{Fault, FakeLlm, Match};
+use serde_json::{json, Value};
+
+const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
+
+/// Runs `parley` in `dir` with no API keys in the environment.
+async fn parley(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = tokio::process::Command::new(PARLEY);
+    cmd.current_dir(dir)
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
+    cmd.output().await.expect("run parley")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Three agents with distinct models and temperatures, 2 rounds, fixed termination.
+fn write_config(dir: &Path, base_url: &str) -> PathBuf {
+    let cfg = json!({
+        "baseUrl": base_url,
+        "agents": [
+            {"id": "agent-architect", "name": "Architect", "role": "architect", "model": "model-arch", "temperature": 0.1},
+            {"id": "agent-security", "name": "Security", "role": "security", "model": "model-sec", "temperature": 0.2},
+            {"id": "agent-kiss", "name": "Kiss", "role": "kiss", "model": "model-kiss", "temperature": 0.3}
+        ],
+        "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "model-judge", "temperature": 0.4},
+        "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"}}
+    });
+    let path = dir.join("debate-config.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    path
+}
+
+fn saved_path(err: &str) -> String {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("Saved debate to ./debates/"))
+        .unwrap_or_else(|| panic!("no 'Saved debate' line in:\n{err}"));
+    line.trim_start_matches("Saved debate to ").to_string()
+}
+
+fn count(round: &Value, kind: &str) -> usize {
+    round["contributions"].as_array().unwrap().iter().filter(|c| c["type"] == kind).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agents_two_rounds_against_fake_llm() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let out = parley(dir.path(), &["run", "Design a rate limiter for a public API"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{err}");
+
+    // The solution is on stdout; progress and the saved path on stderr.
+    let text = stdout(&out);
+    assert!(text.contains("Fake synthesized solution"), "stdout:\n{text}");
+    assert!(text.contains("Confidence: 85/100"), "stdout:\n{text}");
+    assert!(err.contains("[round 1/2]"), "stderr:\n{err}");
+    let saved = saved_path(&err);
+    let state: Value = serde_json::from_slice(&std::fs::read(dir.path().join(&saved)).unwrap()).unwrap();
+
+    let id = state["id"].as_str().unwrap();
+    assert!(parley_protocol::is_valid_debate_id(id), "{id}");
+    assert_eq!(state["status"], "completed");
+    assert_eq!(state["currentRound"], 2);
+    let rounds = state["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2);
+    assert_eq!((count(&rounds[0], "proposal"), count(&rounds[0], "critique"), count(&rounds[0], "refinement")), (3, 6, 3));
+    assert_eq!((count(&rounds[1], "proposal"), count(&rounds[1], "critique"), count(&rounds[1], "refinement")), (3, 6, 3));
+    for p in rounds[1]["contributions"].as_array().unwrap().iter().filter(|c| c["type"] == "proposal") {
+        assert_eq!(p["metadata"]["tokensUsed"], 0);
+        assert_eq!(p["metadata"]["latencyMs"], 0);
+        let refined = rounds[0]["contributions"].as_array().unwrap().iter()
+            .find(|c| c["type"] == "refinement" && c["agentId"] == p["agentId"]).unwrap();
+        assert_eq!(p["content"], refined["content"]);
+    }
+    for c in rounds[0]["contributions"].as_array().unwrap() {
+        assert!(c["metadata"]["tokensUsed"].as_u64().unwrap() > 0);
+        assert!(c["content"].as_str().unwrap().contains("Proposal from"), "{c}");
+    }
+    let sol = &state["finalSolution"];
+    assert!(sol["description"].as_str().unwrap().contains("Fake synthesized solution"));
+    assert_eq!(sol["confidence"], 85.0);
+    assert_eq!(sol["synthesizedBy"], "judge-main");
+
+    // What crossed the wire: 3 + 6 + 3 + 6 + 3 + 1 = 22 calls, each with its agent's model
+    // and temperature, as Chat Completions to the configured base URL, with no API key.
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 22, "requests: {:?}", reqs.iter().map(|r| &r.model).collect::<Vec<_>>());
+    let expected = [("model-arch", 0.1), ("model-sec", 0.2), ("model-kiss", 0.3), ("model-judge", 0.4)];
+    for r in &reqs {
+        assert_eq!(r.path, "/v1/chat/completions");
+        let (_, t) = expected.iter().find(|(m, _)| *m == r.model).unwrap_or_else(|| panic!("unexpected model {}", r.model));
+        assert_eq!(r.temperature, Some(*t), "{}", r.model);
+        assert!(r.header("authorization").is_none(), "no key should be sent to a compatible server");
+        let msgs = r.body["messages"].as_array().unwrap();
+        assert_eq!(msgs[0]["role"], "system");
+        assert!(r.prompt_text().contains("Design a rate limiter"));
+    }
+    let per_model = |m: &str| reqs.iter().filter(|r| r.model == m).count();
+    // Each agent: 1 proposal + 2 critiques + 1 refinement, then 2 critiques + 1 refinement.
+    assert_eq!(per_model("model-arch"), 7);
+    assert_eq!(per_model("model-sec"), 7);
+    assert_eq!(per_model("model-kiss"), 7);
+    assert_eq!(per_model("model-judge"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_and_report_files() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let out = parley(
+        dir.path(),
+        &["run", "Design a cache", "--rounds", "1", "--output", "state.json", "--report", "r.md", "--verbose"],
+    )
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let state: Value = serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["status"], "completed");
+    assert_eq!(state["rounds"].as_array().unwrap().len(), 1);
+    assert_eq!(fake.request_count(), 3 + 6 + 3 + 1);
+    let md = std::fs::read_to_string(dir.path().join("r.md")).unwrap();
+    for needle in ["## Problem", "Design a cache", "## Agents", "agent-security", "## Round 1", "critique by agent-kiss (kiss) of agent-architect", "tokens", "## Final solution", "Fake synthesized solution", "## Totals", "LLM calls: 13"] {
+        assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
+    }
+    // --verbose: per-round summary and prompt sources.
+    assert!(err.contains("Round 1: 12 contributions"), "{err}");
+    assert!(err.contains("agent-architect [architect]: built-in"), "{err}");
+
+    // Any other extension: the solution text.
+    let out = parley(dir.path(), &["run", "Design a cache", "--rounds", "1", "--agents", "architect,kiss", "--output", "solution.txt"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let txt = std::fs::read_to_string(dir.path().join("solution.txt")).unwrap();
+    assert!(txt.contains("Fake synthesized solution") && !txt.trim_start().starts_with('{'), "{txt}");
+    assert_eq!(txt, stdout(&out));
+    // --agents architect,kiss: 2 proposals + 2 critiques + 2 refinements + synthesis.
+    assert_eq!(fake.request_count(), 13 + 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_exit_2_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("empty.txt"), "\n").unwrap();
+    std::fs::write(dir.path().join("p.txt"), "Design a queue").unwrap();
+    std::fs::create_dir(dir.path().join("folder")).unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["run"], "no problem given"),
+        (&["run", "x", "--problem-file", "p.txt"], "not both"),
+        (&["run", "--problem-file", "missing.txt"], "missing.txt does not exist"),
+        (&["run", "--problem-file", "folder"], "is a directory"),
+        (&["run", "--problem-file", "empty.txt"], "is empty"),
+        (&["run", "x", "--rounds", "0"], "--rounds"),
+        (&["run", "x", "--agents", "astronaut"], "unknown role \"astronaut\""),
+        (&["run", "x", "--bogus"], "--bogus"),
+    ];
+    for (args, needle) in cases {
+        let out = parley(dir.path(), args).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {needle:?} not in {err}");
+        assert!(!dir.path().join("debates").exists(), "{args:?} must not start a debate");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_errors_exit_4() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A typo'd key is named.
+    std::fs::write(d.join("typo.json"), r#"{"debate": {"rounds": 1, "terminationCondtion": {"type": "fixed"}}}"#).unwrap();
+    let out = parley(d, &["run", "x", "--config", "typo.json"]).await;
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("terminationCondtion"), "{}", stderr(&out));
+    // An explicit config path that does not exist.
+    let out = parley(d, &["run", "x", "--config", "nope.json"]).await;
+    assert_eq!(out.status.code(), Some(4));
+    assert!(stderr(&out).contains("nope.json not found"), "{}", stderr(&out));
+    // A remote provider without its key names the variable.
+    std::fs::write(d.join("openai.json"), r#"{"agents": [{"id":"a","name":"A","role":"architect","model":"gpt-4o","provider":"openai"}]}"#).unwrap();
+    let out = parley(d, &["run", "x", "--config", "openai.json"]).await;
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("OPENAI_API_KEY"), "{}", stderr(&out));
+    // No key, no config: the local model is the default, and its file is missing here.
+    let out = parley(d, &["run", "x"]).await;
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("config file debate-config.json not found"), "{err}");
+    assert!(err.contains("scripts/fetch-model.sh"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_failures_exit_3_and_name_the_provider() {
+    let fake = FakeLlm::start().await.unwrap();
+    fake.add_fault(Fault::Status { status: 401, body: r#"{"error":{"message":"Incorrect API key provided"}}"#.into(), matching: Match::Model("model-sec".into()), times: None });
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let out = parley(dir.path(), &["run", "Design a cache", "--rounds", "1"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("openai-compatible") && err.contains("authentication failed (HTTP 401)"), "{err}");
+    assert!(err.contains("Incorrect API key provided"), "{err}");
+    // Auth errors are not retried: the failing proposal was sent exactly once (the agent's
+    // critiques of proposals that already existed may have started meanwhile).
+    let sec_proposals = fake
+        .requests()
+        .iter()
+        .filter(|r| r.model == "model-sec" && r.prompt_text().contains("Propose a solution"))
+        .count();
+    assert_eq!(sec_proposals, 1);
+    // The failed state is saved with the failing node.
+    let saved = saved_path(&err);
+    let state: Value = serde_json::from_slice(&std::fs::read(dir.path().join(saved)).unwrap()).unwrap();
+    assert_eq!(state["status"], "failed");
+    assert_eq!(state["error"]["node"], "proposal");
+    assert_eq!(state["error"]["agentId"], "agent-security");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_failures_are_retried() {
+    let fake = FakeLlm::start().await.unwrap();
+    fake.add_fault(Fault::Status { status: 503, body: "busy".into(), matching: Match::Model("model-kiss".into()), times: Some(2) });
+    fake.add_fault(Fault::Malformed { matching: Match::Model("model-arch".into()), times: Some(1) });
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let out = parley(dir.path(), &["run", "Design a cache", "--rounds", "1"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // 13 successful calls plus the 3 failed ones.
+    assert_eq!(fake.request_count(), 16);
+}
