@@ -2,33 +2,14 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use chrono::Utc;
-use parley_coordinator::{run_debate, FileStore, Input, Machine, TaskRunner};
+use parley_cli::EmbeddedRunner;
+use parley_coordinator::{run_debate, FileStore, Input, Machine};
 use parley_llm::{ProviderSettings, Registry};
-use parley_protocol::{new_debate_id, DebateStatus, ErrorKind, Task, TaskResult, WorkerKind};
+use parley_protocol::{new_debate_id, DebateStatus, ErrorKind};
 
 use crate::config::{self, Overrides};
 use crate::{progress, report, CliError, RunArgs};
-
-/// Runs tasks in this process through the provider registry.
-struct EmbeddedRunner {
-    registry: Arc<Registry>,
-}
-
-#[async_trait]
-impl TaskRunner for EmbeddedRunner {
-    async fn run(&self, task: Task) -> TaskResult {
-        let provider = match self.registry.provider_for(&task.agent) {
-            Ok(p) => p,
-            Err(e) => return parley_llm::task_result(&task, "embedded", Err(e)),
-        };
-        match task.kind.worker() {
-            WorkerKind::Agent => parley_agent_worker::execute(&task, provider.as_ref(), "embedded").await,
-            WorkerKind::Judge => parley_judge_worker::execute(&task, provider.as_ref(), "embedded").await,
-        }
-    }
-}
 
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let problem = config::resolve_problem(args.problem.clone(), args.problem_file.as_deref())?;
