@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Quick start: fetch the local model if it is missing, build parley (release), and run a
+# debate. With no API key set this runs offline on the local SmolLM2 model.
+#
+#   scripts/debate.sh "Design a rate limiter for a public REST API"
+#   scripts/debate.sh --rounds 2 --agents architect,security "Design ..."
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ -z "${OPENAI_API_KEY:-}${OPENROUTER_API_KEY:-}" ]]; then
+    scripts/fetch-model.sh >/dev/null
+fi
+cargo build --release --quiet -p parley-cli
+if [[ $# -eq 0 ]]; then
+    set -- "Design a URL shortener service: API, storage, and how to scale reads"
+fi
+exec target/release/parley run "$@"

