@@ -5,6 +5,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use parley_cli::EmbeddedRunner;
 use parley_coordinator::{run_debate, FileStore, Input, Machine};
+use parley_llm::ratelimit::LocalLimiter;
 use parley_llm::{ProviderSettings, Registry};
 use parley_protocol::{new_debate_id, DebateStatus, ErrorKind};
 
@@ -16,11 +17,16 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let mut warn = |w: String| eprintln!("warning: {w}");
     let loaded = config::load(args.config.as_deref(), &mut warn)?;
     let base_url = loaded.file.base_url.clone();
+    let limits = loaded.file.providers.clone();
     let overrides = Overrides { roles: args.agents.clone(), rounds: args.rounds };
     let spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
 
     // Every participant's provider must be usable before anything runs.
-    let registry = Arc::new(Registry::new(ProviderSettings::from_env(base_url)));
+    let registry = Arc::new(Registry::with_limits(
+        ProviderSettings::from_env(base_url),
+        limits,
+        Arc::new(LocalLimiter::default()),
+    ));
     let mut uses_local = false;
     for a in spec.active_agents().chain(std::iter::once(&spec.judge)) {
         let r = registry.resolve(a).map_err(|e| CliError::config(e.to_string()))?;

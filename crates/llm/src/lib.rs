@@ -6,12 +6,15 @@
 //! - [`openai`]: OpenAI (Responses API, falling back to Chat Completions), OpenRouter and any
 //!   OpenAI-compatible base URL, over one HTTP client.
 //! - [`local`]: the in-process SmolLM2 model (see `parley-local`).
+//! - [`ratelimit`]: GCRA rate limits per provider/model, in Redis (cluster-wide, one Lua
+//!   script, server time) or in-process, and the [`ratelimit::RateLimited`] provider wrapper.
 //! - [`registry`]: picks and caches the provider for an agent's config; reads API keys from
 //!   the environment and reports a missing key as a configuration error naming the variable.
 
 pub mod local;
 pub mod openai;
 pub mod provider;
+pub mod ratelimit;
 pub mod registry;
 
 pub use provider::{add_usage, call_for_task, task_result, ChatMessage, ChatRequest, ChatResponse, LlmError, Provider};

@@ -8,15 +8,16 @@
 //! - unset: `openai-compatible` when a `baseUrl` is configured, else `openai` when
 //!   `OPENAI_API_KEY` is set, else `openrouter` when `OPENROUTER_API_KEY` is set, else `local`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use parley_protocol::AgentConfig;
+use parley_protocol::{AgentConfig, ProviderLimits};
 
 use crate::local::LocalProvider;
 use crate::openai::{Api, OpenAiClient, Secret};
 use crate::provider::{ErrorKind, LlmError, Provider};
+use crate::ratelimit::{LimitStats, Limiter, LocalLimiter, RateLimited};
 
 pub const OPENAI_KEY_VAR: &str = "OPENAI_API_KEY";
 pub const OPENROUTER_KEY_VAR: &str = "OPENROUTER_API_KEY";
@@ -69,6 +70,10 @@ pub struct Registry {
     clients: Mutex<HashMap<Resolved, Arc<dyn Provider>>>,
     /// The local model, loaded on first use.
     local: OnceLock<Arc<LocalProvider>>,
+    /// Operator limits per provider (and model), enforced by `limiter`.
+    limits: Arc<BTreeMap<String, ProviderLimits>>,
+    limiter: Arc<dyn Limiter>,
+    pub limit_stats: Arc<LimitStats>,
 }
 
 fn config_error(msg: impl Into<String>, provider: &str) -> LlmError {
@@ -77,7 +82,24 @@ fn config_error(msg: impl Into<String>, provider: &str) -> LlmError {
 
 impl Registry {
     pub fn new(settings: ProviderSettings) -> Self {
-        Self { settings, clients: Mutex::new(HashMap::new()), local: OnceLock::new() }
+        Self::with_limits(settings, BTreeMap::new(), Arc::new(LocalLimiter::default()))
+    }
+
+    /// A registry whose remote clients honour `limits` through `limiter` (in-process for
+    /// the embedded mode, Redis for a cluster of workers).
+    pub fn with_limits(
+        settings: ProviderSettings,
+        limits: BTreeMap<String, ProviderLimits>,
+        limiter: Arc<dyn Limiter>,
+    ) -> Self {
+        Self {
+            settings,
+            clients: Mutex::new(HashMap::new()),
+            local: OnceLock::new(),
+            limits: Arc::new(limits),
+            limiter,
+            limit_stats: Arc::new(LimitStats::default()),
+        }
     }
 
     pub fn settings(&self) -> &ProviderSettings {
@@ -161,6 +183,12 @@ impl Registry {
                 Api::ChatCompletions,
             )?),
         };
+        let client: Arc<dyn Provider> = Arc::new(RateLimited::new(
+            client,
+            self.limiter.clone(),
+            self.limits.clone(),
+            self.limit_stats.clone(),
+        ));
         clients.insert(resolved, client.clone());
         Ok(client)
     }
