@@ -1,0 +1,490 @@
+//! The debate actor and its supervisor (ractor).
+//!
+//! # Runtime semantics
+//! - One [`DebateActor`] per debate this coordinator owns; the [`Supervisor`] owns the
+//!   registry (debate id → actor). A debate is owned by the coordinator holding its Redis
+//!   lease; the supervisor takes the lease *before* spawning the actor, and the actor renews
+//!   it every [`Deps::poll_every`] (TTL/3 or less). A lost lease (renew refused) or a lost
+//!   compare-and-set stops the actor at once without touching the debate.
+//! - The actor processes one message at a time (ractor mailbox order). It never awaits an
+//!   LLM call: it awaits only Redis (checkpoints, results) and JetStream publish acks.
+//! - Every transition: `Machine::handle` → checkpoint (CAS on the version) → perform the
+//!   effects in order (task publishes with `Nats-Msg-Id = task.message_id()`, event
+//!   publishes, retry timers). A crash between checkpoint and publish is covered by the
+//!   resume: the machine re-dispatches everything in flight with the same message ids, and
+//!   JetStream (2 minute duplicate window) or the worker's "result already stored" check
+//!   drops the repeats.
+//! - Results: a notification on `parley.results.<id>` makes the actor read the result from
+//!   Redis (the source of truth); every tick it also reads Redis for its in-flight tasks, so
+//!   a notification lost in a NATS restart only delays the debate.
+//! - When a debate is no longer running (completed, failed, cancelled) the actor removes it
+//!   from `parley:running`, releases the lease and stops. `retry` adopts it again.
+//! - If performing an effect fails (NATS down), the actor fails; the supervisor releases
+//!   the lease and the periodic scan resumes the debate from its checkpoint.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::HeaderMap;
+use chrono::Utc;
+use parley_protocol::{subjects, DebateStatus, TaskOutcome, TaskResult, SCHEMA_VERSION};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use rand::Rng;
+
+use crate::{Effect, Input, Machine, RedisStore};
+
+/// What every debate actor needs; shared.
+pub struct Deps {
+    pub store: RedisStore,
+    pub js: jetstream::Context,
+    /// This coordinator's lease token.
+    pub owner: String,
+    pub lease_ttl: Duration,
+    /// Lease renewal and result polling period.
+    pub poll_every: Duration,
+}
+
+#[derive(Debug)]
+pub enum DebateMsg {
+    /// Resume from the checkpoint and apply the results stored meanwhile (first message).
+    Kick,
+    /// A worker stored a result for this task.
+    ResultReady { task_id: String, attempt: u32 },
+    /// Renew the lease and poll Redis for in-flight results.
+    Tick,
+    /// A failed task's backoff elapsed.
+    RetryDue(String),
+    /// The user resumes a failed debate.
+    Retry(RpcReplyPort<Result<(), String>>),
+    /// The user cancels the debate.
+    Cancel(RpcReplyPort<Result<(), String>>),
+}
+
+pub struct DebateArgs {
+    pub id: String,
+    /// Applied right after resuming: a user's retry or cancel of a debate nobody owned.
+    pub follow_up: Option<Input>,
+    pub deps: Arc<Deps>,
+}
+
+/// Stateless: everything lives in [`DebateActorState`].
+pub struct DebateActor;
+
+pub struct DebateActorState {
+    machine: Machine,
+    /// Version of the checkpoint this actor wrote (or loaded) last.
+    version: u64,
+    /// Requested on adoption; consumed by `Kick`.
+    follow_up: Option<Input>,
+    deps: Arc<Deps>,
+    /// The tick timer, stopped with the actor.
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ActorError {
+    #[error("debate {0} has no stored spec or state")]
+    Missing(String),
+    #[error("debate {0}: another coordinator wrote its checkpoint; giving it up")]
+    LostCas(String),
+}
+
+impl Actor for DebateActor {
+    type Msg = DebateMsg;
+    type State = DebateActorState;
+    type Arguments = DebateArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: DebateArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let store = &args.deps.store;
+        let spec = store.spec(&args.id).await?;
+        let cp = store.state(&args.id).await?;
+        let (Some(spec), Some(cp)) = (spec, cp) else {
+            return Err(ActorError::Missing(args.id).into());
+        };
+        let machine = Machine::from_checkpoint(spec, cp.state);
+        let ticker = myself.send_interval(args.deps.poll_every, || DebateMsg::Tick);
+        myself.cast(DebateMsg::Kick)?;
+        Ok(DebateActorState {
+            machine,
+            version: cp.version,
+            follow_up: args.follow_up,
+            deps: args.deps,
+            ticker: Some(ticker),
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(t) = state.ticker.take() {
+            t.abort();
+        }
+        let id = state.machine.id().to_string();
+        let _ = state.deps.store.release_lease(&id, &state.deps.owner).await;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: DebateMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            DebateMsg::Kick => {
+                state.apply(&myself, Input::Resume).await?;
+                let results = state.deps.store.results(state.machine.id()).await?;
+                let mut fields: Vec<&String> = results.keys().collect();
+                fields.sort();
+                for f in fields {
+                    let r = &results[f];
+                    if state.wants(r) {
+                        state.apply(&myself, Input::Result(r.clone())).await?;
+                    }
+                }
+                if let Some(input) = state.follow_up.take() {
+                    state.apply(&myself, input).await?;
+                }
+            }
+            DebateMsg::ResultReady { task_id, attempt } => {
+                let id = state.machine.id().to_string();
+                if let Some(r) = state.deps.store.result_of(&id, &task_id, attempt).await? {
+                    if state.wants(&r) {
+                        state.apply(&myself, Input::Result(r)).await?;
+                    }
+                }
+            }
+            DebateMsg::Tick => {
+                let id = state.machine.id().to_string();
+                let ttl = state.deps.lease_ttl.as_millis() as u64;
+                if !state
+                    .deps
+                    .store
+                    .renew_lease(&id, &state.deps.owner, ttl)
+                    .await?
+                {
+                    tracing::warn!(debate = %id, "lease lost; stopping");
+                    myself.stop(Some("lease lost".into()));
+                    return Ok(());
+                }
+                let in_flight: Vec<String> =
+                    state.machine.in_flight().map(str::to_string).collect();
+                if in_flight.is_empty() {
+                    return Ok(());
+                }
+                let results = state.deps.store.results(&id).await?;
+                for t in in_flight {
+                    let attempt = state.attempt_of(&t);
+                    let r = results
+                        .get(&t)
+                        .or_else(|| results.get(&format!("{t}#{attempt}")));
+                    if let Some(r) = r {
+                        if state.wants(r) {
+                            tracing::info!(debate = %id, task = %t, "result found by polling");
+                            state.apply(&myself, Input::Result(r.clone())).await?;
+                        }
+                    }
+                }
+            }
+            DebateMsg::RetryDue(task_id) => {
+                state.apply(&myself, Input::RetryDue(task_id)).await?;
+            }
+            DebateMsg::Retry(reply) => {
+                let status = state.machine.state().status;
+                if status != DebateStatus::Failed {
+                    let _ = reply.send(Err(format!(
+                        "debate is {}; only a failed debate can be retried",
+                        status.as_str()
+                    )));
+                    return Ok(());
+                }
+                let r = state.apply(&myself, Input::Retry).await;
+                let _ = reply.send(r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+                r?;
+            }
+            DebateMsg::Cancel(reply) => {
+                let r = state.apply(&myself, Input::Cancel).await;
+                let _ = reply.send(r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+                r?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DebateActorState {
+    fn attempt_of(&self, task_id: &str) -> u32 {
+        self.machine
+            .state()
+            .engine
+            .attempts
+            .get(task_id)
+            .copied()
+            .unwrap_or(1)
+    }
+
+    /// Whether a stored result may change anything: any success, or a failure of the
+    /// task's current attempt.
+    fn wants(&self, r: &TaskResult) -> bool {
+        match r.outcome {
+            TaskOutcome::Ok(_) => true,
+            TaskOutcome::Error(_) => {
+                r.attempt == self.attempt_of(&r.task_id)
+                    && self.machine.in_flight().any(|t| t == r.task_id)
+            }
+        }
+    }
+
+    /// One transition: handle, checkpoint (CAS), perform the effects; stops the actor once
+    /// the debate no longer runs.
+    async fn apply(
+        &mut self,
+        myself: &ActorRef<DebateMsg>,
+        input: Input,
+    ) -> Result<(), ActorProcessingErr> {
+        let effects = self.machine.handle(input, Utc::now());
+        let id = self.machine.id().to_string();
+        match self
+            .deps
+            .store
+            .save_state(self.machine.state(), self.version)
+            .await?
+        {
+            Some(v) => self.version = v,
+            None => {
+                myself.stop(Some("lost the checkpoint compare-and-set".into()));
+                return Err(ActorError::LostCas(id).into());
+            }
+        }
+        let mut acks = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::Dispatch(task) => {
+                    let subject = crate::streams::tasks_subject(task.kind.worker());
+                    let body = serde_json::to_vec(&task)?;
+                    let ack = self
+                        .deps
+                        .js
+                        .publish_with_headers(subject, headers(&task.message_id()), body.into())
+                        .await?;
+                    acks.push(ack);
+                }
+                Effect::Emit(event) => {
+                    let body = serde_json::to_vec(&event)?;
+                    let msg_id = format!("{id}/event/{}", event.seq);
+                    let ack = self
+                        .deps
+                        .js
+                        .publish_with_headers(
+                            subjects::events_subject(&id),
+                            headers(&msg_id),
+                            body.into(),
+                        )
+                        .await?;
+                    acks.push(ack);
+                }
+                Effect::ScheduleRetry { task_id, delay_ms } => {
+                    let me = myself.clone();
+                    let delay = Duration::from_millis(jitter(delay_ms));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = me.cast(DebateMsg::RetryDue(task_id));
+                    });
+                }
+            }
+        }
+        for ack in acks {
+            ack.await?;
+        }
+        let status = self.machine.state().status;
+        if status != DebateStatus::Running && status != DebateStatus::Pending {
+            tracing::info!(debate = %id, status = status.as_str(), "debate settled; releasing it");
+            self.deps.store.unmark_running(&id).await?;
+            self.deps.store.release_lease(&id, &self.deps.owner).await?;
+            myself.stop(Some(format!("debate {}", status.as_str())));
+        }
+        Ok(())
+    }
+}
+
+fn headers(msg_id: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert("Nats-Msg-Id", msg_id);
+    h.insert(
+        subjects::HEADER_SCHEMA_VERSION,
+        SCHEMA_VERSION.to_string().as_str(),
+    );
+    h
+}
+
+/// Between half and all of the delay, so retries of many tasks spread out.
+fn jitter(delay_ms: u64) -> u64 {
+    if delay_ms < 2 {
+        return delay_ms;
+    }
+    rand::thread_rng().gen_range(delay_ms / 2..=delay_ms)
+}
+
+/// The supervisor's messages.
+pub enum SupervisorMsg {
+    /// Take the lease of a debate and spawn its actor (no-op if already owned here).
+    Adopt {
+        id: String,
+        follow_up: Option<Input>,
+        reply: RpcReplyPort<Result<(), AdoptError>>,
+    },
+    /// Deliver to the debate's actor if this coordinator owns it.
+    Route { id: String, msg: DebateMsg },
+    /// The debate's actor, when this coordinator owns it.
+    Get {
+        id: String,
+        reply: RpcReplyPort<Option<ActorRef<DebateMsg>>>,
+    },
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AdoptError {
+    #[error("owned by another coordinator")]
+    OwnedElsewhere,
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Owns the registry of debate actors.
+pub struct Supervisor;
+
+pub struct SupervisorState {
+    deps: Arc<Deps>,
+    /// Debate id → its actor.
+    debates: HashMap<String, ActorRef<DebateMsg>>,
+    /// Actor id → debate id, to clean up on supervision events.
+    by_actor: HashMap<ractor::ActorId, String>,
+}
+
+impl Actor for Supervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = Arc<Deps>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        deps: Arc<Deps>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(SupervisorState {
+            deps,
+            debates: HashMap::new(),
+            by_actor: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: SupervisorMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupervisorMsg::Adopt {
+                id,
+                follow_up,
+                reply,
+            } => {
+                let r = adopt(&myself, state, id, follow_up).await;
+                let _ = reply.send(r);
+            }
+            SupervisorMsg::Route { id, msg } => {
+                if let Some(a) = state.debates.get(&id) {
+                    let _ = a.cast(msg);
+                }
+            }
+            SupervisorMsg::Get { id, reply } => {
+                let _ = reply.send(state.debates.get(&id).cloned());
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Each debate actor releases its lease as it stops, so another replica (or this
+        // one restarted) resumes the debate at once instead of after the lease TTL.
+        for (_, a) in state.debates.drain() {
+            let _ = a
+                .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(5)))
+                .await;
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, failure) = match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
+            SupervisionEvent::ActorFailed(cell, err) => (cell, Some(err.to_string())),
+            _ => return Ok(()),
+        };
+        if let Some(id) = state.by_actor.remove(&cell.get_id()) {
+            state.debates.remove(&id);
+            if let Some(err) = failure {
+                tracing::warn!(debate = %id, error = %err, "debate actor failed; releasing the lease for a resume");
+            }
+            // Owner-checked: a no-op when the actor released it already or lost it.
+            let _ = state.deps.store.release_lease(&id, &state.deps.owner).await;
+        }
+        Ok(())
+    }
+}
+
+async fn adopt(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &mut SupervisorState,
+    id: String,
+    follow_up: Option<Input>,
+) -> Result<(), AdoptError> {
+    if state.debates.contains_key(&id) {
+        return Ok(());
+    }
+    let deps = &state.deps;
+    let ttl = deps.lease_ttl.as_millis() as u64;
+    let got = deps
+        .store
+        .acquire_lease(&id, &deps.owner, ttl)
+        .await
+        .map_err(|e| AdoptError::Failed(e.to_string()))?;
+    if !got {
+        return Err(AdoptError::OwnedElsewhere);
+    }
+    let args = DebateArgs {
+        id: id.clone(),
+        follow_up,
+        deps: deps.clone(),
+    };
+    match Actor::spawn_linked(None, DebateActor, args, myself.get_cell()).await {
+        Ok((actor, _join)) => {
+            tracing::info!(debate = %id, "debate adopted");
+            state.by_actor.insert(actor.get_id(), id.clone());
+            state.debates.insert(id, actor);
+            Ok(())
+        }
+        Err(e) => {
+            let _ = deps.store.release_lease(&id, &deps.owner).await;
+            Err(AdoptError::Failed(e.to_string()))
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The Redis checkpoint store of the distributed mode.
+//!
+//! # Keys
+//! Every per-debate key carries the debate id as a hash tag, so one debate's keys live in
+//! one slot and the layout works on Redis Cluster:
+//! - `parley:{<id>}:spec`: the [`DebateSpec`] JSON, written once (`SET NX`), never changed.
+//! - `parley:{<id>}:state`: a hash `{version, state}`: the [`DebateState`] JSON and its
+//!   version, replaced only by compare-and-set ([`RedisStore::save_state`], a Lua script),
+//!   so two coordinators can never both advance one debate.
+//! - `parley:{<id>}:results`: a hash of task results. A successful result is stored under
+//!   its task id with `HSETNX` (first result wins, a completed task never runs again); a
+//!   failed attempt is stored under `<task id>#<attempt>` (so a later attempt can still
+//!   succeed under the task id).
+//! - `parley:{<id>}:lease`: the owning coordinator's token (`SET NX PX`); renewed and released
+//!   only by its owner (Lua).
+//! - `parley:running`: the set of debates that still need an owner (running, or accepted
+//!   and not started).
+//! - `parley:idem:<key>`: idempotency key → debate id (kept 24 h).
+
+use std::collections::HashMap;
+
+use parley_protocol::{DebateSpec, DebateState, TaskOutcome, TaskResult};
+use redis::aio::ConnectionManager;
+use redis::Script;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RedisStoreError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("while decoding {what}: {source}")]
+    Decode {
+        what: String,
+        source: serde_json::Error,
+    },
+    #[error("while encoding: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+pub type Result<T> = std::result::Result<T, RedisStoreError>;
+
+const RUNNING: &str = "parley:running";
+const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
+
+const CAS_SCRIPT: &str = r"
+local cur = redis.call('HGET', KEYS[1], 'version')
+if not cur then cur = '0' end
+if cur == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3])
+  return 1
+end
+return 0
+";
+
+const RENEW_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+";
+
+const RELEASE_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+fn key(id: &str, part: &str) -> String {
+    format!("parley:{{{id}}}:{part}")
+}
+
+/// The field a result is stored under: the task id for a success, `<task id>#<attempt>`
+/// for a failed attempt.
+pub fn result_field(result: &TaskResult) -> String {
+    match result.outcome {
+        TaskOutcome::Ok(_) => result.task_id.clone(),
+        TaskOutcome::Error(_) => format!("{}#{}", result.task_id, result.attempt),
+    }
+}
+
+/// A versioned checkpoint as loaded.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub version: u64,
+    pub state: DebateState,
+}
+
+/// Cheap to clone: one multiplexed, auto-reconnecting connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    /// Reconnects by itself after a Redis restart.
+    conn: ConnectionManager,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedisStore")
+    }
+}
+
+impl RedisStore {
+    pub async fn connect(url: &str) -> Result<Self> {
+        let client = redis::Client::open(url)?;
+        let conn = client.get_connection_manager().await?;
+        Ok(Self { conn })
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// Stores the spec once; returns false when one was already stored (it is kept).
+    pub async fn put_spec(&self, id: &str, spec: &DebateSpec) -> Result<bool> {
+        let json = serde_json::to_string(spec)?;
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key(id, "spec"))
+            .arg(json)
+            .arg("NX")
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(set.is_some())
+    }
+
+    pub async fn spec(&self, id: &str) -> Result<Option<DebateSpec>> {
+        let raw: Option<String> = redis::cmd("GET")
+            .arg(key(id, "spec"))
+            .query_async(&mut self.conn())
+            .await?;
+        raw.map(|r| {
+            serde_json::from_str(&r).map_err(|source| RedisStoreError::Decode {
+                what: format!("the spec of {id}"),
+                source,
+            })
+        })
+        .transpose()
+    }
+
+    pub async fn state(&self, id: &str) -> Result<Option<Checkpoint>> {
+        let (version, raw): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+            .arg(key(id, "state"))
+            .arg("version")
+            .arg("state")
+            .query_async(&mut self.conn())
+            .await?;
+        match (version, raw) {
+            (Some(version), Some(raw)) => {
+                let state =
+                    serde_json::from_str(&raw).map_err(|source| RedisStoreError::Decode {
+                        what: format!("the state of {id}"),
+                        source,
+                    })?;
+                Ok(Some(Checkpoint { version, state }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes `state` as version `expected + 1` if the stored version is still `expected`
+    /// (0 = none stored yet). Returns the new version, or `None` when someone else wrote.
+    pub async fn save_state(&self, state: &DebateState, expected: u64) -> Result<Option<u64>> {
+        let json = serde_json::to_string(state)?;
+        let next = expected + 1;
+        let ok: i64 = Script::new(CAS_SCRIPT)
+            .key(key(&state.id, "state"))
+            .arg(expected)
+            .arg(next)
+            .arg(json)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok((ok == 1).then_some(next))
+    }
+
+    /// Stores a result; a success is kept only if none was stored for the task (first
+    /// result wins). Returns true when this call stored it.
+    pub async fn put_result(&self, result: &TaskResult) -> Result<bool> {
+        let json = serde_json::to_string(result)?;
+        let set: i64 = redis::cmd("HSETNX")
+            .arg(key(&result.debate_id, "results"))
+            .arg(result_field(result))
+            .arg(json)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(set == 1)
+    }
+
+    /// The successful result of a task, if one is stored.
+    pub async fn ok_result(&self, debate_id: &str, task_id: &str) -> Result<Option<TaskResult>> {
+        self.field(debate_id, task_id).await
+    }
+
+    /// The result of one attempt: the success if any, else that attempt's failure.
+    pub async fn result_of(
+        &self,
+        debate_id: &str,
+        task_id: &str,
+        attempt: u32,
+    ) -> Result<Option<TaskResult>> {
+        if let Some(r) = self.field(debate_id, task_id).await? {
+            return Ok(Some(r));
+        }
+        self.field(debate_id, &format!("{task_id}#{attempt}")).await
+    }
+
+    async fn field(&self, debate_id: &str, field: &str) -> Result<Option<TaskResult>> {
+        let raw: Option<String> = redis::cmd("HGET")
+            .arg(key(debate_id, "results"))
+            .arg(field)
+            .query_async(&mut self.conn())
+            .await?;
+        raw.map(|r| {
+            serde_json::from_str(&r).map_err(|source| RedisStoreError::Decode {
+                what: format!("result {field}"),
+                source,
+            })
+        })
+        .transpose()
+    }
+
+    /// Every stored result of a debate, by field (see [`result_field`]). Undecodable
+    /// entries are skipped with a warning.
+    pub async fn results(&self, debate_id: &str) -> Result<HashMap<String, TaskResult>> {
+        let raw: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(key(debate_id, "results"))
+            .query_async(&mut self.conn())
+            .await?;
+        let mut out = HashMap::with_capacity(raw.len());
+        for (field, json) in raw {
+            match serde_json::from_str(&json) {
+                Ok(r) => {
+                    out.insert(field, r);
+                }
+                Err(e) => {
+                    tracing::warn!(debate_id, field, error = %e, "skipping undecodable result")
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes the lease if it is free. Returns true when `owner` now holds it.
+    pub async fn acquire_lease(&self, id: &str, owner: &str, ttl_ms: u64) -> Result<bool> {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key(id, "lease"))
+            .arg(owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(set.is_some())
+    }
+
+    /// Extends the lease if `owner` still holds it; false means it was lost.
+    pub async fn renew_lease(&self, id: &str, owner: &str, ttl_ms: u64) -> Result<bool> {
+        let ok: i64 = Script::new(RENEW_SCRIPT)
+            .key(key(id, "lease"))
+            .arg(owner)
+            .arg(ttl_ms)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(ok == 1)
+    }
+
+    /// Gives the lease up if `owner` holds it.
+    pub async fn release_lease(&self, id: &str, owner: &str) -> Result<bool> {
+        let ok: i64 = Script::new(RELEASE_SCRIPT)
+            .key(key(id, "lease"))
+            .arg(owner)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(ok == 1)
+    }
+
+    pub async fn lease_owner(&self, id: &str) -> Result<Option<String>> {
+        Ok(redis::cmd("GET")
+            .arg(key(id, "lease"))
+            .query_async(&mut self.conn())
+            .await?)
+    }
+
+    pub async fn mark_running(&self, id: &str) -> Result<()> {
+        let _: i64 = redis::cmd("SADD")
+            .arg(RUNNING)
+            .arg(id)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn unmark_running(&self, id: &str) -> Result<()> {
+        let _: i64 = redis::cmd("SREM")
+            .arg(RUNNING)
+            .arg(id)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn running(&self) -> Result<Vec<String>> {
+        Ok(redis::cmd("SMEMBERS")
+            .arg(RUNNING)
+            .query_async(&mut self.conn())
+            .await?)
+    }
+
+    /// Binds an idempotency key to `id` unless it is bound already; returns the debate id
+    /// the key is bound to (either `id` or the earlier one).
+    pub async fn bind_idempotency_key(&self, idem: &str, id: &str) -> Result<String> {
+        let k = format!("parley:idem:{idem}");
+        let set: Option<String> = redis::cmd("SET")
+            .arg(&k)
+            .arg(id)
+            .arg("NX")
+            .arg("EX")
+            .arg(IDEMPOTENCY_TTL_SECS)
+            .query_async(&mut self.conn())
+            .await?;
+        if set.is_some() {
+            return Ok(id.to_string());
+        }
+        let existing: Option<String> = redis::cmd("GET")
+            .arg(&k)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(existing.unwrap_or_else(|| id.to_string()))
+    }
+}

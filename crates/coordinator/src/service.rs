@@ -1,0 +1,470 @@
+//! The coordinator as a NATS service.
+//!
+//! - `parley.debates.submit|status|retry|cancel`: request/reply, queue group
+//!   `parley-coordinators` (one replica answers each request).
+//! - `parley.results.>`: every replica listens; a notification goes to the local actor of
+//!   that debate, if any.
+//! - `parley.control.<id>.<retry|cancel>`: every replica listens; only the owner of the
+//!   debate answers. A replica that receives a user's retry/cancel for a debate another
+//!   replica owns forwards it here.
+//! - A scan on start-up and every [`CoordinatorConfig::scan_every`] adopts the debates of
+//!   `parley:running` whose lease is free (a crashed or stopped replica's debates).
+//!
+//! Shutdown: stop answering, stop the debate actors (each releases its lease so another
+//! replica resumes the debate without waiting for the TTL), flush, exit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream;
+use bytes::Bytes;
+use chrono::Utc;
+use futures::StreamExt;
+use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
+use parley_protocol::{
+    is_valid_debate_id, limits, new_debate_id, DebateSpec, DebateStatus, SCHEMA_VERSION,
+};
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorRef};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::actor::{AdoptError, DebateMsg, Deps, Supervisor, SupervisorMsg};
+use crate::{Input, Machine, RedisStore};
+
+/// Prefix of the owner-to-owner control subjects.
+pub const CONTROL_PREFIX: &str = "parley.control";
+
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    pub nats_url: String,
+    pub redis_url: String,
+    /// Lease time-to-live: how long a crashed replica's debates wait before a takeover.
+    pub lease_ttl: Duration,
+    /// How often a debate actor renews its lease and polls Redis for results (≤ TTL/3).
+    pub poll_every: Duration,
+    /// How often the replica looks for debates without an owner.
+    pub scan_every: Duration,
+}
+
+impl CoordinatorConfig {
+    pub fn new(nats_url: String, redis_url: String, lease_ttl: Duration) -> Self {
+        Self {
+            nats_url,
+            redis_url,
+            lease_ttl,
+            poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
+            scan_every: Duration::from_secs(2),
+        }
+    }
+}
+
+type Reply = Result<Value, ErrorReply>;
+
+fn err(code: ErrorCode, message: impl Into<String>) -> ErrorReply {
+    ErrorReply::new(code, message)
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ErrorReply {
+    err(ErrorCode::Unavailable, format!("storage unavailable: {e}"))
+}
+
+struct Service {
+    store: RedisStore,
+    nats: async_nats::Client,
+    sup: ActorRef<SupervisorMsg>,
+}
+
+/// Runs a coordinator replica until `shutdown` is cancelled.
+pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let nats = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connect(config.nats_url.as_str())
+        .await
+        .context("while connecting to NATS")?;
+    let store = RedisStore::connect(&config.redis_url)
+        .await
+        .context("while connecting to Redis")?;
+    let js = jetstream::new(nats.clone());
+    crate::streams::tasks_stream(&js)
+        .await
+        .map_err(|e| anyhow::anyhow!("while creating the tasks stream: {e}"))?;
+    crate::streams::events_stream(&js)
+        .await
+        .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
+    let owner = format!(
+        "coordinator-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    );
+    let deps = Arc::new(Deps {
+        store: store.clone(),
+        js,
+        owner: owner.clone(),
+        lease_ttl: config.lease_ttl,
+        poll_every: config.poll_every,
+    });
+    let (sup, sup_join) = Actor::spawn(None, Supervisor, deps)
+        .await
+        .context("while starting the supervisor")?;
+    let svc = Arc::new(Service {
+        store,
+        nats: nats.clone(),
+        sup: sup.clone(),
+    });
+
+    let mut loops = Vec::new();
+    for subject in [
+        subjects::SUBMIT,
+        subjects::STATUS,
+        subjects::RETRY,
+        subjects::CANCEL,
+    ] {
+        let sub = nats
+            .queue_subscribe(subject, subjects::COORDINATOR_QUEUE.into())
+            .await
+            .with_context(|| format!("while subscribing to {subject}"))?;
+        loops.push(tokio::spawn(serve(svc.clone(), sub)));
+    }
+    let results = nats
+        .subscribe(format!("{}.>", subjects::RESULTS_PREFIX))
+        .await
+        .context("while subscribing to results")?;
+    loops.push(tokio::spawn(route_results(svc.clone(), results)));
+    let control = nats
+        .subscribe(format!("{CONTROL_PREFIX}.>"))
+        .await
+        .context("while subscribing to control")?;
+    loops.push(tokio::spawn(serve(svc.clone(), control)));
+    loops.push(tokio::spawn(scan(svc.clone(), config.scan_every)));
+    nats.flush().await.context("while flushing subscriptions")?;
+    tracing::info!(owner = %owner, "coordinator ready");
+
+    shutdown.cancelled().await;
+    tracing::info!("coordinator stopping");
+    for l in &loops {
+        l.abort();
+    }
+    sup.stop(Some("shutdown".into()));
+    let _ = tokio::time::timeout(Duration::from_secs(10), sup_join).await;
+    let _ = nats.flush().await;
+    tracing::info!("coordinator stopped");
+    Ok(())
+}
+
+async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
+    while let Some(msg) = sub.next().await {
+        let svc = svc.clone();
+        tokio::spawn(async move {
+            let Some(reply_to) = msg.reply.clone() else {
+                return;
+            };
+            let subject = msg.subject.to_string();
+            let reply = match subject.as_str() {
+                subjects::SUBMIT => Some(svc.submit(&msg.payload).await),
+                subjects::STATUS => Some(svc.status(&msg.payload).await),
+                subjects::RETRY => Some(svc.user_command(&msg.payload, Command::Retry).await),
+                subjects::CANCEL => Some(svc.user_command(&msg.payload, Command::Cancel).await),
+                s => svc.control(s).await,
+            };
+            let Some(reply) = reply else { return };
+            let body = match reply {
+                Ok(v) => serde_json::to_vec(&v),
+                Err(e) => serde_json::to_vec(&e),
+            }
+            .unwrap_or_default();
+            if let Err(e) = svc.nats.publish(reply_to, body.into()).await {
+                tracing::warn!(error = %e, "cannot send a reply");
+            }
+        });
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Notification {
+    debate_id: String,
+    task_id: String,
+    attempt: u32,
+}
+
+async fn route_results(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
+    while let Some(msg) = sub.next().await {
+        let Ok(n) = serde_json::from_slice::<Notification>(&msg.payload) else {
+            tracing::warn!(subject = %msg.subject, "ignoring an undecodable result notification");
+            continue;
+        };
+        let _ = svc.sup.cast(SupervisorMsg::Route {
+            id: n.debate_id,
+            msg: DebateMsg::ResultReady {
+                task_id: n.task_id,
+                attempt: n.attempt,
+            },
+        });
+    }
+}
+
+async fn scan(svc: Arc<Service>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let ids = match svc.store.running().await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list running debates");
+                continue;
+            }
+        };
+        for id in ids {
+            if svc.actor(&id).await.is_some() {
+                continue;
+            }
+            match svc.adopt(&id, None).await {
+                Ok(()) => tracing::info!(debate = %id, "took over a debate without an owner"),
+                Err(AdoptError::OwnedElsewhere) => {}
+                Err(e) => tracing::warn!(debate = %id, error = %e, "cannot take over a debate"),
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Command {
+    Retry,
+    Cancel,
+}
+
+impl Command {
+    fn as_str(self) -> &'static str {
+        match self {
+            Command::Retry => "retry",
+            Command::Cancel => "cancel",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DebateRef {
+    debate_id: String,
+}
+
+fn debate_ref(payload: &[u8]) -> Result<String, ErrorReply> {
+    let v: Value = serde_json::from_slice(payload)
+        .map_err(|e| err(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
+    let r: DebateRef = serde_json::from_value(v).map_err(|e| {
+        err(
+            ErrorCode::InvalidRequest,
+            format!("expected {{\"debateId\": ...}}: {e}"),
+        )
+    })?;
+    if !is_valid_debate_id(&r.debate_id) {
+        return Err(err(
+            ErrorCode::InvalidRequest,
+            format!("debateId: {:?} is not a debate id", r.debate_id),
+        ));
+    }
+    Ok(r.debate_id)
+}
+
+impl Service {
+    async fn actor(&self, id: &str) -> Option<ActorRef<DebateMsg>> {
+        let id = id.to_string();
+        match self
+            .sup
+            .call(
+                |reply| SupervisorMsg::Get { id, reply },
+                Some(Duration::from_secs(5)),
+            )
+            .await
+        {
+            Ok(CallResult::Success(a)) => a,
+            _ => None,
+        }
+    }
+
+    async fn adopt(&self, id: &str, follow_up: Option<Input>) -> Result<(), AdoptError> {
+        let id = id.to_string();
+        match self
+            .sup
+            .call(
+                |reply| SupervisorMsg::Adopt {
+                    id,
+                    follow_up,
+                    reply,
+                },
+                Some(Duration::from_secs(10)),
+            )
+            .await
+        {
+            Ok(CallResult::Success(r)) => r,
+            Ok(_) => Err(AdoptError::Failed("the supervisor did not answer".into())),
+            Err(e) => Err(AdoptError::Failed(e.to_string())),
+        }
+    }
+
+    async fn submit(&self, payload: &[u8]) -> Reply {
+        if payload.len() > limits::MAX_SUBMISSION_BYTES {
+            return Err(err(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "submission is {} bytes, the limit is {}",
+                    payload.len(),
+                    limits::MAX_SUBMISSION_BYTES
+                ),
+            ));
+        }
+        let v: Value = serde_json::from_slice(payload)
+            .map_err(|e| err(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
+        if let Some(sv) = v.get("schemaVersion") {
+            if sv.as_u64() != Some(u64::from(SCHEMA_VERSION)) {
+                return Err(err(
+                    ErrorCode::UnsupportedSchemaVersion,
+                    format!("schemaVersion: unsupported {sv} (this build speaks {SCHEMA_VERSION})"),
+                ));
+            }
+        }
+        let spec: DebateSpec = serde_json::from_value(v)
+            .map_err(|e| err(ErrorCode::InvalidRequest, format!("invalid debate: {e}")))?;
+        spec.validate()
+            .map_err(|e| err(ErrorCode::InvalidRequest, e.to_string()))?;
+
+        let now = Utc::now();
+        let mut id = new_debate_id(now);
+        if let Some(key) = &spec.idempotency_key {
+            let bound = self
+                .store
+                .bind_idempotency_key(key, &id)
+                .await
+                .map_err(unavailable)?;
+            if bound != id {
+                return Ok(json!({ "debateId": bound }));
+            }
+            id = bound;
+        }
+        self.store.put_spec(&id, &spec).await.map_err(unavailable)?;
+        let machine = Machine::new(id.clone(), spec, now);
+        self.store
+            .save_state(machine.state(), 0)
+            .await
+            .map_err(unavailable)?;
+        self.store.mark_running(&id).await.map_err(unavailable)?;
+        match self.adopt(&id, None).await {
+            // Another replica's scan may have been quicker: it runs the debate.
+            Ok(()) | Err(AdoptError::OwnedElsewhere) => {}
+            // The scan retries later.
+            Err(e) => tracing::warn!(debate = %id, error = %e, "cannot start the debate yet"),
+        }
+        tracing::info!(debate = %id, "debate accepted");
+        Ok(json!({ "debateId": id }))
+    }
+
+    async fn status(&self, payload: &[u8]) -> Reply {
+        let id = debate_ref(payload)?;
+        let cp = self.store.state(&id).await.map_err(unavailable)?;
+        let cp = cp.ok_or_else(|| err(ErrorCode::NotFound, format!("no debate {id}")))?;
+        serde_json::to_value(&cp.state).map_err(|e| err(ErrorCode::Internal, e.to_string()))
+    }
+
+    async fn user_command(&self, payload: &[u8], cmd: Command) -> Reply {
+        let id = debate_ref(payload)?;
+        let cp = self.store.state(&id).await.map_err(unavailable)?;
+        let cp = cp.ok_or_else(|| err(ErrorCode::NotFound, format!("no debate {id}")))?;
+        let status = cp.state.status;
+        match cmd {
+            Command::Retry if status != DebateStatus::Failed => {
+                return Err(err(
+                    ErrorCode::Conflict,
+                    format!(
+                        "debate {id} is {}; only a failed debate can be retried",
+                        status.as_str()
+                    ),
+                ));
+            }
+            Command::Cancel if status.is_terminal() => {
+                return Err(err(
+                    ErrorCode::Conflict,
+                    format!("debate {id} is already {}", status.as_str()),
+                ));
+            }
+            _ => {}
+        }
+        if let Some(actor) = self.actor(&id).await {
+            return ask(&actor, &id, cmd).await;
+        }
+        let follow_up = match cmd {
+            Command::Retry => Input::Retry,
+            Command::Cancel => Input::Cancel,
+        };
+        if cmd == Command::Retry {
+            self.store.mark_running(&id).await.map_err(unavailable)?;
+        }
+        match self.adopt(&id, Some(follow_up)).await {
+            Ok(()) => Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
+            Err(AdoptError::OwnedElsewhere) => self.forward(&id, cmd).await,
+            Err(AdoptError::Failed(e)) => Err(err(ErrorCode::Unavailable, e)),
+        }
+    }
+
+    /// Hands a user command to the replica that owns the debate.
+    async fn forward(&self, id: &str, cmd: Command) -> Reply {
+        let subject = format!("{CONTROL_PREFIX}.{id}.{}", cmd.as_str());
+        let req = self.nats.request(subject, Bytes::new());
+        match tokio::time::timeout(Duration::from_secs(10), req).await {
+            Ok(Ok(msg)) => serde_json::from_slice::<Value>(&msg.payload)
+                .map_err(|e| err(ErrorCode::Internal, e.to_string()))
+                .and_then(|v| match serde_json::from_value::<ErrorReply>(v.clone()) {
+                    Ok(e) => Err(e),
+                    Err(_) => Ok(v),
+                }),
+            _ => Err(err(
+                ErrorCode::Unavailable,
+                format!("debate {id} is owned by a replica that did not answer; try again"),
+            )),
+        }
+    }
+
+    /// `parley.control.<id>.<op>`: answered only by the owner (None = not ours, stay quiet).
+    async fn control(&self, subject: &str) -> Option<Reply> {
+        let rest = subject.strip_prefix(CONTROL_PREFIX)?.strip_prefix('.')?;
+        let (id, op) = rest.rsplit_once('.')?;
+        let cmd = match op {
+            "retry" => Command::Retry,
+            "cancel" => Command::Cancel,
+            _ => return None,
+        };
+        let actor = self.actor(id).await?;
+        Some(ask(&actor, id, cmd).await)
+    }
+}
+
+impl PartialEq for Command {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+async fn ask(actor: &ActorRef<DebateMsg>, id: &str, cmd: Command) -> Reply {
+    let r = match cmd {
+        Command::Retry => {
+            actor
+                .call(DebateMsg::Retry, Some(Duration::from_secs(10)))
+                .await
+        }
+        Command::Cancel => {
+            actor
+                .call(DebateMsg::Cancel, Some(Duration::from_secs(10)))
+                .await
+        }
+    };
+    match r {
+        Ok(CallResult::Success(Ok(()))) => Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
+        Ok(CallResult::Success(Err(e))) => Err(err(ErrorCode::Conflict, e)),
+        _ => Err(err(
+            ErrorCode::Unavailable,
+            format!("debate {id} did not answer; try again"),
+        )),
+    }
+}

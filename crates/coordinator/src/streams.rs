@@ -1,0 +1,110 @@
+//! The JetStream streams and consumers of the distributed mode, created if missing by
+//! whichever process starts first (coordinator, worker or CLI).
+//!
+//! - `PARLEY_TASKS` (`parley.tasks.>`): work-queue retention, a message is removed once a
+//!   worker acks it; 2 minute duplicate window for `Nats-Msg-Id`.
+//! - `PARLEY_EVENTS` (`parley.debates.*.events`): limits retention (7 days), replayable.
+//! - Durable pull consumers `agent-workers` / `judge-workers` on the tasks stream: explicit
+//!   ack, [`ACK_WAIT`], [`MAX_DELIVER`].
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use parley_protocol::{subjects, WorkerKind};
+
+/// How long a worker may hold a task without acking or sending progress.
+pub const ACK_WAIT: Duration = Duration::from_secs(30);
+/// Deliveries of one task message before JetStream gives up on it.
+pub const MAX_DELIVER: i64 = 5;
+
+pub type Error = async_nats::Error;
+
+async fn retry<T, F, Fut>(what: &str, mut f: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    // Two processes creating the same stream at once may race; the second try finds it.
+    let mut last = None;
+    for i in 0..5u64 {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                tracing::debug!(what, error = %e, "retrying JetStream setup");
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(200 * (i + 1))).await;
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| format!("cannot set up {what}").into()))
+}
+
+pub async fn tasks_stream(js: &jetstream::Context) -> Result<stream::Stream, Error> {
+    retry("the tasks stream", || async {
+        Ok(js
+            .get_or_create_stream(stream::Config {
+                name: subjects::TASKS_STREAM.into(),
+                subjects: vec!["parley.tasks.>".into()],
+                retention: stream::RetentionPolicy::WorkQueue,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await?)
+    })
+    .await
+}
+
+pub async fn events_stream(js: &jetstream::Context) -> Result<stream::Stream, Error> {
+    retry("the events stream", || async {
+        Ok(js
+            .get_or_create_stream(stream::Config {
+                name: subjects::EVENTS_STREAM.into(),
+                subjects: vec!["parley.debates.*.events".into()],
+                retention: stream::RetentionPolicy::Limits,
+                max_age: Duration::from_secs(7 * 24 * 3600),
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await?)
+    })
+    .await
+}
+
+pub fn consumer_name(kind: WorkerKind) -> &'static str {
+    match kind {
+        WorkerKind::Agent => "agent-workers",
+        WorkerKind::Judge => "judge-workers",
+    }
+}
+
+pub fn tasks_subject(kind: WorkerKind) -> &'static str {
+    match kind {
+        WorkerKind::Agent => subjects::TASKS_AGENT,
+        WorkerKind::Judge => subjects::TASKS_JUDGE,
+    }
+}
+
+/// The durable pull consumer of one worker kind.
+pub async fn task_consumer(
+    js: &jetstream::Context,
+    kind: WorkerKind,
+) -> Result<consumer::PullConsumer, Error> {
+    let stream = tasks_stream(js).await?;
+    let name = consumer_name(kind);
+    retry("the task consumer", || async {
+        Ok(stream
+            .get_or_create_consumer(
+                name,
+                consumer::pull::Config {
+                    durable_name: Some(name.into()),
+                    filter_subject: tasks_subject(kind).into(),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: ACK_WAIT,
+                    max_deliver: MAX_DELIVER,
+                    ..Default::default()
+                },
+            )
+            .await?)
+    })
+    .await
+}

@@ -1,0 +1,150 @@
+//! The Redis checkpoint store against a real redis-server.
+
+use chrono::Utc;
+use parley_coordinator::{Machine, RedisStore};
+use parley_protocol::{
+    AgentConfig, ContributionMetadata, DebateSpec, ErrorKind, TaskError, TaskOutcome, TaskOutput,
+    TaskResult, SCHEMA_VERSION,
+};
+use parley_testkit::RedisServer;
+
+fn agent(id: &str) -> AgentConfig {
+    serde_json::from_value(serde_json::json!({
+        "id": id, "name": id, "role": "architect", "model": "m", "temperature": 0.5
+    }))
+    .unwrap()
+}
+
+fn spec() -> DebateSpec {
+    DebateSpec {
+        schema_version: SCHEMA_VERSION,
+        problem: "p".into(),
+        context: None,
+        agents: vec![agent("a"), agent("b")],
+        judge: agent("j"),
+        debate: Default::default(),
+        prompt_sources: Default::default(),
+        idempotency_key: None,
+    }
+}
+
+fn result(task: &str, attempt: u32, ok: bool) -> TaskResult {
+    TaskResult {
+        schema_version: SCHEMA_VERSION,
+        task_id: task.into(),
+        debate_id: "deb-1".into(),
+        attempt,
+        worker: "w".into(),
+        outcome: if ok {
+            TaskOutcome::Ok(TaskOutput {
+                content: format!("ok {attempt}"),
+                metadata: ContributionMetadata::default(),
+                solution: None,
+                confidence: None,
+                warnings: vec![],
+            })
+        } else {
+            TaskOutcome::Error(TaskError {
+                kind: ErrorKind::Server,
+                message: "boom".into(),
+                provider: None,
+                retry_after_ms: None,
+            })
+        },
+    }
+}
+
+#[tokio::test]
+async fn spec_state_results_leases_and_idempotency() {
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+
+    // The spec is written once.
+    assert!(store.put_spec("deb-1", &spec()).await.unwrap());
+    let mut other = spec();
+    other.problem = "changed".into();
+    assert!(!store.put_spec("deb-1", &other).await.unwrap());
+    assert_eq!(store.spec("deb-1").await.unwrap().unwrap().problem, "p");
+    assert!(store.spec("deb-2").await.unwrap().is_none());
+
+    // State: compare-and-set on the version.
+    let m = Machine::new("deb-1".into(), spec(), Utc::now());
+    assert!(store.state("deb-1").await.unwrap().is_none());
+    assert_eq!(store.save_state(m.state(), 0).await.unwrap(), Some(1));
+    assert_eq!(
+        store.save_state(m.state(), 0).await.unwrap(),
+        None,
+        "stale writer refused"
+    );
+    assert_eq!(store.save_state(m.state(), 1).await.unwrap(), Some(2));
+    let cp = store.state("deb-1").await.unwrap().unwrap();
+    assert_eq!(cp.version, 2);
+    assert_eq!(&cp.state, m.state());
+
+    // Results: failures per attempt, the first success wins.
+    assert!(store.put_result(&result("t1", 1, false)).await.unwrap());
+    assert!(store.ok_result("deb-1", "t1").await.unwrap().is_none());
+    assert!(matches!(
+        store
+            .result_of("deb-1", "t1", 1)
+            .await
+            .unwrap()
+            .unwrap()
+            .outcome,
+        TaskOutcome::Error(_)
+    ));
+    assert!(store.put_result(&result("t1", 2, true)).await.unwrap());
+    assert!(
+        !store.put_result(&result("t1", 3, true)).await.unwrap(),
+        "second success dropped"
+    );
+    let r = store.ok_result("deb-1", "t1").await.unwrap().unwrap();
+    assert_eq!(r.attempt, 2);
+    assert_eq!(
+        store
+            .result_of("deb-1", "t1", 1)
+            .await
+            .unwrap()
+            .unwrap()
+            .attempt,
+        2
+    );
+    assert_eq!(store.results("deb-1").await.unwrap().len(), 2);
+
+    // Leases: only the owner renews or releases.
+    assert!(store.acquire_lease("deb-1", "c1", 60_000).await.unwrap());
+    assert!(!store.acquire_lease("deb-1", "c2", 60_000).await.unwrap());
+    assert!(!store.renew_lease("deb-1", "c2", 60_000).await.unwrap());
+    assert!(!store.release_lease("deb-1", "c2").await.unwrap());
+    assert!(store.renew_lease("deb-1", "c1", 60_000).await.unwrap());
+    assert_eq!(
+        store.lease_owner("deb-1").await.unwrap().as_deref(),
+        Some("c1")
+    );
+    assert!(store.release_lease("deb-1", "c1").await.unwrap());
+    assert!(store.acquire_lease("deb-1", "c2", 100).await.unwrap());
+    // An expired lease is free again.
+    let mut free = false;
+    for _ in 0..50 {
+        if store.acquire_lease("deb-1", "c3", 60_000).await.unwrap() {
+            free = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(free);
+
+    // Running set and idempotency keys.
+    store.mark_running("deb-1").await.unwrap();
+    store.mark_running("deb-2").await.unwrap();
+    store.unmark_running("deb-2").await.unwrap();
+    assert_eq!(store.running().await.unwrap(), vec!["deb-1".to_string()]);
+    assert_eq!(
+        store.bind_idempotency_key("k", "deb-1").await.unwrap(),
+        "deb-1"
+    );
+    assert_eq!(
+        store.bind_idempotency_key("k", "deb-9").await.unwrap(),
+        "deb-1"
+    );
+}
