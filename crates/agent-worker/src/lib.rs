@@ -4,8 +4,11 @@
 //! - [`roles`]: the built-in role prompts (architect, performance, security, testing, kiss,
 //!   generalist) and the prompt builders for each task kind.
 //! - [`execute`]: runs one [`Task`] against a provider and returns its [`TaskResult`].
+//! - [`service`]: the NATS service (`parley-agent-worker` binary): the shared consume loop of
+//!   `parley-worker` running this crate's `execute`.
 
 pub mod roles;
+pub mod service;
 
 use parley_llm::{call_for_task, task_result, ChatMessage, LlmError, Provider};
 use parley_protocol::{Task, TaskKind, TaskOutput, TaskResult};

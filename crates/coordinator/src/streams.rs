@@ -84,10 +84,12 @@ pub fn tasks_subject(kind: WorkerKind) -> &'static str {
     }
 }
 
-/// The durable pull consumer of one worker kind.
+/// The durable pull consumer of one worker kind. `ack_wait` applies when this call creates
+/// the consumer (the first worker to start decides).
 pub async fn task_consumer(
     js: &jetstream::Context,
     kind: WorkerKind,
+    ack_wait: Duration,
 ) -> Result<consumer::PullConsumer, Error> {
     let stream = tasks_stream(js).await?;
     let name = consumer_name(kind);
@@ -99,7 +101,7 @@ pub async fn task_consumer(
                     durable_name: Some(name.into()),
                     filter_subject: tasks_subject(kind).into(),
                     ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: ACK_WAIT,
+                    ack_wait,
                     max_deliver: MAX_DELIVER,
                     ..Default::default()
                 },

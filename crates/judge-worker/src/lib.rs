@@ -3,12 +3,15 @@
 //! # Layout
 //! - [`prompts`]: the judge's system prompt and the prompt for each judge task.
 //! - [`parse`]: lenient extraction of the judge's JSON replies.
+//! - [`service`]: the NATS service (`parley-judge-worker` binary): the shared consume loop of
+//!   `parley-worker` running this crate's `execute`.
 //! - [`execute`]: runs one judge [`Task`]. A synthesis or evaluation reply that is not
 //!   valid JSON is asked for once more with a stricter instruction; if that fails too, the
 //!   evaluation counts as confidence 0 and the synthesis keeps the raw text, both with a
 //!   warning.
 
 pub mod parse;
+pub mod service;
 pub mod prompts;
 
 use parley_llm::{add_usage, call_for_task, task_result, ChatMessage, LlmError, Provider};

@@ -1,0 +1,18 @@
+//! `parley-judge-worker`: consumes `parley.tasks.judge` from JetStream. See `parley_worker`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use parley_protocol::WorkerKind;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let exec = Arc::new(parley_judge_worker::service::JudgeExecutor);
+    match parley_worker::cli::main(WorkerKind::Judge, exec).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

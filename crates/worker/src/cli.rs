@@ -1,0 +1,104 @@
+//! Flags of the worker binaries and their `main`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use parley_protocol::WorkerKind;
+use tokio_util::sync::CancellationToken;
+
+use crate::{TaskExecutor, WorkerConfig};
+
+#[derive(Parser, Debug)]
+pub struct WorkerArgs {
+    /// NATS server URL.
+    #[arg(long, env = "PARLEY_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// Redis URL.
+    #[arg(long, env = "PARLEY_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// Debate configuration JSON; its `baseUrl` is the default OpenAI-compatible endpoint.
+    #[arg(long, env = "PARLEY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Tasks run at once.
+    #[arg(long, env = "PARLEY_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: usize,
+    /// Seconds in-flight tasks may run after SIGTERM / ctrl-c.
+    #[arg(long, env = "PARLEY_DRAIN_SECS", default_value_t = 20)]
+    pub drain_secs: u64,
+    /// JetStream ack wait of the task consumer in seconds (used when this worker creates
+    /// it): how soon a crashed worker's tasks are redelivered.
+    #[arg(long, env = "PARLEY_ACK_WAIT_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub ack_wait_secs: u64,
+}
+
+/// The `baseUrl` of a debate configuration file, if it has one.
+pub fn base_url_from_config(path: &std::path::Path) -> anyhow::Result<Option<String>> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("while reading {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("while parsing {}", path.display()))?;
+    Ok(v.get("baseUrl").and_then(|b| b.as_str()).map(str::to_string))
+}
+
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PARLEY_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+}
+
+/// Cancels the token on SIGTERM or ctrl-c.
+pub fn cancel_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut term = match signal(SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    token.cancel();
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        token.cancel();
+    });
+}
+
+/// `main` of a worker binary.
+pub async fn main(kind: WorkerKind, executor: Arc<dyn TaskExecutor>) -> anyhow::Result<()> {
+    let args = WorkerArgs::parse();
+    init_logging();
+    let base_url = match &args.config {
+        Some(p) => base_url_from_config(p)?,
+        None => None,
+    };
+    let config = WorkerConfig {
+        kind,
+        nats_url: args.nats_url,
+        redis_url: args.redis_url,
+        base_url,
+        concurrency: args.concurrency.max(1),
+        name: format!("{}-worker-{}", kind.as_str(), std::process::id()),
+        drain_timeout: Duration::from_secs(args.drain_secs),
+        ack_wait: Duration::from_secs(args.ack_wait_secs),
+    };
+    let token = CancellationToken::new();
+    cancel_on_signal(token.clone());
+    crate::run(config, executor, token).await
+}

@@ -1,0 +1,307 @@
+//! The NATS consume loop shared by the agent and judge workers.
+//!
+//! # Layout
+//! - [`run`]: pulls tasks of one [`WorkerKind`] from its durable JetStream consumer and runs
+//!   them through a [`TaskExecutor`], at most `concurrency` at once.
+//! - [`cli`]: the flags both worker binaries take, and their `main`.
+//!
+//! # Delivery semantics (at least once, completed work never repeated)
+//! For each task message: a task whose successful result is already in Redis is acked and
+//! skipped (no LLM call). Otherwise the worker calls the LLM, sending progress acks every
+//! [`PROGRESS_EVERY`] so JetStream does not redeliver a long call; then it writes the result
+//! to Redis (first success wins), THEN publishes a notification on
+//! `parley.results.<debateId>`, THEN acks. A crash anywhere before the ack means the message
+//! is redelivered after `ack_wait`; a crash after the Redis write means the redelivery finds
+//! the result and skips the call. A failed call is a result too (an error outcome the
+//! coordinator applies its retry policy to). If the worker cannot run a task at all (Redis
+//! unavailable, a panic), it naks it; on the last delivery it writes an error result instead
+//! so the coordinator learns of it. An undecodable payload is terminated and logged.
+//!
+//! Shutdown: when the token is cancelled the loop stops pulling, in-flight tasks run to the
+//! end until the drain deadline, and those still running then are nak'ed.
+
+pub mod cli;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use async_trait::async_trait;
+use futures::StreamExt;
+use parley_coordinator::{streams, RedisStore};
+use parley_llm::{Provider, ProviderSettings, Registry};
+use parley_protocol::{
+    subjects, ErrorKind, Task, TaskError, TaskOutcome, TaskResult, WorkerKind, SCHEMA_VERSION,
+};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How often (at most) a worker tells JetStream it is still working on a task.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Runs one task against a provider: the agent or judge worker's logic.
+#[async_trait]
+pub trait TaskExecutor: Send + Sync + 'static {
+    async fn execute(&self, task: &Task, provider: &dyn Provider, worker: &str) -> TaskResult;
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub kind: WorkerKind,
+    pub nats_url: String,
+    pub redis_url: String,
+    /// Global OpenAI-compatible base URL (the debate config's `baseUrl`).
+    pub base_url: Option<String>,
+    /// Tasks run at once.
+    pub concurrency: usize,
+    /// Name recorded in results.
+    pub name: String,
+    /// How long in-flight tasks may run after shutdown was requested.
+    pub drain_timeout: Duration,
+    /// JetStream ack wait of the task consumer (when this worker creates it): how soon a
+    /// crashed worker's tasks are redelivered. Progress acks go out every third of it.
+    pub ack_wait: Duration,
+}
+
+struct Shared {
+    config: WorkerConfig,
+    store: RedisStore,
+    nats: async_nats::Client,
+    registry: Registry,
+    executor: Arc<dyn TaskExecutor>,
+    /// Cancelled when the drain deadline passes: running tasks are nak'ed.
+    hard_stop: CancellationToken,
+}
+
+/// Runs the worker until `shutdown` is cancelled and the in-flight tasks are drained.
+pub async fn run(
+    config: WorkerConfig,
+    executor: Arc<dyn TaskExecutor>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let nats = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connect(config.nats_url.as_str())
+        .await
+        .context("while connecting to NATS")?;
+    let store = RedisStore::connect(&config.redis_url)
+        .await
+        .context("while connecting to Redis")?;
+    let js = jetstream::new(nats.clone());
+    let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
+        .await
+        .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
+    let registry = Registry::new(ProviderSettings::from_env(config.base_url.clone()));
+    let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    let shared = Arc::new(Shared {
+        config,
+        store,
+        nats,
+        registry,
+        executor,
+        hard_stop: CancellationToken::new(),
+    });
+    let tracker = TaskTracker::new();
+    tracing::info!(kind = shared.config.kind.as_str(), concurrency = shared.config.concurrency, "worker ready");
+
+    while !shutdown.is_cancelled() {
+        let first = tokio::select! {
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = shutdown.cancelled() => break,
+        };
+        let mut permits = vec![first];
+        while let Ok(p) = slots.clone().try_acquire_owned() {
+            permits.push(p);
+        }
+        let batch = consumer
+            .batch()
+            .max_messages(permits.len())
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await;
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot pull tasks; retrying");
+                drop(permits);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.cancelled() => {}
+                }
+                continue;
+            }
+        };
+        // Every message of a batch gets a slot: we asked for no more than we hold.
+        while let Some(msg) = batch.next().await {
+            let msg = match msg {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!(error = %e, "pull batch ended");
+                    break;
+                }
+            };
+            let Some(permit) = permits.pop() else {
+                let _ = msg.ack_with(AckKind::Nak(None)).await;
+                continue;
+            };
+            let shared = shared.clone();
+            tracker.spawn(async move {
+                handle(&shared, msg).await;
+                drop(permit);
+            });
+        }
+    }
+    tracing::info!("worker draining");
+    tracker.close();
+    if tokio::time::timeout(shared.config.drain_timeout, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain deadline passed; giving running tasks back");
+        shared.hard_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
+    }
+    let _ = shared.nats.flush().await;
+    tracing::info!("worker stopped");
+    Ok(())
+}
+
+fn error_result(task: &Task, worker: &str, kind: ErrorKind, message: String) -> TaskResult {
+    TaskResult {
+        schema_version: SCHEMA_VERSION,
+        task_id: task.id.clone(),
+        debate_id: task.debate_id.clone(),
+        attempt: task.attempt,
+        worker: worker.to_string(),
+        outcome: TaskOutcome::Error(TaskError {
+            kind,
+            message,
+            provider: None,
+            retry_after_ms: None,
+        }),
+    }
+}
+
+async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
+    let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+    let last_delivery = delivered >= streams::MAX_DELIVER;
+    let task: Task = match serde_json::from_slice(&msg.payload) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(subject = %msg.subject, error = %e, "dropping a task message that is not a Task");
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
+    if task.schema_version != SCHEMA_VERSION {
+        tracing::error!(task = %task.id, version = task.schema_version, "dropping a task of another schema version");
+        let _ = msg.ack_with(AckKind::Term).await;
+        return;
+    }
+    let worker = shared.config.name.as_str();
+    match shared.store.ok_result(&task.debate_id, &task.id).await {
+        Ok(Some(done)) => {
+            tracing::info!(task = %task.id, "result already stored; skipping");
+            notify(shared, &done).await;
+            let _ = msg.ack().await;
+            return;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(task = %task.id, error = %e, "cannot read results; giving the task back");
+            let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(2)))).await;
+            return;
+        }
+    }
+
+    let msg = Arc::new(msg);
+    let every = PROGRESS_EVERY.min(shared.config.ack_wait / 3).max(Duration::from_millis(100));
+    let progress = {
+        let msg = msg.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let _ = msg.ack_with(AckKind::Progress).await;
+            }
+        })
+    };
+    let run = {
+        let shared = shared.clone();
+        let task = task.clone();
+        tokio::spawn(async move { execute(&shared, &task).await })
+    };
+    let outcome = tokio::select! {
+        r = run => Some(r),
+        _ = shared.hard_stop.cancelled() => None,
+    };
+    progress.abort();
+    let result = match outcome {
+        None => {
+            let _ = msg.ack_with(AckKind::Nak(None)).await;
+            return;
+        }
+        Some(Ok(r)) => r,
+        Some(Err(e)) if last_delivery => error_result(
+            &task,
+            worker,
+            ErrorKind::Internal,
+            format!("the worker could not run the task: {e}"),
+        ),
+        Some(Err(e)) => {
+            tracing::error!(task = %task.id, error = %e, "task crashed; giving it back");
+            let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            return;
+        }
+    };
+    if let Err(e) = shared.store.put_result(&result).await {
+        tracing::warn!(task = %task.id, error = %e, "cannot store the result; giving the task back");
+        let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(2)))).await;
+        return;
+    }
+    notify(shared, &result).await;
+    if let Err(e) = msg.ack().await {
+        tracing::warn!(task = %task.id, error = %e, "ack failed; the redelivery will find the stored result");
+    }
+}
+
+async fn execute(shared: &Shared, task: &Task) -> TaskResult {
+    let worker = shared.config.name.as_str();
+    let provider = match shared.registry.provider_for(&task.agent) {
+        Ok(p) => p,
+        Err(e) => return parley_llm::task_result(task, worker, Err(e)),
+    };
+    let timeout = Duration::from_millis(task.timeout_ms.max(1));
+    let started = std::time::Instant::now();
+    match tokio::time::timeout(
+        timeout,
+        shared.executor.execute(task, provider.as_ref(), worker),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(_) => error_result(
+            task,
+            worker,
+            ErrorKind::Timeout,
+            format!("task timed out after {} ms", started.elapsed().as_millis()),
+        ),
+    }
+}
+
+async fn notify(shared: &Shared, result: &TaskResult) {
+    let Ok(body) = serde_json::to_vec(result) else {
+        return;
+    };
+    if let Err(e) = shared
+        .nats
+        .publish(subjects::results_subject(&result.debate_id), body.into())
+        .await
+    {
+        // The coordinator also polls Redis for its in-flight tasks.
+        tracing::warn!(task = %result.task_id, error = %e, "cannot publish the result notification");
+    }
+}
