@@ -1,9 +1,13 @@
 //! Generation throughput of the local model, release build:
 //! `cargo bench -p parley-local`.
 //!
-//! Reports single-stream decode throughput (greedy, ~128 tokens, median of several runs)
-//! and the aggregate throughput of 3 concurrent requests on separate threads. Needs the
-//! model at `default_model_path()` (run `scripts/fetch-model.sh`).
+//! Reports single-stream throughput (greedy, 128 tokens, median of several runs), prompt
+//! processing throughput, and the aggregate throughput of 3 concurrent requests on separate
+//! threads. Needs the model at `default_model_path()` (run `scripts/fetch-model.sh`).
+//!
+//! By default each generation computes on its own thread (see
+//! `parley_local::configure_cpu_threads`); to measure candle's shared thread pool instead,
+//! run `CANDLE_NUM_THREADS=2 RAYON_NUM_THREADS=1 cargo bench -p parley-local`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,12 +50,15 @@ fn main() {
             std::process::exit(1);
         }
     };
+    let env = |var| std::env::var(var).unwrap_or_else(|_| "unset".into());
     println!(
-        "model {} loaded in {:.2}s (context {} tokens, {} threads available)",
+        "model {} loaded in {:.2}s (context {} tokens, {} cores, CANDLE_NUM_THREADS={}, RAYON_NUM_THREADS={})",
         model.model_name(),
         started.elapsed().as_secs_f64(),
         model.context_length(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
+        env("CANDLE_NUM_THREADS"),
+        env("RAYON_NUM_THREADS"),
     );
 
     // Warm-up (thread pool start, first allocations).

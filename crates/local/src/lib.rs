@@ -24,10 +24,13 @@
 //!
 //! # Speed
 //!
-//! A token costs about one multiply-add per weight (135 M), for the prompt as for the
-//! answer: candle's CPU kernel is compute-bound here, so prompt tokens (fed in one forward
-//! pass per 512-token chunk) cost about as much as generated ones. Expect roughly 25-40
-//! tokens/s per stream on one core of a 2-core server; run `cargo bench -p parley-local`.
+//! A token costs about one multiply-add per weight (135 M), and candle's Q8_0 CPU kernel is
+//! compute-bound here, so prompt tokens (fed in one forward pass per 512-token chunk) cost
+//! only somewhat less than generated ones. Measured with `cargo bench -p parley-local` on a
+//! quiet 2-core server (AMD EPYC, AVX2): 24.5 tokens/s for one stream, 49.5 tokens/s
+//! aggregate for 3 concurrent streams, 41 prompt tokens/s per stream. With candle's shared
+//! pool instead (`CANDLE_NUM_THREADS=2`): 46 tokens/s for one stream, 41 aggregate, but
+//! 2-4 tokens/s as soon as other processes compete for the cores.
 
 pub mod chat;
 pub mod model;

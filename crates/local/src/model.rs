@@ -220,12 +220,15 @@ impl LocalModel {
 ///
 /// candle sizes its CPU thread pools from these variables when a kernel first runs. Its
 /// default (one thread per core) spreads every matmul over a shared pool whose threads
-/// spin-wait for each other and take one global lock per matmul. For this model a token
-/// is ~200 small matmuls, so that only pays off on an otherwise idle machine: on a busy
-/// one (other processes, or several concurrent generations) a token waits for a
-/// descheduled pool thread at every matmul. Measured on a shared 2-core machine: 2-4
-/// tokens/s with the pool against 20-40 with one thread per generation; concurrent
-/// generations then run in parallel, one per core, instead of queueing on the pool's lock.
+/// spin-wait for each other and which runs one matmul at a time (a global lock). A token
+/// of this model is ~200 small matmuls, so the pool only pays off on an otherwise idle
+/// machine. Measured on a 2-core server: one stream ran at 46 tokens/s with the pool when
+/// the machine was quiet but at 2-4 tokens/s while other processes competed for the cores
+/// (a token then waits for a descheduled pool thread at every matmul); with one thread per
+/// generation, 24.5 tokens/s quiet and ~19 under the same competition, and 3 concurrent
+/// generations run side by side (49.5 tokens/s aggregate) instead of queueing on the lock.
+/// A dedicated, otherwise idle machine serving one stream at a time may prefer
+/// `CANDLE_NUM_THREADS=<cores>`.
 ///
 /// Set once, before the first kernel runs (the variables are read once, by candle).
 pub fn configure_cpu_threads() {
