@@ -11,6 +11,9 @@ use parley_local::{GenerateRequest, LocalModel};
 
 use crate::provider::{ChatRequest, ChatResponse, ErrorKind, LlmError, Provider};
 
+/// Repeat penalty for the small local model, which otherwise tends to loop.
+pub const REPEAT_PENALTY: f32 = 1.15;
+
 /// Generation length when the agent config sets no `maxTokens`.
 pub const DEFAULT_LOCAL_MAX_TOKENS: u32 = 256;
 
@@ -48,6 +51,8 @@ impl Provider for LocalProvider {
             temperature: req.temperature,
             top_p: 0.9,
             seed: req.seed.unwrap_or(42),
+            repeat_penalty: REPEAT_PENALTY,
+            deadline: Some(Instant::now() + req.timeout),
         };
         let model = self.model.clone();
         let started = Instant::now();
@@ -57,8 +62,19 @@ impl Provider for LocalProvider {
         )
         .await
         .map_err(|_| LlmError::new(ErrorKind::Timeout, "local", "generation timed out"))?
-        .map_err(|e| LlmError::new(ErrorKind::Internal, "local", format!("generation task: {e}")))?
-        .map_err(|e| LlmError::new(ErrorKind::Internal, "local", e.to_string()))?;
+        .map_err(|e| {
+            LlmError::new(
+                ErrorKind::Internal,
+                "local",
+                format!("generation task: {e}"),
+            )
+        })?
+        .map_err(|e| match e {
+            parley_local::LocalError::DeadlineExceeded => {
+                LlmError::new(ErrorKind::Timeout, "local", e.to_string())
+            }
+            e => LlmError::new(ErrorKind::Internal, "local", e.to_string()),
+        })?;
         Ok(ChatResponse {
             text: out.text.trim().to_string(),
             prompt_tokens: out.prompt_tokens as u64,

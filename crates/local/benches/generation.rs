@@ -32,6 +32,7 @@ fn request(seed: u64) -> GenerateRequest {
         temperature: 0.0,
         top_p: 1.0,
         seed,
+        ..Default::default()
     }
 }
 

@@ -104,4 +104,7 @@ pub enum LocalError {
     /// The forward pass or sampling failed.
     #[error("local model inference failed: {0}")]
     Inference(String),
+    /// The request's deadline passed before generation finished.
+    #[error("local generation stopped: deadline exceeded")]
+    DeadlineExceeded,
 }

@@ -35,6 +35,29 @@ pub struct GenerateRequest {
     pub top_p: f64,
     /// Seed of the sampler; the same request with the same seed gives the same text.
     pub seed: u64,
+    /// Penalty applied to the logits of tokens among the last [`REPEAT_WINDOW`] generated
+    /// ones (1.0 = off). Small models loop without it.
+    pub repeat_penalty: f32,
+    /// Stop generating (with [`LocalError::DeadlineExceeded`]) once this instant passes, so
+    /// a caller that timed out does not leave a generation burning a core.
+    pub deadline: Option<Instant>,
+}
+
+/// How many recent tokens the repeat penalty looks at.
+pub const REPEAT_WINDOW: usize = 64;
+
+impl Default for GenerateRequest {
+    fn default() -> Self {
+        Self {
+            messages: Vec::new(),
+            max_tokens: 256,
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 0,
+            repeat_penalty: 1.0,
+            deadline: None,
+        }
+    }
 }
 
 /// The result of one generation.
@@ -185,7 +208,19 @@ impl LocalModel {
             }
             let prefilled = Instant::now();
             let mut sampler = LogitsProcessor::from_sampling(req.seed, sampling);
-            while let Some(l) = logits.take() {
+            while let Some(mut l) = logits.take() {
+                if req.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(LocalError::DeadlineExceeded);
+                }
+                if req.repeat_penalty != 1.0 && !completion.is_empty() {
+                    let recent = &completion[completion.len().saturating_sub(REPEAT_WINDOW)..];
+                    l = candle_transformers::utils::apply_repeat_penalty(
+                        &l,
+                        req.repeat_penalty,
+                        recent,
+                    )
+                    .map_err(inference)?;
+                }
                 let next = sampler.sample(&l).map_err(inference)?;
                 if self.stop.get(next as usize).copied().unwrap_or(true) {
                     break;
@@ -385,7 +420,7 @@ mod tests {
             max_tokens: 1,
             temperature,
             top_p,
-            seed: 0,
+            ..Default::default()
         };
         assert!(matches!(sampling(&req(0.0, 0.9)), Ok(Sampling::ArgMax)));
         assert!(matches!(

@@ -36,7 +36,7 @@ fn greedy(messages: Vec<ChatMessage>, max_tokens: usize) -> GenerateRequest {
         max_tokens,
         temperature: 0.0,
         top_p: 1.0,
-        seed: 0,
+        ..Default::default()
     }
 }
 
