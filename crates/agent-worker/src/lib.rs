@@ -22,14 +22,24 @@ pub async fn execute(task: &Task, provider: &dyn Provider, worker: &str) -> Task
 
 async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmError> {
     let messages = build_messages(task).map_err(|m| {
-        LlmError::new(parley_protocol::ErrorKind::InvalidRequest, provider.name(), m)
+        LlmError::new(
+            parley_protocol::ErrorKind::InvalidRequest,
+            provider.name(),
+            m,
+        )
     })?;
     let (content, metadata) = call_for_task(provider, task, messages).await?;
     let content = match (task.kind, task.input.max_length) {
         (TaskKind::Summarize, Some(max)) => content.chars().take(max).collect(),
         _ => content,
     };
-    Ok(TaskOutput { content, metadata, solution: None, confidence: None, warnings: Vec::new() })
+    Ok(TaskOutput {
+        content,
+        metadata,
+        solution: None,
+        confidence: None,
+        warnings: Vec::new(),
+    })
 }
 
 /// The chat messages for an agent task; an error names what the task lacks.
@@ -43,19 +53,44 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
         .unwrap_or_else(|| prompts.system.to_string());
     let i = &task.input;
     let user = match task.kind {
-        TaskKind::Propose => roles::propose(prompts, &task.problem, task.context.as_deref(), i.history.as_deref()),
+        TaskKind::Propose => roles::propose(
+            prompts,
+            &task.problem,
+            task.context.as_deref(),
+            i.history.as_deref(),
+        ),
         TaskKind::Critique => {
-            let p = i.proposal.as_ref().ok_or("critique task without the proposal to critique")?;
+            let p = i
+                .proposal
+                .as_ref()
+                .ok_or("critique task without the proposal to critique")?;
             roles::critique(prompts, &task.problem, p, i.history.as_deref())
         }
         TaskKind::Refine => {
-            let p = i.proposal.as_ref().ok_or("refine task without the agent's proposal")?;
-            roles::refine(prompts, &task.problem, p, &i.critiques, i.history.as_deref())
+            let p = i
+                .proposal
+                .as_ref()
+                .ok_or("refine task without the agent's proposal")?;
+            roles::refine(
+                prompts,
+                &task.problem,
+                p,
+                &i.critiques,
+                i.history.as_deref(),
+            )
         }
         TaskKind::Summarize => {
-            let t = i.transcript.as_deref().ok_or("summarize task without history")?;
+            let t = i
+                .transcript
+                .as_deref()
+                .ok_or("summarize task without history")?;
             let max = i.max_length.unwrap_or(2500);
-            match task.agent.summary_prompt.as_deref().filter(|s| !s.trim().is_empty()) {
+            match task
+                .agent
+                .summary_prompt
+                .as_deref()
+                .filter(|s| !s.trim().is_empty())
+            {
                 Some(custom) => format!("{custom}\n\nKeep it under {max} characters.\n\n{t}"),
                 None => roles::summarize(prompts, t, max),
             }

@@ -81,7 +81,12 @@ fn history_block(history: Option<&str>) -> String {
     }
 }
 
-pub fn propose(p: &RolePrompts, problem: &str, context: Option<&str>, history: Option<&str>) -> String {
+pub fn propose(
+    p: &RolePrompts,
+    problem: &str,
+    context: Option<&str>,
+    history: Option<&str>,
+) -> String {
     format!(
         "{}{}\nPropose a solution from the perspective of {}. Give the key components, how they \
 work together, and the main risks. Use short sections and bullet points.",
@@ -91,7 +96,12 @@ work together, and the main risks. Use short sections and bullet points.",
     )
 }
 
-pub fn critique(p: &RolePrompts, problem: &str, proposal: &PeerText, history: Option<&str>) -> String {
+pub fn critique(
+    p: &RolePrompts,
+    problem: &str,
+    proposal: &PeerText,
+    history: Option<&str>,
+) -> String {
     format!(
         "{}{}\nHere is the proposal of {} ({}):\n{}\n\nCritique it from the perspective of {}. \
 List its strengths, its weaknesses, and specific improvements.",
@@ -113,7 +123,10 @@ pub fn refine(
 ) -> String {
     let mut crit = String::new();
     for c in critiques {
-        crit.push_str(&format!("\nCritique from {} ({}):\n{}\n", c.agent_id, c.agent_role, c.content));
+        crit.push_str(&format!(
+            "\nCritique from {} ({}):\n{}\n",
+            c.agent_id, c.agent_role, c.content
+        ));
     }
     if crit.is_empty() {
         crit.push_str("\n(No critiques were received.)\n");
@@ -152,10 +165,22 @@ mod tests {
 
     #[test]
     fn refine_lists_each_critique() {
-        let own = PeerText { agent_id: "a".into(), agent_role: "architect".into(), content: "P".into() };
+        let own = PeerText {
+            agent_id: "a".into(),
+            agent_role: "architect".into(),
+            content: "P".into(),
+        };
         let cs = vec![
-            PeerText { agent_id: "b".into(), agent_role: "security".into(), content: "C1".into() },
-            PeerText { agent_id: "c".into(), agent_role: "kiss".into(), content: "C2".into() },
+            PeerText {
+                agent_id: "b".into(),
+                agent_role: "security".into(),
+                content: "C1".into(),
+            },
+            PeerText {
+                agent_id: "c".into(),
+                agent_role: "kiss".into(),
+                content: "C2".into(),
+            },
         ];
         let s = refine(&ARCHITECT, "prob", &own, &cs, None);
         assert!(s.contains("Critique from b (security):\nC1"));

@@ -49,28 +49,47 @@ fn critical_path_ms(state: &DebateState) -> u64 {
     for rd in &state.rounds {
         let r = rd.round_number;
         let get = |f: &HashMap<_, u64>, k: ContributionType, a: &str, t: Option<&str>| {
-            f.get(&(r, k, a.to_string(), t.map(String::from))).copied().unwrap_or(0)
+            f.get(&(r, k, a.to_string(), t.map(String::from)))
+                .copied()
+                .unwrap_or(0)
         };
         for a in &agents {
-            let p = rd.find(ContributionType::Proposal, a, None).expect("proposal");
+            let p = rd
+                .find(ContributionType::Proposal, a, None)
+                .expect("proposal");
             let start = if r == 1 {
                 0
             } else {
                 finish[&(r - 1, ContributionType::Refinement, a.clone(), None)]
             };
-            finish.insert((r, ContributionType::Proposal, a.clone(), None), start + p.metadata.latency_ms);
+            finish.insert(
+                (r, ContributionType::Proposal, a.clone(), None),
+                start + p.metadata.latency_ms,
+            );
         }
-        for c in rd.contributions.iter().filter(|c| c.kind == ContributionType::Critique) {
+        for c in rd
+            .contributions
+            .iter()
+            .filter(|c| c.kind == ContributionType::Critique)
+        {
             let t = c.target_agent_id.clone().expect("target");
             // The critic's prompt carries its own history, which ends with its previous
             // refinement: a real data edge from round r-1.
             let own_history = if r == 1 {
                 0
             } else {
-                finish[&(r - 1, ContributionType::Refinement, c.agent_id.clone(), None)]
+                finish[&(
+                    r - 1,
+                    ContributionType::Refinement,
+                    c.agent_id.clone(),
+                    None,
+                )]
             };
             let start = get(&finish, ContributionType::Proposal, &t, None).max(own_history);
-            finish.insert((r, ContributionType::Critique, c.agent_id.clone(), Some(t)), start + c.metadata.latency_ms);
+            finish.insert(
+                (r, ContributionType::Critique, c.agent_id.clone(), Some(t)),
+                start + c.metadata.latency_ms,
+            );
         }
         for a in &agents {
             let own = get(&finish, ContributionType::Proposal, a, None);
@@ -80,13 +99,18 @@ fn critical_path_ms(state: &DebateState) -> u64 {
                 .map(|k| get(&finish, ContributionType::Critique, k, Some(a)))
                 .max()
                 .unwrap_or(0);
-            let c = rd.find(ContributionType::Refinement, a, None).expect("refinement");
+            let c = rd
+                .find(ContributionType::Refinement, a, None)
+                .expect("refinement");
             let f = own.max(crit) + c.metadata.latency_ms;
             finish.insert((r, ContributionType::Refinement, a.clone(), None), f);
             last = last.max(f);
         }
     }
-    last + state.synthesis_metadata.as_ref().map_or(0, |m| m.latency_ms)
+    last + state
+        .synthesis_metadata
+        .as_ref()
+        .map_or(0, |m| m.latency_ms)
 }
 
 async fn one(latency: Latency, label: &str, runs: usize) {
@@ -96,16 +120,27 @@ async fn one(latency: Latency, label: &str, runs: usize) {
     for _ in 0..runs {
         let registry = Arc::new(Registry::new(ProviderSettings::default()));
         let runner = Arc::new(EmbeddedRunner { registry });
-        let machine = Machine::new(parley_protocol::new_debate_id(Utc::now()), spec(&fake.base_url()), Utc::now());
+        let machine = Machine::new(
+            parley_protocol::new_debate_id(Utc::now()),
+            spec(&fake.base_url()),
+            Utc::now(),
+        );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move { while rx.recv().await.is_some() {} });
         let started = Instant::now();
-        let state = run_debate(machine, Input::Start, runner, None, tx).await.expect("debate");
+        let state = run_debate(machine, Input::Start, runner, None, tx)
+            .await
+            .expect("debate");
         let makespan = started.elapsed();
         assert_eq!(state.status, parley_protocol::DebateStatus::Completed);
         let cp = critical_path_ms(&state);
         let ratio = makespan.as_secs_f64() * 1000.0 / cp as f64;
-        println!("{label}: makespan {:>6.0} ms  critical path {:>6} ms  ratio {:.3}", makespan.as_secs_f64() * 1000.0, cp, ratio);
+        println!(
+            "{label}: makespan {:>6.0} ms  critical path {:>6} ms  ratio {:.3}",
+            makespan.as_secs_f64() * 1000.0,
+            cp,
+            ratio
+        );
         ratios.push(ratio);
     }
     ratios.sort_by(f64::total_cmp);
@@ -118,10 +153,21 @@ async fn one(latency: Latency, label: &str, runs: usize) {
 
 #[tokio::main]
 async fn main() {
-    let runs: usize = std::env::var("RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
-    one(Latency::Fixed(Duration::from_millis(200)), "fixed 200 ms", runs).await;
+    let runs: usize = std::env::var("RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
     one(
-        Latency::HeavyTail { p50: Duration::from_millis(200), p99: Duration::from_secs(2) },
+        Latency::Fixed(Duration::from_millis(200)),
+        "fixed 200 ms",
+        runs,
+    )
+    .await;
+    one(
+        Latency::HeavyTail {
+            p50: Duration::from_millis(200),
+            p99: Duration::from_secs(2),
+        },
         "heavy tail p50 200 ms / p99 2 s",
         runs,
     )

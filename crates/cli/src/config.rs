@@ -61,7 +61,10 @@ pub fn default_judge() -> AgentConfig {
 }
 
 pub fn default_debate() -> DebateSettings {
-    DebateSettings { rounds: 1, ..Default::default() }
+    DebateSettings {
+        rounds: 1,
+        ..Default::default()
+    }
 }
 
 /// The loaded configuration and the folder prompt paths are relative to.
@@ -73,32 +76,63 @@ pub struct LoadedConfig {
 /// Reads the config at `path` (or `./debate-config.json` when `None`).
 pub fn load(path: Option<&Path>, warn: &mut impl FnMut(String)) -> Result<LoadedConfig, CliError> {
     let explicit = path.is_some();
-    let path = path.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
-    let base_dir = path.parent().map(Path::to_path_buf).filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| PathBuf::from("."));
+    let path = path
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+    let base_dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if explicit {
-                return Err(CliError::config(format!("config file {} not found", path.display())));
+                return Err(CliError::config(format!(
+                    "config file {} not found",
+                    path.display()
+                )));
             }
-            warn(format!("config file {} not found; using built-in defaults (2 agents, 1 round)", path.display()));
-            let file = DebateConfigFile { agents: Some(default_agents()), judge: Some(default_judge()), debate: Some(default_debate()), ..Default::default() };
+            warn(format!(
+                "config file {} not found; using built-in defaults (2 agents, 1 round)",
+                path.display()
+            ));
+            let file = DebateConfigFile {
+                agents: Some(default_agents()),
+                judge: Some(default_judge()),
+                debate: Some(default_debate()),
+                ..Default::default()
+            };
             return Ok(LoadedConfig { file, base_dir });
         }
-        Err(e) => return Err(CliError::config(format!("cannot read config file {}: {e}", path.display()))),
+        Err(e) => {
+            return Err(CliError::config(format!(
+                "cannot read config file {}: {e}",
+                path.display()
+            )))
+        }
     };
     let mut file: DebateConfigFile = serde_json::from_str(&text)
         .map_err(|e| CliError::config(format!("invalid config file {}: {e}", path.display())))?;
     if file.agents.as_ref().is_none_or(|a| a.is_empty()) {
-        warn(format!("{}: no agents configured; using the built-in agents (architect, performance)", path.display()));
+        warn(format!(
+            "{}: no agents configured; using the built-in agents (architect, performance)",
+            path.display()
+        ));
         file.agents = Some(default_agents());
     }
     if file.judge.is_none() {
-        warn(format!("{}: no judge configured; using the built-in judge", path.display()));
+        warn(format!(
+            "{}: no judge configured; using the built-in judge",
+            path.display()
+        ));
         file.judge = Some(default_judge());
     }
     if file.debate.is_none() {
-        warn(format!("{}: no debate section; using the built-in debate settings (1 round, fixed)", path.display()));
+        warn(format!(
+            "{}: no debate section; using the built-in debate settings (1 round, fixed)",
+            path.display()
+        ));
         file.debate = Some(default_debate());
     }
     Ok(LoadedConfig { file, base_dir })
@@ -106,23 +140,38 @@ pub fn load(path: Option<&Path>, warn: &mut impl FnMut(String)) -> Result<Loaded
 
 /// Reads the prompt file at `rel` (relative to `base`). `None` (with a warning) when it is
 /// missing or empty.
-fn read_prompt(base: &Path, rel: &str, what: &str, warn: &mut impl FnMut(String)) -> Option<(String, String)> {
+fn read_prompt(
+    base: &Path,
+    rel: &str,
+    what: &str,
+    warn: &mut impl FnMut(String),
+) -> Option<(String, String)> {
     let path = base.join(rel);
     match std::fs::read_to_string(&path) {
         Ok(t) if !t.trim().is_empty() => Some((t, path.display().to_string())),
         Ok(_) => {
-            warn(format!("{what} file {} is empty; using the built-in prompt", path.display()));
+            warn(format!(
+                "{what} file {} is empty; using the built-in prompt",
+                path.display()
+            ));
             None
         }
         Err(e) => {
-            warn(format!("{what} file {} cannot be read ({e}); using the built-in prompt", path.display()));
+            warn(format!(
+                "{what} file {} cannot be read ({e}); using the built-in prompt",
+                path.display()
+            ));
             None
         }
     }
 }
 
 /// Resolves an agent's prompt paths into texts; returns where each came from.
-pub fn resolve_prompts(agent: &mut AgentConfig, base: &Path, warn: &mut impl FnMut(String)) -> PromptSource {
+pub fn resolve_prompts(
+    agent: &mut AgentConfig,
+    base: &Path,
+    warn: &mut impl FnMut(String),
+) -> PromptSource {
     let mut src = PromptSource {
         agent_id: agent.id.clone(),
         role: agent.role.clone(),
@@ -132,7 +181,12 @@ pub fn resolve_prompts(agent: &mut AgentConfig, base: &Path, warn: &mut impl FnM
         summary_path: None,
     };
     if let Some(rel) = agent.system_prompt_path.clone() {
-        if let Some((text, path)) = read_prompt(base, &rel, &format!("agent {}: system prompt", agent.id), warn) {
+        if let Some((text, path)) = read_prompt(
+            base,
+            &rel,
+            &format!("agent {}: system prompt", agent.id),
+            warn,
+        ) {
             agent.system_prompt = Some(text);
             src.source = "file".into();
             src.path = Some(path);
@@ -140,7 +194,12 @@ pub fn resolve_prompts(agent: &mut AgentConfig, base: &Path, warn: &mut impl FnM
     }
     if let Some(rel) = agent.summary_prompt_path.clone() {
         src.summary_source = Some("built-in".into());
-        if let Some((text, path)) = read_prompt(base, &rel, &format!("agent {}: summary prompt", agent.id), warn) {
+        if let Some((text, path)) = read_prompt(
+            base,
+            &rel,
+            &format!("agent {}: summary prompt", agent.id),
+            warn,
+        ) {
             agent.summary_prompt = Some(text);
             src.summary_source = Some("file".into());
             src.summary_path = Some(path);
@@ -170,7 +229,8 @@ pub fn build_spec(
     if let Some(roles) = &overrides.roles {
         let mut picked = Vec::new();
         for role in roles {
-            let matching: Vec<AgentConfig> = agents.iter().filter(|a| &a.role == role).cloned().collect();
+            let matching: Vec<AgentConfig> =
+                agents.iter().filter(|a| &a.role == role).cloned().collect();
             if !matching.is_empty() {
                 for mut a in matching {
                     a.enabled = Some(true);
@@ -205,15 +265,20 @@ pub fn build_spec(
         prompt_sources: sources,
         idempotency_key: None,
     };
-    spec.validate().map_err(|e| CliError::config(e.to_string()))?;
+    spec.validate()
+        .map_err(|e| CliError::config(e.to_string()))?;
     Ok(spec)
 }
 
 /// Exactly one of the positional problem and `--problem-file`.
 pub fn resolve_problem(problem: Option<String>, file: Option<&Path>) -> Result<String, CliError> {
     match (problem, file) {
-        (Some(_), Some(_)) => Err(CliError::usage("give either a PROBLEM or --problem-file, not both")),
-        (None, None) => Err(CliError::usage("no problem given: pass PROBLEM or --problem-file FILE")),
+        (Some(_), Some(_)) => Err(CliError::usage(
+            "give either a PROBLEM or --problem-file, not both",
+        )),
+        (None, None) => Err(CliError::usage(
+            "no problem given: pass PROBLEM or --problem-file FILE",
+        )),
         (Some(p), None) => {
             if p.trim().is_empty() {
                 Err(CliError::usage("the problem is empty"))
@@ -223,17 +288,26 @@ pub fn resolve_problem(problem: Option<String>, file: Option<&Path>) -> Result<S
         }
         (None, Some(f)) => {
             if f.is_dir() {
-                return Err(CliError::usage(format!("--problem-file {} is a directory, not a file", f.display())));
+                return Err(CliError::usage(format!(
+                    "--problem-file {} is a directory, not a file",
+                    f.display()
+                )));
             }
             let text = std::fs::read_to_string(f).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound {
                     CliError::usage(format!("--problem-file {} does not exist", f.display()))
                 } else {
-                    CliError::usage(format!("--problem-file {} cannot be read: {e}", f.display()))
+                    CliError::usage(format!(
+                        "--problem-file {} cannot be read: {e}",
+                        f.display()
+                    ))
                 }
             })?;
             if text.trim().is_empty() {
-                return Err(CliError::usage(format!("--problem-file {} is empty", f.display())));
+                return Err(CliError::usage(format!(
+                    "--problem-file {} is empty",
+                    f.display()
+                )));
             }
             Ok(text)
         }
@@ -277,7 +351,11 @@ mod tests {
         let cwd = std::env::current_dir().unwrap();
         let mut warnings = Vec::new();
         // Explicit path that does not exist is an error; the implicit default is a warning.
-        let e = load(Some(&dir.path().join("nope.json")), &mut |w| warnings.push(w)).err().unwrap();
+        let e = load(Some(&dir.path().join("nope.json")), &mut |w| {
+            warnings.push(w)
+        })
+        .err()
+        .unwrap();
         assert_eq!(e.code, 4);
         drop(cwd);
         let loaded = load(Some(&dir.path().join("nope.json")), &mut |_| {}).err();
@@ -293,8 +371,14 @@ mod tests {
         let loaded = load(Some(&path), &mut |w| warnings.push(w)).unwrap();
         assert_eq!(loaded.file.agents.as_ref().unwrap().len(), 2);
         assert_eq!(loaded.file.debate.as_ref().unwrap().rounds, 2);
-        assert!(warnings.iter().any(|w| w.contains("no agents")), "{warnings:?}");
-        assert!(warnings.iter().any(|w| w.contains("no judge")), "{warnings:?}");
+        assert!(
+            warnings.iter().any(|w| w.contains("no agents")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains("no judge")),
+            "{warnings:?}"
+        );
         let (_, _) = collect();
     }
 
@@ -326,32 +410,66 @@ mod tests {
         .unwrap();
         let mut warnings = Vec::new();
         let loaded = load(Some(&path), &mut |w| warnings.push(w)).unwrap();
-        let spec = build_spec(loaded, "P".into(), &Overrides::default(), &mut |w| warnings.push(w)).unwrap();
-        assert_eq!(spec.agents[0].system_prompt.as_deref(), Some("You are Arch."));
+        let spec = build_spec(loaded, "P".into(), &Overrides::default(), &mut |w| {
+            warnings.push(w)
+        })
+        .unwrap();
+        assert_eq!(
+            spec.agents[0].system_prompt.as_deref(),
+            Some("You are Arch.")
+        );
         assert_eq!(spec.agents[1].system_prompt, None);
         assert_eq!(spec.agents[2].system_prompt, None);
-        assert_eq!(spec.agents[2].summary_prompt.as_deref(), Some("You are Arch."));
+        assert_eq!(
+            spec.agents[2].summary_prompt.as_deref(),
+            Some("You are Arch.")
+        );
         let s = &spec.prompt_sources.agents;
         assert_eq!(s[0].source, "file");
         assert!(s[0].path.as_deref().unwrap().ends_with("prompts/arch.md"));
         assert_eq!(s[1].source, "built-in");
         assert_eq!(s[2].source, "built-in");
         assert_eq!(s[2].summary_source.as_deref(), Some("file"));
-        assert!(warnings.iter().any(|w| w.contains("empty.md") && w.contains("empty")), "{warnings:?}");
-        assert!(warnings.iter().any(|w| w.contains("missing.md")), "{warnings:?}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("empty.md") && w.contains("empty")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains("missing.md")),
+            "{warnings:?}"
+        );
     }
 
     #[test]
     fn agents_filter_by_role_and_rejects_unknown_roles() {
-        let loaded = LoadedConfig { file: DebateConfigFile { agents: Some(default_agents()), ..Default::default() }, base_dir: ".".into() };
-        let o = Overrides { roles: Some(vec!["performance".into(), "security".into()]), rounds: Some(2) };
+        let loaded = LoadedConfig {
+            file: DebateConfigFile {
+                agents: Some(default_agents()),
+                ..Default::default()
+            },
+            base_dir: ".".into(),
+        };
+        let o = Overrides {
+            roles: Some(vec!["performance".into(), "security".into()]),
+            rounds: Some(2),
+        };
         let spec = build_spec(loaded, "P".into(), &o, &mut |_| {}).unwrap();
         let roles: Vec<_> = spec.agents.iter().map(|a| a.role.as_str()).collect();
         assert_eq!(roles, ["performance", "security"]);
         assert_eq!(spec.debate.rounds, 2);
-        let loaded = LoadedConfig { file: DebateConfigFile::default(), base_dir: ".".into() };
-        let o = Overrides { roles: Some(vec!["astronaut".into()]), rounds: None };
-        let e = build_spec(loaded, "P".into(), &o, &mut |_| {}).err().unwrap();
+        let loaded = LoadedConfig {
+            file: DebateConfigFile::default(),
+            base_dir: ".".into(),
+        };
+        let o = Overrides {
+            roles: Some(vec!["astronaut".into()]),
+            rounds: None,
+        };
+        let e = build_spec(loaded, "P".into(), &o, &mut |_| {})
+            .err()
+            .unwrap();
         assert_eq!(e.code, 2);
         assert!(e.message.contains("astronaut"));
     }

@@ -21,8 +21,12 @@ impl TaskRunner for EmbeddedRunner {
             Err(e) => return parley_llm::task_result(&task, "embedded", Err(e)),
         };
         match task.kind.worker() {
-            WorkerKind::Agent => parley_agent_worker::execute(&task, provider.as_ref(), "embedded").await,
-            WorkerKind::Judge => parley_judge_worker::execute(&task, provider.as_ref(), "embedded").await,
+            WorkerKind::Agent => {
+                parley_agent_worker::execute(&task, provider.as_ref(), "embedded").await
+            }
+            WorkerKind::Judge => {
+                parley_judge_worker::execute(&task, provider.as_ref(), "embedded").await
+            }
         }
     }
 }

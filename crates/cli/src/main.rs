@@ -26,21 +26,37 @@ pub struct CliError {
 
 impl CliError {
     pub fn general(m: impl Into<String>) -> Self {
-        Self { code: 1, message: m.into() }
+        Self {
+            code: 1,
+            message: m.into(),
+        }
     }
     pub fn usage(m: impl Into<String>) -> Self {
-        Self { code: 2, message: m.into() }
+        Self {
+            code: 2,
+            message: m.into(),
+        }
     }
     pub fn provider(m: impl Into<String>) -> Self {
-        Self { code: 3, message: m.into() }
+        Self {
+            code: 3,
+            message: m.into(),
+        }
     }
     pub fn config(m: impl Into<String>) -> Self {
-        Self { code: 4, message: m.into() }
+        Self {
+            code: 4,
+            message: m.into(),
+        }
     }
 }
 
 #[derive(Parser, Debug)]
-#[command(name = "parley", version, about = "Multi-agent LLM debates for software design problems")]
+#[command(
+    name = "parley",
+    version,
+    about = "Multi-agent LLM debates for software design problems"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -94,11 +110,15 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PARLEY_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("PARLEY_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_target(false)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -32,7 +32,12 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
                 }
                 let _ = writeln!(err, "warning: {message}");
             }
-            EventKind::TaskFailed { task_id, error, will_retry, .. } => {
+            EventKind::TaskFailed {
+                task_id,
+                error,
+                will_retry,
+                ..
+            } => {
                 if tty {
                     let _ = write!(err, "\r\x1b[K");
                 }

@@ -25,7 +25,11 @@ pub fn solution_text(state: &DebateState) -> String {
         }
         out.push('\n');
     }
-    let _ = writeln!(out, "Confidence: {:.0}/100 (synthesized by {})", s.confidence, s.synthesized_by);
+    let _ = writeln!(
+        out,
+        "Confidence: {:.0}/100 (synthesized by {})",
+        s.confidence, s.synthesized_by
+    );
     out
 }
 
@@ -34,36 +38,90 @@ pub fn solution_text(state: &DebateState) -> String {
 pub fn markdown(spec: &DebateSpec, state: &DebateState) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Debate {}\n", state.id);
-    let _ = writeln!(md, "Status: **{}** · created {} · updated {}\n", state.status.as_str(), state.created_at.to_rfc3339(), state.updated_at.to_rfc3339());
+    let _ = writeln!(
+        md,
+        "Status: **{}** · created {} · updated {}\n",
+        state.status.as_str(),
+        state.created_at.to_rfc3339(),
+        state.updated_at.to_rfc3339()
+    );
     let _ = writeln!(md, "## Problem\n\n{}\n", state.problem.trim());
     if let Some(c) = &state.context {
         let _ = writeln!(md, "## Context\n\n{}\n", c.trim());
     }
     let _ = writeln!(md, "## Agents\n\n| id | name | role | model | temperature | prompt |\n|---|---|---|---|---|---|");
     for a in spec.active_agents() {
-        let src = state.prompt_sources.agents.iter().find(|s| s.agent_id == a.id).map(|s| s.source.as_str()).unwrap_or("built-in");
-        let _ = writeln!(md, "| {} | {} | {} | {} | {} | {} |", a.id, a.name, a.role, a.model, a.temperature, src);
+        let src = state
+            .prompt_sources
+            .agents
+            .iter()
+            .find(|s| s.agent_id == a.id)
+            .map(|s| s.source.as_str())
+            .unwrap_or("built-in");
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} |",
+            a.id, a.name, a.role, a.model, a.temperature, src
+        );
     }
     let j = &spec.judge;
-    let _ = writeln!(md, "\nJudge: {} ({}, {}, temperature {})\n", j.id, j.role, j.model, j.temperature);
+    let _ = writeln!(
+        md,
+        "\nJudge: {} ({}, {}, temperature {})\n",
+        j.id, j.role, j.model, j.temperature
+    );
     for rd in &state.rounds {
         let _ = writeln!(md, "## Round {}\n", rd.round_number);
         for (id, s) in &rd.summaries {
-            let _ = writeln!(md, "### Summary for {id}\n\n{}\n\n_{} → {} chars · {} tokens · {} ms · {}_\n", s.summary.trim(), s.metadata.before_chars, s.metadata.after_chars, s.metadata.tokens_used, s.metadata.latency_ms, s.metadata.model);
+            let _ = writeln!(
+                md,
+                "### Summary for {id}\n\n{}\n\n_{} → {} chars · {} tokens · {} ms · {}_\n",
+                s.summary.trim(),
+                s.metadata.before_chars,
+                s.metadata.after_chars,
+                s.metadata.tokens_used,
+                s.metadata.latency_ms,
+                s.metadata.model
+            );
         }
-        for kind in [ContributionType::Proposal, ContributionType::Critique, ContributionType::Refinement] {
+        for kind in [
+            ContributionType::Proposal,
+            ContributionType::Critique,
+            ContributionType::Refinement,
+        ] {
             for c in rd.contributions.iter().filter(|c| c.kind == kind) {
                 let title = match &c.target_agent_id {
-                    Some(t) => format!("{} by {} ({}) of {t}", kind.as_str(), c.agent_id, c.agent_role),
+                    Some(t) => format!(
+                        "{} by {} ({}) of {t}",
+                        kind.as_str(),
+                        c.agent_id,
+                        c.agent_role
+                    ),
                     None => format!("{} by {} ({})", kind.as_str(), c.agent_id, c.agent_role),
                 };
                 let m = &c.metadata;
-                let carried = if m.carried_over { " · carried over" } else { "" };
-                let _ = writeln!(md, "### {title}\n\n{}\n\n_{} tokens · {} ms · {}{carried}_\n", c.content.trim(), m.tokens_used, m.latency_ms, m.model);
+                let carried = if m.carried_over {
+                    " · carried over"
+                } else {
+                    ""
+                };
+                let _ = writeln!(
+                    md,
+                    "### {title}\n\n{}\n\n_{} tokens · {} ms · {}{carried}_\n",
+                    c.content.trim(),
+                    m.tokens_used,
+                    m.latency_ms,
+                    m.model
+                );
             }
         }
         if let Some(e) = &rd.evaluation {
-            let _ = writeln!(md, "### Judge evaluation\n\nConfidence {:.0}/100. {}\n", e.confidence, e.reasoning.trim());
+            let _ = writeln!(
+                md,
+                "### Judge evaluation\n\nConfidence {:.0}/100. {}\n",
+                e.confidence,
+                e.reasoning.trim()
+            );
         }
     }
     let _ = writeln!(md, "## Final solution\n");
@@ -72,13 +130,35 @@ pub fn markdown(spec: &DebateSpec, state: &DebateState) -> String {
         None => {
             let _ = writeln!(md, "_No solution: the debate {}._", state.status.as_str());
             if let Some(f) = &state.error {
-                let _ = writeln!(md, "\nFailed at {} (round {}): {}", f.node, f.round, f.message);
+                let _ = writeln!(
+                    md,
+                    "\nFailed at {} (round {}): {}",
+                    f.node, f.round, f.message
+                );
             }
         }
     }
-    let calls: usize = state.rounds.iter().map(|r| r.contributions.iter().filter(|c| !c.metadata.carried_over).count() + r.summaries.len() + usize::from(r.evaluation.is_some())).sum::<usize>()
-        + usize::from(state.final_solution.is_some()) + usize::from(state.judge_summary.is_some());
-    let _ = writeln!(md, "\n## Totals\n\n- Rounds: {}\n- LLM calls: {}\n- Tokens: {}", state.rounds.len(), calls, state.total_tokens());
+    let calls: usize = state
+        .rounds
+        .iter()
+        .map(|r| {
+            r.contributions
+                .iter()
+                .filter(|c| !c.metadata.carried_over)
+                .count()
+                + r.summaries.len()
+                + usize::from(r.evaluation.is_some())
+        })
+        .sum::<usize>()
+        + usize::from(state.final_solution.is_some())
+        + usize::from(state.judge_summary.is_some());
+    let _ = writeln!(
+        md,
+        "\n## Totals\n\n- Rounds: {}\n- LLM calls: {}\n- Tokens: {}",
+        state.rounds.len(),
+        calls,
+        state.total_tokens()
+    );
     md
 }
 
@@ -86,14 +166,32 @@ pub fn markdown(spec: &DebateSpec, state: &DebateState) -> String {
 pub fn verbose_summary(spec: &DebateSpec, state: &DebateState) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Prompt sources:");
-    for s in state.prompt_sources.agents.iter().chain(state.prompt_sources.judge.iter()) {
-        let path = s.path.as_deref().map(|p| format!(" ({p})")).unwrap_or_default();
+    for s in state
+        .prompt_sources
+        .agents
+        .iter()
+        .chain(state.prompt_sources.judge.iter())
+    {
+        let path = s
+            .path
+            .as_deref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default();
         let _ = writeln!(out, "  {} [{}]: {}{path}", s.agent_id, s.role, s.source);
     }
     for rd in &state.rounds {
-        let tokens: u64 = rd.contributions.iter().map(|c| c.metadata.tokens_used).sum();
+        let tokens: u64 = rd
+            .contributions
+            .iter()
+            .map(|c| c.metadata.tokens_used)
+            .sum();
         let latency: u64 = rd.contributions.iter().map(|c| c.metadata.latency_ms).sum();
-        let max = rd.contributions.iter().map(|c| c.metadata.latency_ms).max().unwrap_or(0);
+        let max = rd
+            .contributions
+            .iter()
+            .map(|c| c.metadata.latency_ms)
+            .max()
+            .unwrap_or(0);
         let _ = writeln!(
             out,
             "Round {}: {} contributions, {} tokens, {} ms total call latency (slowest {} ms)",
@@ -104,6 +202,11 @@ pub fn verbose_summary(spec: &DebateSpec, state: &DebateState) -> String {
             max
         );
     }
-    let _ = writeln!(out, "Total tokens: {} across {} agents", state.total_tokens(), spec.active_agents().count());
+    let _ = writeln!(
+        out,
+        "Total tokens: {} across {} agents",
+        state.total_tokens(),
+        spec.active_agents().count()
+    );
     out
 }

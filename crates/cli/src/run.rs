@@ -18,7 +18,10 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let loaded = config::load(args.config.as_deref(), &mut warn)?;
     let base_url = loaded.file.base_url.clone();
     let limits = loaded.file.providers.clone();
-    let overrides = Overrides { roles: args.agents.clone(), rounds: args.rounds };
+    let overrides = Overrides {
+        roles: args.agents.clone(),
+        rounds: args.rounds,
+    };
     let spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
 
     // Every participant's provider must be usable before anything runs.
@@ -29,7 +32,9 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     ));
     let mut uses_local = false;
     for a in spec.active_agents().chain(std::iter::once(&spec.judge)) {
-        let r = registry.resolve(a).map_err(|e| CliError::config(e.to_string()))?;
+        let r = registry
+            .resolve(a)
+            .map_err(|e| CliError::config(e.to_string()))?;
         uses_local |= r.kind == "local";
     }
     if uses_local {
@@ -51,27 +56,38 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let result = run_debate(machine, Input::Start, runner, Some(store), tx).await;
     let _ = display.await;
     let state = result.map_err(|e| CliError::general(e.to_string()))?;
-    eprintln!("Saved debate to ./debates/{}", saved.file_name().map(|f| f.to_string_lossy()).unwrap_or_default());
+    eprintln!(
+        "Saved debate to ./debates/{}",
+        saved
+            .file_name()
+            .map(|f| f.to_string_lossy())
+            .unwrap_or_default()
+    );
 
     if args.verbose {
         eprint!("{}", report::verbose_summary(&spec, &state));
     }
     if let Some(path) = &args.report {
-        std::fs::write(path, report::markdown(&spec, &state))
-            .map_err(|e| CliError::general(format!("cannot write report {}: {e}", path.display())))?;
+        std::fs::write(path, report::markdown(&spec, &state)).map_err(|e| {
+            CliError::general(format!("cannot write report {}: {e}", path.display()))
+        })?;
         eprintln!("Wrote report to {}", path.display());
     }
     match state.status {
         DebateStatus::Completed => {
             let text = report::solution_text(&state);
             if let Some(path) = &args.output {
-                let body = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+                let body = if path
+                    .extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+                {
                     serde_json::to_string_pretty(&state).unwrap_or_default()
                 } else {
                     text.clone()
                 };
-                std::fs::write(path, body)
-                    .map_err(|e| CliError::general(format!("cannot write output {}: {e}", path.display())))?;
+                std::fs::write(path, body).map_err(|e| {
+                    CliError::general(format!("cannot write output {}: {e}", path.display()))
+                })?;
                 eprintln!("Wrote output to {}", path.display());
             }
             print!("{text}");
@@ -80,7 +96,10 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         _ => {
             let err = state.error.as_ref();
             let message = match err {
-                Some(f) => format!("debate {} failed at {} (round {}): {}", state.id, f.node, f.round, f.message),
+                Some(f) => format!(
+                    "debate {} failed at {} (round {}): {}",
+                    state.id, f.node, f.round, f.message
+                ),
                 None => format!("debate {} ended {}", state.id, state.status.as_str()),
             };
             // Provider errors exit 3; a provider misconfiguration found late exits 4.
@@ -93,4 +112,3 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         }
     }
 }
-

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use parley_testkit::{Fault, FakeLlm, Match};
+use parley_testkit::{FakeLlm, Fault, Match};
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
@@ -53,7 +53,12 @@ fn saved_path(err: &str) -> String {
 }
 
 fn count(round: &Value, kind: &str) -> usize {
-    round["contributions"].as_array().unwrap().iter().filter(|c| c["type"] == kind).count()
+    round["contributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == kind)
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,17 +66,25 @@ async fn three_agents_two_rounds_against_fake_llm() {
     let fake = FakeLlm::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.base_url());
-    let out = parley(dir.path(), &["run", "Design a rate limiter for a public API"]).await;
+    let out = parley(
+        dir.path(),
+        &["run", "Design a rate limiter for a public API"],
+    )
+    .await;
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{err}");
 
     // The solution is on stdout; progress and the saved path on stderr.
     let text = stdout(&out);
-    assert!(text.contains("Fake synthesized solution"), "stdout:\n{text}");
+    assert!(
+        text.contains("Fake synthesized solution"),
+        "stdout:\n{text}"
+    );
     assert!(text.contains("Confidence: 85/100"), "stdout:\n{text}");
     assert!(err.contains("[round 1/2]"), "stderr:\n{err}");
     let saved = saved_path(&err);
-    let state: Value = serde_json::from_slice(&std::fs::read(dir.path().join(&saved)).unwrap()).unwrap();
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(&saved)).unwrap()).unwrap();
 
     let id = state["id"].as_str().unwrap();
     assert!(parley_protocol::is_valid_debate_id(id), "{id}");
@@ -79,34 +92,79 @@ async fn three_agents_two_rounds_against_fake_llm() {
     assert_eq!(state["currentRound"], 2);
     let rounds = state["rounds"].as_array().unwrap();
     assert_eq!(rounds.len(), 2);
-    assert_eq!((count(&rounds[0], "proposal"), count(&rounds[0], "critique"), count(&rounds[0], "refinement")), (3, 6, 3));
-    assert_eq!((count(&rounds[1], "proposal"), count(&rounds[1], "critique"), count(&rounds[1], "refinement")), (3, 6, 3));
-    for p in rounds[1]["contributions"].as_array().unwrap().iter().filter(|c| c["type"] == "proposal") {
+    assert_eq!(
+        (
+            count(&rounds[0], "proposal"),
+            count(&rounds[0], "critique"),
+            count(&rounds[0], "refinement")
+        ),
+        (3, 6, 3)
+    );
+    assert_eq!(
+        (
+            count(&rounds[1], "proposal"),
+            count(&rounds[1], "critique"),
+            count(&rounds[1], "refinement")
+        ),
+        (3, 6, 3)
+    );
+    for p in rounds[1]["contributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "proposal")
+    {
         assert_eq!(p["metadata"]["tokensUsed"], 0);
         assert_eq!(p["metadata"]["latencyMs"], 0);
-        let refined = rounds[0]["contributions"].as_array().unwrap().iter()
-            .find(|c| c["type"] == "refinement" && c["agentId"] == p["agentId"]).unwrap();
+        let refined = rounds[0]["contributions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "refinement" && c["agentId"] == p["agentId"])
+            .unwrap();
         assert_eq!(p["content"], refined["content"]);
     }
     for c in rounds[0]["contributions"].as_array().unwrap() {
         assert!(c["metadata"]["tokensUsed"].as_u64().unwrap() > 0);
-        assert!(c["content"].as_str().unwrap().contains("Proposal from"), "{c}");
+        assert!(
+            c["content"].as_str().unwrap().contains("Proposal from"),
+            "{c}"
+        );
     }
     let sol = &state["finalSolution"];
-    assert!(sol["description"].as_str().unwrap().contains("Fake synthesized solution"));
+    assert!(sol["description"]
+        .as_str()
+        .unwrap()
+        .contains("Fake synthesized solution"));
     assert_eq!(sol["confidence"], 85.0);
     assert_eq!(sol["synthesizedBy"], "judge-main");
 
     // What crossed the wire: 3 + 6 + 3 + 6 + 3 + 1 = 22 calls, each with its agent's model
     // and temperature, as Chat Completions to the configured base URL, with no API key.
     let reqs = fake.requests();
-    assert_eq!(reqs.len(), 22, "requests: {:?}", reqs.iter().map(|r| &r.model).collect::<Vec<_>>());
-    let expected = [("model-arch", 0.1), ("model-sec", 0.2), ("model-kiss", 0.3), ("model-judge", 0.4)];
+    assert_eq!(
+        reqs.len(),
+        22,
+        "requests: {:?}",
+        reqs.iter().map(|r| &r.model).collect::<Vec<_>>()
+    );
+    let expected = [
+        ("model-arch", 0.1),
+        ("model-sec", 0.2),
+        ("model-kiss", 0.3),
+        ("model-judge", 0.4),
+    ];
     for r in &reqs {
         assert_eq!(r.path, "/v1/chat/completions");
-        let (_, t) = expected.iter().find(|(m, _)| *m == r.model).unwrap_or_else(|| panic!("unexpected model {}", r.model));
+        let (_, t) = expected
+            .iter()
+            .find(|(m, _)| *m == r.model)
+            .unwrap_or_else(|| panic!("unexpected model {}", r.model));
         assert_eq!(r.temperature, Some(*t), "{}", r.model);
-        assert!(r.header("authorization").is_none(), "no key should be sent to a compatible server");
+        assert!(
+            r.header("authorization").is_none(),
+            "no key should be sent to a compatible server"
+        );
         let msgs = r.body["messages"].as_array().unwrap();
         assert_eq!(msgs[0]["role"], "system");
         assert!(r.prompt_text().contains("Design a rate limiter"));
@@ -126,28 +184,70 @@ async fn output_and_report_files() {
     write_config(dir.path(), &fake.base_url());
     let out = parley(
         dir.path(),
-        &["run", "Design a cache", "--rounds", "1", "--output", "state.json", "--report", "r.md", "--verbose"],
+        &[
+            "run",
+            "Design a cache",
+            "--rounds",
+            "1",
+            "--output",
+            "state.json",
+            "--report",
+            "r.md",
+            "--verbose",
+        ],
     )
     .await;
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let state: Value = serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
     assert_eq!(state["status"], "completed");
     assert_eq!(state["rounds"].as_array().unwrap().len(), 1);
     assert_eq!(fake.request_count(), 3 + 6 + 3 + 1);
     let md = std::fs::read_to_string(dir.path().join("r.md")).unwrap();
-    for needle in ["## Problem", "Design a cache", "## Agents", "agent-security", "## Round 1", "critique by agent-kiss (kiss) of agent-architect", "tokens", "## Final solution", "Fake synthesized solution", "## Totals", "LLM calls: 13"] {
+    for needle in [
+        "## Problem",
+        "Design a cache",
+        "## Agents",
+        "agent-security",
+        "## Round 1",
+        "critique by agent-kiss (kiss) of agent-architect",
+        "tokens",
+        "## Final solution",
+        "Fake synthesized solution",
+        "## Totals",
+        "LLM calls: 13",
+    ] {
         assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
     }
     // --verbose: per-round summary and prompt sources.
     assert!(err.contains("Round 1: 12 contributions"), "{err}");
-    assert!(err.contains("agent-architect [architect]: built-in"), "{err}");
+    assert!(
+        err.contains("agent-architect [architect]: built-in"),
+        "{err}"
+    );
 
     // Any other extension: the solution text.
-    let out = parley(dir.path(), &["run", "Design a cache", "--rounds", "1", "--agents", "architect,kiss", "--output", "solution.txt"]).await;
+    let out = parley(
+        dir.path(),
+        &[
+            "run",
+            "Design a cache",
+            "--rounds",
+            "1",
+            "--agents",
+            "architect,kiss",
+            "--output",
+            "solution.txt",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let txt = std::fs::read_to_string(dir.path().join("solution.txt")).unwrap();
-    assert!(txt.contains("Fake synthesized solution") && !txt.trim_start().starts_with('{'), "{txt}");
+    assert!(
+        txt.contains("Fake synthesized solution") && !txt.trim_start().starts_with('{'),
+        "{txt}"
+    );
     assert_eq!(txt, stdout(&out));
     // --agents architect,kiss: 2 proposals + 2 critiques + 2 refinements + synthesis.
     assert_eq!(fake.request_count(), 13 + 7);
@@ -162,11 +262,17 @@ async fn bad_arguments_exit_2_with_a_clear_message() {
     let cases: &[(&[&str], &str)] = &[
         (&["run"], "no problem given"),
         (&["run", "x", "--problem-file", "p.txt"], "not both"),
-        (&["run", "--problem-file", "missing.txt"], "missing.txt does not exist"),
+        (
+            &["run", "--problem-file", "missing.txt"],
+            "missing.txt does not exist",
+        ),
         (&["run", "--problem-file", "folder"], "is a directory"),
         (&["run", "--problem-file", "empty.txt"], "is empty"),
         (&["run", "x", "--rounds", "0"], "--rounds"),
-        (&["run", "x", "--agents", "astronaut"], "unknown role \"astronaut\""),
+        (
+            &["run", "x", "--agents", "astronaut"],
+            "unknown role \"astronaut\"",
+        ),
         (&["run", "x", "--bogus"], "--bogus"),
     ];
     for (args, needle) in cases {
@@ -174,7 +280,10 @@ async fn bad_arguments_exit_2_with_a_clear_message() {
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {needle:?} not in {err}");
-        assert!(!dir.path().join("debates").exists(), "{args:?} must not start a debate");
+        assert!(
+            !dir.path().join("debates").exists(),
+            "{args:?} must not start a debate"
+        );
     }
 }
 
@@ -183,14 +292,26 @@ async fn configuration_errors_exit_4() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // A typo'd key is named.
-    std::fs::write(d.join("typo.json"), r#"{"debate": {"rounds": 1, "terminationCondtion": {"type": "fixed"}}}"#).unwrap();
+    std::fs::write(
+        d.join("typo.json"),
+        r#"{"debate": {"rounds": 1, "terminationCondtion": {"type": "fixed"}}}"#,
+    )
+    .unwrap();
     let out = parley(d, &["run", "x", "--config", "typo.json"]).await;
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    assert!(stderr(&out).contains("terminationCondtion"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("terminationCondtion"),
+        "{}",
+        stderr(&out)
+    );
     // An explicit config path that does not exist.
     let out = parley(d, &["run", "x", "--config", "nope.json"]).await;
     assert_eq!(out.status.code(), Some(4));
-    assert!(stderr(&out).contains("nope.json not found"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nope.json not found"),
+        "{}",
+        stderr(&out)
+    );
     // A remote provider without its key names the variable.
     std::fs::write(d.join("openai.json"), r#"{"agents": [{"id":"a","name":"A","role":"architect","model":"gpt-4o","provider":"openai"}]}"#).unwrap();
     let out = parley(d, &["run", "x", "--config", "openai.json"]).await;
@@ -200,20 +321,31 @@ async fn configuration_errors_exit_4() {
     let out = parley(d, &["run", "x"]).await;
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("config file debate-config.json not found"), "{err}");
+    assert!(
+        err.contains("config file debate-config.json not found"),
+        "{err}"
+    );
     assert!(err.contains("scripts/fetch-model.sh"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_failures_exit_3_and_name_the_provider() {
     let fake = FakeLlm::start().await.unwrap();
-    fake.add_fault(Fault::Status { status: 401, body: r#"{"error":{"message":"Incorrect API key provided"}}"#.into(), matching: Match::Model("model-sec".into()), times: None });
+    fake.add_fault(Fault::Status {
+        status: 401,
+        body: r#"{"error":{"message":"Incorrect API key provided"}}"#.into(),
+        matching: Match::Model("model-sec".into()),
+        times: None,
+    });
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.base_url());
     let out = parley(dir.path(), &["run", "Design a cache", "--rounds", "1"]).await;
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(err.contains("openai-compatible") && err.contains("authentication failed (HTTP 401)"), "{err}");
+    assert!(
+        err.contains("openai-compatible") && err.contains("authentication failed (HTTP 401)"),
+        "{err}"
+    );
     assert!(err.contains("Incorrect API key provided"), "{err}");
     // Auth errors are not retried: the failing proposal was sent exactly once (the agent's
     // critiques of proposals that already existed may have started meanwhile).
@@ -225,7 +357,8 @@ async fn provider_failures_exit_3_and_name_the_provider() {
     assert_eq!(sec_proposals, 1);
     // The failed state is saved with the failing node.
     let saved = saved_path(&err);
-    let state: Value = serde_json::from_slice(&std::fs::read(dir.path().join(saved)).unwrap()).unwrap();
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(saved)).unwrap()).unwrap();
     assert_eq!(state["status"], "failed");
     assert_eq!(state["error"]["node"], "proposal");
     assert_eq!(state["error"]["agentId"], "agent-security");
@@ -234,8 +367,16 @@ async fn provider_failures_exit_3_and_name_the_provider() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transient_failures_are_retried() {
     let fake = FakeLlm::start().await.unwrap();
-    fake.add_fault(Fault::Status { status: 503, body: "busy".into(), matching: Match::Model("model-kiss".into()), times: Some(2) });
-    fake.add_fault(Fault::Malformed { matching: Match::Model("model-arch".into()), times: Some(1) });
+    fake.add_fault(Fault::Status {
+        status: 503,
+        body: "busy".into(),
+        matching: Match::Model("model-kiss".into()),
+        times: Some(2),
+    });
+    fake.add_fault(Fault::Malformed {
+        matching: Match::Model("model-arch".into()),
+        times: Some(1),
+    });
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.base_url());
     let out = parley(dir.path(), &["run", "Design a cache", "--rounds", "1"]).await;

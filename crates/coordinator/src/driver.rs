@@ -112,10 +112,7 @@ fn spawn_task(
                 worker: "embedded".into(),
                 outcome: TaskOutcome::Error(TaskError {
                     kind: ErrorKind::Timeout,
-                    message: format!(
-                        "task timed out after {} ms",
-                        started.elapsed().as_millis()
-                    ),
+                    message: format!("task timed out after {} ms", started.elapsed().as_millis()),
                     provider: None,
                     retry_after_ms: None,
                 }),

@@ -59,7 +59,10 @@ pub enum Input {
 pub enum Effect {
     Dispatch(Task),
     /// Feed `Input::RetryDue(task_id)` back after `delay_ms` (plus jitter).
-    ScheduleRetry { task_id: String, delay_ms: u64 },
+    ScheduleRetry {
+        task_id: String,
+        delay_ms: u64,
+    },
     Emit(DebateEvent),
 }
 
@@ -233,7 +236,11 @@ impl Machine {
             return;
         }
         let Some(planned) = self.parse_task_id(&result.task_id) else {
-            self.warn(fx, now, format!("ignored result for unknown task {}", result.task_id));
+            self.warn(
+                fx,
+                now,
+                format!("ignored result for unknown task {}", result.task_id),
+            );
             return;
         };
         if self.is_done(&planned) {
@@ -285,13 +292,7 @@ impl Machine {
     ) {
         let node = planned.kind.node();
         let policy = self.spec.debate.retry.for_node(node.as_str()).clone();
-        let base = self
-            .state
-            .engine
-            .budget_start
-            .get(id)
-            .copied()
-            .unwrap_or(0);
+        let base = self.state.engine.budget_start.get(id).copied().unwrap_or(0);
         let used = attempt.saturating_sub(base);
         let running = self.state.status == DebateStatus::Running;
         let will_retry = running && err.retryable() && used < policy.attempts;
@@ -429,7 +430,8 @@ impl Machine {
             for i in 0..self.agents.len() {
                 let agent = &self.agents[i];
                 if self.round(r).is_some_and(|rd| {
-                    rd.find(ContributionType::Proposal, &agent.id, None).is_some()
+                    rd.find(ContributionType::Proposal, &agent.id, None)
+                        .is_some()
                 }) {
                     continue;
                 }
@@ -494,9 +496,12 @@ impl Machine {
         }
         match self.termination() {
             TerminationType::Fixed => false,
-            _ => self.round(r).and_then(|rd| rd.evaluation.as_ref()).is_some_and(|e| {
-                e.confidence >= self.spec.debate.termination_condition.threshold()
-            }),
+            _ => self
+                .round(r)
+                .and_then(|rd| rd.evaluation.as_ref())
+                .is_some_and(|e| {
+                    e.confidence >= self.spec.debate.termination_condition.threshold()
+                }),
         }
     }
 
@@ -535,7 +540,12 @@ impl Machine {
                 let id = &self.agents[i].id;
                 let settled = self.summary_settled(i, r);
                 if settled == Some(false) {
-                    out.push(Planned { round: r, kind: TaskKind::Summarize, agent: Some(i), target: None });
+                    out.push(Planned {
+                        round: r,
+                        kind: TaskKind::Summarize,
+                        agent: Some(i),
+                        target: None,
+                    });
                 }
                 let has_proposal = rd.find(ContributionType::Proposal, id, None).is_some();
                 if !has_proposal {
@@ -545,7 +555,12 @@ impl Machine {
                             .and_then(|p| p.find(ContributionType::Refinement, id, None))
                             .is_some_and(|c| c.content.trim().is_empty());
                     if (r == 1 || fallback) && settled == Some(true) {
-                        out.push(Planned { round: r, kind: TaskKind::Propose, agent: Some(i), target: None });
+                        out.push(Planned {
+                            round: r,
+                            kind: TaskKind::Propose,
+                            agent: Some(i),
+                            target: None,
+                        });
                     }
                 }
                 if settled != Some(true) {
@@ -560,14 +575,28 @@ impl Machine {
                     if rd.find(ContributionType::Proposal, tid, None).is_some()
                         && rd.find(ContributionType::Critique, id, Some(tid)).is_none()
                     {
-                        out.push(Planned { round: r, kind: TaskKind::Critique, agent: Some(i), target: Some(j) });
+                        out.push(Planned {
+                            round: r,
+                            kind: TaskKind::Critique,
+                            agent: Some(i),
+                            target: Some(j),
+                        });
                     }
                 }
-                let critiques_in = (0..n)
-                    .filter(|&k| k != i)
-                    .all(|k| rd.find(ContributionType::Critique, &self.agents[k].id, Some(id)).is_some());
-                if has_proposal && critiques_in && rd.find(ContributionType::Refinement, id, None).is_none() {
-                    out.push(Planned { round: r, kind: TaskKind::Refine, agent: Some(i), target: None });
+                let critiques_in = (0..n).filter(|&k| k != i).all(|k| {
+                    rd.find(ContributionType::Critique, &self.agents[k].id, Some(id))
+                        .is_some()
+                });
+                if has_proposal
+                    && critiques_in
+                    && rd.find(ContributionType::Refinement, id, None).is_none()
+                {
+                    out.push(Planned {
+                        round: r,
+                        kind: TaskKind::Refine,
+                        agent: Some(i),
+                        target: None,
+                    });
                 }
             }
             if self.round_complete(r)
@@ -575,7 +604,12 @@ impl Machine {
                 && self.termination() != TerminationType::Fixed
                 && rd.evaluation.is_none()
             {
-                out.push(Planned { round: r, kind: TaskKind::Evaluate, agent: None, target: None });
+                out.push(Planned {
+                    round: r,
+                    kind: TaskKind::Evaluate,
+                    agent: None,
+                    target: None,
+                });
             }
         }
         // Synthesis once the final round is complete.
@@ -585,9 +619,19 @@ impl Machine {
                 && self.state.judge_summary.is_none()
                 && self.final_transcript().chars().count() > judge_sum.threshold;
             if summary_due {
-                out.push(Planned { round: rounds, kind: TaskKind::JudgeSummarize, agent: None, target: None });
+                out.push(Planned {
+                    round: rounds,
+                    kind: TaskKind::JudgeSummarize,
+                    agent: None,
+                    target: None,
+                });
             } else {
-                out.push(Planned { round: rounds, kind: TaskKind::Synthesize, agent: None, target: None });
+                out.push(Planned {
+                    round: rounds,
+                    kind: TaskKind::Synthesize,
+                    agent: None,
+                    target: None,
+                });
             }
         }
         out
@@ -600,9 +644,15 @@ impl Machine {
         let agent = p.agent.map(|i| self.agents[i].id.as_str());
         let target = p.target.map(|j| self.agents[j].id.as_str());
         match p.kind {
-            TaskKind::Propose => rd.find(ContributionType::Proposal, agent.unwrap_or(""), None).is_some(),
-            TaskKind::Critique => rd.find(ContributionType::Critique, agent.unwrap_or(""), target).is_some(),
-            TaskKind::Refine => rd.find(ContributionType::Refinement, agent.unwrap_or(""), None).is_some(),
+            TaskKind::Propose => rd
+                .find(ContributionType::Proposal, agent.unwrap_or(""), None)
+                .is_some(),
+            TaskKind::Critique => rd
+                .find(ContributionType::Critique, agent.unwrap_or(""), target)
+                .is_some(),
+            TaskKind::Refine => rd
+                .find(ContributionType::Refinement, agent.unwrap_or(""), None)
+                .is_some(),
             TaskKind::Summarize => rd.summaries.contains_key(agent.unwrap_or("")),
             TaskKind::Evaluate => rd.evaluation.is_some(),
             TaskKind::JudgeSummarize => self.state.judge_summary.is_some(),
@@ -661,7 +711,12 @@ impl Machine {
                 (Some(a), t)
             }
         };
-        Some(Planned { round, kind, agent, target })
+        Some(Planned {
+            round,
+            kind,
+            agent,
+            target,
+        })
     }
 
     /// Agent i's perspective history before round r: its proposals, the critiques it
@@ -672,7 +727,10 @@ impl Machine {
         let mut from = 1;
         for k in (1..=r).rev() {
             if let Some(s) = self.round(k).and_then(|rd| rd.summaries.get(id)) {
-                out.push_str(&format!("Summary of your earlier rounds:\n{}\n\n", s.summary));
+                out.push_str(&format!(
+                    "Summary of your earlier rounds:\n{}\n\n",
+                    s.summary
+                ));
                 from = k;
                 break;
             }
@@ -721,7 +779,10 @@ impl Machine {
                 .find(ContributionType::Refinement, &a.id, None)
                 .or_else(|| rd.find(ContributionType::Proposal, &a.id, None))
             {
-                out.push_str(&format!("### {} ({}) — round {r}\n{}\n\n", a.id, a.role, c.content));
+                out.push_str(&format!(
+                    "### {} ({}) — round {r}\n{}\n\n",
+                    a.id, a.role, c.content
+                ));
             }
         }
         out
@@ -902,7 +963,10 @@ impl Machine {
         let key = |c: &Contribution| {
             (
                 c.kind,
-                order.get(c.agent_id.as_str()).copied().unwrap_or(usize::MAX),
+                order
+                    .get(c.agent_id.as_str())
+                    .copied()
+                    .unwrap_or(usize::MAX),
                 c.target_agent_id
                     .as_deref()
                     .and_then(|t| order.get(t).copied())

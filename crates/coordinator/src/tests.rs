@@ -36,7 +36,12 @@ fn spec(n: usize, rounds: u32, termination: &str, extra: serde_json::Value) -> D
 fn ok(task: &Task, content: &str) -> TaskResult {
     let mut out = TaskOutput {
         content: content.to_string(),
-        metadata: ContributionMetadata { tokens_used: 10, latency_ms: 5, model: task.agent.model.clone(), ..Default::default() },
+        metadata: ContributionMetadata {
+            tokens_used: 10,
+            latency_ms: 5,
+            model: task.agent.model.clone(),
+            ..Default::default()
+        },
         solution: None,
         confidence: None,
         warnings: vec![],
@@ -71,7 +76,12 @@ fn result(task: &Task, outcome: TaskOutcome) -> TaskResult {
 fn fail(task: &Task, kind: ErrorKind) -> TaskResult {
     result(
         task,
-        TaskOutcome::Error(TaskError { kind, message: format!("boom {}", task.id), provider: Some("fake".into()), retry_after_ms: None }),
+        TaskOutcome::Error(TaskError {
+            kind,
+            message: format!("boom {}", task.id),
+            provider: Some("fake".into()),
+            retry_after_ms: None,
+        }),
     )
 }
 
@@ -87,7 +97,13 @@ struct Run {
 
 impl Run {
     fn new(spec: DebateSpec) -> Self {
-        Self { machine: Machine::new("deb-20260102-030405-abcdef".into(), spec, now()), tasks: vec![], events: vec![], retries: vec![], queue: VecDeque::new() }
+        Self {
+            machine: Machine::new("deb-20260102-030405-abcdef".into(), spec, now()),
+            tasks: vec![],
+            events: vec![],
+            retries: vec![],
+            queue: VecDeque::new(),
+        }
     }
     fn apply(&mut self, input: Input) {
         for fx in self.machine.handle(input, now()) {
@@ -97,7 +113,9 @@ impl Run {
                     self.queue.push_back(t);
                 }
                 Effect::Emit(e) => self.events.push(e),
-                Effect::ScheduleRetry { task_id, delay_ms } => self.retries.push((task_id, delay_ms)),
+                Effect::ScheduleRetry { task_id, delay_ms } => {
+                    self.retries.push((task_id, delay_ms))
+                }
             }
         }
     }
@@ -165,7 +183,16 @@ fn nodes_are_entered_in_graph_order() {
         (1, Refinement),
     ];
     assert_eq!(&nodes[..6], &expected_prefix);
-    for n in [(1, Evaluation), (2, RoundManager), (2, Proposal), (2, Critique), (2, Refinement), (2, Evaluation), (2, Synthesis), (2, Completed)] {
+    for n in [
+        (1, Evaluation),
+        (2, RoundManager),
+        (2, Proposal),
+        (2, Critique),
+        (2, Refinement),
+        (2, Evaluation),
+        (2, Synthesis),
+        (2, Completed),
+    ] {
         assert!(nodes.contains(&n), "missing {n:?} in {nodes:?}");
     }
     let pos = |n| nodes.iter().position(|x| *x == n).unwrap();
@@ -178,14 +205,21 @@ fn round_two_proposals_carry_over_refinements() {
     let r = Run::run_ok(spec(3, 2, "fixed", json!({})));
     let s = r.machine.state();
     for a in ["a0", "a1", "a2"] {
-        let refined = s.rounds[0].find(ContributionType::Refinement, a, None).unwrap();
-        let carried = s.rounds[1].find(ContributionType::Proposal, a, None).unwrap();
+        let refined = s.rounds[0]
+            .find(ContributionType::Refinement, a, None)
+            .unwrap();
+        let carried = s.rounds[1]
+            .find(ContributionType::Proposal, a, None)
+            .unwrap();
         assert_eq!(carried.content, refined.content);
         assert_eq!(carried.metadata.tokens_used, 0);
         assert_eq!(carried.metadata.latency_ms, 0);
         assert!(carried.metadata.carried_over);
     }
-    assert!(r.tasks.iter().all(|t| !(t.kind == TaskKind::Propose && t.round == 2)));
+    assert!(r
+        .tasks
+        .iter()
+        .all(|t| !(t.kind == TaskKind::Propose && t.round == 2)));
 }
 
 #[test]
@@ -193,17 +227,44 @@ fn empty_refinement_falls_back_to_an_llm_proposal_with_a_warning() {
     let mut r = Run::new(spec(2, 2, "fixed", json!({})));
     r.apply(Input::Start);
     r.drain(|t| {
-        let text = if t.kind == TaskKind::Refine && t.round == 1 && t.agent.id == "a0" { "  " } else { "x" };
+        let text = if t.kind == TaskKind::Refine && t.round == 1 && t.agent.id == "a0" {
+            "  "
+        } else {
+            "x"
+        };
         Some(ok(t, text))
     });
     let s = r.machine.state();
     assert_eq!(s.status, DebateStatus::Completed);
-    let p = r.tasks.iter().filter(|t| t.kind == TaskKind::Propose && t.round == 2).collect::<Vec<_>>();
+    let p = r
+        .tasks
+        .iter()
+        .filter(|t| t.kind == TaskKind::Propose && t.round == 2)
+        .collect::<Vec<_>>();
     assert_eq!(p.len(), 1);
     assert_eq!(p[0].agent.id, "a0");
-    assert!(!s.rounds[1].find(ContributionType::Proposal, "a0", None).unwrap().metadata.carried_over);
-    assert!(s.rounds[1].find(ContributionType::Proposal, "a1", None).unwrap().metadata.carried_over);
-    assert!(s.engine.warnings.iter().any(|w| w.contains("fresh proposal")), "{:?}", s.engine.warnings);
+    assert!(
+        !s.rounds[1]
+            .find(ContributionType::Proposal, "a0", None)
+            .unwrap()
+            .metadata
+            .carried_over
+    );
+    assert!(
+        s.rounds[1]
+            .find(ContributionType::Proposal, "a1", None)
+            .unwrap()
+            .metadata
+            .carried_over
+    );
+    assert!(
+        s.engine
+            .warnings
+            .iter()
+            .any(|w| w.contains("fresh proposal")),
+        "{:?}",
+        s.engine.warnings
+    );
 }
 
 #[test]
@@ -214,10 +275,17 @@ fn critique_of_a_proposal_starts_as_soon_as_that_proposal_exists() {
     assert_eq!(proposals.len(), 3);
     // Only a1's proposal arrives: exactly the two critiques of a1 start.
     r.apply(Input::Result(ok(&proposals[1], "p1")));
-    let started: Vec<_> = r.queue.iter().map(|t| (t.kind, t.agent.id.clone(), t.target_agent_id.clone())).collect();
+    let started: Vec<_> = r
+        .queue
+        .iter()
+        .map(|t| (t.kind, t.agent.id.clone(), t.target_agent_id.clone()))
+        .collect();
     assert_eq!(
         started,
-        vec![(TaskKind::Critique, "a0".into(), Some("a1".into())), (TaskKind::Critique, "a2".into(), Some("a1".into()))]
+        vec![
+            (TaskKind::Critique, "a0".into(), Some("a1".into())),
+            (TaskKind::Critique, "a2".into(), Some("a1".into()))
+        ]
     );
 }
 
@@ -232,7 +300,10 @@ fn refinement_starts_when_every_critique_of_that_agent_arrived() {
     let crits: Vec<Task> = r.queue.drain(..).collect();
     assert_eq!(crits.len(), 6);
     // Deliver the critiques of a2 only.
-    for c in crits.iter().filter(|c| c.target_agent_id.as_deref() == Some("a2")) {
+    for c in crits
+        .iter()
+        .filter(|c| c.target_agent_id.as_deref() == Some("a2"))
+    {
         r.apply(Input::Result(ok(c, "c")));
     }
     let next: Vec<_> = r.queue.drain(..).map(|t| (t.kind, t.agent.id)).collect();
@@ -246,14 +317,26 @@ fn refinement_starts_when_every_critique_of_that_agent_arrived() {
 fn fixed_termination_starts_next_round_per_agent_without_a_barrier() {
     let mut r = Run::new(spec(3, 2, "fixed", json!({})));
     r.apply(Input::Start);
-    r.drain(|t| if t.kind == TaskKind::Refine && t.agent.id == "a1" { None } else { Some(ok(t, "x")) });
+    r.drain(|t| {
+        if t.kind == TaskKind::Refine && t.agent.id == "a1" {
+            None
+        } else {
+            Some(ok(t, "x"))
+        }
+    });
     // a1's round-1 refinement is still out, yet a0's round-2 proposal was carried over and
     // a2 already critiqued it; a1 waits (its round-2 summary may depend on that refinement).
     let s = r.machine.state();
     assert_eq!(s.rounds.len(), 2);
-    assert!(s.rounds[1].find(ContributionType::Proposal, "a0", None).is_some());
-    assert!(s.rounds[1].find(ContributionType::Critique, "a2", Some("a0")).is_some());
-    assert!(s.rounds[1].find(ContributionType::Critique, "a1", Some("a0")).is_none());
+    assert!(s.rounds[1]
+        .find(ContributionType::Proposal, "a0", None)
+        .is_some());
+    assert!(s.rounds[1]
+        .find(ContributionType::Critique, "a2", Some("a0"))
+        .is_some());
+    assert!(s.rounds[1]
+        .find(ContributionType::Critique, "a1", Some("a0"))
+        .is_none());
     assert_eq!(s.status, DebateStatus::Running);
 }
 
@@ -293,7 +376,13 @@ fn convergence_uses_the_configured_threshold_and_rounds_is_the_hard_cap() {
 fn evaluation_waits_for_every_refinement() {
     let mut r = Run::new(spec(2, 3, "quality", json!({})));
     r.apply(Input::Start);
-    r.drain(|t| if t.kind == TaskKind::Refine && t.agent.id == "a0" { None } else { Some(ok(t, "x")) });
+    r.drain(|t| {
+        if t.kind == TaskKind::Refine && t.agent.id == "a0" {
+            None
+        } else {
+            Some(ok(t, "x"))
+        }
+    });
     assert_eq!(r.count(TaskKind::Evaluate), 0);
     assert_eq!(r.machine.state().rounds.len(), 1);
 }
@@ -304,15 +393,33 @@ fn summarization_runs_only_above_the_threshold() {
     // Threshold 5000 (default): history of one round = proposal + critique + refinement.
     let mut r = Run::new(spec(2, 2, "fixed", json!({})));
     r.apply(Input::Start);
-    r.drain(|t| Some(ok(t, if t.kind == TaskKind::Summarize { "short summary" } else { &long })));
+    r.drain(|t| {
+        Some(ok(
+            t,
+            if t.kind == TaskKind::Summarize {
+                "short summary"
+            } else {
+                &long
+            },
+        ))
+    });
     assert_eq!(r.count(TaskKind::Summarize), 2, "3 × 3000 chars > 5000");
     let s = r.machine.state();
     let sum = &s.rounds[1].summaries["a0"];
     assert_eq!(sum.summary, "short summary");
     assert!(sum.metadata.before_chars > 5000);
     // Round-2 prompts use the summary instead of the full history.
-    let c = r.tasks.iter().find(|t| t.kind == TaskKind::Critique && t.round == 2 && t.agent.id == "a0").unwrap();
-    assert!(c.input.history.as_deref().unwrap().contains("short summary"));
+    let c = r
+        .tasks
+        .iter()
+        .find(|t| t.kind == TaskKind::Critique && t.round == 2 && t.agent.id == "a0")
+        .unwrap();
+    assert!(c
+        .input
+        .history
+        .as_deref()
+        .unwrap()
+        .contains("short summary"));
     assert!(!c.input.history.as_deref().unwrap().contains(&long));
 
     let r = Run::run_ok(spec(2, 2, "fixed", json!({})));
@@ -321,20 +428,40 @@ fn summarization_runs_only_above_the_threshold() {
 
 #[test]
 fn agent_summarization_overrides_the_debate_setting() {
-    let mut sp = spec(2, 2, "fixed", json!({"summarization": {"enabled": true, "threshold": 10, "maxLength": 7}}));
-    sp.agents[1].summarization = Some(SummarizationConfig { enabled: false, ..Default::default() });
+    let mut sp = spec(
+        2,
+        2,
+        "fixed",
+        json!({"summarization": {"enabled": true, "threshold": 10, "maxLength": 7}}),
+    );
+    sp.agents[1].summarization = Some(SummarizationConfig {
+        enabled: false,
+        ..Default::default()
+    });
     let mut r = Run::new(sp);
     r.apply(Input::Start);
     r.drain(|t| Some(ok(t, "a long enough text for the threshold")));
-    let sums: Vec<_> = r.tasks.iter().filter(|t| t.kind == TaskKind::Summarize).map(|t| t.agent.id.clone()).collect();
+    let sums: Vec<_> = r
+        .tasks
+        .iter()
+        .filter(|t| t.kind == TaskKind::Summarize)
+        .map(|t| t.agent.id.clone())
+        .collect();
     assert_eq!(sums, vec!["a0".to_string()]);
     let s = r.machine.state();
     // Cut to maxLength.
     assert_eq!(s.rounds[1].summaries["a0"].summary.chars().count(), 7);
     // The judge summarizes the final transcript too (threshold 10).
     assert_eq!(r.count(TaskKind::JudgeSummarize), 1);
-    let synth = r.tasks.iter().find(|t| t.kind == TaskKind::Synthesize).unwrap();
-    assert_eq!(synth.input.transcript.as_deref().map(|t| t.chars().count()), Some(7));
+    let synth = r
+        .tasks
+        .iter()
+        .find(|t| t.kind == TaskKind::Synthesize)
+        .unwrap();
+    assert_eq!(
+        synth.input.transcript.as_deref().map(|t| t.chars().count()),
+        Some(7)
+    );
 }
 
 #[test]
@@ -342,7 +469,9 @@ fn unknown_role_warns_at_start() {
     let mut sp = spec(2, 1, "fixed", json!({}));
     sp.agents[0].role = "astronaut".into();
     let r = Run::run_ok(sp);
-    assert!(r.events.iter().any(|e| matches!(&e.kind, EventKind::Warning { message } if message.contains("astronaut"))));
+    assert!(r.events.iter().any(
+        |e| matches!(&e.kind, EventKind::Warning { message } if message.contains("astronaut"))
+    ));
     assert_eq!(r.machine.state().status, DebateStatus::Completed);
 }
 
@@ -385,11 +514,22 @@ fn retry_after_from_the_provider_lengthens_the_backoff() {
 
 #[test]
 fn budget_spent_fails_the_debate_at_that_node_and_retry_resumes_without_repeats() {
-    let mut r = Run::new(spec(3, 1, "fixed", json!({"retry": {"default": {"attempts": 2}}})));
+    let mut r = Run::new(spec(
+        3,
+        1,
+        "fixed",
+        json!({"retry": {"default": {"attempts": 2}}}),
+    ));
     r.apply(Input::Start);
     let broken = "a2";
     loop {
-        r.drain(|t| Some(if t.agent.id == broken && t.kind == TaskKind::Critique { fail(t, ErrorKind::Server) } else { ok(t, "x") }));
+        r.drain(|t| {
+            Some(if t.agent.id == broken && t.kind == TaskKind::Critique {
+                fail(t, ErrorKind::Server)
+            } else {
+                ok(t, "x")
+            })
+        });
         let due: Vec<_> = r.retries.drain(..).collect();
         if due.is_empty() {
             break;
@@ -404,7 +544,13 @@ fn budget_spent_fails_the_debate_at_that_node_and_retry_resumes_without_repeats(
     assert_eq!(err.node, "critique");
     assert_eq!(err.agent_id.as_deref(), Some("a2"));
     assert!(err.message.contains("boom"), "{}", err.message);
-    assert!(r.events.iter().any(|e| matches!(e.kind, EventKind::DebateFailed { node: Node::Critique, .. })));
+    assert!(r.events.iter().any(|e| matches!(
+        e.kind,
+        EventKind::DebateFailed {
+            node: Node::Critique,
+            ..
+        }
+    )));
     let done_before: Vec<String> = r.tasks.iter().map(|t| t.id.clone()).collect();
 
     // Retry: only missing work is dispatched; nothing that completed runs again.
@@ -415,13 +561,25 @@ fn budget_spent_fails_the_debate_at_that_node_and_retry_resumes_without_repeats(
     let rerun: Vec<&Task> = r.tasks[before..].iter().collect();
     for t in &rerun {
         let completed_before = s.rounds[0].contributions.iter().any(|c| {
-            let id = task_id(&s.id, 1, match c.kind { ContributionType::Proposal => TaskKind::Propose, ContributionType::Critique => TaskKind::Critique, ContributionType::Refinement => TaskKind::Refine }, &c.agent_id, c.target_agent_id.as_deref());
+            let id = task_id(
+                &s.id,
+                1,
+                match c.kind {
+                    ContributionType::Proposal => TaskKind::Propose,
+                    ContributionType::Critique => TaskKind::Critique,
+                    ContributionType::Refinement => TaskKind::Refine,
+                },
+                &c.agent_id,
+                c.target_agent_id.as_deref(),
+            );
             id == t.id
         });
         assert!(!completed_before, "{} ran again", t.id);
         assert!(t.attempt > 1 || !done_before.contains(&t.id));
     }
-    assert!(rerun.iter().any(|t| t.kind == TaskKind::Critique && t.agent.id == broken));
+    assert!(rerun
+        .iter()
+        .any(|t| t.kind == TaskKind::Critique && t.agent.id == broken));
 }
 
 #[test]
@@ -465,10 +623,20 @@ fn resume_from_checkpoint_redispatches_only_missing_tasks() {
     let restored: DebateState = serde_json::from_str(&json).unwrap();
     let mut m = Machine::from_checkpoint(r.machine.spec().clone(), restored);
     let fx = m.handle(Input::Resume, now());
-    let mut ids: Vec<String> = fx.iter().filter_map(|f| match f { Effect::Dispatch(t) => Some(t.id.clone()), _ => None }).collect();
+    let mut ids: Vec<String> = fx
+        .iter()
+        .filter_map(|f| match f {
+            Effect::Dispatch(t) => Some(t.id.clone()),
+            _ => None,
+        })
+        .collect();
     ids.sort();
     let mut expected = vec![ps[1].id.clone(), ps[2].id.clone()];
-    expected.extend(["a1", "a2"].iter().map(|a| task_id(&state.id, 1, TaskKind::Critique, a, Some("a0"))));
+    expected.extend(
+        ["a1", "a2"]
+            .iter()
+            .map(|a| task_id(&state.id, 1, TaskKind::Critique, a, Some("a0"))),
+    );
     expected.sort();
     assert_eq!(ids, expected);
 }
@@ -496,7 +664,16 @@ fn single_agent_debate_needs_no_critiques() {
 fn saved_state_has_dialectic_shape() {
     let r = Run::run_ok(spec(2, 1, "fixed", json!({})));
     let v = serde_json::to_value(r.machine.state()).unwrap();
-    for key in ["id", "status", "currentRound", "rounds", "finalSolution", "promptSources", "createdAt", "updatedAt"] {
+    for key in [
+        "id",
+        "status",
+        "currentRound",
+        "rounds",
+        "finalSolution",
+        "promptSources",
+        "createdAt",
+        "updatedAt",
+    ] {
         assert!(v.get(key).is_some(), "missing {key}");
     }
     let c = &v["rounds"][0]["contributions"][0];
@@ -508,10 +685,21 @@ fn saved_state_has_dialectic_shape() {
     }
     assert_eq!(v["rounds"][0]["roundNumber"], 1);
     assert!(v["rounds"][0]["timestamp"].is_string());
-    for key in ["description", "tradeoffs", "recommendations", "confidence", "synthesizedBy"] {
+    for key in [
+        "description",
+        "tradeoffs",
+        "recommendations",
+        "confidence",
+        "synthesizedBy",
+    ] {
         assert!(v["finalSolution"].get(key).is_some(), "missing {key}");
     }
-    let crit = v["rounds"][0]["contributions"].as_array().unwrap().iter().find(|c| c["type"] == "critique").unwrap();
+    let crit = v["rounds"][0]["contributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "critique")
+        .unwrap();
     assert!(crit["targetAgentId"].is_string());
 }
 
@@ -522,7 +710,12 @@ fn spec_validation_names_each_problem() {
     sp.agents[1].id = "a0".into();
     sp.agents[0].temperature = 3.0;
     let err = sp.validate().unwrap_err().to_string();
-    for needle in ["problem: must not be empty", "debate.rounds", "duplicate agent id", "agents[0].temperature"] {
+    for needle in [
+        "problem: must not be empty",
+        "debate.rounds",
+        "duplicate agent id",
+        "agents[0].temperature",
+    ] {
         assert!(err.contains(needle), "{needle} not in {err}");
     }
     let mut sp = spec(13, 1, "fixed", json!({}));

@@ -11,8 +11,8 @@
 //!   warning.
 
 pub mod parse;
-pub mod service;
 pub mod prompts;
+pub mod service;
 
 use parley_llm::{add_usage, call_for_task, task_result, ChatMessage, LlmError, Provider};
 use parley_protocol::{ErrorKind, Solution, Task, TaskKind, TaskOutput, TaskResult};
@@ -32,21 +32,44 @@ fn system(task: &Task) -> String {
 
 async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmError> {
     let transcript = task.input.transcript.as_deref().ok_or_else(|| {
-        LlmError::new(ErrorKind::InvalidRequest, provider.name(), "judge task without a transcript")
+        LlmError::new(
+            ErrorKind::InvalidRequest,
+            provider.name(),
+            "judge task without a transcript",
+        )
     })?;
     let user = match task.kind {
-        TaskKind::Synthesize => prompts::synthesize(&task.problem, task.context.as_deref(), transcript),
+        TaskKind::Synthesize => {
+            prompts::synthesize(&task.problem, task.context.as_deref(), transcript)
+        }
         TaskKind::Evaluate => prompts::evaluate(&task.problem, transcript),
         TaskKind::JudgeSummarize => {
             let max = task.input.max_length.unwrap_or(2500);
-            let user = match task.agent.summary_prompt.as_deref().filter(|s| !s.trim().is_empty()) {
-                Some(custom) => format!("{custom}\n\nKeep it under {max} characters.\n\n{transcript}"),
+            let user = match task
+                .agent
+                .summary_prompt
+                .as_deref()
+                .filter(|s| !s.trim().is_empty())
+            {
+                Some(custom) => {
+                    format!("{custom}\n\nKeep it under {max} characters.\n\n{transcript}")
+                }
                 None => prompts::summarize(&task.problem, transcript, max),
             };
-            let (content, metadata) =
-                call_for_task(provider, task, vec![ChatMessage::system(system(task)), ChatMessage::user(user)]).await?;
+            let (content, metadata) = call_for_task(
+                provider,
+                task,
+                vec![ChatMessage::system(system(task)), ChatMessage::user(user)],
+            )
+            .await?;
             let content = content.chars().take(max).collect();
-            return Ok(TaskOutput { content, metadata, solution: None, confidence: None, warnings: vec![] });
+            return Ok(TaskOutput {
+                content,
+                metadata,
+                solution: None,
+                confidence: None,
+                warnings: vec![],
+            });
         }
         other => {
             return Err(LlmError::new(
@@ -62,7 +85,10 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
     let mut parsed = parse::extract_json(&content);
     let mut warnings = Vec::new();
     if parsed.is_none() {
-        messages.push(ChatMessage { role: "assistant", content: content.clone() });
+        messages.push(ChatMessage {
+            role: "assistant",
+            content: content.clone(),
+        });
         messages.push(ChatMessage::user(prompts::STRICT_JSON));
         let (second, more) = call_for_task(provider, task, messages).await?;
         add_usage(&mut metadata, &more);
@@ -71,22 +97,40 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
             content = second;
         }
     }
-    let mut out = TaskOutput { content, metadata, solution: None, confidence: None, warnings: vec![] };
+    let mut out = TaskOutput {
+        content,
+        metadata,
+        solution: None,
+        confidence: None,
+        warnings: vec![],
+    };
     match task.kind {
         TaskKind::Evaluate => {
             let confidence = parsed.as_ref().and_then(parse::confidence);
             if confidence.is_none() {
-                warnings.push("judge evaluation was not valid JSON twice; counting confidence as 0".to_string());
+                warnings.push(
+                    "judge evaluation was not valid JSON twice; counting confidence as 0"
+                        .to_string(),
+                );
             }
             out.confidence = Some(confidence.unwrap_or(0.0));
-            if let Some(r) = parsed.as_ref().and_then(|v| v.get("reasoning")).and_then(|v| v.as_str()) {
+            if let Some(r) = parsed
+                .as_ref()
+                .and_then(|v| v.get("reasoning"))
+                .and_then(|v| v.as_str())
+            {
                 out.content = r.to_string();
             }
         }
         _ => {
-            let solution = parsed.as_ref().and_then(|v| parse::solution(v, &task.agent.id));
+            let solution = parsed
+                .as_ref()
+                .and_then(|v| parse::solution(v, &task.agent.id));
             if solution.is_none() {
-                warnings.push("judge synthesis was not valid JSON twice; keeping its text as the solution".to_string());
+                warnings.push(
+                    "judge synthesis was not valid JSON twice; keeping its text as the solution"
+                        .to_string(),
+                );
             }
             out.solution = Some(solution.unwrap_or_else(|| Solution {
                 description: out.content.clone(),

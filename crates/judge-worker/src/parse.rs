@@ -74,7 +74,10 @@ mod tests {
     fn bare_fenced_and_embedded_json() {
         assert!(extract_json(r#"{"confidence": 90}"#).is_some());
         assert!(extract_json("```json\n{\"confidence\": 90}\n```").is_some());
-        assert!(extract_json("Sure! Here it is: {\"confidence\": 90, \"x\": {\"y\": 1}} Hope it helps.").is_some());
+        assert!(extract_json(
+            "Sure! Here it is: {\"confidence\": 90, \"x\": {\"y\": 1}} Hope it helps."
+        )
+        .is_some());
         assert!(extract_json("no json here").is_none());
         assert!(extract_json("[1,2,3]").is_none());
         assert!(extract_json("{not json}").is_none());

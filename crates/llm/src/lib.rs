@@ -17,5 +17,8 @@ pub mod provider;
 pub mod ratelimit;
 pub mod registry;
 
-pub use provider::{add_usage, call_for_task, task_result, ChatMessage, ChatRequest, ChatResponse, LlmError, Provider};
+pub use provider::{
+    add_usage, call_for_task, task_result, ChatMessage, ChatRequest, ChatResponse, LlmError,
+    Provider,
+};
 pub use registry::{ProviderSettings, Registry};

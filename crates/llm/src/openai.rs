@@ -93,7 +93,9 @@ impl OpenAiClient {
             .pool_idle_timeout(Duration::from_secs(90))
             .user_agent(concat!("parley/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| LlmError::new(ErrorKind::Config, name.clone(), format!("HTTP client: {e}")))?;
+            .map_err(|e| {
+                LlmError::new(ErrorKind::Config, name.clone(), format!("HTTP client: {e}"))
+            })?;
         let (key, key_var) = match key {
             Some((k, v)) => (Some(k), Some(v)),
             None => (None, None),
@@ -116,22 +118,36 @@ impl OpenAiClient {
     }
 
     fn backoff(&self, retry: u32) -> Duration {
-        let exp = self.retry.initial_backoff.saturating_mul(1 << retry.min(16));
+        let exp = self
+            .retry
+            .initial_backoff
+            .saturating_mul(1 << retry.min(16));
         let cap = exp.min(self.retry.max_backoff);
         let ms = cap.as_millis() as u64;
         Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms.max(1)))
     }
 
-    async fn attempt(&self, req: &ChatRequest, deadline: Instant) -> Result<ChatResponse, LlmError> {
+    async fn attempt(
+        &self,
+        req: &ChatRequest,
+        deadline: Instant,
+    ) -> Result<ChatResponse, LlmError> {
         let chat = self.chat_only.load(Ordering::Relaxed);
         let (url, body) = if chat {
-            (format!("{}/chat/completions", self.base_url), chat_body(req))
+            (
+                format!("{}/chat/completions", self.base_url),
+                chat_body(req),
+            )
         } else {
             (format!("{}/responses", self.base_url), responses_body(req))
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return Err(LlmError::new(ErrorKind::Timeout, &self.name, "call deadline exceeded"));
+            return Err(LlmError::new(
+                ErrorKind::Timeout,
+                &self.name,
+                "call deadline exceeded",
+            ));
         }
         let mut rb = self.http.post(&url).timeout(remaining).json(&body);
         if let Some(k) = &self.key {
@@ -155,9 +171,17 @@ impl OpenAiClient {
             return Err(self.status_error(status.as_u16(), &headers, &text));
         }
         let v: Value = serde_json::from_str(&text).map_err(|e| {
-            LlmError::new(ErrorKind::Malformed, &self.name, format!("reply is not JSON: {e}"))
+            LlmError::new(
+                ErrorKind::Malformed,
+                &self.name,
+                format!("reply is not JSON: {e}"),
+            )
         })?;
-        let parsed = if chat { parse_chat(&v) } else { parse_responses(&v) };
+        let parsed = if chat {
+            parse_chat(&v)
+        } else {
+            parse_responses(&v)
+        };
         let (text, pt, ct) = parsed.ok_or_else(|| {
             LlmError::new(
                 ErrorKind::Malformed,
@@ -165,8 +189,18 @@ impl OpenAiClient {
                 "reply has no message text (unexpected response shape)",
             )
         })?;
-        let model = v.get("model").and_then(Value::as_str).unwrap_or(&req.model).to_string();
-        Ok(ChatResponse { text, prompt_tokens: pt, completion_tokens: ct, model, latency_ms })
+        let model = v
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or(&req.model)
+            .to_string();
+        Ok(ChatResponse {
+            text,
+            prompt_tokens: pt,
+            completion_tokens: ct,
+            model,
+            latency_ms,
+        })
     }
 
     fn transport_error(&self, e: reqwest::Error) -> LlmError {
@@ -180,7 +214,11 @@ impl OpenAiClient {
             ErrorKind::Network
         };
         // reqwest errors carry the URL, never headers; strip the URL's query anyway.
-        LlmError::new(kind, &self.name, format!("{kind:?} error: {}", e.without_url()))
+        LlmError::new(
+            kind,
+            &self.name,
+            format!("{kind:?} error: {}", e.without_url()),
+        )
     }
 
     fn status_error(&self, status: u16, headers: &HeaderMap, body: &str) -> LlmError {
@@ -203,10 +241,22 @@ impl OpenAiClient {
                         .unwrap_or_default()
                 ),
             ),
-            429 => (ErrorKind::RateLimited, format!("rate limited (HTTP 429): {detail}")),
-            500..=599 => (ErrorKind::Server, format!("server error (HTTP {status}): {detail}")),
-            408 => (ErrorKind::Timeout, format!("request timeout (HTTP 408): {detail}")),
-            _ => (ErrorKind::InvalidRequest, format!("request rejected (HTTP {status}): {detail}")),
+            429 => (
+                ErrorKind::RateLimited,
+                format!("rate limited (HTTP 429): {detail}"),
+            ),
+            500..=599 => (
+                ErrorKind::Server,
+                format!("server error (HTTP {status}): {detail}"),
+            ),
+            408 => (
+                ErrorKind::Timeout,
+                format!("request timeout (HTTP 408): {detail}"),
+            ),
+            _ => (
+                ErrorKind::InvalidRequest,
+                format!("request rejected (HTTP {status}): {detail}"),
+            ),
         };
         let mut err = LlmError::new(kind, &self.name, message);
         err.retry_after = retry_after(headers);
@@ -228,7 +278,12 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     }
     ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
         .iter()
-        .filter_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()).and_then(parse_go_duration))
+        .filter_map(|h| {
+            headers
+                .get(*h)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_go_duration)
+        })
         .max()
 }
 
@@ -272,7 +327,8 @@ fn chat_body(req: &ChatRequest) -> Value {
         .iter()
         .map(|m| json!({"role": m.role, "content": m.content}))
         .collect();
-    let mut body = json!({"model": req.model, "messages": messages, "temperature": req.temperature});
+    let mut body =
+        json!({"model": req.model, "messages": messages, "temperature": req.temperature});
     if let Some(m) = req.max_tokens {
         body["max_tokens"] = json!(m);
     }
@@ -303,9 +359,18 @@ fn responses_body(req: &ChatRequest) -> Value {
 }
 
 fn parse_chat(v: &Value) -> Option<(String, u64, u64)> {
-    let text = v.pointer("/choices/0/message/content")?.as_str()?.to_string();
-    let pt = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64).unwrap_or(0);
-    let ct = v.pointer("/usage/completion_tokens").and_then(Value::as_u64).unwrap_or(0);
+    let text = v
+        .pointer("/choices/0/message/content")?
+        .as_str()?
+        .to_string();
+    let pt = v
+        .pointer("/usage/prompt_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let ct = v
+        .pointer("/usage/completion_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     Some((text, pt, ct))
 }
 
@@ -318,7 +383,12 @@ fn parse_responses(v: &Value) -> Option<(String, u64, u64)> {
             if item.get("type").and_then(Value::as_str) != Some("message") {
                 continue;
             }
-            for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
+            for part in item
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 if part.get("type").and_then(Value::as_str) == Some("output_text") {
                     out.push_str(part.get("text").and_then(Value::as_str).unwrap_or(""));
                 }
@@ -329,8 +399,14 @@ fn parse_responses(v: &Value) -> Option<(String, u64, u64)> {
     if text.is_empty() && v.get("output").is_none() {
         return None;
     }
-    let pt = v.pointer("/usage/input_tokens").and_then(Value::as_u64).unwrap_or(0);
-    let ct = v.pointer("/usage/output_tokens").and_then(Value::as_u64).unwrap_or(0);
+    let pt = v
+        .pointer("/usage/input_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let ct = v
+        .pointer("/usage/output_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     Some((text, pt, ct))
 }
 
@@ -349,9 +425,7 @@ impl Provider for OpenAiClient {
                 Err(e) if e.kind == ErrorKind::Internal && e.message == "fallback" => continue,
                 Err(e) if e.retryable() && retries < self.retry.max_retries => {
                     let wait = e.retry_after.unwrap_or_else(|| self.backoff(retries));
-                    if wait > self.retry.max_inline_wait
-                        || Instant::now() + wait >= deadline
-                    {
+                    if wait > self.retry.max_inline_wait || Instant::now() + wait >= deadline {
                         return Err(e);
                     }
                     tracing::warn!(provider = %self.name, kind = ?e.kind, wait_ms = wait.as_millis() as u64, "LLM call failed, retrying");
@@ -373,7 +447,10 @@ mod tests {
         assert_eq!(parse_go_duration("1s"), Some(Duration::from_secs(1)));
         assert_eq!(parse_go_duration("6m0s"), Some(Duration::from_secs(360)));
         assert_eq!(parse_go_duration("20ms"), Some(Duration::from_millis(20)));
-        assert_eq!(parse_go_duration("1h2m3.5s"), Some(Duration::from_secs_f64(3723.5)));
+        assert_eq!(
+            parse_go_duration("1h2m3.5s"),
+            Some(Duration::from_secs_f64(3723.5))
+        );
         assert_eq!(parse_go_duration("x"), None);
     }
 

@@ -13,10 +13,16 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn system(content: impl Into<String>) -> Self {
-        Self { role: "system", content: content.into() }
+        Self {
+            role: "system",
+            content: content.into(),
+        }
     }
     pub fn user(content: impl Into<String>) -> Self {
-        Self { role: "user", content: content.into() }
+        Self {
+            role: "user",
+            content: content.into(),
+        }
     }
 }
 
@@ -54,7 +60,12 @@ pub struct LlmError {
 
 impl LlmError {
     pub fn new(kind: ErrorKind, provider: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { kind, provider: provider.into(), message: message.into(), retry_after: None }
+        Self {
+            kind,
+            provider: provider.into(),
+            message: message.into(),
+            retry_after: None,
+        }
     }
     pub fn retryable(&self) -> bool {
         self.kind.is_retryable()
@@ -109,7 +120,10 @@ pub async fn call_for_task(
 }
 
 /// Adds the cost of a second call (e.g. a stricter retry) to `into`.
-pub fn add_usage(into: &mut parley_protocol::ContributionMetadata, more: &parley_protocol::ContributionMetadata) {
+pub fn add_usage(
+    into: &mut parley_protocol::ContributionMetadata,
+    more: &parley_protocol::ContributionMetadata,
+) {
     into.tokens_used += more.tokens_used;
     into.latency_ms += more.latency_ms;
     into.prompt_tokens = Some(into.prompt_tokens.unwrap_or(0) + more.prompt_tokens.unwrap_or(0));

@@ -39,9 +39,19 @@ impl Rates {
 }
 
 /// The limits a key resolves to: the model's entry overrides the provider's, per field.
-pub fn rates_for(limits: &BTreeMap<String, ProviderLimits>, provider: &str, model: &str) -> (String, Rates) {
+pub fn rates_for(
+    limits: &BTreeMap<String, ProviderLimits>,
+    provider: &str,
+    model: &str,
+) -> (String, Rates) {
     let Some(p) = limits.get(provider) else {
-        return (provider.to_string(), Rates { requests_per_minute: None, tokens_per_minute: None });
+        return (
+            provider.to_string(),
+            Rates {
+                requests_per_minute: None,
+                tokens_per_minute: None,
+            },
+        );
     };
     match p.models.get(model) {
         Some(m) => (
@@ -53,7 +63,10 @@ pub fn rates_for(limits: &BTreeMap<String, ProviderLimits>, provider: &str, mode
         ),
         None => (
             provider.to_string(),
-            Rates { requests_per_minute: p.requests_per_minute, tokens_per_minute: p.tokens_per_minute },
+            Rates {
+                requests_per_minute: p.requests_per_minute,
+                tokens_per_minute: p.tokens_per_minute,
+            },
         ),
     }
 }
@@ -77,7 +90,10 @@ impl Gcra {
     pub fn per_minute(per_minute: u32, burst: u32) -> Self {
         let rate = (per_minute.max(1) as f64) * HEADROOM;
         let interval_us = ((60_000_000.0 / rate).ceil() as u64).max(1);
-        Self { interval_us, tolerance_us: interval_us * u64::from(burst.max(1) - 1) }
+        Self {
+            interval_us,
+            tolerance_us: interval_us * u64::from(burst.max(1) - 1),
+        }
     }
 
     /// Pure GCRA step: given the stored TAT and `now`, returns `Ok(new_tat)` or
@@ -86,7 +102,9 @@ impl Gcra {
     pub fn check(&self, tat: u64, now: u64, cost: u64) -> Result<u64, u64> {
         let base = tat.max(now);
         let new_tat = base + self.interval_us * cost;
-        let tolerance = self.tolerance_us.max(self.interval_us * cost.saturating_sub(1));
+        let tolerance = self
+            .tolerance_us
+            .max(self.interval_us * cost.saturating_sub(1));
         let allow_at = new_tat.saturating_sub(tolerance + self.interval_us);
         if allow_at <= now {
             Ok(new_tat)
@@ -132,7 +150,10 @@ pub struct LocalLimiter {
 
 impl Default for LocalLimiter {
     fn default() -> Self {
-        Self { tats: Mutex::new(HashMap::new()), epoch: Instant::now() }
+        Self {
+            tats: Mutex::new(HashMap::new()),
+            epoch: Instant::now(),
+        }
     }
 }
 
@@ -151,14 +172,22 @@ impl Limiter for LocalLimiter {
         let mut wait = 0u64;
         if let Some(rpm) = rates.requests_per_minute {
             let k = (key.to_string(), "requests");
-            match Gcra::per_minute(rpm, REQUEST_BURST).check(tats.get(&k).copied().unwrap_or(0), now, 1) {
+            match Gcra::per_minute(rpm, REQUEST_BURST).check(
+                tats.get(&k).copied().unwrap_or(0),
+                now,
+                1,
+            ) {
                 Ok(t) => updates.push((k, t)),
                 Err(w) => wait = wait.max(w),
             }
         }
         if let Some(tpm) = rates.tokens_per_minute {
             let k = (key.to_string(), "tokens");
-            match Gcra::per_minute(tpm, token_burst(tpm)).check(tats.get(&k).copied().unwrap_or(0), now, tokens) {
+            match Gcra::per_minute(tpm, token_burst(tpm)).check(
+                tats.get(&k).copied().unwrap_or(0),
+                now,
+                tokens,
+            ) {
                 Ok(t) => updates.push((k, t)),
                 Err(w) => wait = wait.max(w),
             }
@@ -173,7 +202,9 @@ impl Limiter for LocalLimiter {
     }
 
     async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), String> {
-        let Some(tpm) = rates.tokens_per_minute else { return Ok(()) };
+        let Some(tpm) = rates.tokens_per_minute else {
+            return Ok(());
+        };
         let now = self.now_us();
         let g = Gcra::per_minute(tpm, token_burst(tpm));
         let mut tats = self.tats.lock().unwrap_or_else(|p| p.into_inner());
@@ -238,12 +269,19 @@ impl std::fmt::Debug for RedisLimiter {
 
 impl RedisLimiter {
     pub fn new(conn: redis::aio::ConnectionManager) -> Self {
-        Self { conn, acquire: redis::Script::new(ACQUIRE_LUA), adjust: redis::Script::new(ADJUST_LUA) }
+        Self {
+            conn,
+            acquire: redis::Script::new(ACQUIRE_LUA),
+            adjust: redis::Script::new(ADJUST_LUA),
+        }
     }
 
     /// Keys of one limited (provider[/model]); the hash tag keeps both in one slot.
     pub fn keys(key: &str) -> (String, String) {
-        (format!("parley:rl:{{{key}}}:requests"), format!("parley:rl:{{{key}}}:tokens"))
+        (
+            format!("parley:rl:{{{key}}}:requests"),
+            format!("parley:rl:{{{key}}}:tokens"),
+        )
     }
 }
 
@@ -251,8 +289,12 @@ impl RedisLimiter {
 impl Limiter for RedisLimiter {
     async fn acquire(&self, key: &str, rates: Rates, tokens: u64) -> Result<Decision, String> {
         let (rk, tk) = Self::keys(key);
-        let r = rates.requests_per_minute.map(|r| Gcra::per_minute(r, REQUEST_BURST));
-        let t = rates.tokens_per_minute.map(|t| Gcra::per_minute(t, token_burst(t)));
+        let r = rates
+            .requests_per_minute
+            .map(|r| Gcra::per_minute(r, REQUEST_BURST));
+        let t = rates
+            .tokens_per_minute
+            .map(|t| Gcra::per_minute(t, token_burst(t)));
         let mut conn = self.conn.clone();
         let wait: i64 = self
             .acquire
@@ -266,11 +308,17 @@ impl Limiter for RedisLimiter {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| format!("rate limiter (redis): {e}"))?;
-        Ok(if wait <= 0 { Decision::Allowed } else { Decision::Wait(Duration::from_micros(wait as u64)) })
+        Ok(if wait <= 0 {
+            Decision::Allowed
+        } else {
+            Decision::Wait(Duration::from_micros(wait as u64))
+        })
     }
 
     async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), String> {
-        let Some(tpm) = rates.tokens_per_minute else { return Ok(()) };
+        let Some(tpm) = rates.tokens_per_minute else {
+            return Ok(());
+        };
         if delta == 0 {
             return Ok(());
         }
@@ -326,18 +374,38 @@ mod tests {
             "openai": {"requestsPerMinute": 500, "tokensPerMinute": 200000, "models": {"gpt-4o": {"requestsPerMinute": 100}}}
         }))
         .unwrap();
-        assert_eq!(rates_for(&limits, "openai", "gpt-4o"), ("openai/gpt-4o".into(), Rates { requests_per_minute: Some(100), tokens_per_minute: Some(200000) }));
-        assert_eq!(rates_for(&limits, "openai", "gpt-4o-mini").1.requests_per_minute, Some(500));
+        assert_eq!(
+            rates_for(&limits, "openai", "gpt-4o"),
+            (
+                "openai/gpt-4o".into(),
+                Rates {
+                    requests_per_minute: Some(100),
+                    tokens_per_minute: Some(200000)
+                }
+            )
+        );
+        assert_eq!(
+            rates_for(&limits, "openai", "gpt-4o-mini")
+                .1
+                .requests_per_minute,
+            Some(500)
+        );
         assert!(!rates_for(&limits, "local", "x").1.is_limited());
     }
 
     #[tokio::test]
     async fn local_limiter_waits_and_refunds() {
         let l = LocalLimiter::default();
-        let rates = Rates { requests_per_minute: None, tokens_per_minute: Some(6000) };
+        let rates = Rates {
+            requests_per_minute: None,
+            tokens_per_minute: Some(6000),
+        };
         assert_eq!(l.acquire("k", rates, 500).await.unwrap(), Decision::Allowed);
         // 500 estimated tokens used up the 600-token burst; 200 more must wait.
-        assert!(matches!(l.acquire("k", rates, 200).await.unwrap(), Decision::Wait(_)));
+        assert!(matches!(
+            l.acquire("k", rates, 200).await.unwrap(),
+            Decision::Wait(_)
+        ));
         // The call really used 10 tokens: refund 490.
         l.adjust_tokens("k", rates, -490).await.unwrap();
         assert_eq!(l.acquire("k", rates, 200).await.unwrap(), Decision::Allowed);
@@ -371,7 +439,13 @@ impl RateLimited {
         limits: std::sync::Arc<BTreeMap<String, ProviderLimits>>,
         stats: std::sync::Arc<LimitStats>,
     ) -> Self {
-        Self { inner, limiter, limits, max_wait: Duration::from_secs(5), stats }
+        Self {
+            inner,
+            limiter,
+            limits,
+            max_wait: Duration::from_secs(5),
+            stats,
+        }
     }
 }
 
@@ -381,7 +455,10 @@ impl crate::Provider for RateLimited {
         self.inner.name()
     }
 
-    async fn complete(&self, req: &crate::ChatRequest) -> Result<crate::ChatResponse, crate::LlmError> {
+    async fn complete(
+        &self,
+        req: &crate::ChatRequest,
+    ) -> Result<crate::ChatResponse, crate::LlmError> {
         use std::sync::atomic::Ordering::Relaxed;
         let (key, rates) = rates_for(&self.limits, self.inner.name(), &req.model);
         if !rates.is_limited() {
@@ -391,9 +468,13 @@ impl crate::Provider for RateLimited {
         let estimate = estimate_tokens(chars) + u64::from(req.max_tokens.unwrap_or(512));
         let mut waited = Duration::ZERO;
         loop {
-            let decision = self.limiter.acquire(&key, rates, estimate).await.map_err(|e| {
-                crate::LlmError::new(parley_protocol::ErrorKind::Network, self.inner.name(), e)
-            })?;
+            let decision = self
+                .limiter
+                .acquire(&key, rates, estimate)
+                .await
+                .map_err(|e| {
+                    crate::LlmError::new(parley_protocol::ErrorKind::Network, self.inner.name(), e)
+                })?;
             match decision {
                 Decision::Allowed => break,
                 Decision::Wait(d) if waited + d <= self.max_wait => {
@@ -408,7 +489,10 @@ impl crate::Provider for RateLimited {
                     let mut e = crate::LlmError::new(
                         parley_protocol::ErrorKind::RateLimited,
                         self.inner.name(),
-                        format!("configured rate limit for {key}: next slot in {} ms", d.as_millis()),
+                        format!(
+                            "configured rate limit for {key}: next slot in {} ms",
+                            d.as_millis()
+                        ),
                     );
                     e.retry_after = Some(d);
                     return Err(e);

@@ -108,7 +108,10 @@ impl Registry {
 
     /// Which provider `agent` uses; a configuration error names what is missing.
     pub fn resolve(&self, agent: &AgentConfig) -> Result<Resolved, LlmError> {
-        let base_url = agent.base_url.clone().or_else(|| self.settings.base_url.clone());
+        let base_url = agent
+            .base_url
+            .clone()
+            .or_else(|| self.settings.base_url.clone());
         let kind: &'static str = match agent.provider.as_deref() {
             Some(p) => PROVIDERS.iter().copied().find(|k| *k == p).ok_or_else(|| {
                 config_error(
@@ -127,10 +130,18 @@ impl Registry {
         };
         let base_url = match kind {
             "openai" => Some(base_url.unwrap_or_else(|| OPENAI_BASE_URL.into())),
-            "openrouter" => Some(agent.base_url.clone().unwrap_or_else(|| OPENROUTER_BASE_URL.into())),
+            "openrouter" => Some(
+                agent
+                    .base_url
+                    .clone()
+                    .unwrap_or_else(|| OPENROUTER_BASE_URL.into()),
+            ),
             "openai-compatible" => Some(base_url.ok_or_else(|| {
                 config_error(
-                    format!("agent {}: provider openai-compatible needs a baseUrl", agent.id),
+                    format!(
+                        "agent {}: provider openai-compatible needs a baseUrl",
+                        agent.id
+                    ),
                     kind,
                 )
             })?),
@@ -138,7 +149,10 @@ impl Registry {
         };
         match kind {
             "openai" if self.settings.openai_key.is_none() => Err(config_error(
-                format!("agent {} uses provider openai but {OPENAI_KEY_VAR} is not set", agent.id),
+                format!(
+                    "agent {} uses provider openai but {OPENAI_KEY_VAR} is not set",
+                    agent.id
+                ),
                 kind,
             )),
             "openrouter" if self.settings.openrouter_key.is_none() => Err(config_error(
@@ -167,19 +181,28 @@ impl Registry {
             "openai" => Arc::new(OpenAiClient::new(
                 "openai",
                 url,
-                self.settings.openai_key.clone().map(|k| (k, OPENAI_KEY_VAR)),
+                self.settings
+                    .openai_key
+                    .clone()
+                    .map(|k| (k, OPENAI_KEY_VAR)),
                 Api::Responses,
             )?),
             "openrouter" => Arc::new(OpenAiClient::new(
                 "openrouter",
                 url,
-                self.settings.openrouter_key.clone().map(|k| (k, OPENROUTER_KEY_VAR)),
+                self.settings
+                    .openrouter_key
+                    .clone()
+                    .map(|k| (k, OPENROUTER_KEY_VAR)),
                 Api::ChatCompletions,
             )?),
             _ => Arc::new(OpenAiClient::new(
                 "openai-compatible",
                 url,
-                self.settings.compatible_key.clone().map(|k| (k, COMPATIBLE_KEY_VAR)),
+                self.settings
+                    .compatible_key
+                    .clone()
+                    .map(|k| (k, COMPATIBLE_KEY_VAR)),
                 Api::ChatCompletions,
             )?),
         };
@@ -251,7 +274,9 @@ mod tests {
         assert!(e.to_string().contains("OPENROUTER_API_KEY"), "{e}");
         let e = r.resolve(&agent(Some("bogus"), None)).unwrap_err();
         assert!(e.to_string().contains("unknown provider \"bogus\""), "{e}");
-        let e = r.resolve(&agent(Some("openai-compatible"), None)).unwrap_err();
+        let e = r
+            .resolve(&agent(Some("openai-compatible"), None))
+            .unwrap_err();
         assert!(e.to_string().contains("baseUrl"), "{e}");
     }
 

@@ -13,10 +13,16 @@ async fn limiter(url: &str) -> RedisLimiter {
 }
 
 fn rpm(n: u32) -> Rates {
-    Rates { requests_per_minute: Some(n), tokens_per_minute: None }
+    Rates {
+        requests_per_minute: Some(n),
+        tokens_per_minute: None,
+    }
 }
 fn tpm(n: u32) -> Rates {
-    Rates { requests_per_minute: None, tokens_per_minute: Some(n) }
+    Rates {
+        requests_per_minute: None,
+        tokens_per_minute: Some(n),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,15 +30,26 @@ async fn requests_are_spaced_by_the_emission_interval() {
     let redis = RedisServer::start().unwrap();
     let l = limiter(&redis.url()).await;
     let interval = Duration::from_micros(Gcra::per_minute(600, 1).interval_us);
-    assert_eq!(l.acquire("p", rpm(600), 1).await.unwrap(), Decision::Allowed);
+    assert_eq!(
+        l.acquire("p", rpm(600), 1).await.unwrap(),
+        Decision::Allowed
+    );
     // Right away: wait about one interval (nothing was taken).
-    let Decision::Wait(w) = l.acquire("p", rpm(600), 1).await.unwrap() else { panic!("second request allowed") };
+    let Decision::Wait(w) = l.acquire("p", rpm(600), 1).await.unwrap() else {
+        panic!("second request allowed")
+    };
     assert!(w <= interval && w > interval / 2, "{w:?} vs {interval:?}");
     // Steady rate: after waiting what it said, the next request passes.
     tokio::time::sleep(w).await;
-    assert_eq!(l.acquire("p", rpm(600), 1).await.unwrap(), Decision::Allowed);
+    assert_eq!(
+        l.acquire("p", rpm(600), 1).await.unwrap(),
+        Decision::Allowed
+    );
     // Another key has its own allowance.
-    assert_eq!(l.acquire("q", rpm(600), 1).await.unwrap(), Decision::Allowed);
+    assert_eq!(
+        l.acquire("q", rpm(600), 1).await.unwrap(),
+        Decision::Allowed
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,19 +57,33 @@ async fn token_burst_and_cost_above_one() {
     let redis = RedisServer::start().unwrap();
     let l = limiter(&redis.url()).await;
     // 600 tokens/min: burst of 60 tokens.
-    assert_eq!(l.acquire("t", tpm(600), 60).await.unwrap(), Decision::Allowed);
-    assert!(matches!(l.acquire("t", tpm(600), 1).await.unwrap(), Decision::Wait(_)));
+    assert_eq!(
+        l.acquire("t", tpm(600), 60).await.unwrap(),
+        Decision::Allowed
+    );
+    assert!(matches!(
+        l.acquire("t", tpm(600), 1).await.unwrap(),
+        Decision::Wait(_)
+    ));
     // A cost larger than the whole burst still passes on an idle key...
-    assert_eq!(l.acquire("big", tpm(600), 200).await.unwrap(), Decision::Allowed);
+    assert_eq!(
+        l.acquire("big", tpm(600), 200).await.unwrap(),
+        Decision::Allowed
+    );
     // ...and then the key owes it: the wait covers most of those 200 tokens.
-    let Decision::Wait(w) = l.acquire("big", tpm(600), 1).await.unwrap() else { panic!() };
+    let Decision::Wait(w) = l.acquire("big", tpm(600), 1).await.unwrap() else {
+        panic!()
+    };
     let per_token = Duration::from_micros(Gcra::per_minute(600, 60).interval_us);
     // 200 tokens owed, minus the 60-token burst: about 140 token intervals.
     assert!(w > per_token * 130 && w <= per_token * 141, "{w:?}");
     // Refunding unused tokens shortens the wait.
     l.adjust_tokens("big", tpm(600), -190).await.unwrap();
     let after = l.acquire("big", tpm(600), 1).await.unwrap();
-    assert!(matches!(after, Decision::Allowed) || matches!(after, Decision::Wait(d) if d < w), "{after:?}");
+    assert!(
+        matches!(after, Decision::Allowed) || matches!(after, Decision::Wait(d) if d < w),
+        "{after:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,7 +98,9 @@ async fn concurrent_callers_on_many_connections_share_one_allowance() {
     let mut handles = Vec::new();
     for i in 0..64 {
         let l = limiters[i % 8].clone();
-        handles.push(tokio::spawn(async move { l.acquire("shared", tpm(100), 1).await.unwrap() }));
+        handles.push(tokio::spawn(async move {
+            l.acquire("shared", tpm(100), 1).await.unwrap()
+        }));
     }
     let mut allowed = 0;
     for h in handles {
@@ -75,13 +108,21 @@ async fn concurrent_callers_on_many_connections_share_one_allowance() {
             allowed += 1;
         }
     }
-    assert!((10..=11).contains(&allowed), "allowed {allowed}, the burst is 10");
+    assert!(
+        (10..=11).contains(&allowed),
+        "allowed {allowed}, the burst is 10"
+    );
     // Requests and tokens together: one request per ~1 s at most.
     let mut handles = Vec::new();
     for i in 0..16 {
         let l = limiters[i % 8].clone();
-        let both = Rates { requests_per_minute: Some(60), tokens_per_minute: Some(100_000) };
-        handles.push(tokio::spawn(async move { l.acquire("both", both, 5).await.unwrap() }));
+        let both = Rates {
+            requests_per_minute: Some(60),
+            tokens_per_minute: Some(100_000),
+        };
+        handles.push(tokio::spawn(async move {
+            l.acquire("both", both, 5).await.unwrap()
+        }));
     }
     let mut allowed = 0;
     for h in handles {

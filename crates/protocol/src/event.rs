@@ -22,9 +22,15 @@ pub struct Progress {
 #[serde(rename_all = "camelCase", tag = "type")]
 pub enum EventKind {
     #[serde(rename_all = "camelCase")]
-    DebateStarted { agents: Vec<String>, rounds: u32 },
+    DebateStarted {
+        agents: Vec<String>,
+        rounds: u32,
+    },
     #[serde(rename_all = "camelCase")]
-    NodeEntered { round: u32, node: Node },
+    NodeEntered {
+        round: u32,
+        node: Node,
+    },
     #[serde(rename_all = "camelCase")]
     TaskDispatched {
         task_id: String,
@@ -50,11 +56,17 @@ pub enum EventKind {
         will_retry: bool,
     },
     #[serde(rename_all = "camelCase")]
-    RoundCompleted { round: u32 },
+    RoundCompleted {
+        round: u32,
+    },
     #[serde(rename_all = "camelCase")]
-    Warning { message: String },
+    Warning {
+        message: String,
+    },
     #[serde(rename_all = "camelCase")]
-    DebateCompleted { confidence: f64 },
+    DebateCompleted {
+        confidence: f64,
+    },
     #[serde(rename_all = "camelCase")]
     DebateFailed {
         node: Node,

@@ -126,7 +126,10 @@ impl DebateSpec {
         }
         let active: Vec<&AgentConfig> = self.active_agents().collect();
         if active.is_empty() {
-            errs.push(SpecError::new("agents", "at least one enabled agent is required"));
+            errs.push(SpecError::new(
+                "agents",
+                "at least one enabled agent is required",
+            ));
         }
         if active.len() > MAX_AGENTS {
             errs.push(SpecError::new(
@@ -161,7 +164,10 @@ impl DebateSpec {
             }
         }
         if d.summarization.max_length == 0 {
-            errs.push(SpecError::new("debate.summarization.maxLength", "must be > 0"));
+            errs.push(SpecError::new(
+                "debate.summarization.maxLength",
+                "must be > 0",
+            ));
         }
         if d.max_concurrency == 0 {
             errs.push(SpecError::new("debate.maxConcurrency", "must be > 0"));
@@ -195,7 +201,10 @@ fn validate_agent(field: &str, a: &AgentConfig, errs: &mut Vec<SpecError>) {
         ));
     }
     if a.model.trim().is_empty() {
-        errs.push(SpecError::new(format!("{field}.model"), "must not be empty"));
+        errs.push(SpecError::new(
+            format!("{field}.model"),
+            "must not be empty",
+        ));
     }
     if !(0.0..=2.0).contains(&a.temperature) {
         errs.push(SpecError::new(

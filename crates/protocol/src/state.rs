@@ -234,7 +234,8 @@ impl DebateState {
         n.checked_sub(1).and_then(|i| self.rounds.get(i as usize))
     }
     pub fn round_mut(&mut self, n: u32) -> Option<&mut DebateRound> {
-        n.checked_sub(1).and_then(|i| self.rounds.get_mut(i as usize))
+        n.checked_sub(1)
+            .and_then(|i| self.rounds.get_mut(i as usize))
     }
     /// Sum of tokens over every contribution, summary, evaluation and the synthesis.
     pub fn total_tokens(&self) -> u64 {
@@ -250,9 +251,7 @@ impl DebateState {
                         .values()
                         .map(|s| s.metadata.tokens_used)
                         .sum::<u64>()
-                    + r.evaluation
-                        .as_ref()
-                        .map_or(0, |e| e.metadata.tokens_used)
+                    + r.evaluation.as_ref().map_or(0, |e| e.metadata.tokens_used)
             })
             .sum();
         rounds
@@ -260,7 +259,10 @@ impl DebateState {
                 .judge_summary
                 .as_ref()
                 .map_or(0, |s| s.metadata.tokens_used)
-            + self.synthesis_metadata.as_ref().map_or(0, |m| m.tokens_used)
+            + self
+                .synthesis_metadata
+                .as_ref()
+                .map_or(0, |m| m.tokens_used)
     }
 }
 

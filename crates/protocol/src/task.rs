@@ -105,7 +105,13 @@ impl TaskKind {
 }
 
 /// Deterministic task id: `debate/round/node/agent[/target]`.
-pub fn task_id(debate_id: &str, round: u32, kind: TaskKind, agent: &str, target: Option<&str>) -> String {
+pub fn task_id(
+    debate_id: &str,
+    round: u32,
+    kind: TaskKind,
+    agent: &str,
+    target: Option<&str>,
+) -> String {
     match target {
         Some(t) => format!("{debate_id}/{round}/{}/{agent}/{t}", kind.as_str()),
         None => format!("{debate_id}/{round}/{}/{agent}", kind.as_str()),
