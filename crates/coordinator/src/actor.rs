@@ -81,7 +81,12 @@ pub struct DebateActorState {
     deps: Arc<Deps>,
     /// The tick timer, stopped with the actor.
     ticker: Option<tokio::task::JoinHandle<()>>,
+    /// Set once the debate settled and the lease was released: later messages are refused.
+    stopping: bool,
 }
+
+/// Reply to a user command that reached an actor which is releasing its debate.
+pub const RELEASING: &str = "the debate is being released by its coordinator; try again";
 
 #[derive(Debug, thiserror::Error)]
 enum ActorError {
@@ -89,6 +94,8 @@ enum ActorError {
     Missing(String),
     #[error("debate {0}: another coordinator wrote its checkpoint; giving it up")]
     LostCas(String),
+    #[error("debate {0} is not running")]
+    NotRunning(String),
 }
 
 impl Actor for DebateActor {
@@ -107,6 +114,15 @@ impl Actor for DebateActor {
         let (Some(spec), Some(cp)) = (spec, cp) else {
             return Err(ActorError::Missing(args.id).into());
         };
+        let status = cp.state.status;
+        if args.follow_up.is_none()
+            && status != DebateStatus::Running
+            && status != DebateStatus::Pending
+        {
+            // A stale entry of the running set (the debate settled meanwhile).
+            store.unmark_running(&args.id).await?;
+            return Err(ActorError::NotRunning(args.id).into());
+        }
         let machine = Machine::from_checkpoint(spec, cp.state);
         let ticker = myself.send_interval(args.deps.poll_every, || DebateMsg::Tick);
         myself.cast(DebateMsg::Kick)?;
@@ -116,6 +132,7 @@ impl Actor for DebateActor {
             follow_up: args.follow_up,
             deps: args.deps,
             ticker: Some(ticker),
+            stopping: false,
         })
     }
 
@@ -138,6 +155,12 @@ impl Actor for DebateActor {
         msg: DebateMsg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        if state.stopping {
+            if let DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) = msg {
+                let _ = reply.send(Err(RELEASING.into()));
+            }
+            return Ok(());
+        }
         match msg {
             DebateMsg::Kick => {
                 state.apply(&myself, Input::Resume).await?;
@@ -146,12 +169,17 @@ impl Actor for DebateActor {
                 fields.sort();
                 for f in fields {
                     let r = &results[f];
+                    if state.stopping {
+                        return Ok(());
+                    }
                     if state.wants(r) {
                         state.apply(&myself, Input::Result(r.clone())).await?;
                     }
                 }
                 if let Some(input) = state.follow_up.take() {
-                    state.apply(&myself, input).await?;
+                    if !state.stopping {
+                        state.apply(&myself, input).await?;
+                    }
                 }
             }
             DebateMsg::ResultReady { task_id, attempt } => {
@@ -182,6 +210,9 @@ impl Actor for DebateActor {
                 }
                 let results = state.deps.store.results(&id).await?;
                 for t in in_flight {
+                    if state.stopping {
+                        break;
+                    }
                     let attempt = state.attempt_of(&t);
                     let r = results
                         .get(&t)
@@ -250,6 +281,11 @@ impl DebateActorState {
         myself: &ActorRef<DebateMsg>,
         input: Input,
     ) -> Result<(), ActorProcessingErr> {
+        let input_kind = if matches!(input, Input::Retry) {
+            InputKind::Retry
+        } else {
+            InputKind::Other
+        };
         let effects = self.machine.handle(input, Utc::now());
         let id = self.machine.id().to_string();
         match self
@@ -305,7 +341,14 @@ impl DebateActorState {
             ack.await?;
         }
         let status = self.machine.state().status;
-        if status != DebateStatus::Running && status != DebateStatus::Pending {
+        if status == DebateStatus::Running {
+            // A retried debate needs an owner again if this replica dies.
+            if matches!(input_kind, InputKind::Retry) {
+                self.deps.store.mark_running(&id).await?;
+            }
+        } else if status != DebateStatus::Pending && self.follow_up.is_none() {
+            // (With a follow-up pending, `Kick` is still resuming: the retry comes next.)
+            self.stopping = true;
             tracing::info!(debate = %id, status = status.as_str(), "debate settled; releasing it");
             self.deps.store.unmark_running(&id).await?;
             self.deps.store.release_lease(&id, &self.deps.owner).await?;
@@ -313,6 +356,11 @@ impl DebateActorState {
         }
         Ok(())
     }
+}
+
+enum InputKind {
+    Retry,
+    Other,
 }
 
 fn headers(msg_id: &str) -> HeaderMap {
@@ -338,7 +386,8 @@ pub enum SupervisorMsg {
     /// Take the lease of a debate and spawn its actor (no-op if already owned here).
     Adopt {
         id: String,
-        follow_up: Option<Input>,
+        /// Boxed: an `Input` can carry a whole task result.
+        follow_up: Option<Box<Input>>,
         reply: RpcReplyPort<Result<(), AdoptError>>,
     },
     /// Deliver to the debate's actor if this coordinator owns it.
@@ -398,7 +447,7 @@ impl Actor for Supervisor {
                 follow_up,
                 reply,
             } => {
-                let r = adopt(&myself, state, id, follow_up).await;
+                let r = adopt(&myself, state, id, follow_up.map(|b| *b)).await;
                 let _ = reply.send(r);
             }
             SupervisorMsg::Route { id, msg } => {

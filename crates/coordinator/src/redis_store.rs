@@ -13,6 +13,9 @@
 //!   succeed under the task id).
 //! - `parley:{<id>}:lease`: the owning coordinator's token (`SET NX PX`); renewed and released
 //!   only by its owner (Lua).
+//! - `parley:{<id>}:claim:<task id>`: the worker running a task right now (`SET NX PX`,
+//!   released by its owner), so a re-dispatch racing a still-running call waits for its
+//!   result instead of calling the LLM a second time.
 //! - `parley:running`: the set of debates that still need an owner (running, or accepted
 //!   and not started).
 //! - `parley:idem:<key>`: idempotency key → debate id (kept 24 h).
@@ -265,6 +268,35 @@ impl RedisStore {
     pub async fn release_lease(&self, id: &str, owner: &str) -> Result<bool> {
         let ok: i64 = Script::new(RELEASE_SCRIPT)
             .key(key(id, "lease"))
+            .arg(owner)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(ok == 1)
+    }
+
+    /// Marks a task as being run by `owner` for at most `ttl_ms`; false when another
+    /// worker runs it right now.
+    pub async fn claim_task(
+        &self,
+        debate_id: &str,
+        task_id: &str,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Result<bool> {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key(debate_id, &format!("claim:{task_id}")))
+            .arg(owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(set.is_some())
+    }
+
+    pub async fn release_claim(&self, debate_id: &str, task_id: &str, owner: &str) -> Result<bool> {
+        let ok: i64 = Script::new(RELEASE_SCRIPT)
+            .key(key(debate_id, &format!("claim:{task_id}")))
             .arg(owner)
             .invoke_async(&mut self.conn())
             .await?;

@@ -292,7 +292,7 @@ impl Service {
             .call(
                 |reply| SupervisorMsg::Adopt {
                     id,
-                    follow_up,
+                    follow_up: follow_up.map(Box::new),
                     reply,
                 },
                 Some(Duration::from_secs(10)),
@@ -391,28 +391,45 @@ impl Service {
             }
             _ => {}
         }
-        if let Some(actor) = self.actor(&id).await {
-            return ask(&actor, &id, cmd).await;
-        }
-        let follow_up = match cmd {
-            Command::Retry => Input::Retry,
-            Command::Cancel => Input::Cancel,
-        };
+        // The owner may be changing hands (an actor releasing the debate, a scan holding
+        // the lease for a moment): try the local actor, adoption, then the owner, a few times.
         if cmd == Command::Retry {
             self.store.mark_running(&id).await.map_err(unavailable)?;
         }
-        match self.adopt(&id, Some(follow_up)).await {
-            Ok(()) => Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
-            Err(AdoptError::OwnedElsewhere) => self.forward(&id, cmd).await,
-            Err(AdoptError::Failed(e)) => Err(err(ErrorCode::Unavailable, e)),
+        let mut last = err(
+            ErrorCode::Unavailable,
+            format!("debate {id} is busy; try again"),
+        );
+        for _ in 0..20 {
+            if let Some(actor) = self.actor(&id).await {
+                match ask(&actor, &id, cmd).await {
+                    Err(e) if e.error.message == crate::actor::RELEASING => last = e,
+                    r => return r,
+                }
+            } else {
+                let follow_up = match cmd {
+                    Command::Retry => Input::Retry,
+                    Command::Cancel => Input::Cancel,
+                };
+                match self.adopt(&id, Some(follow_up)).await {
+                    Ok(()) => return Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
+                    Err(AdoptError::OwnedElsewhere) => match self.forward(&id, cmd).await {
+                        Err(e) if e.error.code == ErrorCode::Unavailable => last = e,
+                        r => return r,
+                    },
+                    Err(AdoptError::Failed(e)) => return Err(err(ErrorCode::Unavailable, e)),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        Err(last)
     }
 
     /// Hands a user command to the replica that owns the debate.
     async fn forward(&self, id: &str, cmd: Command) -> Reply {
         let subject = format!("{CONTROL_PREFIX}.{id}.{}", cmd.as_str());
         let req = self.nats.request(subject, Bytes::new());
-        match tokio::time::timeout(Duration::from_secs(10), req).await {
+        match tokio::time::timeout(Duration::from_secs(2), req).await {
             Ok(Ok(msg)) => serde_json::from_slice::<Value>(&msg.payload)
                 .map_err(|e| err(ErrorCode::Internal, e.to_string()))
                 .and_then(|v| match serde_json::from_value::<ErrorReply>(v.clone()) {

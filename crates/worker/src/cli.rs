@@ -17,7 +17,11 @@ pub struct WorkerArgs {
     #[arg(long, env = "PARLEY_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
     /// Redis URL.
-    #[arg(long, env = "PARLEY_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "PARLEY_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis_url: String,
     /// Debate configuration JSON; its `baseUrl` is the default OpenAI-compatible endpoint.
     #[arg(long, env = "PARLEY_CONFIG", value_name = "FILE")]
@@ -37,11 +41,12 @@ pub struct WorkerArgs {
 
 /// The `baseUrl` of a debate configuration file, if it has one.
 pub fn base_url_from_config(path: &std::path::Path) -> anyhow::Result<Option<String>> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("while reading {}", path.display()))?;
+    let bytes = std::fs::read(path).with_context(|| format!("while reading {}", path.display()))?;
     let v: serde_json::Value = serde_json::from_slice(&bytes)
         .with_context(|| format!("while parsing {}", path.display()))?;
-    Ok(v.get("baseUrl").and_then(|b| b.as_str()).map(str::to_string))
+    Ok(v.get("baseUrl")
+        .and_then(|b| b.as_str())
+        .map(str::to_string))
 }
 
 pub fn init_logging() {

@@ -104,7 +104,11 @@ pub async fn run(
         hard_stop: CancellationToken::new(),
     });
     let tracker = TaskTracker::new();
-    tracing::info!(kind = shared.config.kind.as_str(), concurrency = shared.config.concurrency, "worker ready");
+    tracing::info!(
+        kind = shared.config.kind.as_str(),
+        concurrency = shared.config.concurrency,
+        "worker ready"
+    );
 
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
@@ -211,13 +215,61 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         Ok(None) => {}
         Err(e) => {
             tracing::warn!(task = %task.id, error = %e, "cannot read results; giving the task back");
-            let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(2)))).await;
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                .await;
             return;
         }
     }
 
+    // One run of a task at a time: a re-dispatch that races a still-running call (e.g. after
+    // a coordinator takeover) waits for that call's result. On its last delivery it runs
+    // anyway, so a task is never dropped because a crashed worker's claim has not expired.
+    let claim_owner = format!(
+        "{worker}-{}",
+        msg.info().map(|i| i.stream_sequence).unwrap_or(0)
+    );
+    let claim_ttl = task.timeout_ms.saturating_add(30_000);
+    match shared
+        .store
+        .claim_task(&task.debate_id, &task.id, &claim_owner, claim_ttl)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) if !last_delivery => {
+            tracing::info!(task = %task.id, "another worker runs this task; waiting for its result");
+            // 2, 4, 6, 8 s: about 20 s for the other run to finish before the last delivery.
+            let delay = Duration::from_secs(2 * delivered.max(1) as u64);
+            let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
+            return;
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(task = %task.id, error = %e, "cannot claim the task; giving it back");
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                .await;
+            return;
+        }
+    }
+    run_claimed(shared, msg, &task, last_delivery).await;
+    let _ = shared
+        .store
+        .release_claim(&task.debate_id, &task.id, &claim_owner)
+        .await;
+}
+
+async fn run_claimed(
+    shared: &Arc<Shared>,
+    msg: jetstream::Message,
+    task: &Task,
+    last_delivery: bool,
+) {
+    let worker = shared.config.name.as_str();
     let msg = Arc::new(msg);
-    let every = PROGRESS_EVERY.min(shared.config.ack_wait / 3).max(Duration::from_millis(100));
+    let every = PROGRESS_EVERY
+        .min(shared.config.ack_wait / 3)
+        .max(Duration::from_millis(100));
     let progress = {
         let msg = msg.clone();
         tokio::spawn(async move {
@@ -246,20 +298,24 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         }
         Some(Ok(r)) => r,
         Some(Err(e)) if last_delivery => error_result(
-            &task,
+            task,
             worker,
             ErrorKind::Internal,
             format!("the worker could not run the task: {e}"),
         ),
         Some(Err(e)) => {
             tracing::error!(task = %task.id, error = %e, "task crashed; giving it back");
-            let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                .await;
             return;
         }
     };
     if let Err(e) = shared.store.put_result(&result).await {
         tracing::warn!(task = %task.id, error = %e, "cannot store the result; giving the task back");
-        let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(2)))).await;
+        let _ = msg
+            .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+            .await;
         return;
     }
     notify(shared, &result).await;

@@ -1,0 +1,462 @@
+//! End-to-end tests of the distributed mode: real nats-server (JetStream) and redis-server,
+//! the three service binaries as separate processes, and the fake LLM.
+//!
+//! Build the binaries first: `cargo build --workspace --bins`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use parley_testkit::{
+    workspace_bin, ChildProcess, FakeLlm, Fault, Latency, Match, NatsServer, RedisServer,
+};
+use serde_json::{json, Value};
+
+struct Cluster {
+    nats: NatsServer,
+    redis: RedisServer,
+    fake: FakeLlm,
+    /// Holds the worker config file.
+    _dir: tempfile::TempDir,
+    config: PathBuf,
+    client: async_nats::Client,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let nats = NatsServer::start().unwrap();
+        let redis = RedisServer::start().unwrap();
+        let fake = FakeLlm::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("debate-config.json");
+        std::fs::write(
+            &config,
+            serde_json::to_vec(&json!({"baseUrl": fake.base_url()})).unwrap(),
+        )
+        .unwrap();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        Cluster {
+            nats,
+            redis,
+            fake,
+            _dir: dir,
+            config,
+            client,
+        }
+    }
+
+    fn coordinator(&self) -> ChildProcess {
+        let mut cmd = Command::new(workspace_bin("parley-coordinator"));
+        cmd.args([
+            "--nats-url",
+            &self.nats.url(),
+            "--redis-url",
+            &self.redis.url(),
+            "--lease-ttl-ms",
+            "2000",
+        ])
+        .env("PARLEY_LOG", "info");
+        let p = ChildProcess::spawn(cmd, "coordinator").unwrap();
+        assert!(
+            p.wait_for_log_line("coordinator ready", Duration::from_secs(30))
+                .is_some(),
+            "coordinator did not start:\n{}",
+            p.log()
+        );
+        p
+    }
+
+    fn worker(&self, kind: &str) -> ChildProcess {
+        let mut cmd = Command::new(workspace_bin(&format!("parley-{kind}-worker")));
+        cmd.args([
+            "--nats-url",
+            &self.nats.url(),
+            "--redis-url",
+            &self.redis.url(),
+            "--concurrency",
+            "4",
+            "--ack-wait-secs",
+            "3",
+        ])
+        .arg("--config")
+        .arg(&self.config)
+        .env("PARLEY_LOG", "info")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY");
+        let p = ChildProcess::spawn(cmd, &format!("{kind}-worker")).unwrap();
+        assert!(
+            p.wait_for_log_line("worker ready", Duration::from_secs(30))
+                .is_some(),
+            "worker did not start:\n{}",
+            p.log()
+        );
+        p
+    }
+
+    async fn request(&self, subject: &'static str, body: Vec<u8>) -> Value {
+        let msg = tokio::time::timeout(
+            Duration::from_secs(15),
+            self.client.request(subject, body.into()),
+        )
+        .await
+        .expect("request timed out")
+        .expect("request failed");
+        serde_json::from_slice(&msg.payload).expect("reply is JSON")
+    }
+
+    async fn submit(&self, spec: &Value) -> String {
+        let r = self
+            .request("parley.debates.submit", serde_json::to_vec(spec).unwrap())
+            .await;
+        r["debateId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no debateId in {r}"))
+            .to_string()
+    }
+
+    async fn status(&self, id: &str) -> Value {
+        self.request(
+            "parley.debates.status",
+            serde_json::to_vec(&json!({"debateId": id})).unwrap(),
+        )
+        .await
+    }
+
+    /// Polls the status until `pred` holds; panics with the last state after `timeout`.
+    async fn wait_status(
+        &self,
+        id: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let start = Instant::now();
+        loop {
+            let s = self.status(id).await;
+            if pred(&s) {
+                return s;
+            }
+            if start.elapsed() > timeout {
+                panic!(
+                    "timed out waiting; last status: {}",
+                    serde_json::to_string_pretty(&s).unwrap()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn spec(problem: &str) -> Value {
+    json!({
+        "problem": problem,
+        "agents": [
+            {"id": "agent-architect", "name": "Architect", "role": "architect", "model": "model-arch", "temperature": 0.1},
+            {"id": "agent-security", "name": "Security", "role": "security", "model": "model-sec", "temperature": 0.2},
+            {"id": "agent-kiss", "name": "Kiss", "role": "kiss", "model": "model-kiss", "temperature": 0.3}
+        ],
+        "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "model-judge", "temperature": 0.4},
+        "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"}}
+    })
+}
+
+fn count(round: &Value, kind: &str) -> usize {
+    round["contributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == kind)
+        .count()
+}
+
+fn contributions(state: &Value) -> usize {
+    state["rounds"].as_array().map_or(0, |rs| {
+        rs.iter()
+            .map(|r| r["contributions"].as_array().map_or(0, Vec::len))
+            .sum()
+    })
+}
+
+/// Every round has 3 proposals, 6 critiques and 3 refinements, each (type, agent, target)
+/// exactly once, and the judge's solution is there.
+fn assert_complete(state: &Value) {
+    assert_eq!(state["status"], "completed", "{state}");
+    let rounds = state["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2);
+    for r in rounds {
+        assert_eq!(
+            (
+                count(r, "proposal"),
+                count(r, "critique"),
+                count(r, "refinement")
+            ),
+            (3, 6, 3),
+            "{r}"
+        );
+        let keys: BTreeSet<String> = r["contributions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| format!("{}/{}/{}", c["type"], c["agentId"], c["targetAgentId"]))
+            .collect();
+        assert_eq!(keys.len(), 12, "a contribution is duplicated: {r}");
+    }
+    let sol = &state["finalSolution"];
+    assert!(
+        sol["description"]
+            .as_str()
+            .unwrap()
+            .contains("Fake synthesized solution"),
+        "{sol}"
+    );
+    assert_eq!(sol["synthesizedBy"], "judge-main");
+}
+
+/// Successful LLM calls per (model, prompt): a completed call must never be repeated.
+fn assert_no_completed_call_repeated(fake: &FakeLlm) {
+    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in fake.requests().iter().filter(|r| r.status == 200) {
+        *seen.entry((r.model.clone(), r.prompt_text())).or_default() += 1;
+    }
+    let repeated: Vec<_> = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|((m, p), n)| format!("{m} x{n}: {}", &p[..p.len().min(120)]))
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "completed calls repeated: {repeated:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debate_submitted_over_nats_completes() {
+    let c = Cluster::start().await;
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+
+    let id = c
+        .submit(&spec("Design a rate limiter for a public API"))
+        .await;
+    assert!(parley_protocol::is_valid_debate_id(&id), "{id}");
+    let state = c
+        .wait_status(&id, Duration::from_secs(45), |s| {
+            s["status"] == "completed" || s["status"] == "failed"
+        })
+        .await;
+    assert_complete(&state);
+    assert_eq!(state["id"], id.as_str());
+    assert_eq!(state["currentRound"], 2);
+    // 3 proposals + 6 critiques + 3 refinements, 6 critiques + 3 refinements, 1 synthesis.
+    assert_eq!(c.fake.request_count(), 22);
+    assert_no_completed_call_repeated(&c.fake);
+
+    // The events stream holds the whole debate, ending with debateCompleted.
+    let js = async_nats::jetstream::new(c.client.clone());
+    let stream = js.get_stream("PARLEY_EVENTS").await.unwrap();
+    let last = stream
+        .get_last_raw_message_by_subject(&format!("parley.debates.{id}.events"))
+        .await
+        .unwrap();
+    let ev: Value = serde_json::from_slice(&last.payload).unwrap();
+    assert_eq!(ev["type"], "debateCompleted", "{ev}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_submissions_get_error_replies() {
+    let c = Cluster::start().await;
+    let _coord = c.coordinator();
+    let code = |v: &Value| {
+        v["error"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error in {v}"))
+            .to_string()
+    };
+    let msg = |v: &Value| {
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+
+    let r = c
+        .request("parley.debates.submit", b"this is not json".to_vec())
+        .await;
+    assert_eq!(code(&r), "invalid_json");
+
+    let mut s = spec("p");
+    s["schemaVersion"] = json!(2);
+    let r = c
+        .request("parley.debates.submit", serde_json::to_vec(&s).unwrap())
+        .await;
+    assert_eq!(code(&r), "unsupported_schema_version", "{r}");
+
+    let mut s = spec("p");
+    s["bogusField"] = json!(1);
+    let r = c
+        .request("parley.debates.submit", serde_json::to_vec(&s).unwrap())
+        .await;
+    assert_eq!(code(&r), "invalid_request");
+    assert!(msg(&r).contains("bogusField"), "{r}");
+
+    let mut s = spec("p");
+    s["agents"] = json!((0..13).map(|i| json!({"id": format!("a{i}"), "name": "A", "role": "architect", "model": "m", "temperature": 0.5})).collect::<Vec<_>>());
+    let r = c
+        .request("parley.debates.submit", serde_json::to_vec(&s).unwrap())
+        .await;
+    assert_eq!(code(&r), "invalid_request");
+    assert!(msg(&r).contains("agents") && msg(&r).contains("13"), "{r}");
+
+    let r = c
+        .request(
+            "parley.debates.submit",
+            serde_json::to_vec(&spec("   ")).unwrap(),
+        )
+        .await;
+    assert_eq!(code(&r), "invalid_request");
+    assert!(msg(&r).contains("problem"), "{r}");
+
+    let big = spec(&"x".repeat(1_010_000));
+    let r = c
+        .request("parley.debates.submit", serde_json::to_vec(&big).unwrap())
+        .await;
+    assert_eq!(code(&r), "payload_too_large", "{}", msg(&r));
+
+    let r = c.status("deb-20200101-000000-zzzzzz").await;
+    assert_eq!(code(&r), "not_found", "{r}");
+
+    // The service goes on: a good submission is accepted and stored.
+    let id = c.submit(&spec("A good problem")).await;
+    let s = c.status(&id).await;
+    assert_eq!(s["id"], id.as_str(), "{s}");
+    assert_eq!(s["problem"], "A good problem");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_killed_mid_debate_resumes_without_repeating_calls() {
+    let c = Cluster::start().await;
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(300)));
+    let mut coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+
+    let id = c.submit(&spec("Design a job scheduler")).await;
+    // Mid round 1: some proposals or critiques stored, more in flight.
+    c.wait_status(&id, Duration::from_secs(30), |s| contributions(s) >= 3)
+        .await;
+    coord.kill9();
+    let _coord2 = c.coordinator();
+
+    let state = c
+        .wait_status(&id, Duration::from_secs(50), |s| {
+            s["status"] == "completed" || s["status"] == "failed"
+        })
+        .await;
+    assert_complete(&state);
+    assert_no_completed_call_repeated(&c.fake);
+    assert_eq!(c.fake.request_count(), 22);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_worker_killed_mid_critique_loses_nothing() {
+    let c = Cluster::start().await;
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(1000)));
+    let _coord = c.coordinator();
+    let mut agent1 = c.worker("agent");
+    let _agent2 = c.worker("agent");
+    let _judge = c.worker("judge");
+
+    let id = c.submit(&spec("Design a feature flag service")).await;
+    // All proposals of round 1 stored: the critiques are running on both workers.
+    c.wait_status(&id, Duration::from_secs(30), |s| {
+        s["rounds"][0].is_object() && count(&s["rounds"][0], "proposal") == 3
+    })
+    .await;
+    agent1.kill9();
+    let killed_at = Instant::now();
+
+    let state = c
+        .wait_status(&id, Duration::from_secs(50), |s| {
+            s["status"] == "completed" || s["status"] == "failed"
+        })
+        .await;
+    assert_complete(&state);
+    // Only the calls the killed worker had in flight (sent, answer never received) may be
+    // sent again; every call whose answer a live worker got ran once.
+    let reqs = c.fake.requests();
+    let mut by_prompt: BTreeMap<(String, String), Vec<Instant>> = BTreeMap::new();
+    for r in &reqs {
+        by_prompt
+            .entry((r.model.clone(), r.prompt_text()))
+            .or_default()
+            .push(r.received_at);
+    }
+    for ((model, _), times) in by_prompt.iter().filter(|(_, t)| t.len() > 1) {
+        assert_eq!(times.len(), 2, "{model}: sent {} times", times.len());
+        let first = times.iter().min().unwrap();
+        // Latency 1 s: a call answered before the kill arrived more than 1 s before it.
+        assert!(
+            *first + Duration::from_millis(900) > killed_at,
+            "{model}: a call answered before the kill was repeated"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_agent_fails_the_node_and_retry_completes() {
+    let c = Cluster::start().await;
+    c.fake.add_fault(Fault::Status {
+        status: 500,
+        body: r#"{"error":{"message":"model-sec is on fire"}}"#.into(),
+        matching: Match::Model("model-sec".into()),
+        times: None,
+    });
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+
+    let mut s = spec("Design a cache");
+    s["debate"]["retry"] =
+        json!({"default": {"attempts": 2, "initialBackoffMs": 50, "maxBackoffMs": 100}});
+    let id = c.submit(&s).await;
+    let failed = c
+        .wait_status(&id, Duration::from_secs(45), |s| {
+            s["status"] == "failed" || s["status"] == "completed"
+        })
+        .await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let e = &failed["error"];
+    // Security's proposal, or one of its critiques (dataflow scheduling), fails first.
+    assert!(e["node"] == "proposal" || e["node"] == "critique", "{e}");
+    assert_eq!(e["agentId"], "agent-security", "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("500")
+            || e["message"].as_str().unwrap().contains("on fire"),
+        "{e}"
+    );
+
+    c.fake.clear_faults();
+    let r = c
+        .request(
+            "parley.debates.retry",
+            serde_json::to_vec(&json!({"debateId": id})).unwrap(),
+        )
+        .await;
+    assert!(r.get("error").is_none(), "{r}");
+    // The reply means "accepted": the retry is applied when a coordinator adopts the
+    // debate, so wait for completion or for a *new* failure.
+    let first_failure = failed["error"]["at"].clone();
+    let state = c
+        .wait_status(&id, Duration::from_secs(45), |s| {
+            s["status"] == "completed"
+                || (s["status"] == "failed" && s["error"]["at"] != first_failure)
+        })
+        .await;
+    assert_complete(&state);
+    assert_no_completed_call_repeated(&c.fake);
+    let ok = c.fake.requests().iter().filter(|r| r.status == 200).count();
+    assert_eq!(ok, 22, "each task completed exactly once");
+}
