@@ -37,6 +37,9 @@ use parley_protocol::{
 };
 
 /// What drives the machine.
+// Inputs and effects are moved once from producer to consumer, never stored in bulk:
+// boxing the large variants would only add allocations.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Input {
     /// A new debate: emit the start events and dispatch round 1.
@@ -55,6 +58,7 @@ pub enum Input {
 }
 
 /// What the driver must do.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     Dispatch(Task),
