@@ -1,0 +1,81 @@
+//! A real embedded debate on the local model: 2 agents × 1 round with `provider: local`.
+//! The model file comes from `scripts/fetch-model.sh` (the test command runs it first).
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
+
+fn ensure_model() {
+    if parley_local_model_present() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-model.sh");
+    let status = std::process::Command::new("bash")
+        .arg(script)
+        .status()
+        .expect("run fetch-model.sh");
+    assert!(status.success(), "scripts/fetch-model.sh failed");
+}
+
+fn parley_local_model_present() -> bool {
+    let dir = std::env::var_os("PARLEY_MODEL_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache/parley/models")
+        });
+    dir.join("SmolLM2-135M-Instruct.Q4_1.gguf").is_file()
+}
+
+#[test]
+fn two_agents_one_round_on_the_local_model() {
+    ensure_model();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = |id: &str, role: &str| json!({"id": id, "name": id, "role": role, "model": "smollm2", "provider": "local", "temperature": 0.7, "maxTokens": 48});
+    let cfg = json!({
+        "agents": [agent("agent-architect", "architect"), agent("agent-kiss", "kiss")],
+        "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "smollm2", "provider": "local", "temperature": 0.2, "maxTokens": 64},
+        "debate": {"rounds": 1}
+    });
+    std::fs::write(dir.path().join("debate-config.json"), cfg.to_string()).unwrap();
+    let out = std::process::Command::new(PARLEY)
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "Design a simple key-value cache for a web service",
+            "--output",
+            "state.json",
+        ])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("Using local model SmolLM2-135M-Instruct"),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["status"], "completed");
+    let contributions = state["rounds"][0]["contributions"].as_array().unwrap();
+    assert_eq!(contributions.len(), 2 + 2 + 2);
+    for c in contributions {
+        assert!(!c["content"].as_str().unwrap().trim().is_empty(), "{c}");
+        let m = &c["metadata"];
+        assert!(m["tokensUsed"].as_u64().unwrap() > 0, "{c}");
+        assert!(m["promptTokens"].as_u64().unwrap() > 0, "{c}");
+        assert!(m["completionTokens"].as_u64().unwrap() > 0, "{c}");
+        assert!(m["completionTokens"].as_u64().unwrap() <= 48, "{c}");
+        assert_eq!(m["model"], "SmolLM2-135M-Instruct.Q4_1");
+        assert_eq!(m["provider"], "local");
+    }
+    assert!(!state["finalSolution"]["description"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .is_empty());
+}
