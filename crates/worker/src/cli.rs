@@ -39,14 +39,18 @@ pub struct WorkerArgs {
     pub ack_wait_secs: u64,
 }
 
-/// The `baseUrl` of a debate configuration file, if it has one.
-pub fn base_url_from_config(path: &std::path::Path) -> anyhow::Result<Option<String>> {
+/// The operator settings of a debate configuration file: the global `baseUrl` and the
+/// per-provider rate limits (`providers`).
+pub fn provider_settings_from_config(
+    path: &std::path::Path,
+) -> anyhow::Result<(
+    Option<String>,
+    std::collections::BTreeMap<String, parley_protocol::ProviderLimits>,
+)> {
     let bytes = std::fs::read(path).with_context(|| format!("while reading {}", path.display()))?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes)
+    let file: parley_protocol::DebateConfigFile = serde_json::from_slice(&bytes)
         .with_context(|| format!("while parsing {}", path.display()))?;
-    Ok(v.get("baseUrl")
-        .and_then(|b| b.as_str())
-        .map(str::to_string))
+    Ok((file.base_url, file.providers))
 }
 
 pub fn init_logging() {
@@ -89,15 +93,16 @@ pub fn cancel_on_signal(token: CancellationToken) {
 pub async fn main(kind: WorkerKind, executor: Arc<dyn TaskExecutor>) -> anyhow::Result<()> {
     let args = WorkerArgs::parse();
     init_logging();
-    let base_url = match &args.config {
-        Some(p) => base_url_from_config(p)?,
-        None => None,
+    let (base_url, limits) = match &args.config {
+        Some(p) => provider_settings_from_config(p)?,
+        None => Default::default(),
     };
     let config = WorkerConfig {
         kind,
         nats_url: args.nats_url,
         redis_url: args.redis_url,
         base_url,
+        limits,
         concurrency: args.concurrency.max(1),
         name: format!("{}-worker-{}", kind.as_str(), std::process::id()),
         drain_timeout: Duration::from_secs(args.drain_secs),

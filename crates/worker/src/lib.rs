@@ -53,6 +53,8 @@ pub struct WorkerConfig {
     pub redis_url: String,
     /// Global OpenAI-compatible base URL (the debate config's `baseUrl`).
     pub base_url: Option<String>,
+    /// Per-provider (and per-model) rate limits, shared by every replica through Redis.
+    pub limits: std::collections::BTreeMap<String, parley_protocol::ProviderLimits>,
     /// Tasks run at once.
     pub concurrency: usize,
     /// Name recorded in results.
@@ -93,7 +95,16 @@ pub async fn run(
     let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
-    let registry = Registry::new(ProviderSettings::from_env(config.base_url.clone()));
+    let limiter_conn = redis::Client::open(config.redis_url.as_str())
+        .context("while parsing the Redis URL")?
+        .get_connection_manager()
+        .await
+        .context("while connecting the rate limiter to Redis")?;
+    let registry = Registry::with_limits(
+        ProviderSettings::from_env(config.base_url.clone()),
+        config.limits.clone(),
+        Arc::new(parley_llm::ratelimit::RedisLimiter::new(limiter_conn)),
+    );
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let shared = Arc::new(Shared {
         config,
