@@ -22,6 +22,7 @@ pub mod redis_store;
 pub mod service;
 pub mod store;
 pub mod streams;
+pub mod telemetry;
 
 pub use driver::{run_debate, TaskRunner};
 pub use machine::{Effect, Input, Machine};

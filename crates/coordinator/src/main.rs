@@ -35,14 +35,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .json()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PARLEY_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    parley_coordinator::telemetry::init_service_logging();
     let token = CancellationToken::new();
     let signal_token = token.clone();
     tokio::spawn(async move {

@@ -54,14 +54,7 @@ pub fn provider_settings_from_config(
 }
 
 pub fn init_logging() {
-    tracing_subscriber::fmt()
-        .json()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PARLEY_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    parley_coordinator::telemetry::init_service_logging();
 }
 
 /// Cancels the token on SIGTERM or ctrl-c.
