@@ -460,3 +460,71 @@ async fn failing_agent_fails_the_node_and_retry_completes() {
     let ok = c.fake.requests().iter().filter(|r| r.status == 200).count();
     assert_eq!(ok, 22, "each task completed exactly once");
 }
+
+/// Runs the `parley` CLI (async, so the fake LLM in this runtime keeps serving).
+async fn parley_cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(workspace_bin("parley"))
+        .current_dir(dir)
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_submit_wait_watch_status() {
+    let c = Cluster::start().await;
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = spec("unused");
+    cfg.as_object_mut().unwrap().remove("problem");
+    std::fs::write(dir.path().join("cli.json"), cfg.to_string()).unwrap();
+    let url = c.nats.url();
+
+    let out = parley_cli(
+        dir.path(),
+        &[
+            "submit",
+            "Design a rate limiter",
+            "--config",
+            "cli.json",
+            "--nats-url",
+            &url,
+            "--wait",
+            "--output",
+            "state.json",
+        ],
+    )
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Fake synthesized solution"));
+    assert!(err.contains("[round 2/2]"), "{err}");
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    assert_complete(&state);
+    let id = state["id"].as_str().unwrap().to_string();
+    assert_eq!(c.fake.request_count(), 22);
+
+    let out = parley_cli(dir.path(), &["status", &id, "--nats-url", &url]).await;
+    assert_eq!(out.status.code(), Some(0));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["status"], "completed");
+
+    let out = parley_cli(dir.path(), &["watch", &id, "--nats-url", &url]).await;
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("is completed"), "{err}");
+
+    let out = parley_cli(
+        dir.path(),
+        &["status", "deb-20990101-000000-zzzzzz", "--nats-url", &url],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"));
+}

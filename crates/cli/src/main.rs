@@ -8,6 +8,7 @@
 
 mod config;
 mod progress;
+mod remote;
 mod report;
 mod run;
 
@@ -66,6 +67,16 @@ struct Cli {
 enum Command {
     /// Run a debate in this process and print the final solution.
     Run(RunArgs),
+    /// Submit a debate to a cluster over NATS (prints its id; --wait follows it).
+    Submit(remote::SubmitArgs),
+    /// Replay and follow a debate's events.
+    Watch(remote::DebateArgs),
+    /// Print a debate's state as JSON.
+    Status(remote::DebateArgs),
+    /// Resume a failed debate from its failed node.
+    Retry(remote::DebateArgs),
+    /// Cancel a debate.
+    Cancel(remote::DebateArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -128,6 +139,11 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Submit(args) => remote::submit(args).await,
+            Command::Watch(args) => remote::watch(args).await,
+            Command::Status(args) => remote::status(args).await,
+            Command::Retry(args) => remote::command(args, parley_protocol::subjects::RETRY).await,
+            Command::Cancel(args) => remote::command(args, parley_protocol::subjects::CANCEL).await,
         }
     });
     match result {
