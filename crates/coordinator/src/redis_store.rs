@@ -129,13 +129,7 @@ impl RedisStore {
             .arg(key(id, "spec"))
             .query_async(&mut self.conn())
             .await?;
-        raw.map(|r| {
-            serde_json::from_str(&r).map_err(|source| RedisStoreError::Decode {
-                what: format!("the spec of {id}"),
-                source,
-            })
-        })
-        .transpose()
+        decode(raw, || format!("the spec of {id}"))
     }
 
     pub async fn state(&self, id: &str) -> Result<Option<Checkpoint>> {
@@ -210,13 +204,7 @@ impl RedisStore {
             .arg(field)
             .query_async(&mut self.conn())
             .await?;
-        raw.map(|r| {
-            serde_json::from_str(&r).map_err(|source| RedisStoreError::Decode {
-                what: format!("result {field}"),
-                source,
-            })
-        })
-        .transpose()
+        decode(raw, || format!("result {field}"))
     }
 
     /// Every stored result of a debate, by field (see [`result_field`]). Undecodable
@@ -356,4 +344,18 @@ impl RedisStore {
             .await?;
         Ok(existing.unwrap_or_else(|| id.to_string()))
     }
+}
+
+/// Decodes an optional stored JSON value; `what` names it in the error.
+fn decode<T: serde::de::DeserializeOwned>(
+    raw: Option<String>,
+    what: impl FnOnce() -> String,
+) -> Result<Option<T>> {
+    raw.map(|r| {
+        serde_json::from_str(&r).map_err(|source| RedisStoreError::Decode {
+            what: what(),
+            source,
+        })
+    })
+    .transpose()
 }

@@ -77,16 +77,26 @@ struct Service {
     sup: ActorRef<SupervisorMsg>,
 }
 
-/// Runs a coordinator replica until `shutdown` is cancelled.
-pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// Connects to NATS (retrying until it is up) and to the Redis store: what every service
+/// needs first.
+pub async fn connect_backends(
+    nats_url: &str,
+    redis_url: &str,
+) -> anyhow::Result<(async_nats::Client, RedisStore)> {
     let nats = async_nats::ConnectOptions::new()
         .retry_on_initial_connect()
-        .connect(config.nats_url.as_str())
+        .connect(nats_url)
         .await
         .context("while connecting to NATS")?;
-    let store = RedisStore::connect(&config.redis_url)
+    let store = RedisStore::connect(redis_url)
         .await
         .context("while connecting to Redis")?;
+    Ok((nats, store))
+}
+
+/// Runs a coordinator replica until `shutdown` is cancelled.
+pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let (nats, store) = connect_backends(&config.nats_url, &config.redis_url).await?;
     let js = jetstream::new(nats.clone());
     crate::streams::tasks_stream(&js)
         .await

@@ -83,14 +83,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    let nats = async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect(config.nats_url.as_str())
-        .await
-        .context("while connecting to NATS")?;
-    let store = RedisStore::connect(&config.redis_url)
-        .await
-        .context("while connecting to Redis")?;
+    let (nats, store) =
+        parley_coordinator::service::connect_backends(&config.nats_url, &config.redis_url).await?;
     let js = jetstream::new(nats.clone());
     let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
         .await
