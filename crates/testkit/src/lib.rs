@@ -14,9 +14,11 @@
 //! the handles print the tail of their logs as they drop.
 
 pub mod fake_llm;
+pub mod otlp;
 pub mod process;
 pub mod servers;
 
 pub use fake_llm::{FakeLlm, Fault, Latency, Match, RateLimit, RecordedRequest};
+pub use otlp::{OtlpReceiver, ReceivedEvent, ReceivedSpan, SpanStatus};
 pub use process::{free_port, wait_until, wait_until_async, workspace_bin, ChildProcess};
 pub use servers::{NatsServer, RedisServer};

@@ -1,0 +1,305 @@
+//! The services' operational HTTP endpoints: `GET /metrics`, `/healthz`, `/readyz`.
+//!
+//! Services take the address as `--metrics-addr` / `PARLEY_METRICS_ADDR`, default
+//! `0.0.0.0:9090`, `off` to disable. With clap, keep the raw string and parse it after
+//! parsing the arguments (a `value_parser` returning `Option<SocketAddr>` would make clap
+//! treat the argument as optional):
+//!
+//! ```text
+//! /// Address of /metrics, /healthz and /readyz (`off` disables them).
+//! #[arg(long, env = "PARLEY_METRICS_ADDR", default_value = "0.0.0.0:9090")]
+//! metrics_addr: String,
+//! ...
+//! let metrics_addr = parley_telemetry::parse_metrics_addr(&args.metrics_addr)
+//!     .map_err(anyhow::Error::msg)?;   // the message names the bad value
+//! ```
+
+use crate::metrics::{metrics, Metrics, CONTENT_TYPE};
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use futures::future::BoxFuture;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Environment variable the services read their metrics address from.
+pub const METRICS_ADDR_ENV: &str = "PARLEY_METRICS_ADDR";
+/// Default metrics address.
+pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9090";
+/// How long `/readyz` waits for the readiness check before answering 503.
+const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A readiness check: resolves to `Ok(())` when the service can do its work, or to the
+/// reason it cannot (shown in the `/readyz` 503 body; no secrets in it). Called on every
+/// `/readyz` request, so it should be cheap; it is given 2 s.
+pub type Readiness = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// Always ready.
+pub fn always_ready() -> Readiness {
+    Arc::new(|| Box::pin(async { Ok(()) }))
+}
+
+/// Ready while the NATS client is connected (`connection_state() == Connected`).
+pub fn nats_ready(client: async_nats::Client) -> Readiness {
+    Arc::new(move || {
+        let state = client.connection_state();
+        Box::pin(async move {
+            match state {
+                async_nats::connection::State::Connected => Ok(()),
+                other => Err(format!("NATS connection is {other}")),
+            }
+        })
+    })
+}
+
+/// Ready when every check is; otherwise the reasons of those that are not, joined by `; `.
+/// The checks run concurrently.
+pub fn all_ready(checks: Vec<Readiness>) -> Readiness {
+    Arc::new(move || {
+        let pending: Vec<_> = checks.iter().map(|check| check()).collect();
+        Box::pin(async move {
+            let reasons: Vec<String> = futures::future::join_all(pending)
+                .await
+                .into_iter()
+                .filter_map(Result::err)
+                .collect();
+            if reasons.is_empty() {
+                Ok(())
+            } else {
+                Err(reasons.join("; "))
+            }
+        })
+    })
+}
+
+/// Parses a `--metrics-addr` / `PARLEY_METRICS_ADDR` value: `host:port` (IP literal, e.g.
+/// `0.0.0.0:9090`, `[::]:9090`, `127.0.0.1:0`), `:port` (all IPv4 interfaces), or `off`
+/// (`Ok(None)`: no HTTP endpoints).
+pub fn parse_metrics_addr(value: &str) -> Result<Option<SocketAddr>, String> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let full;
+    let candidate = if value.starts_with(':') {
+        full = format!("0.0.0.0{value}");
+        full.as_str()
+    } else {
+        value
+    };
+    candidate.parse::<SocketAddr>().map(Some).map_err(|e| {
+        format!("metrics address {value:?}: {e}; expected an IP and port such as 0.0.0.0:9090, or `off`")
+    })
+}
+
+/// Binds `addr` and serves, on a spawned task until `shutdown` resolves:
+/// - `GET /metrics`: the process-wide [`metrics()`] in the OpenMetrics text format
+///   (`application/openmetrics-text; version=1.0.0; charset=utf-8`);
+/// - `GET /healthz`: `200 ok` while the process runs (liveness);
+/// - `GET /readyz`: `200 ready` when `readiness` passes, else `503` with the reason.
+///
+/// Returns the bound address (bind port 0 in tests). Must be called inside a Tokio runtime.
+pub async fn serve_http(
+    addr: SocketAddr,
+    readiness: Readiness,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<SocketAddr> {
+    serve_http_with(addr, metrics().clone(), readiness, shutdown).await
+}
+
+/// [`serve_http`] with an explicit [`Metrics`] instance.
+pub async fn serve_http_with(
+    addr: SocketAddr,
+    metrics: Metrics,
+    readiness: Readiness,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics address {addr}"))?;
+    let bound = listener.local_addr()?;
+    let router = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz_handler))
+        .with_state(AppState { metrics, readiness });
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, addr = %bound, "metrics HTTP server stopped");
+        }
+    });
+    Ok(bound)
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Metrics,
+    readiness: Readiness,
+}
+
+async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        state.metrics.encode(),
+    )
+}
+
+async fn readyz_handler(State(state): State<AppState>) -> impl IntoResponse {
+    match tokio::time::timeout(READINESS_TIMEOUT, (state.readiness)()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ready".to_string()),
+        Ok(Err(reason)) => (StatusCode::SERVICE_UNAVAILABLE, reason),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "readiness check timed out".to_string(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn metrics_addresses() {
+        assert_eq!(parse_metrics_addr("off"), Ok(None));
+        assert_eq!(parse_metrics_addr(" OFF "), Ok(None));
+        assert_eq!(
+            parse_metrics_addr(DEFAULT_METRICS_ADDR),
+            Ok(Some("0.0.0.0:9090".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_metrics_addr(":9191"),
+            Ok(Some("0.0.0.0:9191".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_metrics_addr("[::1]:0"),
+            Ok(Some("[::1]:0".parse().unwrap()))
+        );
+        let err = parse_metrics_addr("localhost").unwrap_err();
+        assert!(err.contains("\"localhost\""), "{err}");
+        assert!(parse_metrics_addr("").is_err());
+    }
+
+    #[tokio::test]
+    async fn healthz_readyz_and_metrics_over_tcp() {
+        let ready = Arc::new(AtomicBool::new(false));
+        let flag = ready.clone();
+        let readiness: Readiness = Arc::new(move || {
+            let ok = flag.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if ok {
+                    Ok(())
+                } else {
+                    Err("NATS connection is pending".into())
+                }
+            })
+        });
+        let m = Metrics::new();
+        m.llm_rate_limited("p1");
+        let _in_flight = m.task_started(crate::TaskKind::Judge);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let addr = serve_http_with("127.0.0.1:0".parse().unwrap(), m, readiness, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+        assert_ne!(addr.port(), 0);
+        let base = format!("http://{addr}");
+        let http = reqwest::Client::new();
+        let get = |path: &str| http.get(format!("{base}{path}")).send();
+
+        let r = get("/healthz").await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), "ok");
+
+        let r = get("/readyz").await.unwrap();
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.text().await.unwrap(), "NATS connection is pending");
+        ready.store(true, Ordering::SeqCst);
+        let r = get("/readyz").await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), "ready");
+
+        let r = get("/metrics").await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], CONTENT_TYPE);
+        let body = r.text().await.unwrap();
+        assert!(
+            body.contains("# TYPE parley_tasks_in_flight gauge"),
+            "{body}"
+        );
+        assert!(
+            body.contains("parley_tasks_in_flight{kind=\"judge\"} 1"),
+            "{body}"
+        );
+        assert!(
+            body.contains("parley_llm_rate_limited_total{provider=\"p1\"} 1"),
+            "{body}"
+        );
+        assert!(body.ends_with("# EOF\n"));
+
+        assert_eq!(get("/nope").await.unwrap().status(), 404);
+        let r = http.post(format!("{base}/healthz")).send().await.unwrap();
+        assert_eq!(r.status(), 405);
+
+        stop.send(()).unwrap();
+        let mut refused = false;
+        for _ in 0..100 {
+            // A new client: no pooled keep-alive connection.
+            if reqwest::Client::new()
+                .get(format!("{base}/healthz"))
+                .send()
+                .await
+                .is_err()
+            {
+                refused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(refused, "the server stops after shutdown resolves");
+    }
+
+    #[tokio::test]
+    async fn readiness_combinators_and_nats() {
+        // No server on port 1: the client exists but is not connected.
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect("127.0.0.1:1")
+            .await
+            .unwrap();
+        let err = nats_ready(client)().await.unwrap_err();
+        assert!(err.starts_with("NATS connection is "), "{err}");
+        assert!(!err.ends_with("connected"), "{err}");
+
+        let failing: Readiness = Arc::new(|| Box::pin(async { Err("redis is down".to_string()) }));
+        assert_eq!(
+            all_ready(vec![always_ready(), always_ready()])().await,
+            Ok(())
+        );
+        assert_eq!(
+            all_ready(vec![failing.clone(), always_ready(), failing])().await,
+            Err("redis is down; redis is down".to_string())
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_readiness_check_times_out() {
+        let hanging: Readiness = Arc::new(|| Box::pin(futures::future::pending()));
+        let state = AppState {
+            metrics: Metrics::new(),
+            readiness: hanging,
+        };
+        let response = readyz_handler(State(state)).await.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+}

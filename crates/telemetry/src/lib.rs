@@ -1,0 +1,69 @@
+//! Telemetry for Parley's services: logs, traces, metrics and health endpoints.
+//!
+//! # Layout
+//! - [`init_telemetry`] (or [`TelemetryOptions::init`]): one call per binary. Installs the
+//!   global `tracing` subscriber — JSON log lines on stderr that carry the OpenTelemetry
+//!   `trace_id`/`span_id`, plus an OpenTelemetry layer that exports spans over OTLP when an
+//!   endpoint is configured — and the W3C TraceContext propagator. Returns a
+//!   [`TelemetryGuard`] that flushes and shuts the exporter down when dropped.
+//! - [`propagation`]: trace context in NATS headers ([`inject_headers`], [`extract_headers`])
+//!   and as a plain `traceparent` string ([`current_traceparent`],
+//!   [`context_from_traceparent`]) for checkpoints.
+//! - [`mod@metrics`]: the process-wide Prometheus [`Metrics`] ([`metrics()`]), with one typed
+//!   method per thing a service records.
+//! - [`http`]: [`serve_http`] serves `GET /metrics`, `/healthz` and `/readyz`;
+//!   [`nats_ready`] is a ready-made readiness check; [`parse_metrics_addr`] parses the
+//!   `--metrics-addr` / `PARLEY_METRICS_ADDR` value.
+//!
+//! # Environment
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `PARLEY_LOG` | `EnvFilter` directives for the log lines on stderr | `info` |
+//! | `PARLEY_TRACE` | `EnvFilter` directives for the spans (and span events) that are exported | `info` |
+//! | `PARLEY_LOG_FORMAT` | `json` or `text` | `json` |
+//! | `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | where to export spans; neither set: no exporter | unset |
+//! | `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` | `grpc` or `http/protobuf` | `grpc` |
+//! | `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`, `..._TIMEOUT`, `..._COMPRESSION` | read by the OTLP exporter | |
+//! | `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` | resource attributes, win over the built-in ones | |
+//! | `OTEL_TRACES_SAMPLER[_ARG]`, `OTEL_BSP_*` | sampler and batch processor settings, read by the SDK | |
+//! | `OTEL_SDK_DISABLED=true`, `OTEL_TRACES_EXPORTER=none` | no exporter | |
+//! | `PARLEY_METRICS_ADDR` | where the services serve `/metrics`, `/healthz`, `/readyz` ([`parse_metrics_addr`]) | `0.0.0.0:9090` |
+//!
+//! # Wiring a service
+//! ```no_run
+//! use std::sync::Arc;
+//! # async fn run() -> anyhow::Result<()> {
+//! let _telemetry = parley_telemetry::init_telemetry("parley-coordinator")?;
+//! let nats = async_nats::connect("127.0.0.1:4222").await?;
+//! let shutdown = async { let _ = tokio::signal::ctrl_c().await; };
+//! if let Some(addr) = parley_telemetry::parse_metrics_addr("0.0.0.0:9090").map_err(anyhow::Error::msg)? {
+//!     let bound = parley_telemetry::serve_http(addr, parley_telemetry::nats_ready(nats.clone()), shutdown).await?;
+//!     tracing::info!(%bound, "serving /metrics, /healthz, /readyz");
+//! }
+//! // ... run the service; `_telemetry` is dropped last and flushes the spans.
+//! # Ok(()) }
+//! ```
+
+pub mod http;
+mod init;
+pub mod metrics;
+pub mod propagation;
+
+pub use http::{
+    all_ready, always_ready, nats_ready, parse_metrics_addr, serve_http, Readiness,
+    DEFAULT_METRICS_ADDR, METRICS_ADDR_ENV,
+};
+pub use init::{
+    init_telemetry, LogFormat, OtlpExport, OtlpProtocol, TelemetryGuard, TelemetryOptions,
+    LOG_FILTER_ENV, LOG_FORMAT_ENV, TRACE_FILTER_ENV,
+};
+pub use metrics::{metrics, DebateStatus, Direction, InFlightGuard, Metrics, Outcome, TaskKind};
+pub use propagation::{
+    context_from_traceparent, current_context, current_traceparent, extract_headers,
+    inject_current, inject_headers, set_parent, traceparent_of, NatsExtractor, NatsInjector,
+};
+
+/// Re-exported so services need no direct dependency to name a context or call
+/// `OpenTelemetrySpanExt::set_parent` / `context()`.
+pub use opentelemetry::Context as OtelContext;
+pub use tracing_opentelemetry::OpenTelemetrySpanExt;
