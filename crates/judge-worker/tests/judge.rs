@@ -46,6 +46,7 @@ impl Provider for Scripted {
             completion_tokens: 5,
             model: "judge-model".into(),
             latency_ms: 3,
+            rate_limit_reset: None,
         })
     }
 }

@@ -81,6 +81,7 @@ impl Provider for LocalProvider {
             completion_tokens: out.completion_tokens as u64,
             model: self.model.model_name().to_string(),
             latency_ms: started.elapsed().as_millis() as u64,
+            rate_limit_reset: None,
         })
     }
 }

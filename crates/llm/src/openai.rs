@@ -43,6 +43,9 @@ pub struct RetrySettings {
     pub max_backoff: Duration,
     /// Longest wait slept through inside one call.
     pub max_inline_wait: Duration,
+    /// Whether 429s are retried here. Off when a [`crate::ratelimit::RateLimited`] wraps
+    /// the client: it pauses the key for every replica instead.
+    pub retry_rate_limited: bool,
 }
 
 impl Default for RetrySettings {
@@ -52,6 +55,7 @@ impl Default for RetrySettings {
             initial_backoff: Duration::from_millis(250),
             max_backoff: Duration::from_secs(4),
             max_inline_wait: Duration::from_secs(5),
+            retry_rate_limited: true,
         }
     }
 }
@@ -200,6 +204,7 @@ impl OpenAiClient {
             completion_tokens: ct,
             model,
             latency_ms,
+            rate_limit_reset: exhausted_until(&headers),
         })
     }
 
@@ -283,6 +288,29 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
                 .get(*h)
                 .and_then(|v| v.to_str().ok())
                 .and_then(parse_go_duration)
+        })
+        .max()
+}
+
+/// When a successful reply says an allowance is used up (`x-ratelimit-remaining-requests`
+/// or `-tokens` is 0), how long until it resets (the matching `x-ratelimit-reset-*`, 1 s
+/// when absent).
+pub fn exhausted_until(headers: &HeaderMap) -> Option<Duration> {
+    ["requests", "tokens"]
+        .iter()
+        .filter(|kind| {
+            headers
+                .get(format!("x-ratelimit-remaining-{kind}"))
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .is_some_and(|n| n <= 0.0)
+        })
+        .map(|kind| {
+            headers
+                .get(format!("x-ratelimit-reset-{kind}"))
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_go_duration)
+                .unwrap_or(Duration::from_secs(1))
         })
         .max()
 }
@@ -423,7 +451,11 @@ impl Provider for OpenAiClient {
             match self.attempt(req, deadline).await {
                 Ok(r) => return Ok(r),
                 Err(e) if e.kind == ErrorKind::Internal && e.message == "fallback" => continue,
-                Err(e) if e.retryable() && retries < self.retry.max_retries => {
+                Err(e)
+                    if e.retryable()
+                        && retries < self.retry.max_retries
+                        && (e.kind != ErrorKind::RateLimited || self.retry.retry_rate_limited) =>
+                {
                     let wait = e.retry_after.unwrap_or_else(|| self.backoff(retries));
                     if wait > self.retry.max_inline_wait || Instant::now() + wait >= deadline {
                         return Err(e);
@@ -462,6 +494,19 @@ mod tests {
         assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
         h.remove("retry-after");
         assert_eq!(retry_after(&h), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn exhausted_allowance_reads_remaining_and_reset() {
+        let mut h = HeaderMap::new();
+        h.insert("x-ratelimit-remaining-requests", "3".parse().unwrap());
+        h.insert("x-ratelimit-reset-requests", "2s".parse().unwrap());
+        assert_eq!(exhausted_until(&h), None);
+        h.insert("x-ratelimit-remaining-tokens", "0".parse().unwrap());
+        h.insert("x-ratelimit-reset-tokens", "750ms".parse().unwrap());
+        assert_eq!(exhausted_until(&h), Some(Duration::from_millis(750)));
+        h.insert("x-ratelimit-remaining-requests", "0".parse().unwrap());
+        assert_eq!(exhausted_until(&h), Some(Duration::from_secs(2)));
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub struct ChatResponse {
     pub completion_tokens: u64,
     pub model: String,
     pub latency_ms: u64,
+    /// The provider said its allowance is used up (`x-ratelimit-remaining-* = 0`) until
+    /// this much later (`x-ratelimit-reset-*`).
+    pub rate_limit_reset: Option<Duration>,
 }
 
 /// A failed call, classified. Messages never contain API keys.

@@ -112,23 +112,61 @@ impl Gcra {
             Err(allow_at - now)
         }
     }
+
+    /// GCRA with reservation: when the wait is at most `max_wait_us` the units are taken
+    /// now for a slot that starts after the wait (`Ok((new_tat, wait_us))`), so waiting
+    /// callers queue up instead of polling; longer waits take nothing (`Err(wait_us)`).
+    pub fn reserve(
+        &self,
+        tat: u64,
+        now: u64,
+        cost: u64,
+        max_wait_us: u64,
+    ) -> Result<(u64, u64), u64> {
+        let base = tat.max(now);
+        let new_tat = base + self.interval_us * cost;
+        let tolerance = self
+            .tolerance_us
+            .max(self.interval_us * cost.saturating_sub(1));
+        let wait = new_tat
+            .saturating_sub(tolerance + self.interval_us)
+            .saturating_sub(now);
+        if wait <= max_wait_us {
+            Ok((new_tat, wait))
+        } else {
+            Err(wait)
+        }
+    }
 }
 
 /// What a limiter decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
+    /// Go now.
     Allowed,
-    /// Not before this long.
+    /// A slot is reserved: go after this long (at most the `max_wait` asked for).
+    Reserved(Duration),
+    /// Nothing was taken: the next slot is this far away (more than `max_wait`).
     Wait(Duration),
 }
 
 #[async_trait]
 pub trait Limiter: Send + Sync + std::fmt::Debug {
-    /// Takes one request and `tokens` estimated tokens from `key`'s allowance, or says how
-    /// long to wait. Nothing is taken when the answer is `Wait`.
-    async fn acquire(&self, key: &str, rates: Rates, tokens: u64) -> Result<Decision, String>;
+    /// Takes one request and `tokens` estimated tokens from `key`'s allowance, now or, when
+    /// the next slot is at most `max_wait` away, as a reservation for that slot. Nothing is
+    /// taken when the answer is `Wait`.
+    async fn acquire(
+        &self,
+        key: &str,
+        rates: Rates,
+        tokens: u64,
+        max_wait: Duration,
+    ) -> Result<Decision, String>;
     /// Corrects the token charge of an earlier `acquire` by `delta` (real − estimate).
     async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), String>;
+    /// Lets nothing through `key` for `pause` (the provider said so: a 429's `Retry-After`,
+    /// or `x-ratelimit-remaining-* = 0` with its reset time). Every replica sees it.
+    async fn pause(&self, key: &str, rates: Rates, pause: Duration) -> Result<(), String>;
 }
 
 /// Token bursts may use a tenth of the minute's allowance at once.
@@ -165,40 +203,47 @@ impl LocalLimiter {
 
 #[async_trait]
 impl Limiter for LocalLimiter {
-    async fn acquire(&self, key: &str, rates: Rates, tokens: u64) -> Result<Decision, String> {
+    async fn acquire(
+        &self,
+        key: &str,
+        rates: Rates,
+        tokens: u64,
+        max_wait: Duration,
+    ) -> Result<Decision, String> {
         let now = self.now_us();
+        let max_wait_us = max_wait.as_micros() as u64;
         let mut tats = self.tats.lock().unwrap_or_else(|p| p.into_inner());
         let mut updates = Vec::new();
         let mut wait = 0u64;
-        if let Some(rpm) = rates.requests_per_minute {
-            let k = (key.to_string(), "requests");
-            match Gcra::per_minute(rpm, REQUEST_BURST).check(
-                tats.get(&k).copied().unwrap_or(0),
-                now,
-                1,
-            ) {
-                Ok(t) => updates.push((k, t)),
-                Err(w) => wait = wait.max(w),
+        let mut denied = false;
+        let limits = [
+            rates
+                .requests_per_minute
+                .map(|r| ("requests", Gcra::per_minute(r, REQUEST_BURST), 1)),
+            rates
+                .tokens_per_minute
+                .map(|t| ("tokens", Gcra::per_minute(t, token_burst(t)), tokens)),
+        ];
+        for (kind, gcra, cost) in limits.into_iter().flatten() {
+            let k = (key.to_string(), kind);
+            match gcra.reserve(tats.get(&k).copied().unwrap_or(0), now, cost, max_wait_us) {
+                Ok((t, w)) => {
+                    updates.push((k, t));
+                    wait = wait.max(w);
+                }
+                Err(w) => {
+                    denied = true;
+                    wait = wait.max(w);
+                }
             }
         }
-        if let Some(tpm) = rates.tokens_per_minute {
-            let k = (key.to_string(), "tokens");
-            match Gcra::per_minute(tpm, token_burst(tpm)).check(
-                tats.get(&k).copied().unwrap_or(0),
-                now,
-                tokens,
-            ) {
-                Ok(t) => updates.push((k, t)),
-                Err(w) => wait = wait.max(w),
-            }
-        }
-        if wait > 0 {
+        if denied || wait > max_wait_us {
             return Ok(Decision::Wait(Duration::from_micros(wait)));
         }
         for (k, t) in updates {
             tats.insert(k, t);
         }
-        Ok(Decision::Allowed)
+        Ok(decision(wait))
     }
 
     async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), String> {
@@ -213,32 +258,58 @@ impl Limiter for LocalLimiter {
         *tat = moved.max(now as i128) as u64;
         Ok(())
     }
+
+    async fn pause(&self, key: &str, rates: Rates, pause: Duration) -> Result<(), String> {
+        let now = self.now_us();
+        let until = now + pause.as_micros() as u64;
+        let mut tats = self.tats.lock().unwrap_or_else(|p| p.into_inner());
+        if rates.requests_per_minute.is_some() {
+            let tat = tats.entry((key.to_string(), "requests")).or_insert(0);
+            *tat = (*tat).max(until);
+        }
+        if let Some(tpm) = rates.tokens_per_minute {
+            let tol = Gcra::per_minute(tpm, token_burst(tpm)).tolerance_us;
+            let tat = tats.entry((key.to_string(), "tokens")).or_insert(0);
+            *tat = (*tat).max(until + tol);
+        }
+        Ok(())
+    }
 }
 
-/// One script for both limits of a key. KEYS: requests key, tokens key. ARGV: request
-/// interval µs, request tolerance µs (0 interval = unlimited), token interval µs, token
-/// tolerance µs, token cost. Returns 0 when allowed, else the wait in µs.
+fn decision(wait_us: u64) -> Decision {
+    if wait_us == 0 {
+        Decision::Allowed
+    } else {
+        Decision::Reserved(Duration::from_micros(wait_us))
+    }
+}
+
+/// One script for both limits of a key (GCRA with reservation, see [`Gcra::reserve`]).
+/// KEYS: requests key, tokens key. ARGV: request interval µs, request tolerance µs
+/// (0 interval = unlimited), token interval µs, token tolerance µs, token cost, max wait µs.
+/// Returns `{1, wait_us}` when the slot was taken (go after the wait), `{0, wait_us}` when
+/// nothing was taken.
 const ACQUIRE_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local max_wait = tonumber(ARGV[6])
 local function check(key, interval, tolerance, cost)
-  if interval == 0 then return true, 0, nil end
+  if interval == 0 then return 0, nil end
   local tat = tonumber(redis.call('GET', key) or '0')
   if tat < now then tat = now end
   local new_tat = tat + interval * cost
   local tol = math.max(tolerance, interval * (cost - 1))
-  local allow_at = new_tat - tol - interval
-  if allow_at <= now then return true, 0, new_tat end
-  return false, allow_at - now, nil
+  local wait = new_tat - tol - interval - now
+  if wait < 0 then wait = 0 end
+  return wait, new_tat
 end
-local ok1, w1, tat1 = check(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), 1)
-local ok2, w2, tat2 = check(KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
-if ok1 and ok2 then
-  if tat1 then redis.call('SET', KEYS[1], string.format('%.0f', tat1), 'PX', math.ceil((tat1 - now) / 1000) + 1000) end
-  if tat2 then redis.call('SET', KEYS[2], string.format('%.0f', tat2), 'PX', math.ceil((tat2 - now) / 1000) + 1000) end
-  return 0
-end
-return math.max(w1, w2)
+local w1, tat1 = check(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), 1)
+local w2, tat2 = check(KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+local wait = math.max(w1, w2)
+if wait > max_wait then return {0, string.format('%.0f', wait)} end
+if tat1 then redis.call('SET', KEYS[1], string.format('%.0f', tat1), 'PX', math.ceil((tat1 - now) / 1000) + 1000) end
+if tat2 then redis.call('SET', KEYS[2], string.format('%.0f', tat2), 'PX', math.ceil((tat2 - now) / 1000) + 1000) end
+return {1, string.format('%.0f', wait)}
 "#;
 
 /// Moves a token key's TAT by `delta` units (ARGV: interval µs, delta), never below now.
@@ -253,12 +324,30 @@ redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - no
 return 0
 "#;
 
+/// Pushes both TATs of a key so nothing passes for a while. KEYS: requests key, tokens
+/// key. ARGV: pause µs, 1 when requests are limited, token tolerance µs (-1 = tokens not
+/// limited). A TAT only ever moves forward here.
+const PAUSE_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function push(key, until_us)
+  local tat = tonumber(redis.call('GET', key) or '0')
+  if tat < until_us then
+    redis.call('SET', key, string.format('%.0f', until_us), 'PX', math.ceil((until_us - now) / 1000) + 1000)
+  end
+end
+if tonumber(ARGV[2]) == 1 then push(KEYS[1], now + tonumber(ARGV[1])) end
+if tonumber(ARGV[3]) >= 0 then push(KEYS[2], now + tonumber(ARGV[1]) + tonumber(ARGV[3])) end
+return 0
+"#;
+
 /// The cluster-wide limiter: GCRA in Redis, Redis server time.
 #[derive(Clone)]
 pub struct RedisLimiter {
     conn: redis::aio::ConnectionManager,
     acquire: redis::Script,
     adjust: redis::Script,
+    pause: redis::Script,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -273,6 +362,7 @@ impl RedisLimiter {
             conn,
             acquire: redis::Script::new(ACQUIRE_LUA),
             adjust: redis::Script::new(ADJUST_LUA),
+            pause: redis::Script::new(PAUSE_LUA),
         }
     }
 
@@ -287,7 +377,13 @@ impl RedisLimiter {
 
 #[async_trait]
 impl Limiter for RedisLimiter {
-    async fn acquire(&self, key: &str, rates: Rates, tokens: u64) -> Result<Decision, String> {
+    async fn acquire(
+        &self,
+        key: &str,
+        rates: Rates,
+        tokens: u64,
+        max_wait: Duration,
+    ) -> Result<Decision, String> {
         let (rk, tk) = Self::keys(key);
         let r = rates
             .requests_per_minute
@@ -296,7 +392,7 @@ impl Limiter for RedisLimiter {
             .tokens_per_minute
             .map(|t| Gcra::per_minute(t, token_burst(t)));
         let mut conn = self.conn.clone();
-        let wait: i64 = self
+        let (taken, wait): (i64, u64) = self
             .acquire
             .key(rk)
             .key(tk)
@@ -305,13 +401,14 @@ impl Limiter for RedisLimiter {
             .arg(t.map_or(0, |g| g.interval_us))
             .arg(t.map_or(0, |g| g.tolerance_us))
             .arg(tokens.max(1))
+            .arg(max_wait.as_micros() as u64)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| format!("rate limiter (redis): {e}"))?;
-        Ok(if wait <= 0 {
-            Decision::Allowed
+        Ok(if taken == 1 {
+            decision(wait)
         } else {
-            Decision::Wait(Duration::from_micros(wait as u64))
+            Decision::Wait(Duration::from_micros(wait))
         })
     }
 
@@ -329,6 +426,25 @@ impl Limiter for RedisLimiter {
             .key(Self::keys(key).1)
             .arg(g.interval_us)
             .arg(delta)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| format!("rate limiter (redis): {e}"))?;
+        Ok(())
+    }
+
+    async fn pause(&self, key: &str, rates: Rates, pause: Duration) -> Result<(), String> {
+        let (rk, tk) = Self::keys(key);
+        let token_tol = rates.tokens_per_minute.map_or(-1, |t| {
+            Gcra::per_minute(t, token_burst(t)).tolerance_us as i64
+        });
+        let mut conn = self.conn.clone();
+        let _: i64 = self
+            .pause
+            .key(rk)
+            .key(tk)
+            .arg(pause.as_micros() as u64)
+            .arg(i64::from(rates.requests_per_minute.is_some()))
+            .arg(token_tol)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| format!("rate limiter (redis): {e}"))?;
@@ -400,15 +516,21 @@ mod tests {
             requests_per_minute: None,
             tokens_per_minute: Some(6000),
         };
-        assert_eq!(l.acquire("k", rates, 500).await.unwrap(), Decision::Allowed);
+        assert_eq!(
+            l.acquire("k", rates, 500, Duration::ZERO).await.unwrap(),
+            Decision::Allowed
+        );
         // 500 estimated tokens used up the 600-token burst; 200 more must wait.
         assert!(matches!(
-            l.acquire("k", rates, 200).await.unwrap(),
+            l.acquire("k", rates, 200, Duration::ZERO).await.unwrap(),
             Decision::Wait(_)
         ));
         // The call really used 10 tokens: refund 490.
         l.adjust_tokens("k", rates, -490).await.unwrap();
-        assert_eq!(l.acquire("k", rates, 200).await.unwrap(), Decision::Allowed);
+        assert_eq!(
+            l.acquire("k", rates, 200, Duration::ZERO).await.unwrap(),
+            Decision::Allowed
+        );
     }
 }
 
@@ -419,9 +541,26 @@ pub struct LimitStats {
     pub wait_ms: std::sync::atomic::AtomicU64,
     pub handed_back: std::sync::atomic::AtomicU64,
     pub tokens: std::sync::atomic::AtomicU64,
+    /// 429 replies received from providers.
+    pub throttled: std::sync::atomic::AtomicU64,
 }
 
-/// A provider whose calls first take their share of the configured limits.
+/// 429 replies a call retries (after waiting as told) before it gives up.
+const MAX_THROTTLED_RETRIES: u32 = 3;
+
+/// A provider whose calls first take their share of the configured limits, and which owns
+/// the reaction to a provider's own rate-limit signals:
+///
+/// - before the call: one request and the estimated tokens from the (cluster-wide) limiter;
+///   waits up to [`RateLimited::max_wait`] in total, longer waits return `RateLimited` with
+///   `retry_after` so the worker hands the task back to the queue with that delay;
+/// - after a 429: the provider's `Retry-After` (or `x-ratelimit-reset-*`, else a backoff)
+///   pauses the key for every replica, then the call waits or hands back as above;
+/// - after a success whose `x-ratelimit-remaining-*` is 0: the key pauses until the reset.
+///
+/// The inner client must not retry 429s itself (see `RetrySettings::retry_rate_limited`).
+/// Keys without configured limits skip the limiter but still wait out a 429 inline when
+/// short, or hand the task back when long.
 #[derive(Debug)]
 pub struct RateLimited {
     inner: std::sync::Arc<dyn crate::Provider>,
@@ -447,6 +586,56 @@ impl RateLimited {
             stats,
         }
     }
+
+    fn hand_back(&self, key: &str, wait: Duration, why: &str) -> crate::LlmError {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.stats.handed_back.fetch_add(1, Relaxed);
+        let mut e = crate::LlmError::new(
+            parley_protocol::ErrorKind::RateLimited,
+            self.inner.name(),
+            format!("{why} for {key}: next slot in {} ms", wait.as_millis()),
+        );
+        e.retry_after = Some(wait);
+        e
+    }
+
+    /// Takes the call's share of the limits, sleeping while the total stays within
+    /// `max_wait`.
+    async fn take_slot(
+        &self,
+        key: &str,
+        rates: Rates,
+        estimate: u64,
+        waited: &mut Duration,
+    ) -> Result<(), crate::LlmError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let budget = self.max_wait.saturating_sub(*waited);
+        let decision = self
+            .limiter
+            .acquire(key, rates, estimate, budget)
+            .await
+            .map_err(|e| {
+                crate::LlmError::new(parley_protocol::ErrorKind::Network, self.inner.name(), e)
+            })?;
+        match decision {
+            Decision::Allowed => Ok(()),
+            Decision::Reserved(d) => {
+                self.stats.waits.fetch_add(1, Relaxed);
+                self.stats.wait_ms.fetch_add(d.as_millis() as u64, Relaxed);
+                tracing::debug!(key = %key, wait_ms = d.as_millis() as u64, "rate limit: waiting for a reserved slot");
+                tokio::time::sleep(d).await;
+                *waited += d;
+                Ok(())
+            }
+            Decision::Wait(d) => Err(self.hand_back(key, d, "configured rate limit")),
+        }
+    }
+
+    async fn pause(&self, key: &str, rates: Rates, d: Duration) {
+        if let Err(e) = self.limiter.pause(key, rates, d).await {
+            tracing::warn!(key = %key, error = %e, "rate limit: could not pause the key");
+        }
+    }
 }
 
 #[async_trait]
@@ -461,53 +650,67 @@ impl crate::Provider for RateLimited {
     ) -> Result<crate::ChatResponse, crate::LlmError> {
         use std::sync::atomic::Ordering::Relaxed;
         let (key, rates) = rates_for(&self.limits, self.inner.name(), &req.model);
-        if !rates.is_limited() {
-            return self.inner.complete(req).await;
-        }
+        let limited = rates.is_limited();
         let chars: usize = req.messages.iter().map(|m| m.content.chars().count()).sum();
         let estimate = estimate_tokens(chars) + u64::from(req.max_tokens.unwrap_or(512));
         let mut waited = Duration::ZERO;
+        let mut throttled = 0;
         loop {
-            let decision = self
-                .limiter
-                .acquire(&key, rates, estimate)
-                .await
-                .map_err(|e| {
-                    crate::LlmError::new(parley_protocol::ErrorKind::Network, self.inner.name(), e)
-                })?;
-            match decision {
-                Decision::Allowed => break,
-                Decision::Wait(d) if waited + d <= self.max_wait => {
-                    self.stats.waits.fetch_add(1, Relaxed);
-                    self.stats.wait_ms.fetch_add(d.as_millis() as u64, Relaxed);
-                    tracing::debug!(key = %key, wait_ms = d.as_millis() as u64, "rate limit: waiting");
-                    tokio::time::sleep(d).await;
-                    waited += d;
+            if limited {
+                self.take_slot(&key, rates, estimate, &mut waited).await?;
+            }
+            match self.inner.complete(req).await {
+                Ok(r) => {
+                    let used = r.prompt_tokens + r.completion_tokens;
+                    self.stats.tokens.fetch_add(used, Relaxed);
+                    if limited {
+                        let delta = used as i64 - estimate as i64;
+                        if let Err(e) = self.limiter.adjust_tokens(&key, rates, delta).await {
+                            tracing::warn!(key = %key, error = %e, "rate limit: could not correct the token charge");
+                        }
+                        if let Some(d) = r.rate_limit_reset {
+                            self.pause(&key, rates, d).await;
+                        }
+                    }
+                    return Ok(r);
                 }
-                Decision::Wait(d) => {
-                    self.stats.handed_back.fetch_add(1, Relaxed);
-                    let mut e = crate::LlmError::new(
-                        parley_protocol::ErrorKind::RateLimited,
-                        self.inner.name(),
-                        format!(
-                            "configured rate limit for {key}: next slot in {} ms",
-                            d.as_millis()
-                        ),
-                    );
-                    e.retry_after = Some(d);
+                Err(e) if e.kind == parley_protocol::ErrorKind::RateLimited => {
+                    self.stats.throttled.fetch_add(1, Relaxed);
+                    throttled += 1;
+                    // The provider did not serve the call: give the estimate back.
+                    if limited {
+                        let _ = self
+                            .limiter
+                            .adjust_tokens(&key, rates, -(estimate as i64))
+                            .await;
+                    }
+                    if throttled > MAX_THROTTLED_RETRIES {
+                        return Err(e);
+                    }
+                    let d = e
+                        .retry_after
+                        .unwrap_or_else(|| Duration::from_millis(500u64 << throttled.min(5)));
+                    tracing::warn!(key = %key, wait_ms = d.as_millis() as u64, "provider answered 429");
+                    if limited {
+                        // Every replica waits; take_slot then sleeps or hands back.
+                        self.pause(&key, rates, d).await;
+                    } else if waited + d <= self.max_wait {
+                        tokio::time::sleep(d).await;
+                        waited += d;
+                    } else {
+                        return Err(self.hand_back(&key, d, "provider rate limit"));
+                    }
+                }
+                Err(e) => {
+                    if limited {
+                        let _ = self
+                            .limiter
+                            .adjust_tokens(&key, rates, -(estimate as i64))
+                            .await;
+                    }
                     return Err(e);
                 }
             }
         }
-        let result = self.inner.complete(req).await;
-        if let Ok(r) = &result {
-            let used = r.prompt_tokens + r.completion_tokens;
-            self.stats.tokens.fetch_add(used, Relaxed);
-            let delta = used as i64 - estimate as i64;
-            if let Err(e) = self.limiter.adjust_tokens(&key, rates, delta).await {
-                tracing::warn!(key = %key, error = %e, "rate limit: could not correct the token charge");
-            }
-        }
-        result
     }
 }

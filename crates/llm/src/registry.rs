@@ -177,8 +177,8 @@ impl Registry {
             return Ok(c.clone());
         }
         let url = resolved.base_url.clone().unwrap_or_default();
-        let client: Arc<dyn Provider> = match resolved.kind {
-            "openai" => Arc::new(OpenAiClient::new(
+        let mut client = match resolved.kind {
+            "openai" => OpenAiClient::new(
                 "openai",
                 url,
                 self.settings
@@ -186,8 +186,8 @@ impl Registry {
                     .clone()
                     .map(|k| (k, OPENAI_KEY_VAR)),
                 Api::Responses,
-            )?),
-            "openrouter" => Arc::new(OpenAiClient::new(
+            )?,
+            "openrouter" => OpenAiClient::new(
                 "openrouter",
                 url,
                 self.settings
@@ -195,8 +195,8 @@ impl Registry {
                     .clone()
                     .map(|k| (k, OPENROUTER_KEY_VAR)),
                 Api::ChatCompletions,
-            )?),
-            _ => Arc::new(OpenAiClient::new(
+            )?,
+            _ => OpenAiClient::new(
                 "openai-compatible",
                 url,
                 self.settings
@@ -204,10 +204,12 @@ impl Registry {
                     .clone()
                     .map(|k| (k, COMPATIBLE_KEY_VAR)),
                 Api::ChatCompletions,
-            )?),
+            )?,
         };
+        // 429s are handled by the wrapper, which pauses the key for every replica.
+        client.retry.retry_rate_limited = false;
         let client: Arc<dyn Provider> = Arc::new(RateLimited::new(
-            client,
+            Arc::new(client),
             self.limiter.clone(),
             self.limits.clone(),
             self.limit_stats.clone(),

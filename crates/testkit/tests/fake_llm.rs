@@ -222,11 +222,23 @@ async fn hang_fault_never_answers() {
 async fn rate_limit_answers_429_with_retry_after_and_counts() {
     let llm = FakeLlm::start().await.unwrap();
     llm.set_rate_limit(Some(RateLimit {
-        requests_per_minute: 2,
+        requests: 2,
+        window: Duration::from_secs(60),
         retry_after: Some(Duration::from_secs(3)),
     }));
-    assert_eq!(chat(&llm, "m", "1").await.status(), 200);
-    assert_eq!(chat(&llm, "m", "2").await.status(), 200);
+    let first = chat(&llm, "m", "1").await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["x-ratelimit-limit-requests"], "2");
+    assert_eq!(first.headers()["x-ratelimit-remaining-requests"], "1");
+    let second = chat(&llm, "m", "2").await;
+    assert_eq!(second.headers()["x-ratelimit-remaining-requests"], "0");
+    let reset = second.headers()["x-ratelimit-reset-requests"]
+        .to_str()
+        .unwrap()
+        .trim_end_matches("ms")
+        .parse::<u64>()
+        .unwrap();
+    assert!(reset > 59_000 && reset <= 60_000, "{reset}");
     let resp = chat(&llm, "m", "3").await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "3");
@@ -243,7 +255,8 @@ async fn rate_limit_answers_429_with_retry_after_and_counts() {
 async fn rate_limit_without_retry_after_sends_no_header() {
     let llm = FakeLlm::start().await.unwrap();
     llm.set_rate_limit(Some(RateLimit {
-        requests_per_minute: 0,
+        requests: 0,
+        window: Duration::from_secs(60),
         retry_after: None,
     }));
     let resp = chat(&llm, "m", "1").await;
@@ -309,4 +322,23 @@ async fn dropping_the_server_releases_hung_requests() {
         Ok(resp) => assert_eq!(resp.status(), 503),
         Err(e) => assert!(!e.is_timeout(), "hung request was not released: {e}"),
     }
+}
+
+#[tokio::test]
+async fn rate_limited_fault_answers_429_and_is_spent() {
+    let llm = FakeLlm::start().await.unwrap();
+    llm.add_fault(Fault::RateLimited {
+        retry_after: Some(Duration::from_millis(1500)),
+        matching: Match::Model("m".into()),
+        times: Some(1),
+    });
+    let resp = chat(&llm, "m", "1").await;
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "2");
+    assert_eq!(chat(&llm, "m", "2").await.status(), 200);
+    assert_eq!(
+        llm.rate_limited_count(),
+        0,
+        "injected 429s are not quota overruns"
+    );
 }

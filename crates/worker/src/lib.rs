@@ -316,6 +316,14 @@ async fn run_claimed(
             return;
         }
     };
+    if let Some(delay) = hand_back_delay(&result, last_delivery) {
+        // A long rate-limit wait: give the task back to the queue with that delay rather
+        // than hold a slot (or spend the node's retry budget). On the last delivery the
+        // error is stored instead and the coordinator's node retry takes over.
+        tracing::info!(task = %task.id, delay_ms = delay.as_millis() as u64, "rate limited; handing the task back");
+        let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
+        return;
+    }
     if let Err(e) = shared.store.put_result(&result).await {
         tracing::warn!(task = %task.id, error = %e, "cannot store the result; giving the task back");
         let _ = msg
@@ -326,6 +334,23 @@ async fn run_claimed(
     notify(shared, &result).await;
     if let Err(e) = msg.ack().await {
         tracing::warn!(task = %task.id, error = %e, "ack failed; the redelivery will find the stored result");
+    }
+    let outcome = match &result.outcome {
+        TaskOutcome::Ok(_) => "ok",
+        TaskOutcome::Error(_) => "error",
+    };
+    tracing::info!(task = %task.id, attempt = task.attempt, outcome, "task done");
+}
+
+/// How long to hand a rate-limited task back for, when it should be.
+fn hand_back_delay(result: &TaskResult, last_delivery: bool) -> Option<Duration> {
+    match &result.outcome {
+        TaskOutcome::Error(TaskError {
+            kind: ErrorKind::RateLimited,
+            retry_after_ms: Some(ms),
+            ..
+        }) if !last_delivery => Some(Duration::from_millis((*ms).clamp(100, 600_000))),
+        _ => None,
     }
 }
 

@@ -79,7 +79,8 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(rpm) = flags.rpm {
         llm.set_rate_limit(Some(RateLimit {
-            requests_per_minute: rpm,
+            requests: rpm,
+            window: Duration::from_secs(60),
             retry_after: flags.retry_after_s.map(Duration::from_secs),
         }));
     }

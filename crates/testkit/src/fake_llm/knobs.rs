@@ -74,6 +74,16 @@ pub enum Fault {
         /// How many matching requests; `None` = all of them.
         times: Option<usize>,
     },
+    /// Answer 429 (rate limited), with `Retry-After` when set. Not counted by
+    /// `FakeLlm::rate_limited_count`, which counts only quota overruns.
+    RateLimited {
+        /// `Retry-After` in seconds (rounded up).
+        retry_after: Option<Duration>,
+        /// Which requests are refused.
+        matching: Match,
+        /// How many matching requests; `None` = all of them.
+        times: Option<usize>,
+    },
     /// Never answer: the handler sleeps until the `FakeLlm` is dropped (then it answers
     /// 503 so the connection closes). Recorded with status 0.
     Hang {
@@ -88,6 +98,7 @@ impl Fault {
     pub(crate) fn matching(&self) -> &Match {
         match self {
             Fault::Status { matching, .. }
+            | Fault::RateLimited { matching, .. }
             | Fault::Malformed { matching, .. }
             | Fault::Hang { matching, .. } => matching,
         }
@@ -96,20 +107,36 @@ impl Fault {
     pub(crate) fn times(&self) -> Option<usize> {
         match self {
             Fault::Status { times, .. }
+            | Fault::RateLimited { times, .. }
             | Fault::Malformed { times, .. }
             | Fault::Hang { times, .. } => *times,
         }
     }
 }
 
-/// A requests-per-minute limit, like a provider's quota.
+/// A request quota, like a provider's: at most `requests` accepted in any sliding
+/// `window`. Accepted replies carry OpenAI's `x-ratelimit-limit-requests`,
+/// `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests` headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
-    /// Accepted requests allowed in any 60-second window.
-    pub requests_per_minute: u32,
+    /// Accepted requests allowed in any `window`.
+    pub requests: u32,
+    /// The sliding window (60 s for a per-minute quota).
+    pub window: Duration,
     /// When set, 429 replies carry a `Retry-After` header with this many seconds
     /// (rounded up).
     pub retry_after: Option<Duration>,
+}
+
+impl RateLimit {
+    /// `rpm` requests in any 60 s, no `Retry-After`.
+    pub fn per_minute(rpm: u32) -> Self {
+        Self {
+            requests: rpm,
+            window: WINDOW,
+            retry_after: None,
+        }
+    }
 }
 
 /// A fault plus how many runs it has left.
@@ -138,30 +165,33 @@ pub(crate) fn take_fault(
     Some(fault)
 }
 
-/// The 60-second sliding window of accepted requests.
+/// The sliding window of accepted requests.
 #[derive(Debug, Default)]
 pub(crate) struct RateWindow {
-    /// Arrival times of accepted requests in the last 60 s.
+    /// Arrival times of accepted requests in the last window.
     accepted: VecDeque<Instant>,
 }
 
 pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 
 impl RateWindow {
-    /// Returns true (and counts the request) when it fits under `rpm`.
-    pub fn admit(&mut self, now: Instant, rpm: u32) -> bool {
+    /// Returns the quota left and the time until the oldest accepted request leaves the
+    /// window (and counts the request) when it fits under `limit`; `None` when it does not.
+    pub fn admit(&mut self, now: Instant, limit: &RateLimit) -> Option<(u32, Duration)> {
         while let Some(first) = self.accepted.front() {
-            if now.duration_since(*first) >= WINDOW {
+            if now.duration_since(*first) >= limit.window {
                 self.accepted.pop_front();
             } else {
                 break;
             }
         }
-        if self.accepted.len() >= rpm as usize {
-            return false;
+        if self.accepted.len() >= limit.requests as usize {
+            return None;
         }
         self.accepted.push_back(now);
-        true
+        let oldest = *self.accepted.front().unwrap_or(&now);
+        let reset = limit.window.saturating_sub(now.duration_since(oldest));
+        Some((limit.requests - self.accepted.len() as u32, reset))
     }
 
     pub fn clear(&mut self) {
@@ -264,9 +294,13 @@ mod tests {
     fn window_admits_up_to_rpm() {
         let mut w = RateWindow::default();
         let t0 = Instant::now();
-        assert!(w.admit(t0, 2));
-        assert!(w.admit(t0, 2));
-        assert!(!w.admit(t0, 2));
-        assert!(w.admit(t0 + WINDOW, 2));
+        let limit = RateLimit::per_minute(2);
+        assert_eq!(w.admit(t0, &limit), Some((1, WINDOW)));
+        assert_eq!(
+            w.admit(t0 + Duration::from_secs(1), &limit),
+            Some((0, WINDOW - Duration::from_secs(1)))
+        );
+        assert_eq!(w.admit(t0 + Duration::from_secs(2), &limit), None);
+        assert!(w.admit(t0 + WINDOW, &limit).is_some());
     }
 }

@@ -118,7 +118,8 @@ enum Plan {
     BadRequest(String),
     RateLimited(Option<Duration>),
     Fault(Fault, Duration),
-    Reply(Endpoint, u64, Duration),
+    /// A normal reply; with the quota's (limit, remaining, reset) when one is set.
+    Reply(Endpoint, u64, Duration, Option<(u32, u32, Duration)>),
 }
 
 impl Plan {
@@ -128,6 +129,7 @@ impl Plan {
             Plan::BadRequest(_) => 400,
             Plan::RateLimited(_) => 429,
             Plan::Fault(Fault::Status { status, .. }, _) => *status,
+            Plan::Fault(Fault::RateLimited { .. }, _) => 429,
             Plan::Fault(Fault::Malformed { .. }, _) => 200,
             Plan::Fault(Fault::Hang { .. }, _) => 0,
             Plan::Reply(..) => 200,
@@ -294,18 +296,25 @@ impl Knobs {
         if body.get("stream").and_then(Value::as_bool) == Some(true) {
             return Plan::BadRequest("stream: true is not supported by the fake LLM".into());
         }
+        let mut quota = None;
         if let Some(limit) = self.rate_limit {
-            if !self.window.admit(now, limit.requests_per_minute) {
-                self.rate_limited += 1;
-                return Plan::RateLimited(limit.retry_after);
+            match self.window.admit(now, &limit) {
+                Some((remaining, reset)) => quota = Some((limit.requests, remaining, reset)),
+                None => {
+                    self.rate_limited += 1;
+                    return Plan::RateLimited(limit.retry_after);
+                }
             }
         }
         let delay = self.latency.sample(&mut self.rng);
         if let Some(fault) = knobs::take_fault(&mut self.faults, model, prompt) {
+            if let Fault::RateLimited { retry_after, .. } = fault {
+                return Plan::RateLimited(retry_after);
+            }
             return Plan::Fault(fault, delay);
         }
         self.replies += 1;
-        Plan::Reply(endpoint, self.replies, delay)
+        Plan::Reply(endpoint, self.replies, delay, quota)
     }
 }
 
@@ -405,7 +414,7 @@ async fn handle(
                 _ => json_response(StatusCode::OK, wire::MALFORMED_BODY.to_string()),
             }
         }
-        Plan::Reply(endpoint, n, delay) => {
+        Plan::Reply(endpoint, n, delay, quota) => {
             if sleep_or_shutdown(&shared, delay).await {
                 return stopped();
             }
@@ -417,7 +426,23 @@ async fn handle(
                 Endpoint::Chat => wire::chat_completion(&record.model, n, &text, &prompt),
                 Endpoint::Responses => wire::response(&record.model, n, &text, &prompt),
             };
-            json_response(StatusCode::OK, reply.to_string())
+            let mut resp = json_response(StatusCode::OK, reply.to_string());
+            if let Some((limit, remaining, reset)) = quota {
+                let h = resp.headers_mut();
+                for (name, value) in [
+                    ("x-ratelimit-limit-requests", limit.to_string()),
+                    ("x-ratelimit-remaining-requests", remaining.to_string()),
+                    (
+                        "x-ratelimit-reset-requests",
+                        format!("{}ms", reset.as_millis()),
+                    ),
+                ] {
+                    if let Ok(v) = header::HeaderValue::from_str(&value) {
+                        h.insert(name, v);
+                    }
+                }
+            }
+            resp
         }
     }
 }
