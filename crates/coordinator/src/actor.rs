@@ -21,6 +21,15 @@
 //!   from `parley:running`, releases the lease and stops. `retry` adopts it again.
 //! - If performing an effect fails (NATS down), the actor fails; the supervisor releases
 //!   the lease and the periodic scan resumes the debate from its checkpoint.
+//!
+//! # Tracing
+//! The actor holds the debate's root span (`debate`) and one `node` span per (round,
+//! node kind), opened at the node's first dispatch and closed when its round completes (or
+//! the debate settles). Every task message carries the node span's W3C trace context in its
+//! headers, so the worker's `task` span (and its `llm.call` spans) join the trace. The root
+//! span's `traceparent` is checkpointed; a coordinator that takes the debate over opens a
+//! `debate` span (`debate.resumed = true`) under it, so the whole debate stays one trace.
+//! Spans end (and are exported) when they are dropped.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,6 +43,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use rand::Rng;
 
 use crate::{Effect, Input, Machine, RedisStore};
+use parley_protocol::{EventKind, Node};
+use parley_telemetry::OpenTelemetrySpanExt as _;
 
 /// What every debate actor needs; shared.
 pub struct Deps {
@@ -83,6 +94,81 @@ pub struct DebateActorState {
     ticker: Option<tokio::task::JoinHandle<()>>,
     /// Set once the debate settled and the lease was released: later messages are refused.
     stopping: bool,
+    trace: DebateTrace,
+}
+
+/// The debate's spans held by its actor (see the module docs).
+struct DebateTrace {
+    debate: tracing::Span,
+    nodes: HashMap<(u32, Node), tracing::Span>,
+}
+
+impl DebateTrace {
+    /// Opens the root span; under the checkpointed one when the debate was started by
+    /// another coordinator (or an earlier run of this one).
+    fn open(machine: &mut Machine) -> Self {
+        let spec = machine.spec();
+        let agents: Vec<&str> = spec.active_agents().map(|a| a.id.as_str()).collect();
+        let stored = machine.state().engine.traceparent.clone();
+        let debate = tracing::info_span!(
+            parent: None,
+            "debate",
+            debate.id = %machine.id(),
+            debate.agents = %agents.join(","),
+            debate.agent_count = agents.len(),
+            debate.rounds = spec.debate.rounds,
+            debate.resumed = stored.is_some(),
+            debate.status = tracing::field::Empty,
+        );
+        match stored {
+            Some(tp) => {
+                parley_telemetry::set_parent(
+                    &debate,
+                    parley_telemetry::context_from_traceparent(&tp),
+                );
+            }
+            None => {
+                if let Some(tp) = parley_telemetry::traceparent_of(&debate.context()) {
+                    machine.set_traceparent(tp);
+                }
+            }
+        }
+        Self {
+            debate,
+            nodes: HashMap::new(),
+        }
+    }
+
+    /// The node span a task belongs to, opened on first use.
+    fn node(&mut self, round: u32, node: Node) -> &tracing::Span {
+        let debate = &self.debate;
+        self.nodes.entry((round, node)).or_insert_with(|| {
+            tracing::info_span!(
+                parent: debate,
+                "node",
+                node.round = round,
+                node.phase = node.as_str(),
+            )
+        })
+    }
+
+    fn round_completed(&mut self, round: u32) {
+        self.nodes.retain(|(r, _), _| *r != round);
+    }
+
+    fn settled(&mut self, status: DebateStatus) {
+        self.nodes.clear();
+        self.debate.record("debate.status", status.as_str());
+    }
+}
+
+fn metrics_status(status: DebateStatus) -> parley_telemetry::DebateStatus {
+    match status {
+        DebateStatus::Pending | DebateStatus::Running => parley_telemetry::DebateStatus::Running,
+        DebateStatus::Completed => parley_telemetry::DebateStatus::Completed,
+        DebateStatus::Failed => parley_telemetry::DebateStatus::Failed,
+        DebateStatus::Cancelled => parley_telemetry::DebateStatus::Cancelled,
+    }
 }
 
 /// Reply to a user command that reached an actor which is releasing its debate.
@@ -123,7 +209,9 @@ impl Actor for DebateActor {
             store.unmark_running(&args.id).await?;
             return Err(ActorError::NotRunning(args.id).into());
         }
-        let machine = Machine::from_checkpoint(spec, cp.state);
+        let mut machine = Machine::from_checkpoint(spec, cp.state);
+        let trace = DebateTrace::open(&mut machine);
+        parley_telemetry::metrics().debate_status_changed(None, metrics_status(status));
         let ticker = myself.send_interval(args.deps.poll_every, || DebateMsg::Tick);
         myself.cast(DebateMsg::Kick)?;
         Ok(DebateActorState {
@@ -133,6 +221,7 @@ impl Actor for DebateActor {
             deps: args.deps,
             ticker: Some(ticker),
             stopping: false,
+            trace,
         })
     }
 
@@ -143,6 +232,11 @@ impl Actor for DebateActor {
     ) -> Result<(), ActorProcessingErr> {
         if let Some(t) = state.ticker.take() {
             t.abort();
+        }
+        if !state.stopping {
+            // Given up without settling (lease lost, failure): no longer counted here.
+            parley_telemetry::metrics()
+                .debate_released(metrics_status(state.machine.state().status));
         }
         let id = state.machine.id().to_string();
         let _ = state.deps.store.release_lease(&id, &state.deps.owner).await;
@@ -286,6 +380,7 @@ impl DebateActorState {
         } else {
             InputKind::Other
         };
+        let before = self.machine.state().status;
         let effects = self.machine.handle(input, Utc::now());
         let id = self.machine.id().to_string();
         match self
@@ -306,14 +401,20 @@ impl DebateActorState {
                 Effect::Dispatch(task) => {
                     let subject = crate::streams::tasks_subject(task.kind.worker());
                     let body = serde_json::to_vec(&task)?;
+                    let mut h = headers(&task.message_id());
+                    let node = self.trace.node(task.round, task.kind.node());
+                    parley_telemetry::inject_headers(&node.context(), &mut h);
                     let ack = self
                         .deps
                         .js
-                        .publish_with_headers(subject, headers(&task.message_id()), body.into())
+                        .publish_with_headers(subject, h, body.into())
                         .await?;
                     acks.push(ack);
                 }
                 Effect::Emit(event) => {
+                    if let EventKind::RoundCompleted { round } = event.kind {
+                        self.trace.round_completed(round);
+                    }
                     let body = serde_json::to_vec(&event)?;
                     let msg_id = format!("{id}/event/{}", event.seq);
                     let ack = self
@@ -349,6 +450,9 @@ impl DebateActorState {
         } else if status != DebateStatus::Pending && self.follow_up.is_none() {
             // (With a follow-up pending, `Kick` is still resuming: the retry comes next.)
             self.stopping = true;
+            self.trace.settled(status);
+            parley_telemetry::metrics()
+                .debate_status_changed(Some(metrics_status(before)), metrics_status(status));
             tracing::info!(debate = %id, status = status.as_str(), "debate settled; releasing it");
             self.deps.store.unmark_running(&id).await?;
             self.deps.store.release_lease(&id, &self.deps.owner).await?;

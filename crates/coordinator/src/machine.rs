@@ -131,6 +131,12 @@ impl Machine {
         }
     }
 
+    /// Records the W3C `traceparent` of the debate's root span in the checkpoint, so a
+    /// coordinator that resumes the debate continues its trace. Kept once set.
+    pub fn set_traceparent(&mut self, traceparent: String) {
+        self.state.engine.traceparent.get_or_insert(traceparent);
+    }
+
     pub fn state(&self) -> &DebateState {
         &self.state
     }

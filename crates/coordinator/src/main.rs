@@ -30,12 +30,29 @@ struct Args {
     #[arg(long, env = "PARLEY_LEASE_TTL_MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(500..))]
     lease_ttl_ms: u64,
+    /// Address of `/metrics`, `/healthz` and `/readyz` (`off` to disable).
+    #[arg(long, env = "PARLEY_METRICS_ADDR", default_value = parley_telemetry::DEFAULT_METRICS_ADDR,
+          value_parser = parse_metrics_addr)]
+    metrics_addr: MetricsAddr,
+}
+
+/// A parsed `--metrics-addr`: an address, or none for `off`.
+type MetricsAddr = Option<std::net::SocketAddr>;
+
+fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
+    parley_coordinator::telemetry::parse_metrics_addr(s)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    parley_coordinator::telemetry::init_service_logging();
+    let _telemetry = match parley_coordinator::telemetry::init_telemetry("parley-coordinator") {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(4);
+        }
+    };
     let token = CancellationToken::new();
     let signal_token = token.clone();
     tokio::spawn(async move {
@@ -55,11 +72,12 @@ async fn main() -> ExitCode {
         let _ = tokio::signal::ctrl_c().await;
         signal_token.cancel();
     });
-    let config = CoordinatorConfig::new(
+    let mut config = CoordinatorConfig::new(
         args.nats_url,
         args.redis_url,
         Duration::from_millis(args.lease_ttl_ms),
     );
+    config.metrics_addr = args.metrics_addr;
     match run(config, token).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

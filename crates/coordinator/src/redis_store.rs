@@ -112,6 +112,12 @@ impl RedisStore {
         self.conn.clone()
     }
 
+    /// Whether Redis answers (readiness).
+    pub async fn ping(&self) -> Result<()> {
+        let _: String = redis::cmd("PING").query_async(&mut self.conn()).await?;
+        Ok(())
+    }
+
     /// Stores the spec once; returns false when one was already stored (it is kept).
     pub async fn put_spec(&self, id: &str, spec: &DebateSpec) -> Result<bool> {
         let json = serde_json::to_string(spec)?;

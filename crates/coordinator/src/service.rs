@@ -47,6 +47,8 @@ pub struct CoordinatorConfig {
     pub poll_every: Duration,
     /// How often the replica looks for debates without an owner.
     pub scan_every: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (none: not at all).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl CoordinatorConfig {
@@ -57,6 +59,7 @@ impl CoordinatorConfig {
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
             scan_every: Duration::from_secs(2),
+            metrics_addr: None,
         }
     }
 }
@@ -97,6 +100,13 @@ pub async fn connect_backends(
 /// Runs a coordinator replica until `shutdown` is cancelled.
 pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let (nats, store) = connect_backends(&config.nats_url, &config.redis_url).await?;
+    crate::telemetry::serve_health(
+        config.metrics_addr,
+        nats.clone(),
+        store.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     let js = jetstream::new(nats.clone());
     crate::streams::tasks_stream(&js)
         .await

@@ -461,6 +461,7 @@ impl Provider for OpenAiClient {
                         return Err(e);
                     }
                     tracing::warn!(provider = %self.name, kind = ?e.kind, wait_ms = wait.as_millis() as u64, "LLM call failed, retrying");
+                    parley_telemetry::metrics().llm_retry(&self.name, e.kind.as_str());
                     tokio::time::sleep(wait).await;
                     retries += 1;
                 }

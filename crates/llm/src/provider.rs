@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 pub use parley_protocol::ErrorKind;
+use tracing::Instrument as _;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatMessage {
@@ -109,7 +110,39 @@ pub async fn call_for_task(
         timeout: Duration::from_millis(task.timeout_ms.max(1)),
         seed: Some(h.finish()),
     };
-    let r = provider.complete(&req).await?;
+    // GenAI semantic conventions; prompt and completion text are never recorded.
+    let span = tracing::info_span!(
+        "llm.call",
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.system = provider.name(),
+        gen_ai.request.model = req.model.as_str(),
+        gen_ai.request.temperature = req.temperature,
+        gen_ai.response.model = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let r = match provider.complete(&req).instrument(span.clone()).await {
+        Ok(r) => {
+            span.record("gen_ai.response.model", r.model.as_str());
+            span.record("gen_ai.usage.input_tokens", r.prompt_tokens);
+            span.record("gen_ai.usage.output_tokens", r.completion_tokens);
+            parley_telemetry::metrics().record_tokens(
+                provider.name(),
+                &r.model,
+                r.prompt_tokens,
+                r.completion_tokens,
+            );
+            r
+        }
+        Err(e) => {
+            span.record("error.type", e.kind.as_str());
+            span.record("otel.status_code", "ERROR");
+            return Err(e);
+        }
+    };
     let meta = parley_protocol::ContributionMetadata {
         tokens_used: r.prompt_tokens + r.completion_tokens,
         latency_ms: r.latency_ms,

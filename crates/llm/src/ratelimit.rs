@@ -534,17 +534,6 @@ mod tests {
     }
 }
 
-/// Counters of what the limiter did, for metrics.
-#[derive(Debug, Default)]
-pub struct LimitStats {
-    pub waits: std::sync::atomic::AtomicU64,
-    pub wait_ms: std::sync::atomic::AtomicU64,
-    pub handed_back: std::sync::atomic::AtomicU64,
-    pub tokens: std::sync::atomic::AtomicU64,
-    /// 429 replies received from providers.
-    pub throttled: std::sync::atomic::AtomicU64,
-}
-
 /// 429 replies a call retries (after waiting as told) before it gives up.
 const MAX_THROTTLED_RETRIES: u32 = 3;
 
@@ -568,7 +557,6 @@ pub struct RateLimited {
     limits: std::sync::Arc<BTreeMap<String, ProviderLimits>>,
     /// Longest total wait slept through in one call; longer waits hand the task back.
     pub max_wait: Duration,
-    pub stats: std::sync::Arc<LimitStats>,
 }
 
 impl RateLimited {
@@ -576,20 +564,16 @@ impl RateLimited {
         inner: std::sync::Arc<dyn crate::Provider>,
         limiter: std::sync::Arc<dyn Limiter>,
         limits: std::sync::Arc<BTreeMap<String, ProviderLimits>>,
-        stats: std::sync::Arc<LimitStats>,
     ) -> Self {
         Self {
             inner,
             limiter,
             limits,
             max_wait: Duration::from_secs(5),
-            stats,
         }
     }
 
     fn hand_back(&self, key: &str, wait: Duration, why: &str) -> crate::LlmError {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.stats.handed_back.fetch_add(1, Relaxed);
         let mut e = crate::LlmError::new(
             parley_protocol::ErrorKind::RateLimited,
             self.inner.name(),
@@ -608,7 +592,6 @@ impl RateLimited {
         estimate: u64,
         waited: &mut Duration,
     ) -> Result<(), crate::LlmError> {
-        use std::sync::atomic::Ordering::Relaxed;
         let budget = self.max_wait.saturating_sub(*waited);
         let decision = self
             .limiter
@@ -620,8 +603,7 @@ impl RateLimited {
         match decision {
             Decision::Allowed => Ok(()),
             Decision::Reserved(d) => {
-                self.stats.waits.fetch_add(1, Relaxed);
-                self.stats.wait_ms.fetch_add(d.as_millis() as u64, Relaxed);
+                parley_telemetry::metrics().rate_limit_wait(self.inner.name(), d);
                 tracing::debug!(key = %key, wait_ms = d.as_millis() as u64, "rate limit: waiting for a reserved slot");
                 tokio::time::sleep(d).await;
                 *waited += d;
@@ -648,7 +630,6 @@ impl crate::Provider for RateLimited {
         &self,
         req: &crate::ChatRequest,
     ) -> Result<crate::ChatResponse, crate::LlmError> {
-        use std::sync::atomic::Ordering::Relaxed;
         let (key, rates) = rates_for(&self.limits, self.inner.name(), &req.model);
         let limited = rates.is_limited();
         let chars: usize = req.messages.iter().map(|m| m.content.chars().count()).sum();
@@ -662,7 +643,6 @@ impl crate::Provider for RateLimited {
             match self.inner.complete(req).await {
                 Ok(r) => {
                     let used = r.prompt_tokens + r.completion_tokens;
-                    self.stats.tokens.fetch_add(used, Relaxed);
                     if limited {
                         let delta = used as i64 - estimate as i64;
                         if let Err(e) = self.limiter.adjust_tokens(&key, rates, delta).await {
@@ -675,7 +655,7 @@ impl crate::Provider for RateLimited {
                     return Ok(r);
                 }
                 Err(e) if e.kind == parley_protocol::ErrorKind::RateLimited => {
-                    self.stats.throttled.fetch_add(1, Relaxed);
+                    parley_telemetry::metrics().llm_rate_limited(self.inner.name());
                     throttled += 1;
                     // The provider did not serve the call: give the estimate back.
                     if limited {
@@ -687,6 +667,7 @@ impl crate::Provider for RateLimited {
                     if throttled > MAX_THROTTLED_RETRIES {
                         return Err(e);
                     }
+                    parley_telemetry::metrics().llm_retry(self.inner.name(), e.kind.as_str());
                     let d = e
                         .retry_after
                         .unwrap_or_else(|| Duration::from_millis(500u64 << throttled.min(5)));

@@ -17,7 +17,7 @@ use parley_protocol::{AgentConfig, ProviderLimits};
 use crate::local::LocalProvider;
 use crate::openai::{Api, OpenAiClient, Secret};
 use crate::provider::{ErrorKind, LlmError, Provider};
-use crate::ratelimit::{LimitStats, Limiter, LocalLimiter, RateLimited};
+use crate::ratelimit::{Limiter, LocalLimiter, RateLimited};
 
 pub const OPENAI_KEY_VAR: &str = "OPENAI_API_KEY";
 pub const OPENROUTER_KEY_VAR: &str = "OPENROUTER_API_KEY";
@@ -73,7 +73,6 @@ pub struct Registry {
     /// Operator limits per provider (and model), enforced by `limiter`.
     limits: Arc<BTreeMap<String, ProviderLimits>>,
     limiter: Arc<dyn Limiter>,
-    pub limit_stats: Arc<LimitStats>,
 }
 
 fn config_error(msg: impl Into<String>, provider: &str) -> LlmError {
@@ -98,7 +97,6 @@ impl Registry {
             local: OnceLock::new(),
             limits: Arc::new(limits),
             limiter,
-            limit_stats: Arc::new(LimitStats::default()),
         }
     }
 
@@ -212,7 +210,6 @@ impl Registry {
             Arc::new(client),
             self.limiter.clone(),
             self.limits.clone(),
-            self.limit_stats.clone(),
         ));
         clients.insert(resolved, client.clone());
         Ok(client)

@@ -210,6 +210,21 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Snake-case name, for metrics labels and span attributes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RateLimited => "rate_limited",
+            Self::Server => "server",
+            Self::Timeout => "timeout",
+            Self::Network => "network",
+            Self::Auth => "auth",
+            Self::InvalidRequest => "invalid_request",
+            Self::Malformed => "malformed",
+            Self::Config => "config",
+            Self::Internal => "internal",
+        }
+    }
+
     /// Rate limits, 5xx, timeouts, network errors and malformed replies are worth another try.
     pub fn is_retryable(self) -> bool {
         matches!(

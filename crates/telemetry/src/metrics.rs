@@ -460,6 +460,15 @@ impl Metrics {
             .inc();
     }
 
+    /// This coordinator no longer owns a debate it held in `status` (lease lost, shutdown):
+    /// only the gauge moves.
+    pub fn debate_released(&self, status: DebateStatus) {
+        self.inner
+            .debates
+            .get_or_create(&StatusLabels { status })
+            .dec();
+    }
+
     /// Sets `parley_debates_current{status}` outright (e.g. recounted after a restart, or a
     /// debate handed to another coordinator).
     pub fn set_debates(&self, status: DebateStatus, count: i64) {

@@ -37,6 +37,17 @@ pub struct WorkerArgs {
     #[arg(long, env = "PARLEY_ACK_WAIT_SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub ack_wait_secs: u64,
+    /// Address of `/metrics`, `/healthz` and `/readyz` (`off` to disable).
+    #[arg(long, env = "PARLEY_METRICS_ADDR", default_value = parley_telemetry::DEFAULT_METRICS_ADDR,
+          value_parser = parse_metrics_addr)]
+    pub metrics_addr: MetricsAddr,
+}
+
+/// A parsed `--metrics-addr`: an address, or none for `off`.
+pub type MetricsAddr = Option<std::net::SocketAddr>;
+
+fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
+    parley_telemetry::parse_metrics_addr(s)
 }
 
 /// The operator settings of a debate configuration file: the global `baseUrl` and the
@@ -51,10 +62,6 @@ pub fn provider_settings_from_config(
     let file: parley_protocol::DebateConfigFile = serde_json::from_slice(&bytes)
         .with_context(|| format!("while parsing {}", path.display()))?;
     Ok((file.base_url, file.providers))
-}
-
-pub fn init_logging() {
-    parley_coordinator::telemetry::init_service_logging();
 }
 
 /// Cancels the token on SIGTERM or ctrl-c.
@@ -85,7 +92,11 @@ pub fn cancel_on_signal(token: CancellationToken) {
 /// `main` of a worker binary.
 pub async fn main(kind: WorkerKind, executor: Arc<dyn TaskExecutor>) -> anyhow::Result<()> {
     let args = WorkerArgs::parse();
-    init_logging();
+    let service = match kind {
+        WorkerKind::Agent => "parley-agent-worker",
+        WorkerKind::Judge => "parley-judge-worker",
+    };
+    let _telemetry = parley_telemetry::init_telemetry(service)?;
     let (base_url, limits) = match &args.config {
         Some(p) => provider_settings_from_config(p)?,
         None => Default::default(),
@@ -100,6 +111,7 @@ pub async fn main(kind: WorkerKind, executor: Arc<dyn TaskExecutor>) -> anyhow::
         name: format!("{}-worker-{}", kind.as_str(), std::process::id()),
         drain_timeout: Duration::from_secs(args.drain_secs),
         ack_wait: Duration::from_secs(args.ack_wait_secs),
+        metrics_addr: args.metrics_addr,
     };
     let token = CancellationToken::new();
     cancel_on_signal(token.clone());

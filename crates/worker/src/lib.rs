@@ -36,6 +36,7 @@ use parley_protocol::{
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 /// How often (at most) a worker tells JetStream it is still working on a task.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
@@ -64,6 +65,8 @@ pub struct WorkerConfig {
     /// JetStream ack wait of the task consumer (when this worker creates it): how soon a
     /// crashed worker's tasks are redelivered. Progress acks go out every third of it.
     pub ack_wait: Duration,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (none: not at all).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 struct Shared {
@@ -85,6 +88,13 @@ pub async fn run(
     use anyhow::Context as _;
     let (nats, store) =
         parley_coordinator::service::connect_backends(&config.nats_url, &config.redis_url).await?;
+    parley_coordinator::telemetry::serve_health(
+        config.metrics_addr,
+        nats.clone(),
+        store.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     let js = jetstream::new(nats.clone());
     let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
         .await
@@ -109,6 +119,11 @@ pub async fn run(
         hard_stop: CancellationToken::new(),
     });
     let tracker = TaskTracker::new();
+    tokio::spawn(report_queue(
+        js.clone(),
+        shared.config.kind,
+        shutdown.clone(),
+    ));
     tracing::info!(
         kind = shared.config.kind.as_str(),
         concurrency = shared.config.concurrency,
@@ -156,10 +171,14 @@ pub async fn run(
                 continue;
             };
             let shared = shared.clone();
-            tracker.spawn(async move {
-                handle(&shared, msg).await;
-                drop(permit);
-            });
+            let span = task_span(&msg);
+            tracker.spawn(
+                async move {
+                    handle(&shared, msg).await;
+                    drop(permit);
+                }
+                .instrument(span),
+            );
         }
     }
     tracing::info!("worker draining");
@@ -175,6 +194,59 @@ pub async fn run(
     let _ = shared.nats.flush().await;
     tracing::info!("worker stopped");
     Ok(())
+}
+
+/// Publishes the task consumer's backlog (`num_pending`, `num_ack_pending`) as metrics
+/// every few seconds.
+async fn report_queue(js: jetstream::Context, kind: WorkerKind, shutdown: CancellationToken) {
+    let name = streams::consumer_name(kind);
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let Ok(stream) = js.get_stream(subjects::TASKS_STREAM).await else {
+            continue;
+        };
+        if let Ok(info) = stream.consumer_info(&name).await {
+            parley_telemetry::metrics().set_consumer_pending(
+                name,
+                info.num_pending,
+                info.num_ack_pending as u64,
+            );
+        }
+    }
+}
+
+/// The `task` span of one delivery, a child of the coordinator's node span whose context
+/// came in the message's `traceparent` header. Fields are filled once the task is decoded.
+fn task_span(msg: &jetstream::Message) -> tracing::Span {
+    let span = tracing::info_span!(
+        "task",
+        task.id = tracing::field::Empty,
+        debate.id = tracing::field::Empty,
+        agent.id = tracing::field::Empty,
+        agent.role = tracing::field::Empty,
+        task.kind = tracing::field::Empty,
+        task.round = tracing::field::Empty,
+        task.attempt = tracing::field::Empty,
+        task.delivery = msg.info().map(|i| i.delivered).unwrap_or(1),
+        task.outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    parley_telemetry::set_parent(
+        &span,
+        parley_telemetry::extract_headers(msg.headers.as_ref()),
+    );
+    span
+}
+
+fn metrics_kind(kind: WorkerKind) -> parley_telemetry::TaskKind {
+    match kind {
+        WorkerKind::Agent => parley_telemetry::TaskKind::Agent,
+        WorkerKind::Judge => parley_telemetry::TaskKind::Judge,
+    }
 }
 
 fn error_result(task: &Task, worker: &str, kind: ErrorKind, message: String) -> TaskResult {
@@ -209,6 +281,14 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         let _ = msg.ack_with(AckKind::Term).await;
         return;
     }
+    let span = tracing::Span::current();
+    span.record("task.id", task.id.as_str());
+    span.record("debate.id", task.debate_id.as_str());
+    span.record("agent.id", task.agent.id.as_str());
+    span.record("agent.role", task.agent.role.as_str());
+    span.record("task.kind", task.kind.as_str());
+    span.record("task.round", task.round);
+    span.record("task.attempt", task.attempt);
     let worker = shared.config.name.as_str();
     match shared.store.ok_result(&task.debate_id, &task.id).await {
         Ok(Some(done)) => {
@@ -286,10 +366,11 @@ async fn run_claimed(
             }
         })
     };
+    let in_flight = parley_telemetry::metrics().task_started(metrics_kind(shared.config.kind));
     let run = {
         let shared = shared.clone();
         let task = task.clone();
-        tokio::spawn(async move { execute(&shared, &task).await })
+        tokio::spawn(async move { execute(&shared, &task).await }.in_current_span())
     };
     let outcome = tokio::select! {
         r = run => Some(r),
@@ -316,7 +397,14 @@ async fn run_claimed(
             return;
         }
     };
+    let provider = match &result.outcome {
+        TaskOutcome::Ok(o) => o.metadata.provider.clone(),
+        TaskOutcome::Error(e) => e.provider.clone(),
+    }
+    .unwrap_or_else(|| "none".into());
     if let Some(delay) = hand_back_delay(&result, last_delivery) {
+        parley_telemetry::metrics().rate_limit_handback(&provider);
+        tracing::Span::current().record("task.outcome", "handed_back");
         // A long rate-limit wait: give the task back to the queue with that delay rather
         // than hold a slot (or spend the node's retry budget). On the last delivery the
         // error is stored instead and the coordinator's node retry takes over.
@@ -336,9 +424,19 @@ async fn run_claimed(
         tracing::warn!(task = %task.id, error = %e, "ack failed; the redelivery will find the stored result");
     }
     let outcome = match &result.outcome {
-        TaskOutcome::Ok(_) => "ok",
-        TaskOutcome::Error(_) => "error",
+        TaskOutcome::Ok(_) => {
+            in_flight.finish(&provider, parley_telemetry::Outcome::Ok);
+            "ok"
+        }
+        TaskOutcome::Error(e) => {
+            in_flight.finish(&provider, parley_telemetry::Outcome::Error);
+            parley_telemetry::metrics()
+                .task_failed(metrics_kind(shared.config.kind), e.kind.as_str());
+            tracing::Span::current().record("otel.status_code", "ERROR");
+            "error"
+        }
     };
+    tracing::Span::current().record("task.outcome", outcome);
     tracing::info!(task = %task.id, attempt = task.attempt, outcome, "task done");
 }
 
