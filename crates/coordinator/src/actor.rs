@@ -257,6 +257,8 @@ impl Actor for DebateActor {
         }
         match msg {
             DebateMsg::Kick => {
+                // The previous owner may have died between checkpoint and publish.
+                state.publish_outbox().await?;
                 state.apply(&myself, Input::Resume).await?;
                 let results = state.deps.store.results(state.machine.id()).await?;
                 let mut fields: Vec<&String> = results.keys().collect();
@@ -346,6 +348,34 @@ impl Actor for DebateActor {
 }
 
 impl DebateActorState {
+    /// Publishes one event with `Nats-Msg-Id = <id>/event/<seq>` (a re-publish within the
+    /// stream's duplicate window is dropped by JetStream).
+    async fn publish_event(
+        &self,
+        event: &parley_protocol::DebateEvent,
+    ) -> Result<jetstream::context::PublishAckFuture, ActorProcessingErr> {
+        let id = self.machine.id();
+        let body = serde_json::to_vec(event)?;
+        let msg_id = format!("{id}/event/{}", event.seq);
+        Ok(self
+            .deps
+            .js
+            .publish_with_headers(subjects::events_subject(id), headers(&msg_id), body.into())
+            .await?)
+    }
+
+    /// Publishes the checkpoint's outbox again (see `EngineRecord::outbox`).
+    async fn publish_outbox(&self) -> Result<(), ActorProcessingErr> {
+        let mut acks = Vec::new();
+        for event in &self.machine.state().engine.outbox {
+            acks.push(self.publish_event(event).await?);
+        }
+        for ack in acks {
+            ack.await?;
+        }
+        Ok(())
+    }
+
     fn attempt_of(&self, task_id: &str) -> u32 {
         self.machine
             .state()
@@ -383,6 +413,15 @@ impl DebateActorState {
         let before = self.machine.state().status;
         let effects = self.machine.handle(input, Utc::now());
         let id = self.machine.id().to_string();
+        self.machine.set_outbox(
+            effects
+                .iter()
+                .filter_map(|e| match e {
+                    Effect::Emit(event) => Some(event.clone()),
+                    _ => None,
+                })
+                .collect(),
+        );
         match self
             .deps
             .store
@@ -415,18 +454,7 @@ impl DebateActorState {
                     if let EventKind::RoundCompleted { round } = event.kind {
                         self.trace.round_completed(round);
                     }
-                    let body = serde_json::to_vec(&event)?;
-                    let msg_id = format!("{id}/event/{}", event.seq);
-                    let ack = self
-                        .deps
-                        .js
-                        .publish_with_headers(
-                            subjects::events_subject(&id),
-                            headers(&msg_id),
-                            body.into(),
-                        )
-                        .await?;
-                    acks.push(ack);
+                    acks.push(self.publish_event(&event).await?);
                 }
                 Effect::ScheduleRetry { task_id, delay_ms } => {
                     let me = myself.clone();

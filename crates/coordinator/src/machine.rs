@@ -131,6 +131,11 @@ impl Machine {
         }
     }
 
+    /// Keeps `events` (the effects of the transition just made) in the checkpoint's outbox.
+    pub fn set_outbox(&mut self, events: Vec<parley_protocol::DebateEvent>) {
+        self.state.engine.outbox = events;
+    }
+
     /// Records the W3C `traceparent` of the debate's root span in the checkpoint, so a
     /// coordinator that resumes the debate continues its trace. Kept once set.
     pub fn set_traceparent(&mut self, traceparent: String) {

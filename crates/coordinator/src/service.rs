@@ -384,8 +384,12 @@ impl Service {
     async fn status(&self, payload: &[u8]) -> Reply {
         let id = debate_ref(payload)?;
         let cp = self.store.state(&id).await.map_err(unavailable)?;
-        let cp = cp.ok_or_else(|| err(ErrorCode::NotFound, format!("no debate {id}")))?;
-        serde_json::to_value(&cp.state).map_err(|e| err(ErrorCode::Internal, e.to_string()))
+        let mut state = cp
+            .ok_or_else(|| err(ErrorCode::NotFound, format!("no debate {id}")))?
+            .state;
+        // The outbox is delivery bookkeeping; its events are on the events stream.
+        state.engine.outbox.clear();
+        serde_json::to_value(&state).map_err(|e| err(ErrorCode::Internal, e.to_string()))
     }
 
     async fn user_command(&self, payload: &[u8], cmd: Command) -> Reply {

@@ -200,6 +200,11 @@ pub struct EngineRecord {
     /// W3C `traceparent` of the debate's root span, so a resumed debate continues its trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The events of the last transition (an outbox): checkpointed with the state that
+    /// produced them and published after it, so a coordinator resuming the debate publishes
+    /// them again (deduplicated by message id) and a crash in between loses none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outbox: Vec<crate::DebateEvent>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
