@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use parley_testkit::{FakeLlm, Fault, Match};
+use parley_tests::count;
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
@@ -27,18 +28,13 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// Three agents with distinct models and temperatures, 2 rounds, fixed termination.
+/// Three agents with distinct models and temperatures, 2 rounds, fixed termination (the
+/// distributed tests' spec, as a config file).
 fn write_config(dir: &Path, base_url: &str) -> PathBuf {
-    let cfg = json!({
-        "baseUrl": base_url,
-        "agents": [
-            {"id": "agent-architect", "name": "Architect", "role": "architect", "model": "model-arch", "temperature": 0.1},
-            {"id": "agent-security", "name": "Security", "role": "security", "model": "model-sec", "temperature": 0.2},
-            {"id": "agent-kiss", "name": "Kiss", "role": "kiss", "model": "model-kiss", "temperature": 0.3}
-        ],
-        "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "model-judge", "temperature": 0.4},
-        "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"}}
-    });
+    let mut cfg = parley_tests::spec("");
+    let obj = cfg.as_object_mut().unwrap();
+    obj.remove("problem");
+    obj.insert("baseUrl".into(), json!(base_url));
     let path = dir.join("debate-config.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
     path
@@ -50,15 +46,6 @@ fn saved_path(err: &str) -> String {
         .find(|l| l.starts_with("Saved debate to ./debates/"))
         .unwrap_or_else(|| panic!("no 'Saved debate' line in:\n{err}"));
     line.trim_start_matches("Saved debate to ").to_string()
-}
-
-fn count(round: &Value, kind: &str) -> usize {
-    round["contributions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["type"] == kind)
-        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -97,14 +97,27 @@ pub async fn connect_backends(
     Ok((nats, store))
 }
 
+/// What every service does first: connect NATS and Redis, then serve `/metrics`,
+/// `/healthz` and `/readyz` on `metrics_addr` (if any) until `shutdown`.
+pub async fn start_service(
+    nats_url: &str,
+    redis_url: &str,
+    metrics_addr: Option<std::net::SocketAddr>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(async_nats::Client, RedisStore)> {
+    let (nats, store) = connect_backends(nats_url, redis_url).await?;
+    crate::telemetry::serve_health(metrics_addr, nats.clone(), store.clone(), shutdown.clone())
+        .await?;
+    Ok((nats, store))
+}
+
 /// Runs a coordinator replica until `shutdown` is cancelled.
 pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let (nats, store) = connect_backends(&config.nats_url, &config.redis_url).await?;
-    crate::telemetry::serve_health(
+    let (nats, store) = start_service(
+        &config.nats_url,
+        &config.redis_url,
         config.metrics_addr,
-        nats.clone(),
-        store.clone(),
-        shutdown.clone(),
+        &shutdown,
     )
     .await?;
     let js = jetstream::new(nats.clone());

@@ -86,13 +86,11 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    let (nats, store) =
-        parley_coordinator::service::connect_backends(&config.nats_url, &config.redis_url).await?;
-    parley_coordinator::telemetry::serve_health(
+    let (nats, store) = parley_coordinator::service::start_service(
+        &config.nats_url,
+        &config.redis_url,
         config.metrics_addr,
-        nats.clone(),
-        store.clone(),
-        shutdown.clone(),
+        &shutdown,
     )
     .await?;
     let js = jetstream::new(nats.clone());
