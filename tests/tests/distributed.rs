@@ -114,6 +114,25 @@ async fn bad_submissions_get_error_replies() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resent_submissions_with_one_idempotency_key_make_one_debate() {
+    let c = Cluster::start().await;
+    let _coord1 = c.coordinator();
+    let _coord2 = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let mut s = spec("Design a payment ledger");
+    s["idempotencyKey"] = json!("ledger-request-1");
+    // Five copies at once, spread over both coordinators by the queue group.
+    let ids = futures::future::join_all((0..5).map(|_| c.submit(&s))).await;
+    assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
+    let state = c.wait_done(&ids[0], Duration::from_secs(45)).await;
+    assert_complete(&state);
+    // A copy sent after it finished still names the same debate.
+    assert_eq!(c.submit(&s).await, ids[0]);
+    assert_eq!(c.fake.request_count(), 22, "one debate ran, once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coordinator_killed_mid_debate_resumes_without_repeating_calls() {
     let c = Cluster::start().await;
     c.fake

@@ -367,22 +367,30 @@ impl Service {
         let now = Utc::now();
         let mut id = new_debate_id(now);
         if let Some(key) = &spec.idempotency_key {
-            let bound = self
+            // Every copy of a submission gets the id bound first. Whoever bound it may have
+            // died before creating the debate, so each copy makes sure it exists: every
+            // step below is create-if-absent.
+            id = self
                 .store
                 .bind_idempotency_key(key, &id)
                 .await
                 .map_err(unavailable)?;
-            if bound != id {
-                return Ok(json!({ "debateId": bound }));
-            }
-            id = bound;
         }
         self.store.put_spec(&id, &spec).await.map_err(unavailable)?;
         let machine = Machine::new(id.clone(), spec, now);
-        self.store
+        let created = self
+            .store
             .save_state(machine.state(), 0)
             .await
-            .map_err(unavailable)?;
+            .map_err(unavailable)?
+            .is_some();
+        if !created {
+            let stored = self.store.state(&id).await.map_err(unavailable)?;
+            if stored.is_some_and(|cp| cp.state.status != DebateStatus::Pending) {
+                // Already started (or settled): its owner, or the scan, takes care of it.
+                return Ok(json!({ "debateId": id }));
+            }
+        }
         self.store.mark_running(&id).await.map_err(unavailable)?;
         match self.adopt(&id, None).await {
             // Another replica's scan may have been quicker: it runs the debate.
