@@ -3,15 +3,22 @@
 //! LLM, and the three service binaries started as separate processes; plus the debate
 //! spec and the assertions the tests share.
 //!
+//! Also: reading a debate's events back from JetStream ([`events`]), grouping the fake
+//! LLM's requests by debate ([`successful_calls_by_problem`]) and the critical path of a
+//! finished debate's task graph ([`critical_path_ms`]), used by the cluster benchmark.
+//!
 //! Build the binaries first: `cargo build --workspace --bins`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use parley_protocol::{ContributionType, DebateEvent, DebateState};
 pub use parley_testkit::{
-    workspace_bin, ChildProcess, FakeLlm, Fault, Latency, Match, NatsServer, RateLimit, RedisServer,
+    wait_until_async, workspace_bin, ChildProcess, FakeLlm, Fault, Latency, Match, NatsServer,
+    RateLimit, RedisServer,
 };
 use serde_json::{json, Value};
 
@@ -133,14 +140,23 @@ impl Cluster {
     }
 
     pub async fn request(&self, subject: &'static str, body: Vec<u8>) -> Value {
+        self.try_request(subject, body)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A request whose failure (timeout, no responders while a service reconnects,
+    /// a reply that is not JSON) is an error instead of a panic.
+    pub async fn try_request(&self, subject: &'static str, body: Vec<u8>) -> anyhow::Result<Value> {
         let msg = tokio::time::timeout(
             Duration::from_secs(15),
             self.client.request(subject, body.into()),
         )
         .await
-        .expect("request timed out")
-        .expect("request failed");
-        serde_json::from_slice(&msg.payload).expect("reply is JSON")
+        .map_err(|_| anyhow::anyhow!("request on {subject} timed out"))?
+        .map_err(|e| anyhow::anyhow!("request on {subject} failed: {e}"))?;
+        serde_json::from_slice(&msg.payload)
+            .map_err(|e| anyhow::anyhow!("reply on {subject} is not JSON: {e}"))
     }
 
     pub async fn submit(&self, spec: &Value) -> String {
@@ -162,6 +178,8 @@ impl Cluster {
     }
 
     /// Polls the status until `pred` holds; panics with the last state after `timeout`.
+    /// A failed status request (e.g. while NATS restarts and the services reconnect) is
+    /// polled again, not a failure.
     pub async fn wait_status(
         &self,
         id: &str,
@@ -169,16 +187,18 @@ impl Cluster {
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
         let start = Instant::now();
+        let body = serde_json::to_vec(&json!({"debateId": id})).unwrap();
         loop {
-            let s = self.status(id).await;
-            if pred(&s) {
-                return s;
-            }
+            let last = match self
+                .try_request("parley.debates.status", body.clone())
+                .await
+            {
+                Ok(s) if pred(&s) => return s,
+                Ok(s) => serde_json::to_string_pretty(&s).unwrap(),
+                Err(e) => e.to_string(),
+            };
             if start.elapsed() > timeout {
-                panic!(
-                    "timed out waiting; last status: {}",
-                    serde_json::to_string_pretty(&s).unwrap()
-                );
+                panic!("timed out waiting; last status: {last}");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -281,4 +301,166 @@ pub fn assert_no_completed_call_repeated(fake: &FakeLlm) {
         repeated.is_empty(),
         "completed calls repeated: {repeated:#?}"
     );
+}
+
+/// The fake LLM's successful calls per problem: for each of `problems`, how many requests
+/// answered 200 carried that problem in their prompt (`Problem:\n<problem>\n`, as every
+/// agent and judge prompt does). Panics when a successful request carries none or several
+/// of them (the problems must not contain one another).
+pub fn successful_calls_by_problem(fake: &FakeLlm, problems: &[String]) -> Vec<usize> {
+    let needles: Vec<String> = problems
+        .iter()
+        .map(|p| format!("Problem:\n{p}\n"))
+        .collect();
+    let mut counts = vec![0; problems.len()];
+    for r in fake.requests().iter().filter(|r| r.status == 200) {
+        let text = r.prompt_text();
+        let hits: Vec<usize> = (0..needles.len())
+            .filter(|&i| text.contains(&needles[i]))
+            .collect();
+        match hits.as_slice() {
+            [i] => counts[*i] += 1,
+            _ => panic!(
+                "a request matches {} problems: {}",
+                hits.len(),
+                &text[..text.len().min(300)]
+            ),
+        }
+    }
+    counts
+}
+
+/// The events of the `PARLEY_EVENTS` stream on subjects matching `filter` (one debate's
+/// `parley.debates.<id>.events`, or `parley.debates.*.events` for all), in stream order.
+/// Reads what the stream holds now; returns an empty list when nothing matches.
+pub async fn events(client: &async_nats::Client, filter: &str) -> anyhow::Result<Vec<DebateEvent>> {
+    use anyhow::Context as _;
+    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = js
+        .get_stream(parley_protocol::subjects::EVENTS_STREAM)
+        .await
+        .context("while opening the events stream")?;
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: filter.to_string(),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .context("while creating an ordered consumer on the events stream")?;
+    let mut messages = consumer
+        .messages()
+        .await
+        .context("while reading the events stream")?;
+    let mut out = Vec::new();
+    // The first message may take a moment; an empty filter yields none at all.
+    while let Ok(next) = tokio::time::timeout(Duration::from_secs(3), messages.next()).await {
+        let Some(msg) = next else { break };
+        let msg = msg.context("while reading the events stream")?;
+        let pending = msg.info().map(|i| i.pending).unwrap_or(0);
+        let event: DebateEvent = serde_json::from_slice(&msg.payload)
+            .with_context(|| format!("undecodable event on {}", msg.subject))?;
+        out.push(event);
+        if pending == 0 {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Longest path through a finished debate's task graph, weighting each task by its
+/// observed LLM latency (the `latencyMs` of every contribution and of the synthesis): what
+/// the makespan would be with no orchestration overhead at all. With a fixed latency L and
+/// the [`spec`] debate it is 6 × L: proposal → critique → refinement → (carried over)
+/// critique → refinement → synthesis.
+///
+/// Edges: a critique needs the target's proposal and (round ≥ 2) the critic's own previous
+/// refinement (its history); a refinement needs the agent's proposal and every critique of
+/// it; a carried-over proposal (round ≥ 2) finishes with the previous refinement.
+/// (The same computation as the embedded engine's `makespan` bench in `crates/cli`.)
+pub fn critical_path_ms(state: &DebateState) -> u64 {
+    type Key = (u32, ContributionType, String, Option<String>);
+    let mut finish: HashMap<Key, u64> = HashMap::new();
+    let Some(first) = state.rounds.first() else {
+        return 0;
+    };
+    let agents: Vec<String> = first
+        .contributions
+        .iter()
+        .filter(|c| c.kind == ContributionType::Proposal)
+        .map(|c| c.agent_id.clone())
+        .collect();
+    let mut last = 0;
+    for rd in &state.rounds {
+        let r = rd.round_number;
+        let get = |f: &HashMap<Key, u64>, k: ContributionType, a: &str, t: Option<&str>| {
+            f.get(&(r, k, a.to_string(), t.map(String::from)))
+                .copied()
+                .unwrap_or(0)
+        };
+        let prev_refinement = |f: &HashMap<Key, u64>, a: &str| {
+            if r == 1 {
+                0
+            } else {
+                f.get(&(r - 1, ContributionType::Refinement, a.to_string(), None))
+                    .copied()
+                    .unwrap_or(0)
+            }
+        };
+        for a in &agents {
+            let latency = rd
+                .find(ContributionType::Proposal, a, None)
+                .map_or(0, |p| p.metadata.latency_ms);
+            let start = prev_refinement(&finish, a);
+            finish.insert(
+                (r, ContributionType::Proposal, a.clone(), None),
+                start + latency,
+            );
+        }
+        for c in rd
+            .contributions
+            .iter()
+            .filter(|c| c.kind == ContributionType::Critique)
+        {
+            let Some(t) = c.target_agent_id.clone() else {
+                continue;
+            };
+            let start = get(&finish, ContributionType::Proposal, &t, None)
+                .max(prev_refinement(&finish, &c.agent_id));
+            finish.insert(
+                (r, ContributionType::Critique, c.agent_id.clone(), Some(t)),
+                start + c.metadata.latency_ms,
+            );
+        }
+        for a in &agents {
+            let own = get(&finish, ContributionType::Proposal, a, None);
+            let critiques = agents
+                .iter()
+                .filter(|k| *k != a)
+                .map(|k| get(&finish, ContributionType::Critique, k, Some(a)))
+                .max()
+                .unwrap_or(0);
+            let latency = rd
+                .find(ContributionType::Refinement, a, None)
+                .map_or(0, |c| c.metadata.latency_ms);
+            let f = own.max(critiques) + latency;
+            finish.insert((r, ContributionType::Refinement, a.clone(), None), f);
+            last = last.max(f);
+        }
+    }
+    last + state
+        .synthesis_metadata
+        .as_ref()
+        .map_or(0, |m| m.latency_ms)
+}
+
+/// Lines of a service's JSON log whose message is `message`, e.g. `"debate adopted"`.
+pub fn log_lines_with_message(log: &str, message: &str) -> Vec<Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"] == message || v["message"] == message || v["msg"] == message
+        })
+        .collect()
 }

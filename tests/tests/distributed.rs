@@ -360,3 +360,349 @@ async fn cli_submit_wait_watch_status() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_debates_on_two_coordinators_each_complete_exactly_once() {
+    let c = Cluster::start().await;
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(20)));
+    let coordinators = [c.coordinator(), c.coordinator()];
+    let _agent1 = c.worker("agent");
+    let _agent2 = c.worker("agent");
+    let _judge = c.worker("judge");
+
+    // Distinct problems, none a part of another: the fake's requests are grouped by them.
+    let problems: Vec<String> = (0..20)
+        .map(|i| format!("Design service {i:02} of the fleet (cluster test)"))
+        .collect();
+    let specs: Vec<Value> = problems.iter().map(|p| spec(p)).collect();
+    let ids: Vec<String> = futures::future::join_all(specs.iter().map(|s| c.submit(s))).await;
+    let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), 20, "{ids:?}");
+
+    for (id, problem) in ids.iter().zip(&problems) {
+        let state = c.wait_done(id, Duration::from_secs(50)).await;
+        assert_complete(&state);
+        assert_eq!(state["problem"], problem.as_str());
+    }
+    // Each debate made exactly its 22 calls, and no call ran twice.
+    let per_debate = successful_calls_by_problem(&c.fake, &problems);
+    assert_eq!(per_debate, vec![22; 20], "successful calls per debate");
+    assert_no_completed_call_repeated(&c.fake);
+    assert_eq!(
+        c.fake.request_count(),
+        20 * 22,
+        "no call failed or was retried"
+    );
+
+    // Which coordinator ran which debate (informational: the submit queue group picks a
+    // replica at random, so both almost surely got some; only coverage is asserted).
+    let mut owners: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, coordinator) in coordinators.iter().enumerate() {
+        for line in log_lines_with_message(&coordinator.log(), "debate adopted") {
+            let id = line["fields"]["debate"]
+                .as_str()
+                .or_else(|| line["debate"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            owners.entry(id).or_default().push(i);
+        }
+    }
+    for id in &ids {
+        assert!(
+            owners.contains_key(id),
+            "no coordinator logged adopting {id}"
+        );
+    }
+    let per_coordinator: Vec<usize> = (0..2)
+        .map(|i| owners.values().filter(|o| o.contains(&i)).count())
+        .collect();
+    eprintln!("debates adopted per coordinator: {per_coordinator:?}");
+    // The queue group picks a replica at random per submission: one replica getting all 20
+    // has probability 2^-19, and the other one's periodic scan can only add adoptions.
+    assert!(
+        per_coordinator.iter().all(|&n| n > 0),
+        "one coordinator ran every debate: {per_coordinator:?}"
+    );
+}
+
+/// Which repeated LLM calls a restart scenario tolerates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Repeats {
+    /// None: every call whose answer reached a worker runs once.
+    Forbidden,
+    /// Calls answered while Redis was down (their result could not be stored) may run once
+    /// more; nothing else.
+    AnsweredWhileRedisWasDown,
+}
+
+/// A debate survives a Redis crash and then a NATS crash (both restarted on the same port
+/// with their data), and the cluster takes new work afterwards.
+async fn redis_and_nats_restart(repeats: Repeats) {
+    const LATENCY: Duration = Duration::from_millis(400);
+    let mut c = Cluster::start().await;
+    c.fake.set_latency(Latency::Fixed(LATENCY));
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+
+    let problems = [
+        "Design a payment ledger".to_string(),
+        "Design an audit log for the payment ledger".to_string(),
+    ];
+    let id = c.submit(&spec(&problems[0])).await;
+    // Round 1 proposals stored, critiques in flight.
+    c.wait_status(&id, Duration::from_secs(30), |s| contributions(s) >= 3)
+        .await;
+
+    // Redis crashes (append-only file, fsync always) and comes back on the same port.
+    let redis_down = Instant::now();
+    c.redis.kill();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    c.redis.restart().unwrap();
+    let redis_up = Instant::now();
+    let mid = c
+        .wait_status(&id, Duration::from_secs(40), |s| {
+            contributions(s) >= 12 || is_done(s)
+        })
+        .await;
+    assert_ne!(mid["status"], "failed", "{mid}");
+
+    // Then NATS crashes and comes back with its JetStream store (tasks, consumers, events).
+    c.nats.kill();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    c.nats.restart().unwrap();
+
+    let state = c.wait_done(&id, Duration::from_secs(50)).await;
+    assert_complete(&state);
+
+    // The cluster still takes new work.
+    let id2 = c.submit(&spec(&problems[1])).await;
+    let state2 = c.wait_done(&id2, Duration::from_secs(50)).await;
+    assert_complete(&state2);
+
+    let mut sends: BTreeMap<(String, String), Vec<Instant>> = BTreeMap::new();
+    for r in c.fake.requests().iter().filter(|r| r.status == 200) {
+        sends
+            .entry((r.model.clone(), r.prompt_text()))
+            .or_default()
+            .push(r.received_at);
+    }
+    let repeated: Vec<_> = sends.iter().filter(|(_, t)| t.len() > 1).collect();
+    for ((model, prompt), times) in &repeated {
+        eprintln!(
+            "repeated call: {model} x{}, first answered {:?} after Redis went down: {}",
+            times.len(),
+            (times[0] + LATENCY).saturating_duration_since(redis_down),
+            &prompt[..prompt.len().min(100)]
+        );
+    }
+    match repeats {
+        Repeats::Forbidden => assert_no_completed_call_repeated(&c.fake),
+        Repeats::AnsweredWhileRedisWasDown => {
+            for ((model, _), times) in &repeated {
+                assert_eq!(times.len(), 2, "{model}: sent {} times", times.len());
+                let answered = times[0] + LATENCY;
+                assert!(
+                    answered + Duration::from_millis(100) >= redis_down
+                        && answered <= redis_up + Duration::from_secs(2),
+                    "{model}: a call answered outside the Redis outage was repeated"
+                );
+            }
+        }
+    }
+    // Every task completed: 22 distinct calls per debate.
+    let distinct = |p: &str| {
+        let needle = format!("Problem:\n{p}\n");
+        sends.keys().filter(|(_, t)| t.contains(&needle)).count()
+    };
+    assert_eq!(distinct(&problems[0]), 22);
+    assert_eq!(distinct(&problems[1]), 22);
+    // The debate submitted after the restarts ran each call exactly once.
+    assert_eq!(successful_calls_by_problem(&c.fake, &problems)[1], 22);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "service bug: a worker whose Redis write fails as Redis restarts drops the LLM answer \
+            and the call runs again (crates/worker/src/lib.rs run_claimed); see the \
+            cluster-tests report"]
+async fn redis_and_nats_restart_mid_debate() {
+    redis_and_nats_restart(Repeats::Forbidden).await;
+}
+
+/// The same scenario, tolerating the known repeat (calls answered while Redis was down),
+/// so recovery from the restarts stays covered until the worker keeps such answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_and_nats_restart_mid_debate_recovers() {
+    redis_and_nats_restart(Repeats::AnsweredWhileRedisWasDown).await;
+}
+
+/// Tasks a worker's log says it finished (`task done`), by task id.
+fn tasks_done(worker: &ChildProcess) -> Vec<String> {
+    log_lines_with_message(&worker.log(), "task done")
+        .iter()
+        .filter_map(|l| l["fields"]["task"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Waits (off the runtime's threads, so the fake LLM keeps serving) for a process to exit.
+async fn wait_exit(
+    mut p: ChildProcess,
+    timeout: Duration,
+) -> (ChildProcess, Option<std::process::ExitStatus>) {
+    tokio::task::spawn_blocking(move || {
+        let status = p.wait_exit(timeout);
+        (p, status)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_worker_without_losing_tasks() {
+    let c = Cluster::start().await;
+    // Long calls: the SIGTERM lands while the worker holds three of them, and the worker's
+    // last pull (1 s) expires before any new task exists.
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(2000)));
+    let _coord = c.coordinator();
+    let _judge = c.worker("judge");
+    let draining = c.worker_with("agent", &["--drain-secs", "10"], &[]);
+
+    let id = c.submit(&spec("Design a notification service")).await;
+    // The three proposals run on the only agent worker.
+    assert!(wait_until_async(Duration::from_secs(30), || c.fake.request_count() >= 3).await);
+    let mut draining = draining;
+    draining.terminate();
+    let sent_before_sigterm = c.fake.request_count();
+    assert_eq!(sent_before_sigterm, 3);
+    // Another replica takes over the queue.
+    let _replica = c.worker("agent");
+
+    // It finishes its calls and exits 0 within its drain deadline (10 s; 2 s calls).
+    let (draining, status) = wait_exit(draining, Duration::from_secs(15)).await;
+    let log = draining.log();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit {status:?}:\n{log}"
+    );
+    assert!(
+        log.contains("worker draining") && log.contains("worker stopped"),
+        "{log}"
+    );
+    assert!(!log.contains("drain deadline passed"), "{log}");
+    // It completed exactly the calls it had in flight, and pulled nothing after SIGTERM.
+    let done = tasks_done(&draining);
+    assert_eq!(done.len(), sent_before_sigterm, "{done:?}");
+    assert!(done.iter().all(|t| t.contains("/1/propose/")), "{done:?}");
+
+    let state = c.wait_done(&id, Duration::from_secs(50)).await;
+    assert_complete(&state);
+    // Nothing lost, nothing run twice: each of the 22 calls exactly once.
+    assert_no_completed_call_repeated(&c.fake);
+    assert_eq!(c.fake.request_count(), 22);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_past_the_drain_deadline_hands_running_tasks_back() {
+    let c = Cluster::start().await;
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(4000)));
+    let _coord = c.coordinator();
+    let _judge = c.worker("judge");
+    let draining = c.worker_with("agent", &["--drain-secs", "1"], &[]);
+
+    let id = c.submit(&spec("Design a search index")).await;
+    assert!(wait_until_async(Duration::from_secs(30), || c.fake.request_count() >= 3).await);
+    let mut draining = draining;
+    draining.terminate();
+    // Calls sent from now on answer quickly.
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(100)));
+    let _replica = c.worker("agent");
+
+    // The 4 s calls outlive the 1 s drain: the worker gives them back and exits 0.
+    let (draining, status) = wait_exit(draining, Duration::from_secs(10)).await;
+    let log = draining.log();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "exit {status:?}:\n{log}"
+    );
+    assert!(log.contains("drain deadline passed"), "{log}");
+    assert!(tasks_done(&draining).is_empty(), "{log}");
+
+    // The replica runs the handed-back proposals and the rest of the debate.
+    let state = c.wait_done(&id, Duration::from_secs(50)).await;
+    assert_complete(&state);
+    // The three abandoned proposal calls were sent again (their answers never reached a
+    // worker); every other call ran once.
+    let reqs = c.fake.requests();
+    let mut sends: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in &reqs {
+        *sends.entry((r.model.clone(), r.prompt_text())).or_default() += 1;
+    }
+    let twice: Vec<_> = sends.iter().filter(|(_, n)| **n > 1).collect();
+    assert_eq!(twice.len(), 3, "{twice:?}");
+    assert!(twice.iter().all(|(_, n)| **n == 2), "{twice:?}");
+    for (key, _) in &twice {
+        assert!(
+            reqs[..3]
+                .iter()
+                .any(|r| r.model == key.0 && r.prompt_text() == key.1),
+            "a call other than the abandoned proposals ran twice: {}",
+            key.0
+        );
+    }
+    assert_eq!(reqs.len(), 25);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "service bug: a resume re-dispatches in-flight tasks with attempt + 1, spending \
+            their retry budget (crates/coordinator/src/machine.rs Input::Resume/advance); \
+            see the cluster-tests report"]
+async fn coordinator_takeover_redispatches_with_the_same_attempt() {
+    let c = Cluster::start().await;
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(300)));
+    let mut coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+
+    let id = c.submit(&spec("Design a webhook relay")).await;
+    c.wait_status(&id, Duration::from_secs(30), |s| contributions(s) >= 3)
+        .await;
+    coord.kill9();
+    let _coord2 = c.coordinator();
+    let state = c.wait_done(&id, Duration::from_secs(50)).await;
+    assert_complete(&state);
+
+    // No task failed, so every task ran as attempt 1, before and after the takeover: the
+    // resume re-dispatches what was in flight with the same attempt (and message id).
+    let events = events(&c.client, &format!("parley.debates.{id}.events"))
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.kind, parley_protocol::EventKind::DebateResumed)),
+        "no takeover happened"
+    );
+    let failed = events
+        .iter()
+        .filter(|e| matches!(e.kind, parley_protocol::EventKind::TaskFailed { .. }))
+        .count();
+    assert_eq!(failed, 0);
+    let bumped: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            parley_protocol::EventKind::TaskDispatched {
+                task_id, attempt, ..
+            } if *attempt > 1 => Some(format!("{task_id} attempt {attempt}")),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        bumped.is_empty(),
+        "dispatched again with a higher attempt although nothing failed: {bumped:#?}"
+    );
+}
