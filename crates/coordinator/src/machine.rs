@@ -305,6 +305,10 @@ impl Machine {
         now: DateTime<Utc>,
         fx: &mut Vec<Effect>,
     ) {
+        self.state
+            .engine
+            .failed_attempts
+            .insert(id.to_string(), attempt);
         let node = planned.kind.node();
         let policy = self.spec.debate.retry.for_node(node.as_str()).clone();
         let base = self.state.engine.budget_start.get(id).copied().unwrap_or(0);
@@ -393,7 +397,11 @@ impl Machine {
                 continue;
             }
             self.enter(fx, now, p.round, p.kind.node());
-            let attempt = self.attempts(&id) + 1;
+            // A new attempt only after a failure; an attempt still outstanding (dispatched
+            // before a resume) goes out again as itself.
+            let last = self.attempts(&id);
+            let outstanding = last > 0 && self.state.engine.failed_attempts.get(&id) != Some(&last);
+            let attempt = if outstanding { last } else { last + 1 };
             self.state.engine.attempts.insert(id.clone(), attempt);
             let task = self.build_task(&p, id.clone(), attempt);
             self.in_flight.insert(id.clone(), p.clone());

@@ -642,6 +642,31 @@ fn resume_from_checkpoint_redispatches_only_missing_tasks() {
 }
 
 #[test]
+fn resume_sends_outstanding_attempts_again_as_themselves() {
+    let mut r = Run::new(spec(3, 1, "fixed", json!({})));
+    r.apply(Input::Start);
+    let ps: Vec<Task> = r.queue.drain(..).collect();
+    // p1 failed once and is backing off; p0 and p2 are still running.
+    r.apply(Input::Result(fail(&ps[1], ErrorKind::Server)));
+    let state: DebateState =
+        serde_json::from_str(&serde_json::to_string(r.machine.state()).unwrap()).unwrap();
+    let mut m = Machine::from_checkpoint(r.machine.spec().clone(), state);
+    let fx = m.handle(Input::Resume, now());
+    let attempts: std::collections::BTreeMap<String, u32> = fx
+        .iter()
+        .filter_map(|f| match f {
+            Effect::Dispatch(t) => Some((t.id.clone(), t.attempt)),
+            _ => None,
+        })
+        .collect();
+    // The takeover spends no budget: the outstanding attempts keep their number (and so
+    // their message id); only the failed task gets a new attempt.
+    assert_eq!(attempts[&ps[0].id], 1);
+    assert_eq!(attempts[&ps[2].id], 1);
+    assert_eq!(attempts[&ps[1].id], 2);
+}
+
+#[test]
 fn cancel_stops_dispatching() {
     let mut r = Run::new(spec(2, 1, "fixed", json!({})));
     r.apply(Input::Start);

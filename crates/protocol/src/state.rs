@@ -188,6 +188,11 @@ pub struct DebateFailure {
 pub struct EngineRecord {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attempts: BTreeMap<String, u32>,
+    /// The last attempt of each task that came back failed. A dispatched attempt that is
+    /// not here is still outstanding: a resume sends it again with the same attempt number
+    /// (and message id), so a takeover spends no retry budget.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failed_attempts: BTreeMap<String, u32>,
     /// Attempt number at which a task's current retry budget started (set by `retry`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub budget_start: BTreeMap<String, u32>,

@@ -374,7 +374,8 @@ async fn run_claimed(
         r = run => Some(r),
         _ = shared.hard_stop.cancelled() => None,
     };
-    progress.abort();
+    // Progress acks go on until the result is stored (see `store_result`).
+    let _progress = AbortOnDrop(progress);
     let result = match outcome {
         None => {
             let _ = msg.ack_with(AckKind::Nak(None)).await;
@@ -410,8 +411,8 @@ async fn run_claimed(
         let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
         return;
     }
-    if let Err(e) = shared.store.put_result(&result).await {
-        tracing::warn!(task = %task.id, error = %e, "cannot store the result; giving the task back");
+    if !store_result(shared, &result).await {
+        tracing::warn!(task = %task.id, "cannot store the result; giving the task back");
         let _ = msg
             .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
             .await;
@@ -436,6 +437,44 @@ async fn run_claimed(
     };
     tracing::Span::current().record("task.outcome", outcome);
     tracing::info!(task = %task.id, attempt = task.attempt, outcome, "task done");
+}
+
+/// How long a worker keeps trying to store a result while Redis is unavailable (a restart,
+/// a failover) before it gives the task back: an LLM answer is worth waiting for.
+pub const STORE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Stores `result` in Redis, retrying with backoff for up to [`STORE_PATIENCE`] (the
+/// task's progress acks keep JetStream from redelivering it meanwhile). False when it
+/// could not, or the drain deadline passed.
+async fn store_result(shared: &Shared, result: &TaskResult) -> bool {
+    let deadline = tokio::time::Instant::now() + STORE_PATIENCE;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match shared.store.put_result(result).await {
+            Ok(_) => return true,
+            Err(e) if tokio::time::Instant::now() + backoff < deadline => {
+                tracing::warn!(task = %result.task_id, error = %e, retry_ms = backoff.as_millis() as u64, "cannot store the result yet; retrying");
+            }
+            Err(e) => {
+                tracing::warn!(task = %result.task_id, error = %e, "cannot store the result");
+                return false;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shared.hard_stop.cancelled() => return false,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
 }
 
 /// How long to hand a rate-limited task back for, when it should be.
