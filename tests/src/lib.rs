@@ -18,7 +18,7 @@ use futures::StreamExt;
 use parley_protocol::{ContributionType, DebateEvent, DebateState};
 pub use parley_testkit::{
     wait_until_async, workspace_bin, ChildProcess, FakeLlm, Fault, Latency, Match, NatsServer,
-    RateLimit, RedisServer,
+    RateLimit, RecordedRequest, RedisServer,
 };
 use serde_json::{json, Value};
 
