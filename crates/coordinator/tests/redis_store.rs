@@ -148,3 +148,14 @@ async fn spec_state_results_leases_and_idempotency() {
         "deb-1"
     );
 }
+
+#[test]
+fn tls_and_credential_urls_are_accepted() {
+    // `rediss://` needs the rustls feature; without it the client refuses the URL.
+    for url in [
+        "rediss://:s3cret@redis.example.internal:6380/0",
+        "redis://parley:s3cret@127.0.0.1:6379/1",
+    ] {
+        redis::Client::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
