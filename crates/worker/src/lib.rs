@@ -41,6 +41,11 @@ use tracing::Instrument as _;
 /// How often (at most) a worker tells JetStream it is still working on a task.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
+/// How long one pull request waits on the server for tasks.
+const PULL_EXPIRES: Duration = Duration::from_secs(1);
+/// How long after its expiry a pull is given up on the client side.
+const PULL_GRACE: Duration = Duration::from_millis(500);
+
 /// Runs one task against a provider: the agent or judge worker's logic.
 #[async_trait]
 pub trait TaskExecutor: Send + Sync + 'static {
@@ -140,7 +145,7 @@ pub async fn run(
         let batch = consumer
             .batch()
             .max_messages(permits.len())
-            .expires(Duration::from_secs(1))
+            .expires(PULL_EXPIRES)
             .messages()
             .await;
         let mut batch = match batch {
@@ -156,7 +161,12 @@ pub async fn run(
             }
         };
         // Every message of a batch gets a slot: we asked for no more than we hold.
-        while let Some(msg) = batch.next().await {
+        // The pull expires after PULL_EXPIRES on the server. A pull lost in a NATS restart
+        // is never answered, and the client would only notice seconds later: stop waiting
+        // shortly after the server-side expiry (nothing can be delivered after it).
+        while let Ok(Some(msg)) =
+            tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()).await
+        {
             let msg = match msg {
                 Ok(m) => m,
                 Err(e) => {
