@@ -93,6 +93,9 @@ pub struct Machine {
     backing_off: BTreeSet<String>,
     /// (round, node) pairs already announced with `NodeEntered`.
     entered: BTreeSet<(u32, Node)>,
+    /// The node of the last task dispatched or answered: the phase progress shows while
+    /// nothing is in flight (between a result and the dispatches it enables).
+    last_node: Option<Node>,
 }
 
 impl Machine {
@@ -128,6 +131,7 @@ impl Machine {
             in_flight: BTreeMap::new(),
             backing_off: BTreeSet::new(),
             entered: BTreeSet::new(),
+            last_node: None,
         }
     }
 
@@ -258,6 +262,7 @@ impl Machine {
             );
             return;
         };
+        self.last_node = Some(planned.kind.node());
         if self.is_done(&planned) {
             // First result wins; a duplicate delivery changes nothing.
             self.in_flight.remove(&result.task_id);
@@ -397,6 +402,7 @@ impl Machine {
                 continue;
             }
             self.enter(fx, now, p.round, p.kind.node());
+            self.last_node = Some(p.kind.node());
             // A new attempt only after a failure; an attempt still outstanding (dispatched
             // before a resume) goes out again as itself.
             let last = self.attempts(&id);
@@ -1056,7 +1062,7 @@ impl Machine {
             .unwrap_or(match self.state.status {
                 DebateStatus::Completed => Node::Completed,
                 DebateStatus::Failed => Node::Failed,
-                _ => Node::RoundManager,
+                _ => self.last_node.unwrap_or(Node::RoundManager),
             });
         let mut active: Vec<String> = self
             .in_flight

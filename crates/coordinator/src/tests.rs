@@ -1,7 +1,7 @@
 //! Unit tests of the state machine: transitions, termination rules, carry-over,
 //! summarization thresholds, dataflow scheduling, failures and retry.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use chrono::{TimeZone, Utc};
 use parley_protocol::*;
@@ -757,4 +757,27 @@ fn debate_ids_have_the_documented_shape() {
     assert!(id.starts_with("deb-20260102-030405-"), "{id}");
     assert!(is_valid_debate_id(&id), "{id}");
     assert!(!is_valid_debate_id("deb-../../etc"));
+}
+
+#[test]
+fn progress_names_a_real_phase_between_tasks() {
+    let r = Run::run_ok(spec(3, 2, "fixed", json!({})));
+    let first_dispatch = r
+        .events
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::TaskDispatched { .. }))
+        .unwrap();
+    // Between a result and the dispatches it enables nothing is in flight; progress keeps
+    // the phase of the last task instead of the internal "roundManager".
+    let odd: Vec<String> = r.events[first_dispatch..]
+        .iter()
+        .filter(|e| e.progress.phase == "roundManager")
+        .map(|e| format!("{:?}", e.kind))
+        .collect();
+    assert!(odd.is_empty(), "{odd:?}");
+    let phases: BTreeSet<&str> = r.events.iter().map(|e| e.progress.phase.as_str()).collect();
+    assert!(
+        phases.contains("critique") && phases.contains("synthesis"),
+        "{phases:?}"
+    );
 }
