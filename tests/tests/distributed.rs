@@ -132,6 +132,63 @@ async fn resent_submissions_with_one_idempotency_key_make_one_debate() {
     assert_eq!(c.fake.request_count(), 22, "one debate ran, once");
 }
 
+/// Services started with nothing but `--settings parley.toml` (relative `config` path
+/// included) run a debate; a settings file with a typo stops a service at start-up with
+/// exit status 4, naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_take_their_settings_from_a_toml_file() {
+    let c = Cluster::start().await;
+    let dir = c.dir.path();
+    std::fs::write(
+        dir.join("parley.toml"),
+        format!(
+            "nats_url = \"{}\"\nredis_url = \"{}\"\nmetrics_addr = \"off\"\n\
+             lease_ttl_ms = 2000\nconcurrency = 2\nack_wait_secs = 5\n\
+             config = \"debate-config.json\"\n",
+            c.nats.url(),
+            c.redis.url()
+        ),
+    )
+    .unwrap();
+    let start = |bin: &str, settings: &str| {
+        let mut cmd = std::process::Command::new(workspace_bin(bin));
+        cmd.arg("--settings")
+            .arg(dir.join(settings))
+            .env("PARLEY_LOG", "info")
+            .env_remove("PARLEY_METRICS_ADDR")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENROUTER_API_KEY");
+        ChildProcess::spawn(cmd, bin).unwrap()
+    };
+    let procs = [
+        start("parley-coordinator", "parley.toml"),
+        start("parley-agent-worker", "parley.toml"),
+        start("parley-judge-worker", "parley.toml"),
+    ];
+    for (p, ready) in procs
+        .iter()
+        .zip(["coordinator ready", "worker ready", "worker ready"])
+    {
+        assert!(
+            p.wait_for_log_line(ready, Duration::from_secs(30))
+                .is_some(),
+            "{}",
+            p.log()
+        );
+    }
+    let id = c.submit(&spec("Design a config service")).await;
+    assert_complete(&c.wait_done(&id, Duration::from_secs(45)).await);
+    assert_eq!(c.fake.request_count(), 22);
+
+    std::fs::write(dir.join("typo.toml"), "concurency = 4\n").unwrap();
+    let mut bad = start("parley-agent-worker", "typo.toml");
+    let status = bad
+        .wait_exit(Duration::from_secs(10))
+        .expect("a bad settings file must stop the worker");
+    assert_eq!(status.code(), Some(4));
+    assert!(bad.log().contains("concurency"), "{}", bad.log());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coordinator_killed_mid_debate_resumes_without_repeating_calls() {
     let c = Cluster::start().await;

@@ -20,6 +20,7 @@ pub mod driver;
 pub mod machine;
 pub mod redis_store;
 pub mod service;
+pub mod settings;
 pub mod store;
 pub mod streams;
 pub mod telemetry;

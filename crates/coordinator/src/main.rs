@@ -6,46 +6,56 @@ use std::time::Duration;
 
 use clap::Parser;
 use parley_coordinator::service::{run, CoordinatorConfig};
+use parley_coordinator::settings::{at_least, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "parley-coordinator",
     version,
-    about = "The Parley debate coordinator"
+    about = "The Parley debate coordinator",
+    long_about = "The Parley debate coordinator. Settings are layered: defaults, then the \
+                  --settings TOML file, then PARLEY_* variables, then flags."
 )]
 struct Args {
-    /// NATS server URL.
-    #[arg(long, env = "PARLEY_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    nats_url: String,
-    /// Redis URL.
-    #[arg(
-        long,
-        env = "PARLEY_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    redis_url: String,
-    /// Debate ownership lease TTL in milliseconds (how long a crashed replica's debates
-    /// wait before another replica takes them over).
-    #[arg(long, env = "PARLEY_LEASE_TTL_MS", default_value_t = 10_000,
-          value_parser = clap::value_parser!(u64).range(500..))]
-    lease_ttl_ms: u64,
-    /// Address of `/metrics`, `/healthz` and `/readyz` (`off` to disable).
-    #[arg(long, env = "PARLEY_METRICS_ADDR", default_value = parley_telemetry::DEFAULT_METRICS_ADDR,
-          value_parser = parse_metrics_addr)]
-    metrics_addr: MetricsAddr,
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Debate ownership lease TTL in milliseconds: how long a crashed replica's debates
+    /// wait before another replica takes them over (at least 500) [default: 10000].
+    #[arg(long, env = "PARLEY_LEASE_TTL_MS")]
+    lease_ttl_ms: Option<u64>,
 }
 
-/// A parsed `--metrics-addr`: an address, or none for `off`.
-type MetricsAddr = Option<std::net::SocketAddr>;
-
-fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
-    parley_coordinator::telemetry::parse_metrics_addr(s)
+/// The coordinator's settings, layered and validated (every problem at once).
+fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
+    let mut problems = Problems::default();
+    let (file, common) = args.common.resolve(&mut problems);
+    let lease_ttl_ms = at_least(
+        &mut problems,
+        "lease_ttl_ms",
+        pick(args.lease_ttl_ms, file.lease_ttl_ms, DEFAULT_LEASE_TTL_MS),
+        500,
+    );
+    problems.into_result()?;
+    let mut config = CoordinatorConfig::new(
+        common.nats_url,
+        common.redis_url,
+        Duration::from_millis(lease_ttl_ms),
+    );
+    config.metrics_addr = common.metrics_addr;
+    Ok(config)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    let config = match settings(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(4);
+        }
+    };
     let _telemetry = match parley_coordinator::telemetry::init_telemetry("parley-coordinator") {
         Ok(g) => g,
         Err(e) => {
@@ -54,30 +64,8 @@ async fn main() -> ExitCode {
         }
     };
     let token = CancellationToken::new();
-    let signal_token = token.clone();
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            if let Ok(mut term) = signal(SignalKind::terminate()) {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            } else {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        signal_token.cancel();
-    });
-    let mut config = CoordinatorConfig::new(
-        args.nats_url,
-        args.redis_url,
-        Duration::from_millis(args.lease_ttl_ms),
-    );
-    config.metrics_addr = args.metrics_addr;
+    parley_coordinator::service::cancel_on_signal(token.clone());
+
     match run(config, token).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

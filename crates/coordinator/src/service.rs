@@ -97,6 +97,31 @@ pub async fn connect_backends(
     Ok((nats, store))
 }
 
+/// Cancels the token on SIGTERM or ctrl-c.
+pub fn cancel_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut term = match signal(SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    token.cancel();
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        token.cancel();
+    });
+}
+
 /// What every service does first: connect NATS and Redis, then serve `/metrics`,
 /// `/healthz` and `/readyz` on `metrics_addr` (if any) until `shutdown`.
 pub async fn start_service(

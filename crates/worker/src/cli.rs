@@ -9,45 +9,80 @@ use clap::Parser;
 use parley_protocol::WorkerKind;
 use tokio_util::sync::CancellationToken;
 
+use parley_coordinator::service::cancel_on_signal;
+use parley_coordinator::settings::{
+    at_least, pick, CommonArgs, Problems, DEFAULT_ACK_WAIT_SECS, DEFAULT_CONCURRENCY,
+    DEFAULT_DRAIN_SECS,
+};
+
 use crate::{TaskExecutor, WorkerConfig};
 
 #[derive(Parser, Debug)]
+#[command(
+    version,
+    long_about = "A Parley worker. Settings are layered: defaults, then the --settings TOML \
+                  file, then PARLEY_* variables, then flags."
+)]
 pub struct WorkerArgs {
-    /// NATS server URL.
-    #[arg(long, env = "PARLEY_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
-    /// Redis URL.
-    #[arg(
-        long,
-        env = "PARLEY_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis_url: String,
-    /// Debate configuration JSON; its `baseUrl` is the default OpenAI-compatible endpoint.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Debate configuration JSON: its `baseUrl` (the default OpenAI-compatible endpoint)
+    /// and `providers` (rate limits shared by every replica).
     #[arg(long, env = "PARLEY_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Tasks run at once.
-    #[arg(long, env = "PARLEY_CONCURRENCY", default_value_t = 8)]
-    pub concurrency: usize,
-    /// Seconds in-flight tasks may run after SIGTERM / ctrl-c.
-    #[arg(long, env = "PARLEY_DRAIN_SECS", default_value_t = 20)]
-    pub drain_secs: u64,
+    /// Tasks run at once [default: 8].
+    #[arg(long, env = "PARLEY_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// Seconds in-flight tasks may run after SIGTERM / ctrl-c [default: 20].
+    #[arg(long, env = "PARLEY_DRAIN_SECS")]
+    pub drain_secs: Option<u64>,
     /// JetStream ack wait of the task consumer in seconds (used when this worker creates
-    /// it): how soon a crashed worker's tasks are redelivered.
-    #[arg(long, env = "PARLEY_ACK_WAIT_SECS", default_value_t = 30,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub ack_wait_secs: u64,
-    /// Address of `/metrics`, `/healthz` and `/readyz` (`off` to disable).
-    #[arg(long, env = "PARLEY_METRICS_ADDR", default_value = parley_telemetry::DEFAULT_METRICS_ADDR,
-          value_parser = parse_metrics_addr)]
-    pub metrics_addr: MetricsAddr,
+    /// it): how soon a crashed worker's tasks are redelivered [default: 30].
+    #[arg(long, env = "PARLEY_ACK_WAIT_SECS")]
+    pub ack_wait_secs: Option<u64>,
 }
 
-/// A parsed `--metrics-addr`: an address, or none for `off`.
-pub type MetricsAddr = Option<std::net::SocketAddr>;
-
-fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
-    parley_telemetry::parse_metrics_addr(s)
+/// The worker's settings, layered and validated (every problem at once).
+pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, String> {
+    let mut problems = Problems::default();
+    let (file, common) = args.common.resolve(&mut problems);
+    let concurrency = at_least(
+        &mut problems,
+        "concurrency",
+        pick(args.concurrency, file.concurrency, DEFAULT_CONCURRENCY),
+        1,
+    );
+    let ack_wait_secs = at_least(
+        &mut problems,
+        "ack_wait_secs",
+        pick(
+            args.ack_wait_secs,
+            file.ack_wait_secs,
+            DEFAULT_ACK_WAIT_SECS,
+        ),
+        1,
+    );
+    let drain_secs = pick(args.drain_secs, file.drain_secs, DEFAULT_DRAIN_SECS);
+    let (base_url, limits) = match args.config.clone().or(file.config) {
+        Some(p) => provider_settings_from_config(&p).unwrap_or_else(|e| {
+            problems.push("config", format!("{e:#}"));
+            Default::default()
+        }),
+        None => Default::default(),
+    };
+    problems.into_result()?;
+    Ok(WorkerConfig {
+        kind,
+        nats_url: common.nats_url,
+        redis_url: common.redis_url,
+        base_url,
+        limits,
+        concurrency,
+        name: format!("{}-worker-{}", kind.as_str(), std::process::id()),
+        drain_timeout: Duration::from_secs(drain_secs),
+        ack_wait: Duration::from_secs(ack_wait_secs),
+        metrics_addr: common.metrics_addr,
+    })
 }
 
 /// The operator settings of a debate configuration file: the global `baseUrl` and the
@@ -64,55 +99,21 @@ pub fn provider_settings_from_config(
     Ok((file.base_url, file.providers))
 }
 
-/// Cancels the token on SIGTERM or ctrl-c.
-pub fn cancel_on_signal(token: CancellationToken) {
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut term = match signal(SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    token.cancel();
-                    return;
-                }
-            };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        token.cancel();
-    });
-}
-
-/// `main` of a worker binary.
+/// `main` of a worker binary. Invalid settings exit with status 4, naming every problem.
 pub async fn main(kind: WorkerKind, executor: Arc<dyn TaskExecutor>) -> anyhow::Result<()> {
     let args = WorkerArgs::parse();
+    let config = match settings(&args, kind) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(4);
+        }
+    };
     let service = match kind {
         WorkerKind::Agent => "parley-agent-worker",
         WorkerKind::Judge => "parley-judge-worker",
     };
     let _telemetry = parley_telemetry::init_telemetry(service)?;
-    let (base_url, limits) = match &args.config {
-        Some(p) => provider_settings_from_config(p)?,
-        None => Default::default(),
-    };
-    let config = WorkerConfig {
-        kind,
-        nats_url: args.nats_url,
-        redis_url: args.redis_url,
-        base_url,
-        limits,
-        concurrency: args.concurrency.max(1),
-        name: format!("{}-worker-{}", kind.as_str(), std::process::id()),
-        drain_timeout: Duration::from_secs(args.drain_secs),
-        ack_wait: Duration::from_secs(args.ack_wait_secs),
-        metrics_addr: args.metrics_addr,
-    };
     let token = CancellationToken::new();
     cancel_on_signal(token.clone());
     crate::run(config, executor, token).await

@@ -1,0 +1,267 @@
+//! Service settings of the coordinator and the workers, layered:
+//! built-in defaults → a TOML settings file (`--settings FILE` / `PARLEY_SETTINGS`) →
+//! `PARLEY_*` environment variables → command-line flags. The result is validated once at
+//! start-up, and every problem is reported at once, each naming its key.
+//!
+//! One settings file serves every service of a deployment; each takes the keys it uses:
+//!
+//! ```toml
+//! nats_url = "nats://nats:4222"        # PARLEY_NATS_URL, --nats-url
+//! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url
+//! metrics_addr = "0.0.0.0:9090"        # PARLEY_METRICS_ADDR, --metrics-addr ("off" disables)
+//! lease_ttl_ms = 10000                 # coordinator
+//! concurrency = 8                      # workers
+//! drain_secs = 20                      # workers
+//! ack_wait_secs = 30                   # workers
+//! config = "debate-config.json"        # workers; relative to the settings file
+//! ```
+//!
+//! Environment variables and flags are read by clap (`env` on each flag), so they arrive
+//! together as one layer in which a flag wins over its variable; the file fills in what
+//! neither set, and the defaults the rest.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
+pub const DEFAULT_CONCURRENCY: usize = 8;
+pub const DEFAULT_DRAIN_SECS: u64 = 20;
+pub const DEFAULT_ACK_WAIT_SECS: u64 = 30;
+
+/// The settings file: every key any service takes; an unknown key is an error.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsFile {
+    pub nats_url: Option<String>,
+    pub redis_url: Option<String>,
+    pub metrics_addr: Option<String>,
+    pub lease_ttl_ms: Option<u64>,
+    pub concurrency: Option<usize>,
+    pub drain_secs: Option<u64>,
+    pub ack_wait_secs: Option<u64>,
+    pub config: Option<PathBuf>,
+}
+
+impl SettingsFile {
+    /// Reads `path` (none: an empty layer). Relative `config` paths are made relative to
+    /// the settings file's folder.
+    pub fn load(path: Option<&Path>) -> Result<Self, String> {
+        let Some(path) = path else {
+            return Ok(Self::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("settings file {}: {e}", path.display()))?;
+        let mut file: Self = toml::from_str(&text)
+            .map_err(|e| format!("settings file {}: {}", path.display(), e.message()))?;
+        if let Some(c) = file.config.as_mut() {
+            if c.is_relative() {
+                if let Some(dir) = path.parent() {
+                    *c = dir.join(&*c);
+                }
+            }
+        }
+        Ok(file)
+    }
+}
+
+/// Collects every problem found while resolving settings.
+#[derive(Debug, Default)]
+pub struct Problems(Vec<String>);
+
+impl Problems {
+    pub fn push(&mut self, key: &str, problem: impl std::fmt::Display) {
+        self.0.push(format!("{key}: {problem}"));
+    }
+
+    /// `Err` with one line per problem, or `Ok` when there are none.
+    pub fn into_result(self) -> Result<(), String> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("invalid settings:\n  {}", self.0.join("\n  ")))
+        }
+    }
+}
+
+/// The layered value: flag/environment, else file, else default.
+pub fn pick<T>(cli: Option<T>, file: Option<T>, default: T) -> T {
+    cli.or(file).unwrap_or(default)
+}
+
+/// Settings every service shares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommonSettings {
+    pub nats_url: String,
+    pub redis_url: String,
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// Flags (with their `PARLEY_*` variables) every service takes.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CommonArgs {
+    /// TOML settings file (see the docs of `parley_coordinator::settings`).
+    #[arg(long, env = "PARLEY_SETTINGS", value_name = "FILE")]
+    pub settings: Option<PathBuf>,
+    /// NATS server URL (`nats://`, `tls://`; may carry credentials) [default: nats://127.0.0.1:4222].
+    #[arg(long, env = "PARLEY_NATS_URL")]
+    pub nats_url: Option<String>,
+    /// Redis URL (`redis://`, `rediss://`; may carry credentials) [default: redis://127.0.0.1:6379].
+    #[arg(long, env = "PARLEY_REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// Address of `/metrics`, `/healthz` and `/readyz`, or `off` [default: 0.0.0.0:9090].
+    #[arg(long, env = "PARLEY_METRICS_ADDR")]
+    pub metrics_addr: Option<String>,
+}
+
+impl CommonArgs {
+    /// Loads the settings file and resolves the shared settings, recording problems.
+    pub fn resolve(&self, problems: &mut Problems) -> (SettingsFile, CommonSettings) {
+        let file = match SettingsFile::load(self.settings.as_deref()) {
+            Ok(f) => f,
+            Err(e) => {
+                problems.push("settings", e);
+                SettingsFile::default()
+            }
+        };
+        let nats_url = pick(
+            self.nats_url.clone(),
+            file.nats_url.clone(),
+            DEFAULT_NATS_URL.into(),
+        );
+        // NATS takes a comma-separated server list, and bare `host:port` entries.
+        for server in nats_url.split(',') {
+            if server.contains("://") || server.trim().is_empty() {
+                check_scheme(
+                    problems,
+                    "nats_url",
+                    server.trim(),
+                    &["nats", "tls", "ws", "wss"],
+                );
+            }
+        }
+        let redis_url = pick(
+            self.redis_url.clone(),
+            file.redis_url.clone(),
+            DEFAULT_REDIS_URL.into(),
+        );
+        check_scheme(
+            problems,
+            "redis_url",
+            &redis_url,
+            &["redis", "rediss", "unix", "redis+unix"],
+        );
+        let metrics = pick(
+            self.metrics_addr.clone(),
+            file.metrics_addr.clone(),
+            parley_telemetry::DEFAULT_METRICS_ADDR.into(),
+        );
+        let metrics_addr = parley_telemetry::parse_metrics_addr(&metrics).unwrap_or_else(|e| {
+            problems.push("metrics_addr", e);
+            None
+        });
+        (
+            file,
+            CommonSettings {
+                nats_url,
+                redis_url,
+                metrics_addr,
+            },
+        )
+    }
+}
+
+/// Records a problem unless `url` starts with one of `schemes` followed by `://`. The URL
+/// itself is not repeated: it may hold a password.
+fn check_scheme(problems: &mut Problems, key: &str, url: &str, schemes: &[&str]) {
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    if !scheme.is_some_and(|s| schemes.contains(&s)) {
+        problems.push(
+            key,
+            format!(
+                "not a URL with a scheme of {} (e.g. {}://host:port)",
+                schemes.join(", "),
+                schemes[0]
+            ),
+        );
+    }
+}
+
+/// Records a problem when `value` is below `min`.
+pub fn at_least<T: PartialOrd + std::fmt::Display>(
+    problems: &mut Problems,
+    key: &str,
+    value: T,
+    min: T,
+) -> T {
+    if value < min {
+        problems.push(key, format!("{value} is below the minimum {min}"));
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let p = dir.join("parley.toml");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn flags_beat_the_file_and_the_file_beats_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "nats_url = \"nats://file:4222\"\nredis_url = \"rediss://:pw@file:6380\"\nconfig = \"debate.json\"\n",
+        );
+        let args = CommonArgs {
+            settings: Some(path),
+            nats_url: Some("tls://flag:4222".into()),
+            redis_url: None,
+            metrics_addr: Some("off".into()),
+        };
+        let mut problems = Problems::default();
+        let (file, s) = args.resolve(&mut problems);
+        problems.into_result().unwrap();
+        assert_eq!(s.nats_url, "tls://flag:4222");
+        assert_eq!(s.redis_url, "rediss://:pw@file:6380");
+        assert_eq!(s.metrics_addr, None);
+        assert_eq!(file.config, Some(dir.path().join("debate.json")));
+        assert_eq!(pick(None, file.concurrency, DEFAULT_CONCURRENCY), 8);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = CommonArgs {
+            settings: Some(write(dir.path(), "nats_url = \"http://localhost:4222\"\n")),
+            nats_url: None,
+            redis_url: Some("http://:hunter2@x".into()),
+            metrics_addr: Some("nonsense".into()),
+        };
+        let mut problems = Problems::default();
+        args.resolve(&mut problems);
+        at_least(&mut problems, "concurrency", 0usize, 1);
+        let e = problems.into_result().unwrap_err();
+        for key in ["nats_url:", "redis_url:", "metrics_addr:", "concurrency:"] {
+            assert!(e.contains(key), "{key} missing in {e}");
+        }
+        assert!(!e.contains("hunter2"), "a password was echoed: {e}");
+    }
+
+    #[test]
+    fn unknown_keys_and_missing_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = write(dir.path(), "nats_url = \"nats://a:1\"\nconcurency = 4\n");
+        let e = SettingsFile::load(Some(&bad)).unwrap_err();
+        assert!(e.contains("concurency") && e.contains("parley.toml"), "{e}");
+        let e = SettingsFile::load(Some(&dir.path().join("nope.toml"))).unwrap_err();
+        assert!(e.contains("nope.toml"), "{e}");
+    }
+}
