@@ -7,7 +7,8 @@
 //! ```
 //! No mode = all three. Knobs (environment):
 //! - `DEBATES` (throughput, default 40): debates submitted at once in the loaded run;
-//!   `SEQUENTIAL` (default 5): debates run one at a time in the unloaded run.
+//!   `PACED_RATE` / `PACED_SECS` (default 500 tasks/s for 10 s): the paced run's offered
+//!   load; `SEQUENTIAL` (default 5): debates run one at a time in the unloaded run.
 //! - `RUNS` (makespan, default 5): debates measured, one at a time.
 //! - `DURATION` (ratelimit, default 60): seconds of the measured window.
 //!
@@ -19,7 +20,8 @@
 //!   (`latencyMs`): checkpoint, publish, queueing, pull, result write, notification and
 //!   the coordinator's handling. Reported for the loaded run (which includes the time a
 //!   task waits in the queue for a free worker slot) and for an unloaded run (one debate at
-//!   a time).
+//!   a time), and for a paced run that offers a steady 500 tasks/s (one debate every 44 ms)
+//!   — the overhead a task sees while the cluster sustains the target rate.
 //! - `makespan`: a 3-agent, 2-round debate at a fixed 200 ms latency; makespan
 //!   (`debateStarted` → `debateCompleted`) / critical path (computed from the
 //!   contributions' latencies, 6 × 200 ms ideally), median and worst of `RUNS`.
@@ -391,6 +393,55 @@ async fn throughput(rows: &mut Vec<Row>) {
     let calls = call_times(&c.fake.requests(), &named, clock);
     let timings: Vec<TaskTiming> = evs.values().flat_map(|e| task_timings(e)).collect();
     overhead_rows(rows, "loaded", overheads(&timings, &calls));
+
+    // Paced: an offered load of PACED_RATE tasks/s (one 22-task debate every 22/rate s)
+    // for PACED_SECS: the overhead a task sees while the cluster sustains that rate.
+    let paced_rate = env_num("PACED_RATE", 500) as f64;
+    let paced_secs = env_num("PACED_SECS", 10) as f64;
+    let n = ((paced_rate * paced_secs) / 22.0).ceil() as usize;
+    let problems: Vec<String> = (0..n)
+        .map(|i| format!("Paced debate {i:04}: design service {i}"))
+        .collect();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(22.0 / paced_rate));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let first_submit = Utc::now();
+    let mut ids = Vec::with_capacity(n);
+    for p in &problems {
+        tick.tick().await;
+        ids.push(c.submit(&spec(p)).await);
+    }
+    wait_all(&c, &ids, Duration::from_secs(300)).await;
+    let evs = events_of(&c, &ids).await;
+    let last_done = evs
+        .values()
+        .filter_map(|e| completed_at(e))
+        .max()
+        .expect("no debate completed");
+    let tasks: usize = evs
+        .values()
+        .flatten()
+        .filter(|e| matches!(e.kind, EventKind::TaskCompleted { .. }))
+        .count();
+    let wall_s = ms_between(first_submit, last_done) / 1000.0;
+    let achieved = tasks as f64 / wall_s;
+    println!(
+        "  paced: {n} debates offered at {paced_rate:.0} tasks/s for {paced_secs:.0} s: {tasks} tasks in {wall_s:.2} s = {achieved:.0} tasks/s"
+    );
+    rows.push(Row {
+        mode: "throughput",
+        metric: format!("tasks/s sustained at an offered {paced_rate:.0}/s"),
+        value: format!("{achieved:.0}"),
+        target: format!(">= {:.0}", paced_rate * 0.95),
+        ok: Some(achieved >= paced_rate * 0.95),
+    });
+    let named: Vec<(String, String)> = ids.iter().cloned().zip(problems).collect();
+    let calls = call_times(&c.fake.requests(), &named, clock);
+    let timings: Vec<TaskTiming> = evs.values().flat_map(|e| task_timings(e)).collect();
+    overhead_rows(
+        rows,
+        &format!("paced at {paced_rate:.0} tasks/s"),
+        overheads(&timings, &calls),
+    );
 
     // Unloaded: one debate at a time.
     let mut timings = Vec::new();

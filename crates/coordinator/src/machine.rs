@@ -204,13 +204,18 @@ impl Machine {
                     return fx;
                 }
                 self.state.status = DebateStatus::Running;
-                if let Some(err) = self.state.error.take() {
-                    // A fresh budget for the task that failed.
-                    let used = self.attempts(&err.task_id);
-                    self.state
-                        .engine
-                        .budget_start
-                        .insert(err.task_id.clone(), used);
+                // A fresh budget for every task that may run again: the one that failed the
+                // debate, others that failed meanwhile, and attempts still out (they may
+                // yet come back with an error from before the user fixed the cause).
+                let failed = self.state.error.take().map(|e| e.task_id);
+                let again: BTreeSet<String> = failed
+                    .into_iter()
+                    .chain(self.state.engine.failed_attempts.keys().cloned())
+                    .chain(self.in_flight.keys().cloned())
+                    .collect();
+                for id in again {
+                    let used = self.attempts(&id);
+                    self.state.engine.budget_start.insert(id, used);
                 }
                 self.backing_off.clear();
                 self.emit(&mut fx, now, EventKind::DebateResumed);

@@ -781,3 +781,28 @@ fn progress_names_a_real_phase_between_tasks() {
         "{phases:?}"
     );
 }
+
+#[test]
+fn retry_gives_attempts_still_out_a_fresh_budget() {
+    let mut r = Run::new(spec(
+        2,
+        1,
+        "fixed",
+        json!({"retry": {"default": {"attempts": 1}}}),
+    ));
+    r.apply(Input::Start);
+    let ps: Vec<Task> = r.queue.drain(..).collect();
+    r.apply(Input::Result(fail(&ps[0], ErrorKind::Server)));
+    assert_eq!(r.machine.state().status, DebateStatus::Failed);
+    // The user fixes the cause and retries while p1's attempt is still out...
+    r.apply(Input::Retry);
+    assert_eq!(r.machine.state().status, DebateStatus::Running);
+    // ...then p1 comes back with an error from before the fix: retried, not fatal.
+    r.apply(Input::Result(fail(&ps[1], ErrorKind::Server)));
+    assert_eq!(r.machine.state().status, DebateStatus::Running);
+    assert!(
+        r.retries.iter().any(|(id, _)| *id == ps[1].id),
+        "{:?}",
+        r.retries
+    );
+}
