@@ -17,6 +17,17 @@
 //! unavailable, a panic), it naks it; on the last delivery it writes an error result instead
 //! so the coordinator learns of it. An undecodable payload is terminated and logged.
 //!
+//! An answer is never thrown away because Redis is briefly unavailable: the result write
+//! (idempotent) is retried for up to [`STORE_PATIENCE`] while progress acks continue.
+//!
+//! Rate limits: a call whose next slot (or the provider's `Retry-After`) is further away
+//! than the limiter's inline wait comes back as a `RateLimited` error with `retry_after`;
+//! the worker then naks the task with that delay (a hand-back), holding no slot and
+//! spending no node retry budget. On the last delivery the error is stored instead.
+//!
+//! Each delivery runs in a `task` span whose parent is the coordinator's node span (W3C
+//! trace context in the message headers); metrics: see `parley_telemetry::Metrics`.
+//!
 //! Shutdown: when the token is cancelled the loop stops pulling, in-flight tasks run to the
 //! end until the drain deadline, and those still running then are nak'ed.
 
