@@ -118,14 +118,13 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PARLEY_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_target(false)
-        .init();
+    let _telemetry = match telemetry() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(4);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -153,4 +152,18 @@ fn main() -> ExitCode {
             ExitCode::from(e.code)
         }
     }
+}
+
+/// The CLI's telemetry: plain log lines on stderr (`PARLEY_LOG`, default `warn`), and the
+/// debate's spans over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (see
+/// `parley_telemetry`). The guard flushes the spans when `main` returns.
+fn telemetry() -> anyhow::Result<parley_telemetry::TelemetryGuard> {
+    let mut options = parley_telemetry::TelemetryOptions::from_env("parley")?;
+    if std::env::var_os(parley_telemetry::LOG_FILTER_ENV).is_none() {
+        options.log_filter = "warn".into();
+    }
+    if std::env::var_os(parley_telemetry::LOG_FORMAT_ENV).is_none() {
+        options.log_format = parley_telemetry::LogFormat::Text;
+    }
+    options.init()
 }

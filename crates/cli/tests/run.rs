@@ -371,3 +371,51 @@ async fn transient_failures_are_retried() {
     // 13 successful calls plus the 3 failed ones.
     assert_eq!(fake.request_count(), 16);
 }
+
+/// An embedded debate is one trace too: `debate` → `node` → `task` → `llm.call`, exported
+/// over OTLP when the standard variables are set, with no problem text on any span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_debate_exports_one_trace() {
+    let fake = FakeLlm::start().await.unwrap();
+    let receiver = parley_testkit::OtlpReceiver::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let problem = "Design a feature store for 5150 models";
+    let out = tokio::process::Command::new(PARLEY)
+        .current_dir(dir.path())
+        .args(["run", problem])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The exporter flushed on exit.
+    let spans = receiver.spans();
+    let roots: Vec<_> = spans.iter().filter(|s| s.name == "debate").collect();
+    assert_eq!(roots.len(), 1, "{roots:#?}");
+    let root = roots[0];
+    assert!(root.is_root());
+    assert_eq!(root.service_name, "parley");
+    assert_eq!(root.attr("debate.status"), Some("completed"));
+    let in_trace = |name: &str| -> Vec<_> {
+        spans
+            .iter()
+            .filter(|s| s.name == name && s.trace_id == root.trace_id)
+            .collect()
+    };
+    let nodes = in_trace("node");
+    assert_eq!(nodes.len(), 6);
+    assert!(nodes.iter().all(|n| n.is_child_of(root)));
+    let tasks = in_trace("task");
+    assert_eq!(tasks.len(), 22);
+    assert!(tasks.iter().all(|t| nodes.iter().any(|n| t.is_child_of(n))));
+    let calls = in_trace("llm.call");
+    assert_eq!(calls.len(), 22);
+    assert!(calls.iter().all(
+        |c| tasks.iter().any(|t| c.is_child_of(t)) && c.attr("gen_ai.request.model").is_some()
+    ));
+    assert!(!receiver.raw_bodies_contain(b"5150 models"));
+}

@@ -43,8 +43,10 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use rand::Rng;
 
 use crate::{Effect, Input, Machine, RedisStore};
-use parley_protocol::{EventKind, Node};
+use parley_protocol::EventKind;
 use parley_telemetry::OpenTelemetrySpanExt as _;
+
+use crate::trace::DebateTrace;
 
 /// What every debate actor needs; shared.
 pub struct Deps {
@@ -95,71 +97,6 @@ pub struct DebateActorState {
     /// Set once the debate settled and the lease was released: later messages are refused.
     stopping: bool,
     trace: DebateTrace,
-}
-
-/// The debate's spans held by its actor (see the module docs).
-struct DebateTrace {
-    debate: tracing::Span,
-    nodes: HashMap<(u32, Node), tracing::Span>,
-}
-
-impl DebateTrace {
-    /// Opens the root span; under the checkpointed one when the debate was started by
-    /// another coordinator (or an earlier run of this one).
-    fn open(machine: &mut Machine) -> Self {
-        let spec = machine.spec();
-        let agents: Vec<&str> = spec.active_agents().map(|a| a.id.as_str()).collect();
-        let stored = machine.state().engine.traceparent.clone();
-        let debate = tracing::info_span!(
-            parent: None,
-            "debate",
-            debate.id = %machine.id(),
-            debate.agents = %agents.join(","),
-            debate.agent_count = agents.len(),
-            debate.rounds = spec.debate.rounds,
-            debate.resumed = stored.is_some(),
-            debate.status = tracing::field::Empty,
-        );
-        match stored {
-            Some(tp) => {
-                parley_telemetry::set_parent(
-                    &debate,
-                    parley_telemetry::context_from_traceparent(&tp),
-                );
-            }
-            None => {
-                if let Some(tp) = parley_telemetry::traceparent_of(&debate.context()) {
-                    machine.set_traceparent(tp);
-                }
-            }
-        }
-        Self {
-            debate,
-            nodes: HashMap::new(),
-        }
-    }
-
-    /// The node span a task belongs to, opened on first use.
-    fn node(&mut self, round: u32, node: Node) -> &tracing::Span {
-        let debate = &self.debate;
-        self.nodes.entry((round, node)).or_insert_with(|| {
-            tracing::info_span!(
-                parent: debate,
-                "node",
-                node.round = round,
-                node.phase = node.as_str(),
-            )
-        })
-    }
-
-    fn round_completed(&mut self, round: u32) {
-        self.nodes.retain(|(r, _), _| *r != round);
-    }
-
-    fn settled(&mut self, status: DebateStatus) {
-        self.nodes.clear();
-        self.debate.record("debate.status", status.as_str());
-    }
 }
 
 fn metrics_status(status: DebateStatus) -> parley_telemetry::DebateStatus {

@@ -3,6 +3,8 @@
 //! Tasks run concurrently on the tokio runtime, at most `debate.maxConcurrency` at once;
 //! each attempt is bounded by its task's `timeout_ms`. Retry timers are tokio sleeps that
 //! feed [`Input::RetryDue`] back. The state is checkpointed after every transition.
+//! Spans as in the distributed mode ([`crate::trace`]): `debate` → `node` → `task` →
+//! `llm.call`, exported when OTLP is configured.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +16,7 @@ use parley_protocol::{
 };
 use rand::Rng;
 use tokio::sync::{mpsc, Semaphore};
+use tracing::Instrument as _;
 
 use crate::{Effect, FileStore, Input, Machine};
 
@@ -38,6 +41,7 @@ pub async fn run_debate(
     let (tx, mut rx) = mpsc::unbounded_channel::<Input>();
     let mut pending_timers = 0usize;
     let mut next = Some(input);
+    let mut trace = crate::trace::DebateTrace::open(&mut machine);
     loop {
         if let Some(input) = next.take() {
             if matches!(input, Input::RetryDue(_)) {
@@ -50,10 +54,17 @@ pub async fn run_debate(
             for effect in effects {
                 match effect {
                     Effect::Emit(e) => {
+                        if let parley_protocol::EventKind::RoundCompleted { round } = e.kind {
+                            trace.round_completed(round);
+                        }
                         let _ = events.send(e);
                     }
                     Effect::Dispatch(task) => {
-                        spawn_task(task, runner.clone(), slots.clone(), tx.clone());
+                        let span = crate::trace::task_span(
+                            trace.node(task.round, task.kind.node()),
+                            &task,
+                        );
+                        spawn_task(task, runner.clone(), slots.clone(), tx.clone(), span);
                     }
                     Effect::ScheduleRetry { task_id, delay_ms } => {
                         pending_timers += 1;
@@ -72,6 +83,7 @@ pub async fn run_debate(
         // Done (or failed/cancelled) with nothing left running; or, defensively, a running
         // debate with nothing in flight and no timer pending could never move again.
         if idle && (!running || pending_timers == 0) {
+            trace.settled(machine.state().status);
             return Ok(machine.state().clone());
         }
         match rx.recv().await {
@@ -94,30 +106,37 @@ fn spawn_task(
     runner: Arc<dyn TaskRunner>,
     slots: Arc<Semaphore>,
     tx: mpsc::UnboundedSender<Input>,
+    span: tracing::Span,
 ) {
-    tokio::spawn(async move {
-        let Ok(_permit) = slots.acquire_owned().await else {
-            return;
-        };
-        let (id, debate_id, attempt) = (task.id.clone(), task.debate_id.clone(), task.attempt);
-        let timeout = Duration::from_millis(task.timeout_ms.max(1));
-        let started = Instant::now();
-        let result = match tokio::time::timeout(timeout, runner.run(task)).await {
-            Ok(r) => r,
-            Err(_) => TaskResult {
-                schema_version: parley_protocol::SCHEMA_VERSION,
-                task_id: id,
-                debate_id,
-                attempt,
-                worker: "embedded".into(),
-                outcome: TaskOutcome::Error(TaskError {
-                    kind: ErrorKind::Timeout,
-                    message: format!("task timed out after {} ms", started.elapsed().as_millis()),
-                    provider: None,
-                    retry_after_ms: None,
-                }),
-            },
-        };
-        let _ = tx.send(Input::Result(result));
-    });
+    tokio::spawn(
+        async move {
+            let Ok(_permit) = slots.acquire_owned().await else {
+                return;
+            };
+            let (id, debate_id, attempt) = (task.id.clone(), task.debate_id.clone(), task.attempt);
+            let timeout = Duration::from_millis(task.timeout_ms.max(1));
+            let started = Instant::now();
+            let result = match tokio::time::timeout(timeout, runner.run(task)).await {
+                Ok(r) => r,
+                Err(_) => TaskResult {
+                    schema_version: parley_protocol::SCHEMA_VERSION,
+                    task_id: id,
+                    debate_id,
+                    attempt,
+                    worker: "embedded".into(),
+                    outcome: TaskOutcome::Error(TaskError {
+                        kind: ErrorKind::Timeout,
+                        message: format!(
+                            "task timed out after {} ms",
+                            started.elapsed().as_millis()
+                        ),
+                        provider: None,
+                        retry_after_ms: None,
+                    }),
+                },
+            };
+            let _ = tx.send(Input::Result(result));
+        }
+        .instrument(span),
+    );
 }

@@ -24,6 +24,7 @@ pub mod settings;
 pub mod store;
 pub mod streams;
 pub mod telemetry;
+pub mod trace;
 
 pub use driver::{run_debate, TaskRunner};
 pub use machine::{Effect, Input, Machine};
