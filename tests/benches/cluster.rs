@@ -340,6 +340,45 @@ fn overhead_rows(rows: &mut Vec<Row>, label: &str, mut o: Overheads) {
     });
 }
 
+/// What a batch of debates measured.
+struct Batch {
+    /// Tasks completed.
+    tasks: usize,
+    /// Seconds from the first submit to the last `debateCompleted`.
+    wall_s: f64,
+    overheads: Overheads,
+}
+
+/// Waits for the debates `ids` (submitted for `problems`, in order) and measures them.
+async fn measure_batch(
+    c: &Cluster,
+    ids: &[String],
+    problems: Vec<String>,
+    first_submit: DateTime<Utc>,
+    clock: Clock,
+) -> Batch {
+    wait_all(c, ids, Duration::from_secs(300)).await;
+    let evs = events_of(c, ids).await;
+    let last_done = evs
+        .values()
+        .filter_map(|e| completed_at(e))
+        .max()
+        .expect("no debate completed");
+    let tasks = evs
+        .values()
+        .flatten()
+        .filter(|e| matches!(e.kind, EventKind::TaskCompleted { .. }))
+        .count();
+    let named: Vec<(String, String)> = ids.iter().cloned().zip(problems).collect();
+    let calls = call_times(&c.fake.requests(), &named, clock);
+    let timings: Vec<TaskTiming> = evs.values().flat_map(|e| task_timings(e)).collect();
+    Batch {
+        tasks,
+        wall_s: ms_between(first_submit, last_done) / 1000.0,
+        overheads: overheads(&timings, &calls),
+    }
+}
+
 async fn throughput(rows: &mut Vec<Row>) {
     let debates = env_num("DEBATES", 40) as usize;
     let sequential = env_num("SEQUENTIAL", 5) as usize;
@@ -363,19 +402,11 @@ async fn throughput(rows: &mut Vec<Row>) {
     let started = Instant::now();
     let ids: Vec<String> = futures::future::join_all(specs.iter().map(|s| c.submit(s))).await;
     let submitted_in = started.elapsed();
-    wait_all(&c, &ids, Duration::from_secs(300)).await;
-    let evs = events_of(&c, &ids).await;
-    let last_done = evs
-        .values()
-        .filter_map(|e| completed_at(e))
-        .max()
-        .expect("no debate completed");
-    let tasks: usize = evs
-        .values()
-        .flatten()
-        .filter(|e| matches!(e.kind, EventKind::TaskCompleted { .. }))
-        .count();
-    let wall_s = ms_between(first_submit, last_done) / 1000.0;
+    let Batch {
+        tasks,
+        wall_s,
+        overheads: loaded,
+    } = measure_batch(&c, &ids, problems, first_submit, clock).await;
     let rate = tasks as f64 / wall_s;
     println!("  loaded = {debates} debates submitted at once (includes waiting for worker slots and for the debate's actor); unloaded = one debate at a time");
     println!(
@@ -389,10 +420,7 @@ async fn throughput(rows: &mut Vec<Row>) {
         target: ">= 500".into(),
         ok: Some(rate >= 500.0),
     });
-    let named: Vec<(String, String)> = ids.iter().cloned().zip(problems).collect();
-    let calls = call_times(&c.fake.requests(), &named, clock);
-    let timings: Vec<TaskTiming> = evs.values().flat_map(|e| task_timings(e)).collect();
-    overhead_rows(rows, "loaded", overheads(&timings, &calls));
+    overhead_rows(rows, "loaded", loaded);
 
     // Paced: an offered load of PACED_RATE tasks/s (one 22-task debate every 22/rate s)
     // for PACED_SECS: the overhead a task sees while the cluster sustains that rate.
@@ -410,19 +438,11 @@ async fn throughput(rows: &mut Vec<Row>) {
         tick.tick().await;
         ids.push(c.submit(&spec(p)).await);
     }
-    wait_all(&c, &ids, Duration::from_secs(300)).await;
-    let evs = events_of(&c, &ids).await;
-    let last_done = evs
-        .values()
-        .filter_map(|e| completed_at(e))
-        .max()
-        .expect("no debate completed");
-    let tasks: usize = evs
-        .values()
-        .flatten()
-        .filter(|e| matches!(e.kind, EventKind::TaskCompleted { .. }))
-        .count();
-    let wall_s = ms_between(first_submit, last_done) / 1000.0;
+    let Batch {
+        tasks,
+        wall_s,
+        overheads: paced,
+    } = measure_batch(&c, &ids, problems, first_submit, clock).await;
     let achieved = tasks as f64 / wall_s;
     println!(
         "  paced: {n} debates offered at {paced_rate:.0} tasks/s for {paced_secs:.0} s: {tasks} tasks in {wall_s:.2} s = {achieved:.0} tasks/s"
@@ -434,14 +454,7 @@ async fn throughput(rows: &mut Vec<Row>) {
         target: format!(">= {:.0}", paced_rate * 0.95),
         ok: Some(achieved >= paced_rate * 0.95),
     });
-    let named: Vec<(String, String)> = ids.iter().cloned().zip(problems).collect();
-    let calls = call_times(&c.fake.requests(), &named, clock);
-    let timings: Vec<TaskTiming> = evs.values().flat_map(|e| task_timings(e)).collect();
-    overhead_rows(
-        rows,
-        &format!("paced at {paced_rate:.0} tasks/s"),
-        overheads(&timings, &calls),
-    );
+    overhead_rows(rows, &format!("paced at {paced_rate:.0} tasks/s"), paced);
 
     // Unloaded: one debate at a time.
     let mut timings = Vec::new();

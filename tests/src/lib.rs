@@ -378,7 +378,7 @@ pub async fn events(client: &async_nats::Client, filter: &str) -> anyhow::Result
 /// Edges: a critique needs the target's proposal and (round ≥ 2) the critic's own previous
 /// refinement (its history); a refinement needs the agent's proposal and every critique of
 /// it; a carried-over proposal (round ≥ 2) finishes with the previous refinement.
-/// (The same computation as the embedded engine's `makespan` bench in `crates/cli`.)
+/// Used by the embedded `makespan` bench (`crates/cli`) and the cluster bench.
 pub fn critical_path_ms(state: &DebateState) -> u64 {
     type Key = (u32, ContributionType, String, Option<String>);
     let mut finish: HashMap<Key, u64> = HashMap::new();

@@ -10,7 +10,6 @@
 //!
 //! `cargo bench -p parley-cli --bench makespan`
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,8 +17,9 @@ use chrono::Utc;
 use parley_cli::EmbeddedRunner;
 use parley_coordinator::{run_debate, Input, Machine};
 use parley_llm::{ProviderSettings, Registry};
-use parley_protocol::{ContributionType, DebateSpec, DebateState};
+use parley_protocol::DebateSpec;
 use parley_testkit::{FakeLlm, Latency};
+use parley_tests::critical_path_ms;
 use serde_json::json;
 
 fn spec(base_url: &str) -> DebateSpec {
@@ -34,83 +34,6 @@ fn spec(base_url: &str) -> DebateSpec {
         "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"}}
     }))
     .expect("spec")
-}
-
-/// Longest path through the task graph, weighting each task by its observed latency.
-fn critical_path_ms(state: &DebateState) -> u64 {
-    let mut finish: HashMap<(u32, ContributionType, String, Option<String>), u64> = HashMap::new();
-    let agents: Vec<String> = state.rounds[0]
-        .contributions
-        .iter()
-        .filter(|c| c.kind == ContributionType::Proposal)
-        .map(|c| c.agent_id.clone())
-        .collect();
-    let mut last = 0;
-    for rd in &state.rounds {
-        let r = rd.round_number;
-        let get = |f: &HashMap<_, u64>, k: ContributionType, a: &str, t: Option<&str>| {
-            f.get(&(r, k, a.to_string(), t.map(String::from)))
-                .copied()
-                .unwrap_or(0)
-        };
-        for a in &agents {
-            let p = rd
-                .find(ContributionType::Proposal, a, None)
-                .expect("proposal");
-            let start = if r == 1 {
-                0
-            } else {
-                finish[&(r - 1, ContributionType::Refinement, a.clone(), None)]
-            };
-            finish.insert(
-                (r, ContributionType::Proposal, a.clone(), None),
-                start + p.metadata.latency_ms,
-            );
-        }
-        for c in rd
-            .contributions
-            .iter()
-            .filter(|c| c.kind == ContributionType::Critique)
-        {
-            let t = c.target_agent_id.clone().expect("target");
-            // The critic's prompt carries its own history, which ends with its previous
-            // refinement: a real data edge from round r-1.
-            let own_history = if r == 1 {
-                0
-            } else {
-                finish[&(
-                    r - 1,
-                    ContributionType::Refinement,
-                    c.agent_id.clone(),
-                    None,
-                )]
-            };
-            let start = get(&finish, ContributionType::Proposal, &t, None).max(own_history);
-            finish.insert(
-                (r, ContributionType::Critique, c.agent_id.clone(), Some(t)),
-                start + c.metadata.latency_ms,
-            );
-        }
-        for a in &agents {
-            let own = get(&finish, ContributionType::Proposal, a, None);
-            let crit = agents
-                .iter()
-                .filter(|k| *k != a)
-                .map(|k| get(&finish, ContributionType::Critique, k, Some(a)))
-                .max()
-                .unwrap_or(0);
-            let c = rd
-                .find(ContributionType::Refinement, a, None)
-                .expect("refinement");
-            let f = own.max(crit) + c.metadata.latency_ms;
-            finish.insert((r, ContributionType::Refinement, a.clone(), None), f);
-            last = last.max(f);
-        }
-    }
-    last + state
-        .synthesis_metadata
-        .as_ref()
-        .map_or(0, |m| m.latency_ms)
 }
 
 async fn one(latency: Latency, label: &str, runs: usize) {

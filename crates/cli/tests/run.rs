@@ -11,12 +11,20 @@ const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
 
 /// Runs `parley` in `dir` with no API keys in the environment.
 async fn parley(dir: &Path, args: &[&str]) -> Output {
+    parley_with_env(dir, args, &[]).await
+}
+
+/// [`parley`] with extra environment variables.
+async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
     let mut cmd = tokio::process::Command::new(PARLEY);
     cmd.current_dir(dir)
         .args(args)
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENROUTER_API_KEY")
         .env("PARLEY_MODEL_DIR", dir.join("no-models"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     cmd.output().await.expect("run parley")
 }
 
@@ -381,16 +389,15 @@ async fn embedded_debate_exports_one_trace() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.base_url());
     let problem = "Design a feature store for 5150 models";
-    let out = tokio::process::Command::new(PARLEY)
-        .current_dir(dir.path())
-        .args(["run", problem])
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-        .output()
-        .await
-        .unwrap();
+    let out = parley_with_env(
+        dir.path(),
+        &["run", problem],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // The exporter flushed on exit.
     let spans = receiver.spans();

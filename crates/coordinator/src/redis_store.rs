@@ -44,6 +44,11 @@ pub type Result<T> = std::result::Result<T, RedisStoreError>;
 const RUNNING: &str = "parley:running";
 const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
 
+/// The scripts, built once (a `Script` hashes its source; calls go by `EVALSHA`).
+static CAS: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+static RENEW: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+static RELEASE: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+
 const CAS_SCRIPT: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'version')
 if not cur then cur = '0' end
@@ -163,7 +168,8 @@ impl RedisStore {
     pub async fn save_state(&self, state: &DebateState, expected: u64) -> Result<Option<u64>> {
         let json = serde_json::to_string(state)?;
         let next = expected + 1;
-        let ok: i64 = Script::new(CAS_SCRIPT)
+        let ok: i64 = CAS
+            .get_or_init(|| Script::new(CAS_SCRIPT))
             .key(key(&state.id, "state"))
             .arg(expected)
             .arg(next)
@@ -236,20 +242,13 @@ impl RedisStore {
 
     /// Takes the lease if it is free. Returns true when `owner` now holds it.
     pub async fn acquire_lease(&self, id: &str, owner: &str, ttl_ms: u64) -> Result<bool> {
-        let set: Option<String> = redis::cmd("SET")
-            .arg(key(id, "lease"))
-            .arg(owner)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .query_async(&mut self.conn())
-            .await?;
-        Ok(set.is_some())
+        self.set_if_absent(key(id, "lease"), owner, ttl_ms).await
     }
 
     /// Extends the lease if `owner` still holds it; false means it was lost.
     pub async fn renew_lease(&self, id: &str, owner: &str, ttl_ms: u64) -> Result<bool> {
-        let ok: i64 = Script::new(RENEW_SCRIPT)
+        let ok: i64 = RENEW
+            .get_or_init(|| Script::new(RENEW_SCRIPT))
             .key(key(id, "lease"))
             .arg(owner)
             .arg(ttl_ms)
@@ -260,12 +259,31 @@ impl RedisStore {
 
     /// Gives the lease up if `owner` holds it.
     pub async fn release_lease(&self, id: &str, owner: &str) -> Result<bool> {
-        let ok: i64 = Script::new(RELEASE_SCRIPT)
-            .key(key(id, "lease"))
+        self.release_if_owner(key(id, "lease"), owner).await
+    }
+
+    /// Deletes `k` if its value is `owner`; true when it did.
+    async fn release_if_owner(&self, k: String, owner: &str) -> Result<bool> {
+        let ok: i64 = RELEASE
+            .get_or_init(|| Script::new(RELEASE_SCRIPT))
+            .key(k)
             .arg(owner)
             .invoke_async(&mut self.conn())
             .await?;
         Ok(ok == 1)
+    }
+
+    /// Sets `k` to `owner` for `ttl_ms` unless it exists; true when it did.
+    async fn set_if_absent(&self, k: String, owner: &str, ttl_ms: u64) -> Result<bool> {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(k)
+            .arg(owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(set.is_some())
     }
 
     /// Marks a task as being run by `owner` for at most `ttl_ms`; false when another
@@ -277,24 +295,13 @@ impl RedisStore {
         owner: &str,
         ttl_ms: u64,
     ) -> Result<bool> {
-        let set: Option<String> = redis::cmd("SET")
-            .arg(key(debate_id, &format!("claim:{task_id}")))
-            .arg(owner)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .query_async(&mut self.conn())
-            .await?;
-        Ok(set.is_some())
+        self.set_if_absent(key(debate_id, &format!("claim:{task_id}")), owner, ttl_ms)
+            .await
     }
 
     pub async fn release_claim(&self, debate_id: &str, task_id: &str, owner: &str) -> Result<bool> {
-        let ok: i64 = Script::new(RELEASE_SCRIPT)
-            .key(key(debate_id, &format!("claim:{task_id}")))
-            .arg(owner)
-            .invoke_async(&mut self.conn())
-            .await?;
-        Ok(ok == 1)
+        self.release_if_owner(key(debate_id, &format!("claim:{task_id}")), owner)
+            .await
     }
 
     pub async fn lease_owner(&self, id: &str) -> Result<Option<String>> {

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::RedisStore;
 
-pub use parley_telemetry::{init_telemetry, parse_metrics_addr, TelemetryGuard};
+pub use parley_telemetry::init_telemetry;
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` (none: nothing) until `shutdown`.
 pub async fn serve_health(

@@ -80,7 +80,10 @@ impl DebateTrace {
     }
 }
 
-/// The span of one task run in this process (the embedded driver), under its node span.
+/// The span of one task run: under its node span in this process (the embedded driver),
+/// or a root here whose OpenTelemetry parent comes from the task message's headers (a
+/// worker: pass `&Span::none()`, then `parley_telemetry::set_parent`). A worker records
+/// `task.delivery`, `task.outcome` and `otel.status_code` on it.
 pub fn task_span(parent: &tracing::Span, task: &Task) -> tracing::Span {
     tracing::info_span!(
         parent: parent,
@@ -92,5 +95,8 @@ pub fn task_span(parent: &tracing::Span, task: &Task) -> tracing::Span {
         task.kind = task.kind.as_str(),
         task.round = task.round,
         task.attempt = task.attempt,
+        task.delivery = tracing::field::Empty,
+        task.outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     )
 }

@@ -134,7 +134,7 @@ pub async fn run(
     });
     let tracker = TaskTracker::new();
     tokio::spawn(report_queue(
-        js.clone(),
+        consumer.clone(),
         shared.config.kind,
         shutdown.clone(),
     ));
@@ -190,14 +190,10 @@ pub async fn run(
                 continue;
             };
             let shared = shared.clone();
-            let span = task_span(&msg);
-            tracker.spawn(
-                async move {
-                    handle(&shared, msg).await;
-                    drop(permit);
-                }
-                .instrument(span),
-            );
+            tracker.spawn(async move {
+                handle(&shared, msg).await;
+                drop(permit);
+            });
         }
     }
     tracing::info!("worker draining");
@@ -217,7 +213,11 @@ pub async fn run(
 
 /// Publishes the task consumer's backlog (`num_pending`, `num_ack_pending`) as metrics
 /// every few seconds.
-async fn report_queue(js: jetstream::Context, kind: WorkerKind, shutdown: CancellationToken) {
+async fn report_queue(
+    consumer: jetstream::consumer::PullConsumer,
+    kind: WorkerKind,
+    shutdown: CancellationToken,
+) {
     let name = streams::consumer_name(kind);
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     loop {
@@ -225,10 +225,7 @@ async fn report_queue(js: jetstream::Context, kind: WorkerKind, shutdown: Cancel
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => return,
         }
-        let Ok(stream) = js.get_stream(subjects::TASKS_STREAM).await else {
-            continue;
-        };
-        if let Ok(info) = stream.consumer_info(&name).await {
+        if let Ok(info) = consumer.get_info().await {
             parley_telemetry::metrics().set_consumer_pending(
                 name,
                 info.num_pending,
@@ -239,21 +236,10 @@ async fn report_queue(js: jetstream::Context, kind: WorkerKind, shutdown: Cancel
 }
 
 /// The `task` span of one delivery, a child of the coordinator's node span whose context
-/// came in the message's `traceparent` header. Fields are filled once the task is decoded.
-fn task_span(msg: &jetstream::Message) -> tracing::Span {
-    let span = tracing::info_span!(
-        "task",
-        task.id = tracing::field::Empty,
-        debate.id = tracing::field::Empty,
-        agent.id = tracing::field::Empty,
-        agent.role = tracing::field::Empty,
-        task.kind = tracing::field::Empty,
-        task.round = tracing::field::Empty,
-        task.attempt = tracing::field::Empty,
-        task.delivery = msg.info().map(|i| i.delivered).unwrap_or(1),
-        task.outcome = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    );
+/// came in the message's `traceparent` header.
+fn task_span(msg: &jetstream::Message, task: &Task, delivered: i64) -> tracing::Span {
+    let span = parley_coordinator::trace::task_span(&tracing::Span::none(), task);
+    span.record("task.delivery", delivered);
     parley_telemetry::set_parent(
         &span,
         parley_telemetry::extract_headers(msg.headers.as_ref()),
@@ -286,7 +272,6 @@ fn error_result(task: &Task, worker: &str, kind: ErrorKind, message: String) -> 
 
 async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
     let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
-    let last_delivery = delivered >= streams::MAX_DELIVER;
     let task: Task = match serde_json::from_slice(&msg.payload) {
         Ok(t) => t,
         Err(e) => {
@@ -300,14 +285,15 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         let _ = msg.ack_with(AckKind::Term).await;
         return;
     }
-    let span = tracing::Span::current();
-    span.record("task.id", task.id.as_str());
-    span.record("debate.id", task.debate_id.as_str());
-    span.record("agent.id", task.agent.id.as_str());
-    span.record("agent.role", task.agent.role.as_str());
-    span.record("task.kind", task.kind.as_str());
-    span.record("task.round", task.round);
-    span.record("task.attempt", task.attempt);
+    let span = task_span(&msg, &task, delivered);
+    handle_task(shared, msg, task, delivered)
+        .instrument(span)
+        .await;
+}
+
+/// Runs a decoded task unless its result is stored or another worker runs it.
+async fn handle_task(shared: &Arc<Shared>, msg: jetstream::Message, task: Task, delivered: i64) {
+    let last_delivery = delivered >= streams::MAX_DELIVER;
     let worker = shared.config.name.as_str();
     match shared.store.ok_result(&task.debate_id, &task.id).await {
         Ok(Some(done)) => {
