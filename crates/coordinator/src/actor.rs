@@ -42,7 +42,8 @@ use parley_protocol::{subjects, DebateStatus, TaskOutcome, TaskResult, SCHEMA_VE
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use rand::Rng;
 
-use crate::{Effect, Input, Machine, RedisStore};
+use crate::{Effect, Input, Machine};
+use parley_cluster::RedisStore;
 use parley_protocol::EventKind;
 use parley_telemetry::OpenTelemetrySpanExt as _;
 
@@ -375,7 +376,7 @@ impl DebateActorState {
         for effect in effects {
             match effect {
                 Effect::Dispatch(task) => {
-                    let subject = crate::streams::tasks_subject(task.kind.worker());
+                    let subject = parley_cluster::streams::tasks_subject(task.kind.worker());
                     let body = serde_json::to_vec(&task)?;
                     let mut h = headers(&task.message_id());
                     let node = self.trace.node(task.round, task.kind.node());

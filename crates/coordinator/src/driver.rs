@@ -60,7 +60,7 @@ pub async fn run_debate(
                         let _ = events.send(e);
                     }
                     Effect::Dispatch(task) => {
-                        let span = crate::trace::task_span(
+                        let span = parley_cluster::task_span(
                             trace.node(task.round, task.kind.node()),
                             &task,
                         );

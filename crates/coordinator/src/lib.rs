@@ -1,4 +1,9 @@
-//! The debate coordinator: the state machine and the drivers that run it.
+//! The debate engine and the coordinator service.
+//!
+//! Here: the pure state machine, the embedded driver and its file store, and the
+//! distributed coordinator (actors, NATS request subjects, leases). Not here: the runtime the
+//! coordinator shares with the workers (Redis store, JetStream streams, settings, service
+//! start-up, the task span) — that is `parley-cluster`, which this crate builds on.
 //!
 //! # Layout
 //! - [`machine`]: the pure debate state machine ([`Machine`]): inputs in, effects out.
@@ -6,9 +11,7 @@
 //!   with bounded concurrency, per-task timeouts, retry timers and a checkpoint after every
 //!   transition.
 //! - [`store`]: checkpoint stores ([`FileStore`] for `./debates/<id>.json`).
-//! - [`redis_store`]: the Redis checkpoint store of the distributed mode ([`RedisStore`]):
-//!   spec, versioned state, results, leases.
-//! - [`streams`]: the JetStream streams and consumers, created if missing.
+//! - [`trace`]: the spans of a debate (`debate` → `node`), opened by whoever drives it.
 //! - [`actor`]: the distributed driver: one ractor actor per debate under a supervisor,
 //!   leases, checkpoints (CAS) before effects, result polling. Its runtime semantics are
 //!   documented there.
@@ -18,17 +21,12 @@
 pub mod actor;
 pub mod driver;
 pub mod machine;
-pub mod redis_store;
 pub mod service;
-pub mod settings;
 pub mod store;
-pub mod streams;
-pub mod telemetry;
 pub mod trace;
 
 pub use driver::{run_debate, TaskRunner};
 pub use machine::{Effect, Input, Machine};
-pub use redis_store::RedisStore;
 pub use store::FileStore;
 
 #[cfg(test)]

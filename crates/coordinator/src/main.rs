@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use parley_coordinator::service::{run, CoordinatorConfig};
-use parley_coordinator::settings::{at_least, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS};
+use parley_cluster::settings::{at_least, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
@@ -64,7 +64,7 @@ async fn main() -> ExitCode {
         }
     };
     let token = CancellationToken::new();
-    parley_coordinator::service::cancel_on_signal(token.clone());
+    parley_cluster::cancel_on_signal(token.clone());
 
     match run(config, token).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -32,7 +32,8 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::actor::{AdoptError, DebateMsg, Deps, Supervisor, SupervisorMsg};
-use crate::{Input, Machine, RedisStore};
+use crate::{Input, Machine};
+use parley_cluster::{start_service, RedisStore};
 
 /// Prefix of the owner-to-owner control subjects.
 pub const CONTROL_PREFIX: &str = "parley.control";
@@ -80,62 +81,6 @@ struct Service {
     sup: ActorRef<SupervisorMsg>,
 }
 
-/// Connects to NATS (retrying until it is up) and to the Redis store: what every service
-/// needs first.
-pub async fn connect_backends(
-    nats_url: &str,
-    redis_url: &str,
-) -> anyhow::Result<(async_nats::Client, RedisStore)> {
-    let nats = async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect(nats_url)
-        .await
-        .context("while connecting to NATS")?;
-    let store = RedisStore::connect(redis_url)
-        .await
-        .context("while connecting to Redis")?;
-    Ok((nats, store))
-}
-
-/// Cancels the token on SIGTERM or ctrl-c.
-pub fn cancel_on_signal(token: CancellationToken) {
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut term = match signal(SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    token.cancel();
-                    return;
-                }
-            };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        token.cancel();
-    });
-}
-
-/// What every service does first: connect NATS and Redis, then serve `/metrics`,
-/// `/healthz` and `/readyz` on `metrics_addr` (if any) until `shutdown`.
-pub async fn start_service(
-    nats_url: &str,
-    redis_url: &str,
-    metrics_addr: Option<std::net::SocketAddr>,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<(async_nats::Client, RedisStore)> {
-    let (nats, store) = connect_backends(nats_url, redis_url).await?;
-    crate::telemetry::serve_health(metrics_addr, nats.clone(), store.clone(), shutdown.clone())
-        .await?;
-    Ok((nats, store))
-}
-
 /// Runs a coordinator replica until `shutdown` is cancelled.
 pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     let (nats, store) = start_service(
@@ -146,10 +91,10 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
     )
     .await?;
     let js = jetstream::new(nats.clone());
-    crate::streams::tasks_stream(&js)
+    parley_cluster::streams::tasks_stream(&js)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the tasks stream: {e}"))?;
-    crate::streams::events_stream(&js)
+    parley_cluster::streams::events_stream(&js)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
     let owner = format!(

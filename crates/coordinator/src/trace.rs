@@ -5,11 +5,12 @@
 //! kept in the checkpoint (`engine.traceparent`); a driver that resumes the debate opens its
 //! `debate` span (`debate.resumed = true`) under it, so a debate stays one trace across
 //! coordinators. Spans end (and are exported) when dropped. Prompt and completion text
-//! never go on spans.
+//! never go on spans. The `task` span itself is [`parley_cluster::task_span`], shared with the
+//! workers.
 
 use std::collections::HashMap;
 
-use parley_protocol::{DebateStatus, Node, Task};
+use parley_protocol::{DebateStatus, Node};
 use parley_telemetry::OpenTelemetrySpanExt as _;
 
 use crate::Machine;
@@ -78,25 +79,4 @@ impl DebateTrace {
         self.nodes.clear();
         self.debate.record("debate.status", status.as_str());
     }
-}
-
-/// The span of one task run: under its node span in this process (the embedded driver),
-/// or a root here whose OpenTelemetry parent comes from the task message's headers (a
-/// worker: pass `&Span::none()`, then `parley_telemetry::set_parent`). A worker records
-/// `task.delivery`, `task.outcome` and `otel.status_code` on it.
-pub fn task_span(parent: &tracing::Span, task: &Task) -> tracing::Span {
-    tracing::info_span!(
-        parent: parent,
-        "task",
-        task.id = task.id.as_str(),
-        debate.id = task.debate_id.as_str(),
-        agent.id = task.agent.id.as_str(),
-        agent.role = task.agent.role.as_str(),
-        task.kind = task.kind.as_str(),
-        task.round = task.round,
-        task.attempt = task.attempt,
-        task.delivery = tracing::field::Empty,
-        task.outcome = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    )
 }

@@ -1,7 +1,8 @@
 //! The Redis checkpoint store against a real redis-server.
 
 use chrono::Utc;
-use parley_coordinator::{Machine, RedisStore};
+use parley_cluster::RedisStore;
+use parley_coordinator::Machine;
 use parley_protocol::{
     AgentConfig, ContributionMetadata, DebateSpec, ErrorKind, TaskError, TaskOutcome, TaskOutput,
     TaskResult, SCHEMA_VERSION,

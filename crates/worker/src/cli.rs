@@ -9,8 +9,8 @@ use clap::Parser;
 use parley_protocol::WorkerKind;
 use tokio_util::sync::CancellationToken;
 
-use parley_coordinator::service::cancel_on_signal;
-use parley_coordinator::settings::{
+use parley_cluster::cancel_on_signal;
+use parley_cluster::settings::{
     at_least, pick, CommonArgs, Problems, DEFAULT_ACK_WAIT_SECS, DEFAULT_CONCURRENCY,
     DEFAULT_DRAIN_SECS,
 };

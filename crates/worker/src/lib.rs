@@ -39,7 +39,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind};
 use async_trait::async_trait;
 use futures::StreamExt;
-use parley_coordinator::{streams, RedisStore};
+use parley_cluster::{streams, RedisStore};
 use parley_llm::{Provider, ProviderSettings, Registry};
 use parley_protocol::{
     subjects, ErrorKind, Task, TaskError, TaskOutcome, TaskResult, WorkerKind, SCHEMA_VERSION,
@@ -102,7 +102,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    let (nats, store) = parley_coordinator::service::start_service(
+    let (nats, store) = parley_cluster::start_service(
         &config.nats_url,
         &config.redis_url,
         config.metrics_addr,
@@ -238,7 +238,7 @@ async fn report_queue(
 /// The `task` span of one delivery, a child of the coordinator's node span whose context
 /// came in the message's `traceparent` header.
 fn task_span(msg: &jetstream::Message, task: &Task, delivered: i64) -> tracing::Span {
-    let span = parley_coordinator::trace::task_span(&tracing::Span::none(), task);
+    let span = parley_cluster::task_span(&tracing::Span::none(), task);
     span.record("task.delivery", delivered);
     parley_telemetry::set_parent(
         &span,

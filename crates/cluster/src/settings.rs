@@ -103,7 +103,7 @@ pub struct CommonSettings {
 /// Flags (with their `PARLEY_*` variables) every service takes.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct CommonArgs {
-    /// TOML settings file (see the docs of `parley_coordinator::settings`).
+    /// TOML settings file (see the docs of `parley_cluster::settings`).
     #[arg(long, env = "PARLEY_SETTINGS", value_name = "FILE")]
     pub settings: Option<PathBuf>,
     /// NATS server URL (`nats://`, `tls://`; may carry credentials) [default: nats://127.0.0.1:4222].

@@ -1,0 +1,26 @@
+//! The runtime the cluster's services share: the coordinator and both worker kinds build on
+//! it. It holds plumbing only — no debate logic (that is `parley-coordinator`'s engine) and no
+//! LLM calls (that is `parley-llm`).
+//!
+//! # Layout
+//! - [`redis_store`]: the Redis checkpoint store ([`RedisStore`]) and its Lua scripts: spec,
+//!   versioned state (compare-and-set), task results, leases, task claims, idempotency keys.
+//! - [`streams`]: the JetStream streams and durable consumers, created if missing.
+//! - [`settings`]: layered service settings (defaults → TOML file → `PARLEY_*` → flags),
+//!   validated once with every problem named by key.
+//! - [`service`]: start-up and shutdown of a service process: connect NATS + Redis, serve
+//!   `/metrics` `/healthz` `/readyz`, cancel a token on SIGTERM / ctrl-c.
+//! - [`trace`]: the `task` span every task run opens ([`task_span`]).
+//!
+//! Dependencies point one way: binaries → services (`parley-coordinator`,
+//! `parley-worker`) → this crate → `parley-protocol`.
+
+pub mod redis_store;
+pub mod service;
+pub mod settings;
+pub mod streams;
+pub mod trace;
+
+pub use redis_store::RedisStore;
+pub use service::{cancel_on_signal, connect_backends, init_telemetry, serve_health, start_service};
+pub use trace::task_span;
