@@ -22,5 +22,7 @@ pub mod streams;
 pub mod trace;
 
 pub use redis_store::RedisStore;
-pub use service::{cancel_on_signal, connect_backends, init_telemetry, serve_health, start_service};
+pub use service::{
+    cancel_on_signal, connect_backends, init_telemetry, serve_health, start_service,
+};
 pub use trace::task_span;

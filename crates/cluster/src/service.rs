@@ -93,7 +93,6 @@ pub async fn start_service(
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(async_nats::Client, RedisStore)> {
     let (nats, store) = connect_backends(nats_url, redis_url).await?;
-    serve_health(metrics_addr, nats.clone(), store.clone(), shutdown.clone())
-        .await?;
+    serve_health(metrics_addr, nats.clone(), store.clone(), shutdown.clone()).await?;
     Ok((nats, store))
 }

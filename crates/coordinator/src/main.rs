@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use parley_coordinator::service::{run, CoordinatorConfig};
 use parley_cluster::settings::{at_least, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS};
+use parley_coordinator::service::{run, CoordinatorConfig};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
@@ -56,7 +56,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(4);
         }
     };
-    let _telemetry = match parley_coordinator::telemetry::init_telemetry("parley-coordinator") {
+    let _telemetry = match parley_cluster::init_telemetry("parley-coordinator") {
         Ok(g) => g,
         Err(e) => {
             eprintln!("error: {e:#}");
