@@ -30,4 +30,6 @@ pub use machine::{Effect, Input, Machine};
 pub use store::FileStore;
 
 #[cfg(test)]
+mod deadline_tests;
+#[cfg(test)]
 mod tests;

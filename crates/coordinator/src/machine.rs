@@ -1,9 +1,20 @@
 //! The debate state machine: pure, no I/O.
 //!
 //! [`Machine::handle`] takes an [`Input`] (start, a task result, a retry timer, a user retry,
-//! a cancel, a resume after a restart) and returns the [`Effect`]s the driver must perform
-//! (dispatch tasks, schedule a retry, emit events). The driver checkpoints
+//! a cancel, a resume after a restart, the clock) and returns the [`Effect`]s the driver must
+//! perform (dispatch tasks, schedule a retry, emit events). The driver checkpoints
 //! [`Machine::state`] after every call that changed it.
+//!
+//! # Task deadlines
+//! With [`Machine::set_task_deadline_margin`] (the distributed driver sets it; the embedded
+//! driver bounds each call itself), every dispatched attempt gets a deadline: its
+//! `timeout_ms` (capped at [`MAX_TASK_TIMEOUT`]) plus the margin, extended by the time a
+//! worker hands the task back to the queue for its rate limit ([`Machine::extend_deadline`]).
+//! [`Input::Tick`] carries the time: an attempt past its deadline, or one the transport
+//! reports dead-lettered ([`Input::Lost`]), counts as a failed attempt of kind
+//! `undelivered` — re-dispatched as a new attempt (a new message id) while the node's retry
+//! budget lasts, else the node fails. Deadlines are not checkpointed: a resume re-dispatches
+//! what was in flight and starts their clocks again.
 //!
 //! # Scheduling
 //! The machine keeps no phase cursor. After every input it re-derives, from the
@@ -55,7 +66,21 @@ pub enum Input {
     /// The machine was rebuilt from a checkpoint (coordinator restart or takeover):
     /// everything that was in flight is dispatched again with the same attempt number.
     Resume,
+    /// The clock: attempts past their deadline fail as `undelivered` (see the module docs).
+    Tick,
+    /// The transport gave up on this attempt's message (it exhausted its deliveries).
+    Lost {
+        task_id: String,
+        attempt: u32,
+        reason: String,
+    },
+    /// The driver cannot advance the debate (its actor keeps failing): fail it with this
+    /// reason. `retry` resumes it like any failed debate.
+    Abort(String),
 }
+
+/// The longest task timeout a deadline counts (a larger `timeoutMs` is treated as this).
+pub const MAX_TASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// What the driver must do.
 #[allow(clippy::large_enum_variant)]
@@ -96,6 +121,10 @@ pub struct Machine {
     /// The node of the last task dispatched or answered: the phase progress shows while
     /// nothing is in flight (between a result and the dispatches it enables).
     last_node: Option<Node>,
+    /// Added to each attempt's timeout to make its deadline; `None`: no deadlines.
+    deadline_margin: Option<chrono::Duration>,
+    /// Deadline of each in-flight attempt (entries of answered tasks are dropped lazily).
+    deadlines: BTreeMap<String, DateTime<Utc>>,
 }
 
 impl Machine {
@@ -132,7 +161,108 @@ impl Machine {
             backing_off: BTreeSet::new(),
             entered: BTreeSet::new(),
             last_node: None,
+            deadline_margin: None,
+            deadlines: BTreeMap::new(),
         }
+    }
+
+    /// Gives every attempt dispatched from now on a deadline: its timeout plus `margin`
+    /// (`None`: no deadlines, the embedded driver's choice).
+    pub fn set_task_deadline_margin(&mut self, margin: Option<std::time::Duration>) {
+        self.deadline_margin = margin.map(|m| {
+            chrono::Duration::from_std(m).unwrap_or_else(|_| chrono::Duration::days(1))
+        });
+    }
+
+    /// The earliest deadline of an attempt in flight: when the driver should feed
+    /// [`Input::Tick`].
+    pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
+        self.deadlines
+            .iter()
+            .filter(|(id, _)| self.in_flight.contains_key(*id))
+            .map(|(_, d)| *d)
+            .min()
+    }
+
+    /// A worker handed `attempt` of `task_id` back to the queue until `until` (rate limit):
+    /// its deadline moves to at least `until` plus the task's timeout and the margin. Only
+    /// the in-flight attempt counts; deadlines are not checkpointed, so no checkpoint is due.
+    pub fn extend_deadline(&mut self, task_id: &str, attempt: u32, until: DateTime<Utc>) {
+        if self.attempts(task_id) != attempt || !self.in_flight.contains_key(task_id) {
+            return;
+        }
+        let Some(budget) = self.deadline_budget(task_id) else {
+            return;
+        };
+        let Some(candidate) = until.checked_add_signed(budget) else {
+            return;
+        };
+        if let Some(d) = self.deadlines.get_mut(task_id) {
+            if candidate > *d {
+                *d = candidate;
+            }
+        }
+    }
+
+    /// An attempt's timeout (capped) plus the margin, when deadlines are on.
+    fn deadline_budget(&self, task_id: &str) -> Option<chrono::Duration> {
+        let margin = self.deadline_margin?;
+        let planned = self.in_flight.get(task_id)?;
+        let timeout_ms = self
+            .spec
+            .debate
+            .retry
+            .for_node(planned.kind.node().as_str())
+            .timeout_ms
+            .min(MAX_TASK_TIMEOUT.as_millis() as u64);
+        Some(chrono::Duration::milliseconds(timeout_ms as i64) + margin)
+    }
+
+    /// Fails every in-flight attempt whose deadline is at or before `now`.
+    fn expire_deadlines(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+        let due: Vec<(String, DateTime<Utc>)> = self
+            .deadlines
+            .iter()
+            .filter(|(id, d)| **d <= now && self.in_flight.contains_key(*id))
+            .map(|(id, d)| (id.clone(), *d))
+            .collect();
+        for (id, _) in due {
+            let attempt = self.attempts(&id);
+            let waited = self
+                .deadline_budget(&id)
+                .map_or(0, |b| b.num_seconds().max(0));
+            let message = format!(
+                "no answer to attempt {attempt} within its deadline ({waited} s: the task's \
+                 timeout plus the coordinator's task_deadline_margin); the task message or its \
+                 result was lost"
+            );
+            self.lose(&id, attempt, message, now, fx);
+        }
+    }
+
+    /// Fails an in-flight attempt whose message or result is gone (kind `undelivered`).
+    fn lose(
+        &mut self,
+        id: &str,
+        attempt: u32,
+        message: String,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        if self.attempts(id) != attempt {
+            return;
+        }
+        let Some(planned) = self.in_flight.remove(id) else {
+            return;
+        };
+        self.deadlines.remove(id);
+        let err = TaskError {
+            kind: parley_protocol::ErrorKind::Undelivered,
+            message,
+            provider: None,
+            retry_after_ms: None,
+        };
+        self.on_failure(&planned, id, attempt, err, now, fx);
     }
 
     /// Keeps `events` (the effects of the transition just made) in the checkpoint's outbox.
@@ -199,6 +329,30 @@ impl Machine {
             Input::RetryDue(task_id) => {
                 self.backing_off.remove(&task_id);
             }
+            Input::Retry if self.state.status == DebateStatus::Running => {
+                // A running debate that looks stuck: every outstanding attempt (in flight or
+                // waiting for its backoff) is given up and sent again now as a new attempt
+                // (a new message id), with a fresh retry budget. Completed tasks stay done; a
+                // late answer of a given-up attempt is still taken if it is a success.
+                let outstanding: BTreeSet<String> = self
+                    .in_flight
+                    .keys()
+                    .chain(self.backing_off.iter())
+                    .cloned()
+                    .collect();
+                for id in &outstanding {
+                    let used = self.attempts(id);
+                    self.state
+                        .engine
+                        .failed_attempts
+                        .insert(id.clone(), used);
+                    self.state.engine.budget_start.insert(id.clone(), used);
+                    self.in_flight.remove(id);
+                    self.deadlines.remove(id);
+                }
+                self.backing_off.clear();
+                self.emit(&mut fx, now, EventKind::DebateResumed);
+            }
             Input::Retry => {
                 if self.state.status != DebateStatus::Failed {
                     return fx;
@@ -207,7 +361,12 @@ impl Machine {
                 // A fresh budget for every task that may run again: the one that failed the
                 // debate, others that failed meanwhile, and attempts still out (they may
                 // yet come back with an error from before the user fixed the cause).
-                let failed = self.state.error.take().map(|e| e.task_id);
+                let failed = self
+                    .state
+                    .error
+                    .take()
+                    .map(|e| e.task_id)
+                    .filter(|t| !t.is_empty());
                 let again: BTreeSet<String> = failed
                     .into_iter()
                     .chain(self.state.engine.failed_attempts.keys().cloned())
@@ -230,9 +389,50 @@ impl Machine {
                 self.state.status = DebateStatus::Cancelled;
                 self.emit(&mut fx, now, EventKind::DebateCancelled);
             }
+            Input::Tick => self.expire_deadlines(now, &mut fx),
+            Input::Lost {
+                task_id,
+                attempt,
+                reason,
+            } => self.lose(&task_id, attempt, reason, now, &mut fx),
+            Input::Abort(reason) => {
+                if !matches!(
+                    self.state.status,
+                    DebateStatus::Running | DebateStatus::Pending
+                ) {
+                    return fx;
+                }
+                self.state.status = DebateStatus::Failed;
+                // Nothing outstanding is waited for any more; a retry sends it again.
+                self.in_flight.clear();
+                self.backing_off.clear();
+                let node = self.last_node.unwrap_or(Node::RoundManager);
+                let round = self.state.current_round;
+                self.state.error = Some(DebateFailure {
+                    node: node.as_str().to_string(),
+                    round,
+                    task_id: String::new(),
+                    agent_id: None,
+                    message: reason.clone(),
+                    kind: Some(parley_protocol::ErrorKind::Internal),
+                    attempts: 0,
+                    at: now,
+                });
+                self.enter(&mut fx, now, round, Node::Failed);
+                self.emit(
+                    &mut fx,
+                    now,
+                    EventKind::DebateFailed {
+                        node,
+                        round,
+                        message: reason,
+                    },
+                );
+            }
             Input::Resume => {
                 self.in_flight.clear();
                 self.backing_off.clear();
+                self.deadlines.clear();
                 if self.state.status == DebateStatus::Pending {
                     return self.handle(Input::Start, now);
                 }
@@ -242,6 +442,8 @@ impl Machine {
             }
         }
         self.advance(now, &mut fx);
+        let in_flight = &self.in_flight;
+        self.deadlines.retain(|id, _| in_flight.contains_key(id));
         self.state.updated_at = now;
         fx
     }
@@ -416,6 +618,12 @@ impl Machine {
             self.state.engine.attempts.insert(id.clone(), attempt);
             let task = self.build_task(&p, id.clone(), attempt);
             self.in_flight.insert(id.clone(), p.clone());
+            if let Some(deadline) = self
+                .deadline_budget(&id)
+                .and_then(|b| now.checked_add_signed(b))
+            {
+                self.deadlines.insert(id.clone(), deadline);
+            }
             let agent_id = task.agent.id.clone();
             self.emit(
                 fx,
@@ -1026,7 +1234,20 @@ impl Machine {
         self.emit(fx, now, EventKind::Warning { message });
     }
 
-    fn emit(&mut self, fx: &mut Vec<Effect>, now: DateTime<Utc>, kind: EventKind) {
+    fn emit(&mut self, fx: &mut Vec<Effect>, now: DateTime<Utc>, mut kind: EventKind) {
+        // Free text (provider errors, warnings) is cut so an event stays small; the state
+        // keeps the whole text.
+        use parley_protocol::{clip_text, MAX_EVENT_TEXT_BYTES};
+        match &mut kind {
+            EventKind::TaskFailed { error: text, .. }
+            | EventKind::DebateFailed { message: text, .. }
+            | EventKind::Warning { message: text } => {
+                if text.len() > MAX_EVENT_TEXT_BYTES {
+                    *text = clip_text(text, MAX_EVENT_TEXT_BYTES);
+                }
+            }
+            _ => {}
+        }
         self.state.engine.event_seq += 1;
         fx.push(Effect::Emit(DebateEvent {
             schema_version: SCHEMA_VERSION,

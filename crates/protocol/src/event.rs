@@ -103,3 +103,36 @@ impl DebateEvent {
         )
     }
 }
+
+/// Bytes of free text (an error, a warning) one event carries at most; longer texts are
+/// cut (the full text stays in the debate state). With every other field bounded by the
+/// validation limits, an event stays a few KiB, far under NATS's `max_payload`.
+pub const MAX_EVENT_TEXT_BYTES: usize = 4096;
+
+/// `text` cut to at most `max_bytes` bytes on a character boundary, with `…` appended
+/// when something was cut.
+pub fn clip_text(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_string();
+    }
+    let mut end = max_bytes.saturating_sub('…'.len_utf8());
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_text_keeps_short_texts_and_cuts_on_a_char_boundary() {
+        assert_eq!(clip_text("short", 10), "short");
+        let long = "é".repeat(100);
+        let cut = clip_text(&long, 11);
+        assert!(cut.len() <= 11, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+        assert!(cut.starts_with("éééé"));
+    }
+}

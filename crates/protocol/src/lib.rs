@@ -8,11 +8,14 @@
 //! - [`task`]: [`Task`] and [`TaskResult`], what the coordinator sends to workers and gets back.
 //! - [`event`]: [`DebateEvent`], the progress stream of a debate.
 //! - [`subjects`]: NATS subjects, header names and error replies.
+//! - [`status`]: the replies of `parley.debates.status`: a summary view, and the full state
+//!   inline or in pages (so no reply outgrows NATS's `max_payload`).
 
 pub mod config;
 pub mod event;
 pub mod spec;
 pub mod state;
+pub mod status;
 pub mod subjects;
 pub mod task;
 
@@ -20,6 +23,7 @@ pub use config::*;
 pub use event::*;
 pub use spec::*;
 pub use state::*;
+pub use status::*;
 pub use task::*;
 
 /// Version of every message and checkpoint this build writes. Readers refuse other versions

@@ -16,6 +16,11 @@ pub const EVENTS_STREAM: &str = "PARLEY_EVENTS";
 /// Workers publish result notifications here (the result itself is in Redis first).
 pub const RESULTS_PREFIX: &str = "parley.results";
 
+/// JetStream's advisory when a task message exhausted its deliveries (`MAX_DELIVER`)
+/// without being acked: the coordinator records it as a dead letter.
+pub const TASKS_MAX_DELIVERIES_ADVISORY: &str =
+    "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.PARLEY_TASKS.*";
+
 pub fn events_subject(debate_id: &str) -> String {
     format!("parley.debates.{debate_id}.events")
 }

@@ -177,6 +177,71 @@ impl Task {
     pub fn message_id(&self) -> String {
         format!("{}#{}", self.id, self.attempt)
     }
+
+    /// The small message that goes on the tasks stream for this task (its body is stored
+    /// by the coordinator under [`TaskRef::body_field`]).
+    pub fn to_ref(&self) -> TaskRef {
+        TaskRef {
+            schema_version: self.schema_version,
+            id: self.id.clone(),
+            debate_id: self.debate_id.clone(),
+            attempt: self.attempt,
+            kind: self.kind,
+        }
+    }
+}
+
+/// What a task message on `parley.tasks.*` carries: a reference to the [`Task`] the
+/// coordinator stored in Redis before publishing (claim check), never the task itself. A
+/// task's inputs (history, every critique, transcripts) grow with the debate; the message
+/// stays a few hundred bytes whatever the debate's size, far under NATS's `max_payload`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskRef {
+    #[serde(default = "default_schema_version")]
+    pub schema_version: u32,
+    pub id: String,
+    pub debate_id: String,
+    pub attempt: u32,
+    pub kind: TaskKind,
+}
+
+impl TaskRef {
+    /// The field of the debate's task-body hash holding this attempt's [`Task`] JSON (and
+    /// the `Nats-Msg-Id` of its message): `<task id>#<attempt>`.
+    pub fn body_field(&self) -> String {
+        format!("{}#{}", self.id, self.attempt)
+    }
+}
+
+/// A worker's (or the coordinator's dead-letter handler's) note on
+/// `parley.results.<debateId>`: small, never the result itself (that is in Redis). By
+/// default it says "a result of this attempt is stored"; `handedBackMs` says instead that
+/// the task went back to the queue for that long (rate limit), so the coordinator extends
+/// its deadline; `deadLettered` that the message exhausted its deliveries unanswered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskNotice {
+    pub debate_id: String,
+    pub task_id: String,
+    pub attempt: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_back_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dead_lettered: bool,
+}
+
+impl TaskNotice {
+    /// "A result of this attempt is stored in Redis."
+    pub fn result(debate_id: &str, task_id: &str, attempt: u32) -> Self {
+        Self {
+            debate_id: debate_id.to_string(),
+            task_id: task_id.to_string(),
+            attempt,
+            handed_back_ms: None,
+            dead_lettered: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,6 +272,9 @@ pub enum ErrorKind {
     Malformed,
     Config,
     Internal,
+    /// The task (or its result) never came back: its deadline passed, its message exhausted
+    /// its deliveries, or the worker shut down on its last delivery. Worth a new attempt.
+    Undelivered,
 }
 
 impl ErrorKind {
@@ -222,14 +290,21 @@ impl ErrorKind {
             Self::Malformed => "malformed",
             Self::Config => "config",
             Self::Internal => "internal",
+            Self::Undelivered => "undelivered",
         }
     }
 
-    /// Rate limits, 5xx, timeouts, network errors and malformed replies are worth another try.
+    /// Rate limits, 5xx, timeouts, network errors, malformed replies and lost tasks are worth
+    /// another try.
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            Self::RateLimited | Self::Server | Self::Timeout | Self::Network | Self::Malformed
+            Self::RateLimited
+                | Self::Server
+                | Self::Timeout
+                | Self::Network
+                | Self::Malformed
+                | Self::Undelivered
         )
     }
 }

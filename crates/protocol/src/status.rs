@@ -1,0 +1,198 @@
+//! `parley.debates.status`: a summary view, and the full state inline or in pages.
+//!
+//! A debate's state grows with its agents, rounds and replies (12 agents with long replies
+//! make several MiB), while one NATS message is capped by the server's `max_payload`
+//! (1 MiB by default, often less). So:
+//!
+//! - `{"debateId", "view": "summary"}` → a [`StatusSummary`]: status, round, counts,
+//!   error, confidence, sizes. Always small.
+//! - `{"debateId"}` (view `full`, the default) → the [`DebateState`](crate::DebateState)
+//!   JSON itself when it fits in one page; otherwise the first [`StatusPage`] of a snapshot
+//!   the coordinator took of it (stored for a short while).
+//! - `{"debateId", "snapshot": n, "page": k}` → page `k` of snapshot `n`.
+//!
+//! A client tells the two full replies apart with [`StatusPage::from_reply`], fetches the
+//! remaining pages and concatenates their `data` ([`StatusPage::assemble`]): the state JSON.
+//! Pages split the JSON text on character boundaries, so each `data` is valid UTF-8; as a
+//! JSON string it takes at most twice its length (quotes and backslashes are escaped).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::{DebateFailure, DebateState, DebateStatus};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusView {
+    /// The whole state (inline or in pages).
+    #[default]
+    Full,
+    /// A [`StatusSummary`].
+    Summary,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusRequest {
+    pub debate_id: String,
+    #[serde(default)]
+    pub view: StatusView,
+    /// With `page`: which snapshot the page is of (from the first paged reply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<u32>,
+}
+
+/// One page of a snapshot of a debate's state JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusPage {
+    pub debate_id: String,
+    /// The checkpoint version the snapshot was taken at; names it in page requests.
+    pub snapshot: u64,
+    /// 0-based.
+    pub page: u32,
+    pub pages: u32,
+    /// Bytes of the whole state JSON.
+    pub bytes: u64,
+    /// This page's part of the state JSON.
+    pub data: String,
+}
+
+impl StatusPage {
+    /// The page in a status reply, or `None` when the reply is the state (or an error).
+    pub fn from_reply(reply: &serde_json::Value) -> Option<StatusPage> {
+        if reply.get("pages").is_none() || reply.get("snapshot").is_none() {
+            return None;
+        }
+        serde_json::from_value(reply.clone()).ok()
+    }
+
+    /// The state JSON from every page of one snapshot, in any order; an error names what
+    /// is missing or inconsistent.
+    pub fn assemble(mut pages: Vec<StatusPage>) -> Result<String, String> {
+        pages.sort_by_key(|p| p.page);
+        let Some(first) = pages.first() else {
+            return Err("no pages".into());
+        };
+        let (snapshot, count, bytes) = (first.snapshot, first.pages, first.bytes);
+        if pages.len() != count as usize {
+            return Err(format!("got {} of {count} pages", pages.len()));
+        }
+        let mut out = String::with_capacity(usize::try_from(bytes).unwrap_or(0));
+        for (i, p) in pages.iter().enumerate() {
+            if p.page as usize != i || p.snapshot != snapshot || p.pages != count {
+                return Err(format!(
+                    "page {} of snapshot {} does not belong to snapshot {snapshot} of {count} pages",
+                    p.page, p.snapshot
+                ));
+            }
+            out.push_str(&p.data);
+        }
+        if out.len() as u64 != bytes {
+            return Err(format!(
+                "the pages hold {} bytes, the snapshot {bytes}",
+                out.len()
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// Splits `text` into parts of at most `max_bytes` bytes (at least one character each),
+/// on character boundaries.
+pub fn split_pages(text: &str, max_bytes: usize) -> Vec<&str> {
+    let max = max_bytes.max(4);
+    let mut out = Vec::with_capacity(text.len() / max + 1);
+    let mut rest = text;
+    while rest.len() > max {
+        let mut end = max;
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (page, tail) = rest.split_at(end);
+        out.push(page);
+        rest = tail;
+    }
+    out.push(rest);
+    out
+}
+
+/// The `summary` view of a debate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusSummary {
+    pub debate_id: String,
+    pub view: StatusView,
+    pub status: DebateStatus,
+    pub current_round: u32,
+    /// Rounds opened so far.
+    pub rounds: usize,
+    pub contributions: usize,
+    pub total_tokens: u64,
+    /// The final solution's confidence, once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<DebateFailure>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Checkpoint version.
+    pub version: u64,
+    /// Bytes of the full state JSON (what `view: full` returns, inline or in pages).
+    pub state_bytes: u64,
+}
+
+impl StatusSummary {
+    pub fn of(state: &DebateState, version: u64, state_bytes: usize) -> Self {
+        Self {
+            debate_id: state.id.clone(),
+            view: StatusView::Summary,
+            status: state.status,
+            current_round: state.current_round,
+            rounds: state.rounds.len(),
+            contributions: state.rounds.iter().map(|r| r.contributions.len()).sum(),
+            total_tokens: state.total_tokens(),
+            confidence: state.final_solution.as_ref().map(|s| s.confidence),
+            error: state.error.clone(),
+            created_at: state.created_at,
+            updated_at: state.updated_at,
+            version,
+            state_bytes: state_bytes as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_split_on_char_boundaries_and_assemble_back() {
+        let text = format!("{{\"a\":\"{}\"}}", "héllo wörld ".repeat(500));
+        let parts = split_pages(&text, 97);
+        assert!(parts.len() > 10);
+        assert!(parts.iter().all(|p| !p.is_empty() && p.len() <= 97));
+        let mut pages: Vec<StatusPage> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, d)| StatusPage {
+                debate_id: "d".into(),
+                snapshot: 7,
+                page: i as u32,
+                pages: parts.len() as u32,
+                bytes: text.len() as u64,
+                data: d.to_string(),
+            })
+            .collect();
+        pages.reverse();
+        let reply = serde_json::to_value(&pages[0]).unwrap();
+        assert!(StatusPage::from_reply(&reply).is_some());
+        assert!(StatusPage::from_reply(&serde_json::json!({"status": "running"})).is_none());
+        assert_eq!(StatusPage::assemble(pages.clone()).unwrap(), text);
+        pages.pop();
+        assert!(StatusPage::assemble(pages).unwrap_err().contains("pages"));
+        assert_eq!(split_pages("", 10), vec![""]);
+    }
+}
