@@ -41,7 +41,19 @@ impl Cluster {
 
     /// A cluster whose worker config also holds `extra`'s fields (e.g. `providers`).
     pub async fn start_with_config(extra: Value) -> Cluster {
-        let nats = NatsServer::start().unwrap();
+        Self::start_on(NatsServer::start().unwrap(), extra).await
+    }
+
+    /// A cluster whose nats-server accepts messages of at most `bytes` (`max_payload`).
+    pub async fn start_with_max_payload(bytes: usize) -> Cluster {
+        Self::start_on(
+            NatsServer::start_with_max_payload(bytes).unwrap(),
+            json!({}),
+        )
+        .await
+    }
+
+    async fn start_on(nats: NatsServer, extra: Value) -> Cluster {
         let redis = RedisServer::start().unwrap();
         let fake = FakeLlm::start().await.unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -169,12 +181,32 @@ impl Cluster {
             .to_string()
     }
 
+    /// The status reply: the debate's state (reassembled from its pages when it is larger
+    /// than one reply), or the error reply.
     pub async fn status(&self, id: &str) -> Value {
-        self.request(
-            "parley.debates.status",
-            serde_json::to_vec(&json!({"debateId": id})).unwrap(),
-        )
-        .await
+        self.try_status(id).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Cluster::status`], with failures as errors.
+    pub async fn try_status(&self, id: &str) -> anyhow::Result<Value> {
+        let body = serde_json::to_vec(&json!({"debateId": id})).unwrap();
+        let first = self.try_request("parley.debates.status", body).await?;
+        let Some(page) = parley_protocol::StatusPage::from_reply(&first) else {
+            return Ok(first);
+        };
+        let mut pages = vec![page.clone()];
+        for k in 1..page.pages {
+            let body = json!({"debateId": id, "snapshot": page.snapshot, "page": k});
+            let v = self
+                .try_request("parley.debates.status", serde_json::to_vec(&body).unwrap())
+                .await?;
+            pages.push(
+                parley_protocol::StatusPage::from_reply(&v)
+                    .ok_or_else(|| anyhow::anyhow!("not a status page: {v}"))?,
+            );
+        }
+        let text = parley_protocol::StatusPage::assemble(pages).map_err(anyhow::Error::msg)?;
+        Ok(serde_json::from_str(&text)?)
     }
 
     /// Polls the status until `pred` holds; panics with the last state after `timeout`.
@@ -187,12 +219,8 @@ impl Cluster {
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
         let start = Instant::now();
-        let body = serde_json::to_vec(&json!({"debateId": id})).unwrap();
         loop {
-            let last = match self
-                .try_request("parley.debates.status", body.clone())
-                .await
-            {
+            let last = match self.try_status(id).await {
                 Ok(s) if pred(&s) => return s,
                 Ok(s) => serde_json::to_string_pretty(&s).unwrap(),
                 Err(e) => e.to_string(),

@@ -71,9 +71,10 @@ enum Command {
     Submit(remote::SubmitArgs),
     /// Replay and follow a debate's events.
     Watch(remote::DebateArgs),
-    /// Print a debate's state as JSON.
-    Status(remote::DebateArgs),
-    /// Resume a failed debate from its failed node.
+    /// Print a debate's state as JSON (or a summary with --summary).
+    Status(remote::StatusArgs),
+    /// Resume a failed debate from its failed node; for a running one, send every
+    /// outstanding task again as a new attempt.
     Retry(remote::DebateArgs),
     /// Cancel a debate.
     Cancel(remote::DebateArgs),

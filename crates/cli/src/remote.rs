@@ -2,12 +2,16 @@
 //!
 //! The CLI reads the config and prompt files on this machine and sends their texts in the
 //! DebateSpec; the services never open a path that came in a message.
+//!
+//! A debate's state can be larger than one NATS message: the coordinator then answers a
+//! status request with the first page of a snapshot, and the CLI fetches the other pages
+//! and reassembles the state (`parley status`, `submit --wait`, `watch`).
 
 use std::time::Duration;
 
 use async_nats::jetstream;
 use futures::StreamExt;
-use parley_protocol::{subjects, DebateEvent, DebateState, DebateStatus};
+use parley_protocol::{subjects, DebateEvent, DebateState, DebateStatus, StatusPage};
 use serde_json::{json, Value};
 
 use crate::config::{self, Overrides};
@@ -40,6 +44,15 @@ pub struct DebateArgs {
     pub debate_id: String,
     #[command(flatten)]
     pub nats: NatsArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub debate: DebateArgs,
+    /// Print a summary (status, round, counts, error, sizes) instead of the whole state.
+    #[arg(long)]
+    pub summary: bool,
 }
 
 async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
@@ -130,9 +143,16 @@ pub async fn watch(args: DebateArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-pub async fn status(args: DebateArgs) -> Result<(), CliError> {
-    let client = connect(&args.nats).await?;
-    let v = request(&client, subjects::STATUS, id_request(&args.debate_id)?).await?;
+pub async fn status(args: StatusArgs) -> Result<(), CliError> {
+    let client = connect(&args.debate.nats).await?;
+    let id = &args.debate.debate_id;
+    let v = if args.summary {
+        id_request(id)?;
+        let body = json!({ "debateId": id, "view": "summary" }).to_string();
+        request(&client, subjects::STATUS, body.into_bytes()).await?
+    } else {
+        fetch_state_value(&client, id).await?
+    };
     println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     Ok(())
 }
@@ -145,8 +165,37 @@ pub async fn command(args: DebateArgs, subject: &str) -> Result<(), CliError> {
 }
 
 async fn fetch_state(client: &async_nats::Client, id: &str) -> Result<DebateState, CliError> {
-    let v = request(client, subjects::STATUS, id_request(id)?).await?;
+    let v = fetch_state_value(client, id).await?;
     serde_json::from_value(v)
+        .map_err(|e| CliError::general(format!("unreadable debate state: {e}")))
+}
+
+/// The debate's state as JSON: the status reply itself, or the pages of its snapshot
+/// fetched (a few at a time) and put back together.
+async fn fetch_state_value(client: &async_nats::Client, id: &str) -> Result<Value, CliError> {
+    let first = request(client, subjects::STATUS, id_request(id)?).await?;
+    let Some(page) = StatusPage::from_reply(&first) else {
+        return Ok(first);
+    };
+    let (snapshot, count) = (page.snapshot, page.pages);
+    let rest: Vec<Result<StatusPage, CliError>> = futures::stream::iter(1..count)
+        .map(|k| async move {
+            let body = json!({ "debateId": id, "snapshot": snapshot, "page": k }).to_string();
+            let v = request(client, subjects::STATUS, body.into_bytes()).await?;
+            StatusPage::from_reply(&v).ok_or_else(|| {
+                CliError::general(format!("unexpected reply for page {k} of debate {id}'s state"))
+            })
+        })
+        .buffered(8)
+        .collect()
+        .await;
+    let mut pages = vec![page];
+    for p in rest {
+        pages.push(p?);
+    }
+    let text = StatusPage::assemble(pages)
+        .map_err(|e| CliError::general(format!("cannot reassemble the state of {id}: {e}")))?;
+    serde_json::from_str(&text)
         .map_err(|e| CliError::general(format!("unreadable debate state: {e}")))
 }
 

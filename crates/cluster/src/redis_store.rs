@@ -19,12 +19,31 @@
 //! - `parley:running`: the set of debates that still need an owner (running, or accepted
 //!   and not started).
 //! - `parley:idem:<key>`: idempotency key → debate id (kept 24 h).
+//!
+//! Kept finite by [`lifecycle`]:
+//! - `parley:{<id>}:tasks`: a hash of task bodies, `<task id>#<attempt>` → the [`Task`]
+//!   JSON the coordinator stores before it publishes the (small) task message; dropped
+//!   when that attempt is answered.
+//! - `parley:{<id>}:cancel`: set once a user cancelled the debate; workers skip its tasks.
+//! - `parley:{<id>}:failures`: `{count, results, reason}`: how often the debate's actor
+//!   failed with NATS and Redis reachable since the debate last made progress.
+//! - `parley:{<id>}:snapshot:<version>`: a list of pages of the state JSON for a paged
+//!   status reply (kept a minute).
+//! - `parley:deadletter`: the newest [`lifecycle::DEAD_LETTERS_KEPT`] dead-lettered tasks.
+//! - A finished debate's keys ([`lifecycle::DEBATE_KEYS`]) expire after the coordinator's
+//!   `retention`; a result stored later takes the state's remaining TTL, and none is
+//!   stored once the state is gone.
+//!
+//! [`Task`]: parley_protocol::Task
 
 use std::collections::HashMap;
 
 use parley_protocol::{DebateSpec, DebateState, TaskOutcome, TaskResult};
 use redis::aio::ConnectionManager;
 use redis::Script;
+
+pub mod lifecycle;
+pub use lifecycle::{Stored, TaskLookup};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedisStoreError {

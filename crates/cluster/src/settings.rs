@@ -14,6 +14,8 @@
 //! drain_secs = 20                      # workers
 //! ack_wait_secs = 30                   # workers
 //! config = "debate-config.json"        # workers; relative to the settings file
+//! retention = "7d"                     # coordinator: finished debates' Redis keys ("0": forever)
+//! task_deadline_margin_secs = 300      # coordinator: added to each task's timeout
 //! ```
 //!
 //! Environment variables and flags are read by clap (`env` on each flag), so they arrive
@@ -31,6 +33,60 @@ pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
 pub const DEFAULT_CONCURRENCY: usize = 8;
 pub const DEFAULT_DRAIN_SECS: u64 = 20;
 pub const DEFAULT_ACK_WAIT_SECS: u64 = 30;
+/// How long a finished debate's keys stay in Redis.
+pub const DEFAULT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+/// Added to a task's timeout to make its deadline in the coordinator: the time a task may
+/// wait in the queue (a backlog) plus the worker's patience with Redis and NATS.
+pub const DEFAULT_TASK_DEADLINE_MARGIN_SECS: u64 = 300;
+
+/// A duration setting: a number of seconds, or a number with a unit `s`, `m`, `h` or `d`
+/// (`"90s"`, `"12h"`, `"7d"`). `0` means "no limit" where a setting says so.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum DurationSetting {
+    Secs(u64),
+    Text(String),
+}
+
+impl DurationSetting {
+    pub fn parse(&self) -> Result<std::time::Duration, String> {
+        match self {
+            Self::Secs(n) => Ok(std::time::Duration::from_secs(*n)),
+            Self::Text(t) => parse_duration(t),
+        }
+    }
+}
+
+/// Parses `"0"`, `"45"` (seconds), `"90s"`, `"15m"`, `"12h"`, `"7d"`.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 30s, 15m, 12h, 7d, or 0)"))?;
+    let per = match unit.trim() {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 24 * 3600,
+        other => return Err(format!("{text:?}: unknown unit {other:?} (use s, m, h or d)")),
+    };
+    n.checked_mul(per)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// A duration as the settings write it: `7d`, `12h`, `15m`, `30s`, `0`.
+pub fn format_duration(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => "0".into(),
+        s if s % (24 * 3600) == 0 => format!("{}d", s / (24 * 3600)),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
 
 /// The settings file: every key any service takes; an unknown key is an error.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
@@ -44,6 +100,8 @@ pub struct SettingsFile {
     pub drain_secs: Option<u64>,
     pub ack_wait_secs: Option<u64>,
     pub config: Option<PathBuf>,
+    pub retention: Option<DurationSetting>,
+    pub task_deadline_margin_secs: Option<u64>,
 }
 
 impl SettingsFile {
@@ -253,6 +311,26 @@ mod tests {
             assert!(e.contains(key), "{key} missing in {e}");
         }
         assert!(!e.contains("hunter2"), "a password was echoed: {e}");
+    }
+
+    #[test]
+    fn durations_take_a_unit_or_seconds() {
+        let secs = |t: &str| parse_duration(t).map(|d| d.as_secs());
+        assert_eq!(secs("0"), Ok(0));
+        assert_eq!(secs("45"), Ok(45));
+        assert_eq!(secs("90s"), Ok(90));
+        assert_eq!(secs("15m"), Ok(900));
+        assert_eq!(secs("12h"), Ok(43_200));
+        assert_eq!(secs("7d"), Ok(604_800));
+        assert!(secs("7w").unwrap_err().contains("unit"));
+        assert!(secs("soon").is_err());
+        assert_eq!(format_duration(DEFAULT_RETENTION), "7d");
+        assert_eq!(format_duration(std::time::Duration::from_secs(5)), "5s");
+        let dir = tempfile::tempdir().unwrap();
+        let f = SettingsFile::load(Some(&write(dir.path(), "retention = \"2h\"\n"))).unwrap();
+        assert_eq!(f.retention.unwrap().parse(), Ok(std::time::Duration::from_secs(7200)));
+        let f = SettingsFile::load(Some(&write(dir.path(), "retention = 0\n"))).unwrap();
+        assert_eq!(f.retention.unwrap().parse(), Ok(std::time::Duration::ZERO));
     }
 
     #[test]

@@ -2,10 +2,17 @@
 //! whichever process starts first (coordinator, worker or CLI).
 //!
 //! - `PARLEY_TASKS` (`parley.tasks.>`): work-queue retention, a message is removed once a
-//!   worker acks it; 2 minute duplicate window for `Nats-Msg-Id`.
-//! - `PARLEY_EVENTS` (`parley.debates.*.events`): limits retention (7 days), replayable.
+//!   worker acks it; 2 minute duplicate window for `Nats-Msg-Id`. Limits ([`TASKS_LIMITS`]):
+//!   age, message count, bytes and message size, discarding *new* messages when full (a
+//!   publish then fails instead of a queued task vanishing). A message that exhausted its
+//!   deliveries is a dead letter: the coordinator records it from JetStream's
+//!   `MAX_DELIVERIES` advisory and deletes it from the stream.
+//! - `PARLEY_EVENTS` (`parley.debates.*.events`): limits retention, replayable, bounded by
+//!   age and bytes ([`EVENTS_LIMITS`]); the oldest events go first.
 //! - Durable pull consumers `agent-workers` / `judge-workers` on the tasks stream: explicit
 //!   ack, [`ACK_WAIT`], [`MAX_DELIVER`].
+//!
+//! A stream created by an older build gets its limits set at start-up (`update_stream`).
 
 use std::time::Duration;
 
@@ -16,6 +23,75 @@ use parley_protocol::{subjects, WorkerKind};
 pub const ACK_WAIT: Duration = Duration::from_secs(30);
 /// Deliveries of one task message before JetStream gives up on it.
 pub const MAX_DELIVER: i64 = 5;
+
+/// The bounds of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    pub max_age: Duration,
+    pub max_messages: i64,
+    pub max_bytes: i64,
+    /// Bytes of one message; task messages are references of a few hundred bytes, events
+    /// a few KiB (free text is clipped).
+    pub max_message_size: i32,
+    pub discard: stream::DiscardPolicy,
+}
+
+/// `PARLEY_TASKS`: a task still queued after a week is long past its deadline (the
+/// coordinator re-dispatched it); a million queued tasks or 1 GiB is a backlog no deployment
+/// should reach — past it, publishing fails and the debate's actor reports it.
+pub const TASKS_LIMITS: StreamLimits = StreamLimits {
+    max_age: Duration::from_secs(7 * 24 * 3600),
+    max_messages: 1_000_000,
+    max_bytes: 1 << 30,
+    max_message_size: 64 * 1024,
+    discard: stream::DiscardPolicy::New,
+};
+
+/// `PARLEY_EVENTS`: a week of events, at most 1 GiB (the oldest are dropped first).
+pub const EVENTS_LIMITS: StreamLimits = StreamLimits {
+    max_age: Duration::from_secs(7 * 24 * 3600),
+    max_messages: -1,
+    max_bytes: 1 << 30,
+    max_message_size: 64 * 1024,
+    discard: stream::DiscardPolicy::Old,
+};
+
+impl StreamLimits {
+    fn apply(&self, c: &mut stream::Config) {
+        c.max_age = self.max_age;
+        c.max_messages = self.max_messages;
+        c.max_bytes = self.max_bytes;
+        c.max_message_size = self.max_message_size;
+        c.discard = self.discard;
+    }
+
+    fn holds(&self, c: &stream::Config) -> bool {
+        c.max_age == self.max_age
+            && c.max_messages == self.max_messages
+            && c.max_bytes == self.max_bytes
+            && c.max_message_size == self.max_message_size
+            && c.discard == self.discard
+    }
+}
+
+/// Creates the stream if missing; sets its limits if it exists without them.
+async fn bounded_stream(
+    js: &jetstream::Context,
+    mut config: stream::Config,
+    limits: StreamLimits,
+) -> Result<stream::Stream, Error> {
+    limits.apply(&mut config);
+    let stream = js.get_or_create_stream(config).await?;
+    let current = &stream.cached_info().config;
+    if limits.holds(current) {
+        return Ok(stream);
+    }
+    let mut updated = current.clone();
+    limits.apply(&mut updated);
+    tracing::info!(stream = %updated.name, "setting the stream's limits");
+    js.update_stream(updated.clone()).await?;
+    Ok(js.get_stream(&updated.name).await?)
+}
 
 pub type Error = async_nats::Error;
 
@@ -41,31 +117,36 @@ where
 
 pub async fn tasks_stream(js: &jetstream::Context) -> Result<stream::Stream, Error> {
     retry("the tasks stream", || async {
-        Ok(js
-            .get_or_create_stream(stream::Config {
+        bounded_stream(
+            js,
+            stream::Config {
                 name: subjects::TASKS_STREAM.into(),
                 subjects: vec!["parley.tasks.>".into()],
                 retention: stream::RetentionPolicy::WorkQueue,
                 duplicate_window: Duration::from_secs(120),
                 ..Default::default()
-            })
-            .await?)
+            },
+            TASKS_LIMITS,
+        )
+        .await
     })
     .await
 }
 
 pub async fn events_stream(js: &jetstream::Context) -> Result<stream::Stream, Error> {
     retry("the events stream", || async {
-        Ok(js
-            .get_or_create_stream(stream::Config {
+        bounded_stream(
+            js,
+            stream::Config {
                 name: subjects::EVENTS_STREAM.into(),
                 subjects: vec!["parley.debates.*.events".into()],
                 retention: stream::RetentionPolicy::Limits,
-                max_age: Duration::from_secs(7 * 24 * 3600),
                 duplicate_window: Duration::from_secs(120),
                 ..Default::default()
-            })
-            .await?)
+            },
+            EVENTS_LIMITS,
+        )
+        .await
     })
     .await
 }

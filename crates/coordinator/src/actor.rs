@@ -18,9 +18,28 @@
 //!   Redis (the source of truth); every tick it also reads Redis for its in-flight tasks, so
 //!   a notification lost in a NATS restart only delays the debate.
 //! - When a debate is no longer running (completed, failed, cancelled) the actor removes it
-//!   from `parley:running`, releases the lease and stops. `retry` adopts it again.
+//!   from `parley:running`, sets its keys to expire after the `retention`, releases the
+//!   lease and stops. `retry` adopts it again (and its keys stop expiring).
 //! - If performing an effect fails (NATS down), the actor fails; the supervisor releases
 //!   the lease and the periodic scan resumes the debate from its checkpoint.
+//!
+//! # Bounds (every debate ends)
+//! - Task bodies go to Redis (`parley:{id}:tasks`) before their messages, which carry only
+//!   a [`parley_protocol::TaskRef`]: no task message grows with the debate.
+//! - Deadlines: the machine gives every dispatched attempt a deadline (its timeout plus
+//!   [`Deps::task_deadline_margin`]); each tick feeds the clock in when one is due, so a lost
+//!   task message or result costs a re-dispatch as a new attempt, never the debate. A
+//!   worker's hand-back notice extends the deadline; a dead-letter notice expires it at once.
+//! - Cancel: a user's cancel is a durable mark in Redis first. Each tick checks it (in the
+//!   lease renewal's round trip); an adoption applies it before anything else — without
+//!   resuming the debate, so nothing is re-dispatched — and workers skip the tasks of a
+//!   cancelled debate.
+//! - Poison: when an actor fails while NATS (core and JetStream) and Redis answer, the
+//!   supervisor counts the failure in Redis (`parley:{id}:failures`; the count starts again
+//!   once the debate made progress). An adoption that finds [`Deps::max_actor_failures`]
+//!   fails the debate with the last error instead of resuming it, so a debate that cannot
+//!   be advanced ends `failed` within a few scans instead of looping. Failures while a
+//!   backend is down (an outage) are not counted. `retry` clears the count.
 //!
 //! # Tracing
 //! The actor holds the debate's root span (`debate`) and one `node` span per (round,
@@ -53,12 +72,23 @@ use crate::trace::DebateTrace;
 pub struct Deps {
     pub store: RedisStore,
     pub js: jetstream::Context,
+    /// To tell an outage from a poison debate when an actor fails.
+    pub nats: async_nats::Client,
     /// This coordinator's lease token.
     pub owner: String,
     pub lease_ttl: Duration,
     /// Lease renewal and result polling period.
     pub poll_every: Duration,
+    /// Added to each task's timeout to make its deadline.
+    pub task_deadline_margin: Duration,
+    /// How long finished debates' keys stay in Redis (`None`: forever).
+    pub retention: Option<Duration>,
+    /// Failed adoptions (see the module docs) after which a debate is failed.
+    pub max_actor_failures: u32,
 }
+
+/// Failed adoptions after which a debate is failed, by default.
+pub const DEFAULT_MAX_ACTOR_FAILURES: u32 = 3;
 
 #[derive(Debug)]
 pub enum DebateMsg {
@@ -74,6 +104,14 @@ pub enum DebateMsg {
     Retry(RpcReplyPort<Result<(), String>>),
     /// The user cancels the debate.
     Cancel(RpcReplyPort<Result<(), String>>),
+    /// A worker handed this attempt back to the queue for `delay_ms` (rate limit).
+    HandedBack {
+        task_id: String,
+        attempt: u32,
+        delay_ms: u64,
+    },
+    /// This attempt's message exhausted its deliveries unanswered (dead letter).
+    Lost { task_id: String, attempt: u32 },
 }
 
 pub struct DebateArgs {
@@ -136,6 +174,8 @@ impl Actor for DebateActor {
         let spec = store.spec(&args.id).await?;
         let cp = store.state(&args.id).await?;
         let (Some(spec), Some(cp)) = (spec, cp) else {
+            // Nothing to run (deleted, or expired): stop scheduling it.
+            store.unmark_running(&args.id).await?;
             return Err(ActorError::Missing(args.id).into());
         };
         let status = cp.state.status;
@@ -148,6 +188,7 @@ impl Actor for DebateActor {
             return Err(ActorError::NotRunning(args.id).into());
         }
         let mut machine = Machine::from_checkpoint(spec, cp.state);
+        machine.set_task_deadline_margin(Some(args.deps.task_deadline_margin));
         let trace = DebateTrace::open(&mut machine);
         parley_telemetry::metrics().debate_status_changed(None, metrics_status(status));
         let ticker = myself.send_interval(args.deps.poll_every, || DebateMsg::Tick);
@@ -195,6 +236,15 @@ impl Actor for DebateActor {
         }
         match msg {
             DebateMsg::Kick => {
+                // A pending cancel wins over everything, before anything is re-dispatched.
+                let id = state.machine.id().to_string();
+                if matches!(state.follow_up, Some(Input::Cancel))
+                    || state.deps.store.cancel_requested(&id).await?
+                {
+                    state.follow_up = None;
+                    state.apply(&myself, Input::Cancel).await?;
+                    return Ok(());
+                }
                 // The previous owner may have died between checkpoint and publish.
                 state.publish_outbox().await?;
                 state.apply(&myself, Input::Resume).await?;
@@ -227,15 +277,23 @@ impl Actor for DebateActor {
             DebateMsg::Tick => {
                 let id = state.machine.id().to_string();
                 let ttl = state.deps.lease_ttl.as_millis() as u64;
-                if !state
+                match state
                     .deps
                     .store
-                    .renew_lease(&id, &state.deps.owner, ttl)
+                    .renew_lease_checking_cancel(&id, &state.deps.owner, ttl)
                     .await?
                 {
-                    tracing::warn!(debate = %id, "lease lost; stopping");
-                    myself.stop(Some("lease lost".into()));
-                    return Ok(());
+                    None => {
+                        tracing::warn!(debate = %id, "lease lost; stopping");
+                        myself.stop(Some("lease lost".into()));
+                        return Ok(());
+                    }
+                    Some(true) => {
+                        tracing::info!(debate = %id, "cancel requested; cancelling");
+                        state.apply(&myself, Input::Cancel).await?;
+                        return Ok(());
+                    }
+                    Some(false) => {}
                 }
                 let in_flight: Vec<String> =
                     state.machine.in_flight().map(str::to_string).collect();
@@ -258,15 +316,50 @@ impl Actor for DebateActor {
                         }
                     }
                 }
+                // The clock: attempts past their deadline are sent again (or fail the node).
+                let now = Utc::now();
+                if !state.stopping && state.machine.next_deadline().is_some_and(|d| d <= now) {
+                    tracing::warn!(debate = %id, "a task passed its deadline; re-dispatching");
+                    state.apply(&myself, Input::Tick).await?;
+                }
+            }
+            DebateMsg::HandedBack {
+                task_id,
+                attempt,
+                delay_ms,
+            } => {
+                let until = Utc::now()
+                    + chrono::Duration::milliseconds(i64::try_from(delay_ms).unwrap_or(i64::MAX / 2));
+                state.machine.extend_deadline(&task_id, attempt, until);
+            }
+            DebateMsg::Lost { task_id, attempt } => {
+                if state.attempt_of(&task_id) == attempt
+                    && state.machine.in_flight().any(|t| t == task_id)
+                {
+                    let reason = format!(
+                        "attempt {attempt} was delivered {} times without an answer (dead letter)",
+                        parley_cluster::streams::MAX_DELIVER
+                    );
+                    state
+                        .apply(
+                            &myself,
+                            Input::Lost {
+                                task_id,
+                                attempt,
+                                reason,
+                            },
+                        )
+                        .await?;
+                }
             }
             DebateMsg::RetryDue(task_id) => {
                 state.apply(&myself, Input::RetryDue(task_id)).await?;
             }
             DebateMsg::Retry(reply) => {
                 let status = state.machine.state().status;
-                if status != DebateStatus::Failed {
+                if !matches!(status, DebateStatus::Failed | DebateStatus::Running) {
                     let _ = reply.send(Err(format!(
-                        "debate is {}; only a failed debate can be retried",
+                        "debate is {}; only a failed or running debate can be retried",
                         status.as_str()
                     )));
                     return Ok(());
@@ -292,14 +385,7 @@ impl DebateActorState {
         &self,
         event: &parley_protocol::DebateEvent,
     ) -> Result<jetstream::context::PublishAckFuture, ActorProcessingErr> {
-        let id = self.machine.id();
-        let body = serde_json::to_vec(event)?;
-        let msg_id = format!("{id}/event/{}", event.seq);
-        Ok(self
-            .deps
-            .js
-            .publish_with_headers(subjects::events_subject(id), headers(&msg_id), body.into())
-            .await?)
+        publish_event(&self.deps.js, event).await
     }
 
     /// Publishes the checkpoint's outbox again (see `EngineRecord::outbox`).
@@ -372,12 +458,21 @@ impl DebateActorState {
                 return Err(ActorError::LostCas(id).into());
             }
         }
+        // Claim check: the task bodies go to Redis first, their messages carry references.
+        let bodies = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Dispatch(t) => Some(serde_json::to_string(t).map(|j| (t.message_id(), j))),
+                _ => None,
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.deps.store.put_task_bodies(&id, &bodies).await?;
         let mut acks = Vec::new();
         for effect in effects {
             match effect {
                 Effect::Dispatch(task) => {
                     let subject = parley_cluster::streams::tasks_subject(task.kind.worker());
-                    let body = serde_json::to_vec(&task)?;
+                    let body = serde_json::to_vec(&task.to_ref())?;
                     let mut h = headers(&task.message_id());
                     let node = self.trace.node(task.round, task.kind.node());
                     parley_telemetry::inject_headers(&node.context(), &mut h);
@@ -409,9 +504,11 @@ impl DebateActorState {
         }
         let status = self.machine.state().status;
         if status == DebateStatus::Running {
-            // A retried debate needs an owner again if this replica dies.
-            if matches!(input_kind, InputKind::Retry) {
+            // A retried debate needs an owner again if this replica dies, and its keys
+            // no longer expire.
+            if matches!(input_kind, InputKind::Retry) && before != DebateStatus::Running {
                 self.deps.store.mark_running(&id).await?;
+                self.deps.store.persist_debate(&id).await?;
             }
         } else if status != DebateStatus::Pending && self.follow_up.is_none() {
             // (With a follow-up pending, `Kick` is still resuming: the retry comes next.)
@@ -421,6 +518,9 @@ impl DebateActorState {
                 .debate_status_changed(Some(metrics_status(before)), metrics_status(status));
             tracing::info!(debate = %id, status = status.as_str(), "debate settled; releasing it");
             self.deps.store.unmark_running(&id).await?;
+            if let Some(ttl) = self.deps.retention {
+                self.deps.store.expire_debate(&id, ttl).await?;
+            }
             self.deps.store.release_lease(&id, &self.deps.owner).await?;
             myself.stop(Some(format!("debate {}", status.as_str())));
         }
@@ -431,6 +531,127 @@ impl DebateActorState {
 enum InputKind {
     Retry,
     Other,
+}
+
+/// Publishes one event with `Nats-Msg-Id = <id>/event/<seq>` (a re-publish within the
+/// stream's duplicate window is dropped by JetStream).
+async fn publish_event(
+    js: &jetstream::Context,
+    event: &parley_protocol::DebateEvent,
+) -> Result<jetstream::context::PublishAckFuture, ActorProcessingErr> {
+    let id = &event.debate_id;
+    let body = serde_json::to_vec(event)?;
+    let msg_id = format!("{id}/event/{}", event.seq);
+    Ok(js
+        .publish_with_headers(subjects::events_subject(id), headers(&msg_id), body.into())
+        .await?)
+}
+
+/// Applies a cancel or an abort to a debate whose lease this coordinator holds but which it
+/// does not run, without resuming it (nothing is re-dispatched): checkpoint, then its events
+/// (best effort: the checkpoint is what counts), then the bookkeeping of a settled debate.
+/// Returns the debate's status afterwards.
+async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateStatus, String> {
+    let store = &deps.store;
+    let loaded = async { Ok::<_, parley_cluster::redis_store::RedisStoreError>((store.spec(id).await?, store.state(id).await?)) }.await;
+    let (spec, cp) = match loaded {
+        Ok(v) => v,
+        Err(parley_cluster::redis_store::RedisStoreError::Decode { what, source }) => {
+            // A checkpoint this build cannot read never will be: stop scheduling it.
+            tracing::error!(debate = %id, what, error = %source, "cannot decode the debate; it is no longer scheduled");
+            let _ = store.unmark_running(id).await;
+            return Err(format!("cannot decode {what}: {source}"));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let (Some(spec), Some(cp)) = (spec, cp) else {
+        let _ = store.unmark_running(id).await;
+        return Err(format!("debate {id} has no stored spec or state"));
+    };
+    let before = cp.state.status;
+    let mut machine = Machine::from_checkpoint(spec, cp.state);
+    let events: Vec<parley_protocol::DebateEvent> = machine
+        .handle(input, Utc::now())
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Emit(event) => Some(event),
+            _ => None,
+        })
+        .collect();
+    machine.set_outbox(events.clone());
+    match store.save_state(machine.state(), cp.version).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(format!("debate {id}: another coordinator wrote its checkpoint")),
+        Err(e) => return Err(e.to_string()),
+    }
+    for event in &events {
+        let published = async {
+            let ack = publish_event(&deps.js, event).await?;
+            ack.await.map_err(ActorProcessingErr::from)
+        };
+        match tokio::time::timeout(Duration::from_secs(5), published).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(debate = %id, error = %e, "cannot publish an event"),
+            Err(_) => tracing::warn!(debate = %id, "timed out publishing an event"),
+        }
+    }
+    let status = machine.state().status;
+    if !matches!(status, DebateStatus::Running | DebateStatus::Pending) {
+        store.unmark_running(id).await.map_err(|e| e.to_string())?;
+        if let Some(ttl) = deps.retention {
+            store.expire_debate(id, ttl).await.map_err(|e| e.to_string())?;
+        }
+        if before != status {
+            tracing::info!(debate = %id, status = status.as_str(), "debate settled without resuming it");
+        }
+    }
+    Ok(status)
+}
+
+/// The reason to count an actor's failure towards [`Deps::max_actor_failures`], if it may
+/// be the debate's own fault: not when it lost its lease or checkpoint to another
+/// coordinator, not a Redis error (an outage). A publish refused, an encoding error or a
+/// panic may be — when NATS and Redis answer ([`backends_up`]).
+fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if let Some(e) = err.downcast_ref::<ActorError>() {
+        if !matches!(e, ActorError::Missing(_)) {
+            return None;
+        }
+    }
+    if let Some(parley_cluster::redis_store::RedisStoreError::Redis(_)) =
+        err.downcast_ref::<parley_cluster::redis_store::RedisStoreError>()
+    {
+        return None;
+    }
+    Some(parley_protocol::clip_text(&err.to_string(), 1000))
+}
+
+/// NATS (core and JetStream) and Redis answer within a few seconds.
+async fn backends_up(deps: &Deps) -> bool {
+    let probe = async {
+        deps.nats.flush().await.ok()?;
+        deps.js.query_account().await.ok()?;
+        deps.store.ping().await.ok()
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(3), probe).await,
+        Ok(Some(()))
+    )
+}
+
+/// Counts a failure of the debate's actor when the debate may be at fault (see
+/// [`fault_reason`]) and the backends are up.
+async fn count_failure(deps: &Deps, id: &str, reason: Option<String>) {
+    let Some(reason) = reason else {
+        return;
+    };
+    if !backends_up(deps).await {
+        return;
+    }
+    match deps.store.record_actor_failure(id, &reason).await {
+        Ok(n) => tracing::warn!(debate = %id, failures = n, error = %reason, "the debate's actor failed with NATS and Redis up"),
+        Err(e) => tracing::warn!(debate = %id, error = %e, "cannot count an actor failure"),
+    }
 }
 
 fn headers(msg_id: &str) -> HeaderMap {
@@ -555,16 +776,24 @@ impl Actor for Supervisor {
     ) -> Result<(), ActorProcessingErr> {
         let (cell, failure) = match event {
             SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
-            SupervisionEvent::ActorFailed(cell, err) => (cell, Some(err.to_string())),
+            SupervisionEvent::ActorFailed(cell, err) => (cell, Some(err)),
             _ => return Ok(()),
         };
         if let Some(id) = state.by_actor.remove(&cell.get_id()) {
             state.debates.remove(&id);
-            if let Some(err) = failure {
+            let deps = state.deps.clone();
+            // Off the supervisor's loop: the backend probes may take a few seconds.
+            let reason = failure.map(|err| {
                 tracing::warn!(debate = %id, error = %err, "debate actor failed; releasing the lease for a resume");
-            }
-            // Owner-checked: a no-op when the actor released it already or lost it.
-            let _ = state.deps.store.release_lease(&id, &state.deps.owner).await;
+                fault_reason(err.as_ref())
+            });
+            tokio::spawn(async move {
+                if let Some(reason) = reason {
+                    count_failure(&deps, &id, reason).await;
+                }
+                // Owner-checked: a no-op when the actor released it already or lost it.
+                let _ = deps.store.release_lease(&id, &deps.owner).await;
+            });
         }
         Ok(())
     }
@@ -589,6 +818,10 @@ async fn adopt(
     if !got {
         return Err(AdoptError::OwnedElsewhere);
     }
+    if let Some(r) = settle_on_adoption(deps, &id, &follow_up).await {
+        let _ = deps.store.release_lease(&id, &deps.owner).await;
+        return r.map(|_| ()).map_err(AdoptError::Failed);
+    }
     let args = DebateArgs {
         id: id.clone(),
         follow_up,
@@ -602,8 +835,48 @@ async fn adopt(
             Ok(())
         }
         Err(e) => {
+            if let ractor::SpawnErr::StartupFailed(err) = &e {
+                let reason = fault_reason(err.as_ref());
+                count_failure(deps, &id, reason).await;
+            }
             let _ = deps.store.release_lease(&id, &deps.owner).await;
             Err(AdoptError::Failed(e.to_string()))
         }
+    }
+}
+
+/// What an adoption does instead of resuming the debate, if anything: apply a cancel (the
+/// user's, or one marked in Redis) at once, or fail a debate whose actor failed
+/// [`Deps::max_actor_failures`] times. `None`: resume it.
+async fn settle_on_adoption(
+    deps: &Deps,
+    id: &str,
+    follow_up: &Option<Input>,
+) -> Option<Result<DebateStatus, String>> {
+    let cancel = match follow_up {
+        Some(Input::Cancel) => true,
+        _ => match deps.store.cancel_requested(id).await {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e.to_string())),
+        },
+    };
+    if cancel {
+        return Some(settle_directly(deps, id, Input::Cancel).await);
+    }
+    if matches!(follow_up, Some(Input::Retry)) {
+        return None;
+    }
+    match deps.store.actor_failures(id).await {
+        Ok((n, reason)) if n >= deps.max_actor_failures => {
+            let reason = format!(
+                "the coordinator could not advance this debate: its actor failed {n} times in a row \
+                 while NATS and Redis were reachable; last error: {}",
+                reason.unwrap_or_default()
+            );
+            tracing::error!(debate = %id, failures = n, "failing a debate that cannot be advanced");
+            Some(settle_directly(deps, id, Input::Abort(reason)).await)
+        }
+        Ok(_) => None,
+        Err(e) => Some(Err(e.to_string())),
     }
 }

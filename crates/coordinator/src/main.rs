@@ -5,7 +5,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use parley_cluster::settings::{at_least, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS};
+use parley_cluster::settings::{
+    at_least, parse_duration, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS,
+    DEFAULT_RETENTION, DEFAULT_TASK_DEADLINE_MARGIN_SECS,
+};
 use parley_coordinator::service::{run, CoordinatorConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -24,6 +27,14 @@ struct Args {
     /// wait before another replica takes them over (at least 500) [default: 10000].
     #[arg(long, env = "PARLEY_LEASE_TTL_MS")]
     lease_ttl_ms: Option<u64>,
+    /// How long a finished (completed, failed, cancelled) debate stays in Redis: seconds,
+    /// or a number with s, m, h or d; 0 keeps it forever [default: 7d].
+    #[arg(long, env = "PARLEY_RETENTION")]
+    retention: Option<String>,
+    /// Seconds added to each task's timeout to make its deadline: past it the task is
+    /// presumed lost and dispatched again as a new attempt [default: 300].
+    #[arg(long, env = "PARLEY_TASK_DEADLINE_MARGIN_SECS")]
+    task_deadline_margin_secs: Option<u64>,
 }
 
 /// The coordinator's settings, layered and validated (every problem at once).
@@ -36,6 +47,25 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         pick(args.lease_ttl_ms, file.lease_ttl_ms, DEFAULT_LEASE_TTL_MS),
         500,
     );
+    let retention = match (&args.retention, &file.retention) {
+        (Some(text), _) => parse_duration(text),
+        (None, Some(setting)) => setting.parse(),
+        (None, None) => Ok(DEFAULT_RETENTION),
+    }
+    .unwrap_or_else(|e| {
+        problems.push("retention", e);
+        DEFAULT_RETENTION
+    });
+    let task_deadline_margin_secs = at_least(
+        &mut problems,
+        "task_deadline_margin_secs",
+        pick(
+            args.task_deadline_margin_secs,
+            file.task_deadline_margin_secs,
+            DEFAULT_TASK_DEADLINE_MARGIN_SECS,
+        ),
+        1,
+    );
     problems.into_result()?;
     let mut config = CoordinatorConfig::new(
         common.nats_url,
@@ -43,6 +73,8 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         Duration::from_millis(lease_ttl_ms),
     );
     config.metrics_addr = common.metrics_addr;
+    config.retention = (!retention.is_zero()).then_some(retention);
+    config.task_deadline_margin = Duration::from_secs(task_deadline_margin_secs);
     Ok(config)
 }
 

@@ -9,6 +9,17 @@
 //!   replica owns forwards it here.
 //! - A scan on start-up and every [`CoordinatorConfig::scan_every`] adopts the debates of
 //!   `parley:running` whose lease is free (a crashed or stopped replica's debates).
+//! - JetStream's `MAX_DELIVERIES` advisory for the tasks stream (queue group: one replica
+//!   handles each): the task message is a dead letter — recorded (`parley:deadletter`, the
+//!   `parley_tasks_dead_lettered_total` metric, a log line), deleted from the stream, and
+//!   announced on the debate's results subject so its owner re-dispatches it at once.
+//!
+//! Status replies never outgrow NATS's `max_payload`: a summary view, and the full state
+//! inline when it fits in one page (a quarter of the server's `max_payload`, at most
+//! 256 KiB) or else in pages of a snapshot kept in Redis for a minute (see
+//! `parley_protocol::status`). `retry` of a failed debate resumes it from its failed node;
+//! `retry` of a running one sends every outstanding task again as a new attempt (see
+//! `Input::Retry`). `cancel` is recorded in Redis before anything else and always wins.
 //!
 //! Shutdown: stop answering, stop the debate actors (each releases its lease so another
 //! replica resumes the debate without waiting for the TTL), flush, exit.
@@ -23,7 +34,8 @@ use chrono::Utc;
 use futures::StreamExt;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::{
-    is_valid_debate_id, limits, new_debate_id, DebateSpec, DebateStatus, SCHEMA_VERSION,
+    is_valid_debate_id, limits, new_debate_id, split_pages, DebateSpec, DebateStatus,
+    StatusPage, StatusRequest, StatusSummary, StatusView, TaskNotice, TaskRef, SCHEMA_VERSION,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef};
@@ -50,6 +62,13 @@ pub struct CoordinatorConfig {
     pub scan_every: Duration,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (none: not at all).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// How long a finished (completed, failed, cancelled) debate's keys stay in Redis;
+    /// `None`: forever.
+    pub retention: Option<Duration>,
+    /// Added to each task's timeout to make its deadline (see `crate::machine`).
+    pub task_deadline_margin: Duration,
+    /// Failed adoptions after which a debate is failed (see `crate::actor`).
+    pub max_actor_failures: u32,
 }
 
 impl CoordinatorConfig {
@@ -61,9 +80,17 @@ impl CoordinatorConfig {
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
             scan_every: Duration::from_secs(2),
             metrics_addr: None,
+            retention: Some(parley_cluster::settings::DEFAULT_RETENTION),
+            task_deadline_margin: Duration::from_secs(
+                parley_cluster::settings::DEFAULT_TASK_DEADLINE_MARGIN_SECS,
+            ),
+            max_actor_failures: crate::actor::DEFAULT_MAX_ACTOR_FAILURES,
         }
     }
 }
+
+/// How long the pages of a paged status reply stay available.
+pub const STATUS_SNAPSHOT_TTL: Duration = Duration::from_secs(60);
 
 type Reply = Result<Value, ErrorReply>;
 
@@ -78,7 +105,12 @@ fn unavailable(e: impl std::fmt::Display) -> ErrorReply {
 struct Service {
     store: RedisStore,
     nats: async_nats::Client,
+    js: jetstream::Context,
     sup: ActorRef<SupervisorMsg>,
+    /// For `not_found` messages.
+    retention: Option<Duration>,
+    /// Largest status reply body (a page, or the state inline).
+    page_bytes: usize,
 }
 
 /// Runs a coordinator replica until `shutdown` is cancelled.
@@ -104,18 +136,28 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
     );
     let deps = Arc::new(Deps {
         store: store.clone(),
-        js,
+        js: js.clone(),
+        nats: nats.clone(),
         owner: owner.clone(),
         lease_ttl: config.lease_ttl,
         poll_every: config.poll_every,
+        task_deadline_margin: config.task_deadline_margin,
+        retention: config.retention,
+        max_actor_failures: config.max_actor_failures,
     });
     let (sup, sup_join) = Actor::spawn(None, Supervisor, deps)
         .await
         .context("while starting the supervisor")?;
+    // A status reply (and each of its pages' JSON, at most twice its data) stays at or
+    // under half of what the server accepts.
+    let page_bytes = (nats.server_info().max_payload / 4).clamp(4 * 1024, 256 * 1024);
     let svc = Arc::new(Service {
         store,
         nats: nats.clone(),
+        js,
         sup: sup.clone(),
+        retention: config.retention,
+        page_bytes,
     });
 
     let mut loops = Vec::new();
@@ -141,6 +183,14 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         .await
         .context("while subscribing to control")?;
     loops.push(tokio::spawn(serve(svc.clone(), control)));
+    let advisories = nats
+        .queue_subscribe(
+            subjects::TASKS_MAX_DELIVERIES_ADVISORY,
+            subjects::COORDINATOR_QUEUE.into(),
+        )
+        .await
+        .context("while subscribing to the dead-letter advisories")?;
+    loops.push(tokio::spawn(dead_letters(svc.clone(), advisories)));
     loops.push(tokio::spawn(scan(svc.clone(), config.scan_every)));
     nats.flush().await.context("while flushing subscriptions")?;
     tracing::info!(owner = %owner, "coordinator ready");
@@ -185,27 +235,47 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Notification {
-    debate_id: String,
-    task_id: String,
-    attempt: u32,
-}
-
 async fn route_results(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     while let Some(msg) = sub.next().await {
-        let Ok(n) = serde_json::from_slice::<Notification>(&msg.payload) else {
+        let Ok(n) = serde_json::from_slice::<TaskNotice>(&msg.payload) else {
             tracing::warn!(subject = %msg.subject, "ignoring an undecodable result notification");
             continue;
         };
+        let (task_id, attempt) = (n.task_id, n.attempt);
+        let routed = if n.dead_lettered {
+            DebateMsg::Lost { task_id, attempt }
+        } else if let Some(delay_ms) = n.handed_back_ms {
+            DebateMsg::HandedBack {
+                task_id,
+                attempt,
+                delay_ms,
+            }
+        } else {
+            DebateMsg::ResultReady { task_id, attempt }
+        };
         let _ = svc.sup.cast(SupervisorMsg::Route {
             id: n.debate_id,
-            msg: DebateMsg::ResultReady {
-                task_id: n.task_id,
-                attempt: n.attempt,
-            },
+            msg: routed,
         });
+    }
+}
+
+/// JetStream's `MAX_DELIVERIES` advisory (the fields used).
+#[derive(Deserialize)]
+struct MaxDeliveries {
+    stream_seq: u64,
+    #[serde(default)]
+    consumer: String,
+    #[serde(default)]
+    deliveries: u64,
+}
+
+async fn dead_letters(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
+    while let Some(msg) = sub.next().await {
+        match serde_json::from_slice::<MaxDeliveries>(&msg.payload) {
+            Ok(a) => svc.dead_letter(a).await,
+            Err(e) => tracing::warn!(error = %e, "ignoring an undecodable advisory"),
+        }
     }
 }
 
@@ -252,6 +322,31 @@ impl Command {
 #[serde(rename_all = "camelCase")]
 struct DebateRef {
     debate_id: String,
+}
+
+/// A cancel whose owner did not answer: the durable mark is stored, so the owner applies
+/// it at its next tick (an adoption before anything else).
+fn accepted_later(id: &str) -> Value {
+    json!({ "debateId": id, "accepted": "cancel", "appliedBy": "the debate's owner at its next tick" })
+}
+
+/// A status request: `{"debateId"}` plus an optional `view`, `snapshot` and `page`.
+fn status_request(payload: &[u8]) -> Result<StatusRequest, ErrorReply> {
+    let v: Value = serde_json::from_slice(payload)
+        .map_err(|e| err(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
+    let r: StatusRequest = serde_json::from_value(v).map_err(|e| {
+        err(
+            ErrorCode::InvalidRequest,
+            format!("expected {{\"debateId\": ..., \"view\"?: \"full\"|\"summary\", \"snapshot\"?, \"page\"?}}: {e}"),
+        )
+    })?;
+    if !is_valid_debate_id(&r.debate_id) {
+        return Err(err(
+            ErrorCode::InvalidRequest,
+            format!("debateId: {:?} is not a debate id", r.debate_id),
+        ));
+    }
+    Ok(r)
 }
 
 fn debate_ref(payload: &[u8]) -> Result<String, ErrorReply> {
@@ -373,27 +468,108 @@ impl Service {
     }
 
     async fn status(&self, payload: &[u8]) -> Reply {
-        let id = debate_ref(payload)?;
+        let req = status_request(payload)?;
+        let id = req.debate_id;
+        if let Some(snapshot) = req.snapshot {
+            return self.status_page(&id, snapshot, req.page.unwrap_or(0)).await;
+        }
         let cp = self.store.state(&id).await.map_err(unavailable)?;
-        let mut state = cp
-            .ok_or_else(|| err(ErrorCode::NotFound, format!("no debate {id}")))?
-            .state;
+        let cp = cp.ok_or_else(|| self.not_found(&id))?;
+        let version = cp.version;
+        let mut state = cp.state;
         // The outbox is delivery bookkeeping; its events are on the events stream.
         state.engine.outbox.clear();
-        serde_json::to_value(&state).map_err(|e| err(ErrorCode::Internal, e.to_string()))
+        let json =
+            serde_json::to_string(&state).map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
+        if req.view == StatusView::Summary {
+            let summary = StatusSummary::of(&state, version, json.len());
+            return serde_json::to_value(summary)
+                .map_err(|e| err(ErrorCode::Internal, e.to_string()));
+        }
+        if json.len() <= self.page_bytes {
+            return serde_json::from_str(&json).map_err(|e| err(ErrorCode::Internal, e.to_string()));
+        }
+        // Too large for one reply: a snapshot in pages (its first entry is the byte count).
+        let pages = split_pages(&json, self.page_bytes);
+        let bytes = json.len().to_string();
+        let entries: Vec<&str> = std::iter::once(bytes.as_str()).chain(pages).collect();
+        self.store
+            .put_snapshot(&id, version, &entries, STATUS_SNAPSHOT_TTL)
+            .await
+            .map_err(unavailable)?;
+        self.status_page(&id, version, 0).await
+    }
+
+    /// Page `page` of a stored snapshot.
+    async fn status_page(&self, id: &str, snapshot: u64, page: u32) -> Reply {
+        let gone = || {
+            err(
+                ErrorCode::NotFound,
+                format!(
+                    "debate {id}: no page {page} of status snapshot {snapshot} (snapshots are kept {} s); request the status again",
+                    STATUS_SNAPSHOT_TTL.as_secs()
+                ),
+            )
+        };
+        let bytes = self
+            .store
+            .snapshot_page(id, snapshot, 0)
+            .await
+            .map_err(unavailable)?
+            .and_then(|(b, _)| b.parse::<u64>().ok())
+            .ok_or_else(gone)?;
+        let (data, entries) = self
+            .store
+            .snapshot_page(id, snapshot, page.saturating_add(1))
+            .await
+            .map_err(unavailable)?
+            .ok_or_else(gone)?;
+        let reply = StatusPage {
+            debate_id: id.to_string(),
+            snapshot,
+            page,
+            pages: entries.saturating_sub(1),
+            bytes,
+            data,
+        };
+        serde_json::to_value(reply).map_err(|e| err(ErrorCode::Internal, e.to_string()))
+    }
+
+    /// `not_found` for a debate id, naming the retention (a finished debate's keys expire).
+    fn not_found(&self, id: &str) -> ErrorReply {
+        let kept = match self.retention {
+            None => "finished debates are kept forever (retention = 0)".to_string(),
+            Some(r) => format!(
+                "finished debates are deleted {} after they end (the coordinator's `retention` setting)",
+                parley_cluster::settings::format_duration(r)
+            ),
+        };
+        let created = chrono::NaiveDateTime::parse_from_str(
+            id.get(4..19).unwrap_or_default(),
+            "%Y%m%d-%H%M%S",
+        )
+        .ok()
+        .map(|t| t.and_utc());
+        let expired = match (self.retention, created) {
+            (Some(r), Some(c)) if Utc::now() - c > chrono::Duration::from_std(r).unwrap_or_default() => {
+                format!("; it was created {}, so it may have expired", c.format("%Y-%m-%d %H:%M:%S UTC"))
+            }
+            _ => String::new(),
+        };
+        err(ErrorCode::NotFound, format!("no debate {id}: {kept}{expired}"))
     }
 
     async fn user_command(&self, payload: &[u8], cmd: Command) -> Reply {
         let id = debate_ref(payload)?;
         let cp = self.store.state(&id).await.map_err(unavailable)?;
-        let cp = cp.ok_or_else(|| err(ErrorCode::NotFound, format!("no debate {id}")))?;
+        let cp = cp.ok_or_else(|| self.not_found(&id))?;
         let status = cp.state.status;
         match cmd {
-            Command::Retry if status != DebateStatus::Failed => {
+            Command::Retry if !matches!(status, DebateStatus::Failed | DebateStatus::Running) => {
                 return Err(err(
                     ErrorCode::Conflict,
                     format!(
-                        "debate {id} is {}; only a failed debate can be retried",
+                        "debate {id} is {}; only a failed or running debate can be retried",
                         status.as_str()
                     ),
                 ));
@@ -406,11 +582,21 @@ impl Service {
             }
             _ => {}
         }
+        match cmd {
+            // A user retry is a fresh start for the failure count, and needs an owner.
+            Command::Retry => {
+                self.store
+                    .clear_actor_failures(&id)
+                    .await
+                    .map_err(unavailable)?;
+                self.store.mark_running(&id).await.map_err(unavailable)?;
+            }
+            // Durable first: whoever runs (or next adopts) the debate applies it, and
+            // workers skip its tasks from now on.
+            Command::Cancel => self.store.mark_cancelled(&id).await.map_err(unavailable)?,
+        }
         // The owner may be changing hands (an actor releasing the debate, a scan holding
         // the lease for a moment): try the local actor, adoption, then the owner, a few times.
-        if cmd == Command::Retry {
-            self.store.mark_running(&id).await.map_err(unavailable)?;
-        }
         let mut last = err(
             ErrorCode::Unavailable,
             format!("debate {id} is busy; try again"),
@@ -419,6 +605,9 @@ impl Service {
             if let Some(actor) = self.actor(&id).await {
                 match ask(&actor, &id, cmd).await {
                     Err(e) if e.error.message == crate::actor::RELEASING => last = e,
+                    Err(e) if cmd == Command::Cancel && e.error.code == ErrorCode::Unavailable => {
+                        return Ok(accepted_later(&id));
+                    }
                     r => return r,
                 }
             } else {
@@ -429,6 +618,9 @@ impl Service {
                 match self.adopt(&id, Some(follow_up)).await {
                     Ok(()) => return Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
                     Err(AdoptError::OwnedElsewhere) => match self.forward(&id, cmd).await {
+                        Err(e) if cmd == Command::Cancel && e.error.code == ErrorCode::Unavailable => {
+                            return Ok(accepted_later(&id));
+                        }
                         Err(e) if e.error.code == ErrorCode::Unavailable => last = e,
                         r => return r,
                     },
@@ -437,7 +629,67 @@ impl Service {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        if cmd == Command::Cancel {
+            return Ok(accepted_later(&id));
+        }
         Err(last)
+    }
+
+    /// Records a dead-lettered task message, deletes it from the stream and tells the
+    /// debate's owner (see the module docs).
+    async fn dead_letter(&self, a: MaxDeliveries) {
+        let kind = if a.consumer == parley_cluster::streams::consumer_name(parley_protocol::WorkerKind::Judge) {
+            parley_telemetry::TaskKind::Judge
+        } else {
+            parley_telemetry::TaskKind::Agent
+        };
+        let stream = match self.js.get_stream(subjects::TASKS_STREAM).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open the tasks stream for a dead letter");
+                return;
+            }
+        };
+        let task = match stream.get_raw_message(a.stream_seq).await {
+            Ok(m) => serde_json::from_slice::<TaskRef>(&m.payload).ok(),
+            Err(e) => {
+                // Acked or deleted meanwhile (a last delivery answered late): nothing to do.
+                tracing::debug!(seq = a.stream_seq, error = %e, "dead letter already gone");
+                return;
+            }
+        };
+        parley_telemetry::metrics()
+            .task_dead_lettered(kind, parley_telemetry::DeadLetterReason::MaxDeliveries);
+        let entry = json!({
+            "at": Utc::now(),
+            "consumer": a.consumer,
+            "streamSeq": a.stream_seq,
+            "deliveries": a.deliveries,
+            "debateId": task.as_ref().map(|t| t.debate_id.clone()),
+            "taskId": task.as_ref().map(|t| t.id.clone()),
+            "attempt": task.as_ref().map(|t| t.attempt),
+        });
+        tracing::warn!(seq = a.stream_seq, consumer = %a.consumer, task = ?task.as_ref().map(|t| &t.id), "a task message exhausted its deliveries: dead letter");
+        if let Err(e) = self.store.record_dead_letter(&entry.to_string()).await {
+            tracing::warn!(error = %e, "cannot record a dead letter");
+        }
+        if let Err(e) = stream.delete_message(a.stream_seq).await {
+            tracing::warn!(seq = a.stream_seq, error = %e, "cannot delete a dead letter from the tasks stream");
+        }
+        if let Some(t) = task {
+            if is_valid_debate_id(&t.debate_id) {
+                let notice = TaskNotice {
+                    dead_lettered: true,
+                    ..TaskNotice::result(&t.debate_id, &t.id, t.attempt)
+                };
+                if let Ok(body) = serde_json::to_vec(&notice) {
+                    let _ = self
+                        .nats
+                        .publish(subjects::results_subject(&t.debate_id), body.into())
+                        .await;
+                }
+            }
+        }
     }
 
     /// Hands a user command to the replica that owns the debate.

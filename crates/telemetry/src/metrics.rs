@@ -15,9 +15,11 @@
 //! | `parley_debates_total` | counter | `status` |
 //! | `parley_jetstream_consumer_pending` | gauge | `consumer` |
 //! | `parley_jetstream_consumer_ack_pending` | gauge | `consumer` |
+//! | `parley_tasks_dead_lettered_total` | counter | `kind`, `reason` |
 //!
 //! `kind` is `agent`|`judge`, `outcome` `ok`|`error`, `direction` `input`|`output`,
-//! `status` `running`|`completed`|`failed`|`cancelled`. Free-form labels (`provider`,
+//! `status` `running`|`completed`|`failed`|`cancelled`, dead-letter `reason`
+//! `max_deliveries`|`abandoned`|`debate_gone`|`undecodable` (see [`DeadLetterReason`]). Free-form labels (`provider`,
 //! `model`, `reason`, `error_kind`, `consumer`) must come from a small fixed set (the
 //! configuration, an error enum), never from user input or error messages: every distinct
 //! value is a new time series kept for the life of the process.
@@ -108,6 +110,32 @@ label_enum!(
     }
 );
 
+label_enum!(
+    /// Why a task message was given up on (a dead letter).
+    DeadLetterReason {
+        /// JetStream delivered it `MAX_DELIVER` times and nobody acked it (the coordinator
+        /// saw the advisory, recorded it and deleted it from the stream).
+        MaxDeliveries => "max_deliveries",
+        /// A worker could neither run it nor store an error for it on its last delivery
+        /// (Redis unreachable past the worker's patience).
+        Abandoned => "abandoned",
+        /// Its debate (or the task's stored body) is gone: expired or deleted.
+        DebateGone => "debate_gone",
+        /// Not a task message this build can read.
+        Undecodable => "undecodable",
+    }
+);
+
+impl DeadLetterReason {
+    /// Every reason.
+    pub const ALL: [DeadLetterReason; 4] = [
+        DeadLetterReason::MaxDeliveries,
+        DeadLetterReason::Abandoned,
+        DeadLetterReason::DebateGone,
+        DeadLetterReason::Undecodable,
+    ];
+}
+
 impl DebateStatus {
     /// Every status.
     pub const ALL: [DebateStatus; 4] = [
@@ -166,6 +194,12 @@ struct StatusLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DeadLetterLabels {
+    kind: TaskKind,
+    reason: DeadLetterReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ConsumerLabels {
     consumer: String,
 }
@@ -197,6 +231,7 @@ struct Inner {
     debates_total: Family<StatusLabels, Counter>,
     consumer_pending: Family<ConsumerLabels, Gauge>,
     consumer_ack_pending: Family<ConsumerLabels, Gauge>,
+    dead_lettered: Family<DeadLetterLabels, Counter>,
 }
 
 /// Parley's metrics; a cheap handle (clones share the same series). Services use the
@@ -308,10 +343,19 @@ impl Metrics {
             "Messages delivered to a JetStream consumer and not yet acknowledged",
             Family::clone(&consumer_ack_pending),
         );
+        let dead_lettered: Family<DeadLetterLabels, Counter> = Family::default();
+        registry.register(
+            "parley_tasks_dead_lettered",
+            "Task messages given up on without a result: deliveries exhausted, abandoned, or their debate gone",
+            Family::clone(&dead_lettered),
+        );
         // Series whose labels are all enums exist from the start (at 0), so dashboards and
         // alerts see them before the first event; families with free-form labels appear
         // with their first value.
         for kind in [TaskKind::Agent, TaskKind::Judge] {
+            for reason in DeadLetterReason::ALL {
+                drop(dead_lettered.get_or_create(&DeadLetterLabels { kind, reason }));
+            }
             drop(tasks_in_flight.get_or_create(&KindLabels { kind }));
             for outcome in [Outcome::Ok, Outcome::Error] {
                 drop(tasks.get_or_create(&TaskLabels { kind, outcome }));
@@ -337,8 +381,17 @@ impl Metrics {
                 debates_total,
                 consumer_pending,
                 consumer_ack_pending,
+                dead_lettered,
             }),
         }
+    }
+
+    /// A task message was given up on without a result (a dead letter).
+    pub fn task_dead_lettered(&self, kind: TaskKind, reason: DeadLetterReason) {
+        self.inner
+            .dead_lettered
+            .get_or_create(&DeadLetterLabels { kind, reason })
+            .inc();
     }
 
     /// All metrics in the OpenMetrics text format ([`CONTENT_TYPE`]), ending with `# EOF`.

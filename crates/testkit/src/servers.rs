@@ -32,9 +32,9 @@ impl Kind {
         }
     }
 
-    fn args(self, port: u16, data_dir: &Path) -> Vec<std::ffi::OsString> {
+    fn args(self, port: u16, data_dir: &Path, config: Option<&Path>) -> Vec<std::ffi::OsString> {
         let port = port.to_string();
-        let v: Vec<std::ffi::OsString> = match self {
+        let mut v: Vec<std::ffi::OsString> = match self {
             Kind::Nats => vec![
                 "-js".into(),
                 "-a".into(),
@@ -59,6 +59,9 @@ impl Kind {
                 "always".into(),
             ],
         };
+        if let Some(c) = config {
+            v.splice(0..0, ["-c".into(), c.into()]);
+        }
         v
     }
 
@@ -107,12 +110,14 @@ struct ServerProcess {
     data_dir: PathBuf,
     /// stdout + stderr of every run, appended.
     log_path: PathBuf,
+    /// A configuration file passed with `-c` (NATS only); flags still win over it.
+    config: Option<PathBuf>,
     /// Owns `data_dir` and the log; removed on drop, after the process is killed.
     dir: tempfile::TempDir,
 }
 
 impl ServerProcess {
-    fn start(kind: Kind) -> anyhow::Result<Self> {
+    fn start(kind: Kind, config_text: Option<&str>) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("parley-{}-", kind.program()))
             .tempdir()
@@ -126,12 +131,22 @@ impl ServerProcess {
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("while creating {}", data_dir.display()))?;
         let log_path = dir.path().join(format!("{}.log", kind.program()));
+        let config = match config_text {
+            Some(text) => {
+                let path = dir.path().join(format!("{}.conf", kind.program()));
+                std::fs::write(&path, text)
+                    .with_context(|| format!("while writing {}", path.display()))?;
+                Some(path)
+            }
+            None => None,
+        };
         let mut server = ServerProcess {
             kind,
             port: 0,
             child: None,
             data_dir,
             log_path,
+            config,
             dir,
         };
         let mut attempt = 0;
@@ -158,7 +173,10 @@ impl ServerProcess {
             .unwrap_or(0);
         let (out, err) = log_stdio(&self.log_path).map_err(fail)?;
         let spawned = Command::new(program)
-            .args(self.kind.args(self.port, &self.data_dir))
+            .args(
+                self.kind
+                    .args(self.port, &self.data_dir, self.config.as_deref()),
+            )
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -268,7 +286,15 @@ impl NatsServer {
     /// Spawns the server and waits (up to 10 s) until it sends its `INFO` line.
     pub fn start() -> anyhow::Result<Self> {
         Ok(NatsServer {
-            inner: ServerProcess::start(Kind::Nats)?,
+            inner: ServerProcess::start(Kind::Nats, None)?,
+        })
+    }
+
+    /// Like [`NatsServer::start`], with `max_payload` (the largest message the server
+    /// accepts, 1 MiB by default) set to `bytes` in a configuration file.
+    pub fn start_with_max_payload(bytes: usize) -> anyhow::Result<Self> {
+        Ok(NatsServer {
+            inner: ServerProcess::start(Kind::Nats, Some(&format!("max_payload: {bytes}\n")))?,
         })
     }
 
@@ -316,7 +342,7 @@ impl RedisServer {
     /// Spawns the server and waits (up to 10 s) until it answers `PING`.
     pub fn start() -> anyhow::Result<Self> {
         Ok(RedisServer {
-            inner: ServerProcess::start(Kind::Redis)?,
+            inner: ServerProcess::start(Kind::Redis, None)?,
         })
     }
 

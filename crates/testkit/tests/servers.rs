@@ -70,3 +70,13 @@ async fn servers_use_distinct_ports_and_stop_on_drop() {
     assert!(!data.exists());
     assert_eq!(resp(b.port(), &["PING"]), "+PONG\r\n");
 }
+
+#[tokio::test]
+async fn nats_server_takes_a_smaller_max_payload_and_keeps_it_across_a_restart() {
+    let mut nats = NatsServer::start_with_max_payload(64 * 1024).unwrap();
+    let info = nats_info(nats.port());
+    assert!(info.contains("\"max_payload\":65536"), "{info}");
+    assert!(info.contains("\"jetstream\":true"), "{info}");
+    nats.restart().unwrap();
+    assert!(nats_info(nats.port()).contains("\"max_payload\":65536"));
+}

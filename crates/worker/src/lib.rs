@@ -6,16 +6,27 @@
 //! - [`cli`]: the flags both worker binaries take, and their `main`.
 //!
 //! # Delivery semantics (at least once, completed work never repeated)
-//! For each task message: a task whose successful result is already in Redis is acked and
-//! skipped (no LLM call). Otherwise the worker calls the LLM, sending progress acks every
+//! A task message is a [`TaskRef`]: the task's body is in Redis (claim check), so messages
+//! stay small whatever the debate's size. For each message the worker reads, in one round
+//! trip, the task's successful result, this attempt's stored failure, the debate's cancel
+//! mark, whether the debate still exists, and the body. A task whose result is stored (or
+//! this attempt answered) is acked and skipped (no LLM call); so is a task of a cancelled
+//! debate. A task whose debate or body is gone (expired) is terminated and counted as a
+//! dead letter. Otherwise the worker calls the LLM, sending progress acks every
 //! [`PROGRESS_EVERY`] so JetStream does not redeliver a long call; then it writes the result
-//! to Redis (first success wins), THEN publishes a notification on
-//! `parley.results.<debateId>`, THEN acks. A crash anywhere before the ack means the message
-//! is redelivered after `ack_wait`; a crash after the Redis write means the redelivery finds
-//! the result and skips the call. A failed call is a result too (an error outcome the
-//! coordinator applies its retry policy to). If the worker cannot run a task at all (Redis
-//! unavailable, a panic), it naks it; on the last delivery it writes an error result instead
-//! so the coordinator learns of it. An undecodable payload is terminated and logged.
+//! to Redis (first success wins; nothing is written once the debate is gone), THEN publishes
+//! a small [`TaskNotice`] on `parley.results.<debateId>`, THEN acks. A crash anywhere before
+//! the ack means the message is redelivered after `ack_wait`; a crash after the Redis write
+//! means the redelivery finds the result and skips the call. A failed call is a result too
+//! (an error outcome the coordinator applies its retry policy to).
+//!
+//! The last delivery (`MAX_DELIVER`) is never nak'ed into oblivion: the worker waits for
+//! Redis (up to [`STORE_PATIENCE`], progress acks going on), runs the task even if a claim
+//! is held or cannot be taken, and stores an error result when it cannot run it (a panic, a
+//! drain, a rate limit that handed the task back on every delivery). Only when Redis stays
+//! unreachable past its patience does it terminate the message and count it as an
+//! `abandoned` dead letter; the coordinator's task deadline then sends a new attempt. An
+//! undecodable payload is terminated and counted too.
 //!
 //! An answer is never thrown away because Redis is briefly unavailable: the result write
 //! (idempotent) is retried for up to [`STORE_PATIENCE`] while progress acks continue.
@@ -23,7 +34,9 @@
 //! Rate limits: a call whose next slot (or the provider's `Retry-After`) is further away
 //! than the limiter's inline wait comes back as a `RateLimited` error with `retry_after`;
 //! the worker then naks the task with that delay (a hand-back), holding no slot and
-//! spending no node retry budget. On the last delivery the error is stored instead.
+//! spending no node retry budget, and tells the coordinator (a notice with `handedBackMs`)
+//! so it extends the task's deadline. On the last delivery the error is stored instead,
+//! saying the task was handed back on every delivery.
 //!
 //! Each delivery runs in a `task` span whose parent is the coordinator's node span (W3C
 //! trace context in the message headers); metrics: see `parley_telemetry::Metrics`.
@@ -39,11 +52,14 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind};
 use async_trait::async_trait;
 use futures::StreamExt;
+use parley_cluster::redis_store::{Stored, TaskLookup};
 use parley_cluster::{streams, RedisStore};
 use parley_llm::{Provider, ProviderSettings, Registry};
 use parley_protocol::{
-    subjects, ErrorKind, Task, TaskError, TaskOutcome, TaskResult, WorkerKind, SCHEMA_VERSION,
+    subjects, ErrorKind, Task, TaskError, TaskNotice, TaskOutcome, TaskRef, TaskResult,
+    WorkerKind, SCHEMA_VERSION,
 };
+use parley_telemetry::DeadLetterReason;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -272,46 +288,148 @@ fn error_result(task: &Task, worker: &str, kind: ErrorKind, message: String) -> 
 
 async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
     let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
-    let task: Task = match serde_json::from_slice(&msg.payload) {
+    let last_delivery = delivered >= streams::MAX_DELIVER;
+    let kind = metrics_kind(shared.config.kind);
+    let tref: TaskRef = match serde_json::from_slice(&msg.payload) {
         Ok(t) => t,
         Err(e) => {
-            tracing::error!(subject = %msg.subject, error = %e, "dropping a task message that is not a Task");
+            tracing::error!(subject = %msg.subject, error = %e, "dropping a task message that is not a task reference");
+            parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Undecodable);
             let _ = msg.ack_with(AckKind::Term).await;
             return;
         }
     };
-    if task.schema_version != SCHEMA_VERSION {
-        tracing::error!(task = %task.id, version = task.schema_version, "dropping a task of another schema version");
+    if tref.schema_version != SCHEMA_VERSION {
+        tracing::error!(task = %tref.id, version = tref.schema_version, "dropping a task of another schema version");
+        parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Undecodable);
         let _ = msg.ack_with(AckKind::Term).await;
         return;
     }
+    let msg = Arc::new(msg);
+    let lookup = {
+        // On the last delivery the message is not given back: wait for Redis (progress
+        // acks keep the message ours meanwhile).
+        let _alive = last_delivery.then(|| keep_alive(shared, &msg));
+        lookup(shared, &tref, last_delivery).await
+    };
+    let lookup = match lookup {
+        Ok(l) => l,
+        Err(e) if last_delivery => {
+            tracing::error!(task = %tref.id, error = %e, "cannot reach Redis on the task's last delivery; abandoning it (the coordinator dispatches it again at its deadline)");
+            parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Abandoned);
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(task = %tref.id, error = %e, "cannot read the task's state; giving the task back");
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                .await;
+            return;
+        }
+    };
+    if let Some(done) = &lookup.done {
+        tracing::info!(task = %tref.id, "result already stored; skipping");
+        let _ = shared
+            .store
+            .drop_task_body(&tref.debate_id, &tref.body_field())
+            .await;
+        notify(shared, done).await;
+        let _ = msg.ack().await;
+        return;
+    }
+    if !lookup.debate_exists {
+        tracing::warn!(task = %tref.id, "the task's debate is gone (expired or deleted); dropping the task");
+        parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::DebateGone);
+        let _ = msg.ack_with(AckKind::Term).await;
+        return;
+    }
+    if lookup.cancelled {
+        tracing::info!(task = %tref.id, "the debate was cancelled; skipping the task");
+        let _ = msg.ack().await;
+        return;
+    }
+    if let Some(answered) = &lookup.answered {
+        tracing::info!(task = %tref.id, attempt = tref.attempt, "attempt already answered; skipping");
+        notify(shared, answered).await;
+        let _ = msg.ack().await;
+        return;
+    }
+    let task: Task = match lookup.body.as_deref().map(serde_json::from_str::<Task>) {
+        Some(Ok(t)) if t.id == tref.id && t.debate_id == tref.debate_id && t.attempt == tref.attempt => t,
+        Some(Ok(_)) | Some(Err(_)) => {
+            tracing::error!(task = %tref.id, "the stored task body does not decode to this task; dropping it");
+            parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Undecodable);
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+        None => {
+            tracing::warn!(task = %tref.id, attempt = tref.attempt, "the task's body is not stored (its debate expired?); dropping the task");
+            parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::DebateGone);
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+    };
     let span = task_span(&msg, &task, delivered);
     handle_task(shared, msg, task, delivered)
         .instrument(span)
         .await;
 }
 
-/// Runs a decoded task unless its result is stored or another worker runs it.
-async fn handle_task(shared: &Arc<Shared>, msg: jetstream::Message, task: Task, delivered: i64) {
+/// Reads what the worker must know before running a task; on the last delivery keeps
+/// trying for up to [`STORE_PATIENCE`] (Redis restarting).
+async fn lookup(
+    shared: &Shared,
+    tref: &TaskRef,
+    last_delivery: bool,
+) -> Result<TaskLookup, parley_cluster::redis_store::RedisStoreError> {
+    let deadline = tokio::time::Instant::now() + STORE_PATIENCE;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match shared
+            .store
+            .lookup_task(&tref.debate_id, &tref.id, tref.attempt)
+            .await
+        {
+            Ok(l) => return Ok(l),
+            Err(e) if last_delivery && tokio::time::Instant::now() + backoff < deadline => {
+                tracing::warn!(task = %tref.id, error = %e, retry_ms = backoff.as_millis() as u64, "cannot read the task's state on its last delivery; retrying");
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shared.hard_stop.cancelled() => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Sends progress acks for `msg` until dropped, so JetStream does not redeliver it.
+fn keep_alive(shared: &Shared, msg: &Arc<jetstream::Message>) -> AbortOnDrop {
+    let every = PROGRESS_EVERY
+        .min(shared.config.ack_wait / 3)
+        .max(Duration::from_millis(100));
+    let msg = msg.clone();
+    AbortOnDrop(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let _ = msg.ack_with(AckKind::Progress).await;
+        }
+    }))
+}
+
+/// Runs a task unless another worker runs it right now.
+async fn handle_task(
+    shared: &Arc<Shared>,
+    msg: Arc<jetstream::Message>,
+    task: Task,
+    delivered: i64,
+) {
     let last_delivery = delivered >= streams::MAX_DELIVER;
     let worker = shared.config.name.as_str();
-    match shared.store.ok_result(&task.debate_id, &task.id).await {
-        Ok(Some(done)) => {
-            tracing::info!(task = %task.id, "result already stored; skipping");
-            notify(shared, &done).await;
-            let _ = msg.ack().await;
-            return;
-        }
-        Ok(None) => {}
-        Err(e) => {
-            tracing::warn!(task = %task.id, error = %e, "cannot read results; giving the task back");
-            let _ = msg
-                .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
-                .await;
-            return;
-        }
-    }
-
     // One run of a task at a time: a re-dispatch that races a still-running call (e.g. after
     // a coordinator takeover) waits for that call's result. On its last delivery it runs
     // anyway, so a task is never dropped because a crashed worker's claim has not expired.
@@ -319,7 +437,12 @@ async fn handle_task(shared: &Arc<Shared>, msg: jetstream::Message, task: Task, 
         "{worker}-{}",
         msg.info().map(|i| i.stream_sequence).unwrap_or(0)
     );
-    let claim_ttl = task.timeout_ms.saturating_add(30_000);
+    // Capped: Redis refuses an expiry it cannot represent, and a claim only needs to
+    // outlive the call.
+    let claim_ttl = task
+        .timeout_ms
+        .min(MAX_CLAIM_TIMEOUT_MS)
+        .saturating_add(30_000);
     match shared
         .store
         .claim_task(&task.debate_id, &task.id, &claim_owner, claim_ttl)
@@ -334,6 +457,9 @@ async fn handle_task(shared: &Arc<Shared>, msg: jetstream::Message, task: Task, 
             return;
         }
         Ok(false) => {}
+        Err(e) if last_delivery => {
+            tracing::warn!(task = %task.id, error = %e, "cannot claim the task on its last delivery; running it anyway");
+        }
         Err(e) => {
             tracing::warn!(task = %task.id, error = %e, "cannot claim the task; giving it back");
             let _ = msg
@@ -349,29 +475,19 @@ async fn handle_task(shared: &Arc<Shared>, msg: jetstream::Message, task: Task, 
         .await;
 }
 
+/// The longest task timeout a claim covers (24 h); a larger `timeoutMs` claims for this.
+const MAX_CLAIM_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+
 async fn run_claimed(
     shared: &Arc<Shared>,
-    msg: jetstream::Message,
+    msg: Arc<jetstream::Message>,
     task: &Task,
     last_delivery: bool,
 ) {
     let worker = shared.config.name.as_str();
-    let msg = Arc::new(msg);
-    let every = PROGRESS_EVERY
-        .min(shared.config.ack_wait / 3)
-        .max(Duration::from_millis(100));
-    let progress = {
-        let msg = msg.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let _ = msg.ack_with(AckKind::Progress).await;
-            }
-        })
-    };
-    let in_flight = parley_telemetry::metrics().task_started(metrics_kind(shared.config.kind));
+    let kind = metrics_kind(shared.config.kind);
+    let progress = keep_alive(shared, &msg);
+    let in_flight = parley_telemetry::metrics().task_started(kind);
     let run = {
         let shared = shared.clone();
         let task = task.clone();
@@ -382,8 +498,27 @@ async fn run_claimed(
         _ = shared.hard_stop.cancelled() => None,
     };
     // Progress acks go on until the result is stored (see `store_result`).
-    let _progress = AbortOnDrop(progress);
-    let result = match outcome {
+    let _progress = progress;
+    let mut result = match outcome {
+        None if last_delivery => {
+            // Shutting down on the task's last delivery: an error result (tried once, the
+            // drain deadline has passed) so the coordinator sends a new attempt at once.
+            let r = error_result(
+                task,
+                worker,
+                ErrorKind::Undelivered,
+                "the worker shut down while running the task on its last delivery".into(),
+            );
+            let stored = tokio::time::timeout(Duration::from_secs(2), shared.store.store_result(&r)).await;
+            if matches!(stored, Ok(Ok(_))) {
+                notify(shared, &r).await;
+                let _ = msg.ack().await;
+            } else {
+                parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Abandoned);
+                let _ = msg.ack_with(AckKind::Term).await;
+            }
+            return;
+        }
         None => {
             let _ = msg.ack_with(AckKind::Nak(None)).await;
             return;
@@ -412,18 +547,46 @@ async fn run_claimed(
         parley_telemetry::metrics().rate_limit_handback(&provider);
         tracing::Span::current().record("task.outcome", "handed_back");
         // A long rate-limit wait: give the task back to the queue with that delay rather
-        // than hold a slot (or spend the node's retry budget). On the last delivery the
-        // error is stored instead and the coordinator's node retry takes over.
+        // than hold a slot (or spend the node's retry budget). The coordinator hears of it
+        // and moves the task's deadline. On the last delivery the error is stored instead
+        // and the coordinator's node retry takes over.
         tracing::info!(task = %task.id, delay_ms = delay.as_millis() as u64, "rate limited; handing the task back");
+        notify_hand_back(shared, task, delay).await;
         let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
         return;
     }
-    if !store_result(shared, &result).await {
-        tracing::warn!(task = %task.id, "cannot store the result; giving the task back");
-        let _ = msg
-            .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
-            .await;
-        return;
+    if last_delivery {
+        if let TaskOutcome::Error(e) = &mut result.outcome {
+            if e.kind == ErrorKind::RateLimited {
+                e.message = format!(
+                    "{} (the task was handed back on each of its {} deliveries)",
+                    e.message,
+                    streams::MAX_DELIVER
+                );
+            }
+        }
+    }
+    match store_result(shared, &result).await {
+        Some(Stored::DebateGone) => {
+            tracing::warn!(task = %task.id, "the debate is gone (expired or deleted); its result is dropped");
+            parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::DebateGone);
+            let _ = msg.ack().await;
+            return;
+        }
+        Some(_) => {}
+        None if last_delivery => {
+            tracing::error!(task = %task.id, "cannot store the result on the task's last delivery; abandoning it (the coordinator dispatches it again at its deadline)");
+            parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Abandoned);
+            let _ = msg.ack_with(AckKind::Term).await;
+            return;
+        }
+        None => {
+            tracing::warn!(task = %task.id, "cannot store the result; giving the task back");
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                .await;
+            return;
+        }
     }
     notify(shared, &result).await;
     if let Err(e) = msg.ack().await {
@@ -436,8 +599,7 @@ async fn run_claimed(
         }
         TaskOutcome::Error(e) => {
             in_flight.finish(&provider, parley_telemetry::Outcome::Error);
-            parley_telemetry::metrics()
-                .task_failed(metrics_kind(shared.config.kind), e.kind.as_str());
+            parley_telemetry::metrics().task_failed(kind, e.kind.as_str());
             tracing::Span::current().record("otel.status_code", "ERROR");
             "error"
         }
@@ -447,7 +609,8 @@ async fn run_claimed(
 }
 
 /// How long a worker keeps trying to store a result while Redis is unavailable (a restart,
-/// a failover) before it gives the task back: an LLM answer is worth waiting for.
+/// a failover) before it gives the task back: an LLM answer is worth waiting for. The same
+/// patience applies to reading a task's state on its last delivery.
 pub const STORE_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Aborts a background task when dropped.
@@ -460,25 +623,25 @@ impl Drop for AbortOnDrop {
 }
 
 /// Stores `result` in Redis, retrying with backoff for up to [`STORE_PATIENCE`] (the
-/// task's progress acks keep JetStream from redelivering it meanwhile). False when it
+/// task's progress acks keep JetStream from redelivering it meanwhile). `None` when it
 /// could not, or the drain deadline passed.
-async fn store_result(shared: &Shared, result: &TaskResult) -> bool {
+async fn store_result(shared: &Shared, result: &TaskResult) -> Option<Stored> {
     let deadline = tokio::time::Instant::now() + STORE_PATIENCE;
     let mut backoff = Duration::from_millis(100);
     loop {
-        match shared.store.put_result(result).await {
-            Ok(_) => return true,
+        match shared.store.store_result(result).await {
+            Ok(stored) => return Some(stored),
             Err(e) if tokio::time::Instant::now() + backoff < deadline => {
                 tracing::warn!(task = %result.task_id, error = %e, retry_ms = backoff.as_millis() as u64, "cannot store the result yet; retrying");
             }
             Err(e) => {
                 tracing::warn!(task = %result.task_id, error = %e, "cannot store the result");
-                return false;
+                return None;
             }
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = shared.hard_stop.cancelled() => return false,
+            _ = shared.hard_stop.cancelled() => return None,
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
@@ -520,16 +683,33 @@ async fn execute(shared: &Shared, task: &Task) -> TaskResult {
     }
 }
 
+/// Tells the coordinator a result of this attempt is stored (a small [`TaskNotice`]; the
+/// result itself is read from Redis).
 async fn notify(shared: &Shared, result: &TaskResult) {
-    let Ok(body) = serde_json::to_vec(result) else {
+    let notice = TaskNotice::result(&result.debate_id, &result.task_id, result.attempt);
+    publish_notice(shared, &notice).await;
+}
+
+/// Tells the coordinator the task went back to the queue for `delay` (it moves the task's
+/// deadline accordingly).
+async fn notify_hand_back(shared: &Shared, task: &Task, delay: Duration) {
+    let notice = TaskNotice {
+        handed_back_ms: Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)),
+        ..TaskNotice::result(&task.debate_id, &task.id, task.attempt)
+    };
+    publish_notice(shared, &notice).await;
+}
+
+async fn publish_notice(shared: &Shared, notice: &TaskNotice) {
+    let Ok(body) = serde_json::to_vec(notice) else {
         return;
     };
     if let Err(e) = shared
         .nats
-        .publish(subjects::results_subject(&result.debate_id), body.into())
+        .publish(subjects::results_subject(&notice.debate_id), body.into())
         .await
     {
         // The coordinator also polls Redis for its in-flight tasks.
-        tracing::warn!(task = %result.task_id, error = %e, "cannot publish the result notification");
+        tracing::warn!(task = %notice.task_id, error = %e, "cannot publish the result notification");
     }
 }
