@@ -61,6 +61,8 @@ pub enum RedisStoreError {
 pub type Result<T> = std::result::Result<T, RedisStoreError>;
 
 const RUNNING: &str = "parley:running";
+/// How long one Redis command may take before it fails as timed out.
+pub const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
 
 /// The scripts, built once (a `Script` hashes its source; calls go by `EVALSHA`).
@@ -128,7 +130,11 @@ impl std::fmt::Debug for RedisStore {
 impl RedisStore {
     pub async fn connect(url: &str) -> Result<Self> {
         let client = redis::Client::open(url)?;
-        let conn = client.get_connection_manager().await?;
+        // The client's default (500 ms) is too short for a checkpoint of several MiB on a
+        // busy disk (`appendfsync always`): such a write would fail as "timed out".
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let conn = client.get_connection_manager_with_config(config).await?;
         Ok(Self { conn })
     }
 

@@ -135,6 +135,9 @@ pub struct DebateActorState {
     ticker: Option<tokio::task::JoinHandle<()>>,
     /// Set once the debate settled and the lease was released: later messages are refused.
     stopping: bool,
+    /// When the lease was last renewed: a message processed after `poll_every` renews it
+    /// too, so a backlog of results in the mailbox (ticks wait behind it) cannot lose it.
+    renewed_at: std::time::Instant,
     trace: DebateTrace,
 }
 
@@ -200,6 +203,7 @@ impl Actor for DebateActor {
             deps: args.deps,
             ticker: Some(ticker),
             stopping: false,
+            renewed_at: std::time::Instant::now(),
             trace,
         })
     }
@@ -234,6 +238,24 @@ impl Actor for DebateActor {
             }
             return Ok(());
         }
+        if !matches!(msg, DebateMsg::Tick) && state.renewed_at.elapsed() >= state.deps.poll_every {
+            let id = state.machine.id().to_string();
+            let ttl = state.deps.lease_ttl.as_millis() as u64;
+            if !state
+                .deps
+                .store
+                .renew_lease(&id, &state.deps.owner, ttl)
+                .await?
+            {
+                tracing::warn!(debate = %id, "lease lost; stopping");
+                myself.stop(Some("lease lost".into()));
+                if let DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) = msg {
+                    let _ = reply.send(Err(RELEASING.into()));
+                }
+                return Ok(());
+            }
+            state.renewed_at = std::time::Instant::now();
+        }
         match msg {
             DebateMsg::Kick => {
                 // A pending cancel wins over everything, before anything is re-dispatched.
@@ -247,18 +269,35 @@ impl Actor for DebateActor {
                 }
                 // The previous owner may have died between checkpoint and publish.
                 state.publish_outbox().await?;
-                state.apply(&myself, Input::Resume).await?;
-                let results = state.deps.store.results(state.machine.id()).await?;
+                // Resume and every result stored meanwhile: one transition, one checkpoint
+                // (a checkpoint per stored result would make an adoption of a large debate
+                // cost as many full-state writes as it has results).
+                let before = state.machine.state().status;
+                let now = Utc::now();
+                let mut effects = state.machine.handle(Input::Resume, now);
+                let results = state.deps.store.results(&id).await?;
                 let mut fields: Vec<&String> = results.keys().collect();
                 fields.sort();
                 for f in fields {
                     let r = &results[f];
-                    if state.stopping {
-                        return Ok(());
-                    }
                     if state.wants(r) {
-                        state.apply(&myself, Input::Result(r.clone())).await?;
+                        effects.extend(state.machine.handle(Input::Result(r.clone()), now));
                     }
+                }
+                // A dispatch the batch answered itself (or superseded) need not go out.
+                let machine = &state.machine;
+                effects.retain(|e| match e {
+                    Effect::Dispatch(t) => {
+                        machine.in_flight().any(|id| id == t.id)
+                            && machine.state().engine.attempts.get(&t.id) == Some(&t.attempt)
+                    }
+                    _ => true,
+                });
+                state
+                    .commit(&myself, effects, InputKind::Other, before)
+                    .await?;
+                if state.stopping {
+                    return Ok(());
                 }
                 if let Some(input) = state.follow_up.take() {
                     if !state.stopping {
@@ -295,12 +334,18 @@ impl Actor for DebateActor {
                     }
                     Some(false) => {}
                 }
+                state.renewed_at = std::time::Instant::now();
                 let in_flight: Vec<String> =
                     state.machine.in_flight().map(str::to_string).collect();
                 if in_flight.is_empty() {
                     return Ok(());
                 }
-                let results = state.deps.store.results(&id).await?;
+                // Only the fields that can answer an in-flight attempt.
+                let fields: Vec<String> = in_flight
+                    .iter()
+                    .flat_map(|t| [t.clone(), format!("{t}#{}", state.attempt_of(t))])
+                    .collect();
+                let results = state.deps.store.results_of(&id, &fields).await?;
                 for t in in_flight {
                     if state.stopping {
                         break;
@@ -436,6 +481,19 @@ impl DebateActorState {
         };
         let before = self.machine.state().status;
         let effects = self.machine.handle(input, Utc::now());
+        self.commit(myself, effects, input_kind, before).await
+    }
+
+    /// Checkpoints the machine (CAS) with `effects`' events as its outbox, then performs
+    /// the effects; stops the actor once the debate no longer runs. `before`: the status
+    /// before the input(s) that produced `effects`.
+    async fn commit(
+        &mut self,
+        myself: &ActorRef<DebateMsg>,
+        effects: Vec<Effect>,
+        input_kind: InputKind,
+        before: DebateStatus,
+    ) -> Result<(), ActorProcessingErr> {
         let id = self.machine.id().to_string();
         self.machine.set_outbox(
             effects
@@ -628,9 +686,10 @@ fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<String> {
 
 /// NATS (core and JetStream) and Redis answer within a few seconds.
 async fn backends_up(deps: &Deps) -> bool {
+    // JetStream answers when it can describe the tasks stream.
     let probe = async {
         deps.nats.flush().await.ok()?;
-        deps.js.query_account().await.ok()?;
+        deps.js.get_stream(subjects::TASKS_STREAM).await.ok()?;
         deps.store.ping().await.ok()
     };
     matches!(

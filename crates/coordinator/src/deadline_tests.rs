@@ -319,3 +319,23 @@ fn events_carry_at_most_a_few_kib_of_error_text() {
         |k| matches!(k, EventKind::TaskFailed { error, .. } if error.starts_with("provider said"))
     ));
 }
+
+#[test]
+fn retry_after_a_restart_gives_attempts_still_out_a_fresh_budget() {
+    // Two tasks fail at once with attempts = 1; the debate fails on the first. The second's
+    // failure is stored but not read before the coordinator restarts and the user retries.
+    let mut m = machine(1);
+    let first = dispatched(&m.handle(Input::Start, t0()));
+    m.handle(Input::Result(fail(&first[0], "5xx")), t0() + secs(1));
+    assert_eq!(m.state().status, DebateStatus::Failed);
+    let mut rebuilt = Machine::from_checkpoint(m.spec().clone(), m.state().clone());
+    rebuilt.handle(Input::Resume, t0() + secs(2));
+    let fx = rebuilt.handle(Input::Retry, t0() + secs(3));
+    assert_eq!(rebuilt.state().status, DebateStatus::Running);
+    // The other task is sent again as its outstanding attempt; its stored failure, read
+    // now, is retried instead of failing the debate again.
+    assert!(dispatched(&fx).iter().any(|t| t.id == first[1].id && t.attempt == 1));
+    let fx = rebuilt.handle(Input::Result(fail(&first[1], "5xx")), t0() + secs(4));
+    assert_eq!(rebuilt.state().status, DebateStatus::Running, "{fx:?}");
+    assert_eq!(retries(&fx), vec![first[1].id.clone()]);
+}

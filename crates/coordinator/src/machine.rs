@@ -367,10 +367,24 @@ impl Machine {
                     .take()
                     .map(|e| e.task_id)
                     .filter(|t| !t.is_empty());
+                // Also every dispatched task without an output: after a restart nothing is
+                // in flight, yet an attempt may be out, or its failure stored and not read.
+                let unanswered: Vec<String> = self
+                    .state
+                    .engine
+                    .attempts
+                    .keys()
+                    .filter(|id| {
+                        self.parse_task_id(id)
+                            .is_some_and(|p| !self.is_done(&p))
+                    })
+                    .cloned()
+                    .collect();
                 let again: BTreeSet<String> = failed
                     .into_iter()
                     .chain(self.state.engine.failed_attempts.keys().cloned())
                     .chain(self.in_flight.keys().cloned())
+                    .chain(unanswered)
                     .collect();
                 for id in again {
                     let used = self.attempts(&id);

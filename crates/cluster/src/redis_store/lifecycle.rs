@@ -131,6 +131,37 @@ impl RedisStore {
         })
     }
 
+    /// The stored results under `fields` (see [`result_field`]), by field: what a
+    /// coordinator polls for its in-flight tasks (never the whole hash, which holds every
+    /// result of the debate). Undecodable entries are skipped with a warning.
+    pub async fn results_of(
+        &self,
+        debate_id: &str,
+        fields: &[String],
+    ) -> Result<std::collections::HashMap<String, TaskResult>> {
+        let mut out = std::collections::HashMap::new();
+        if fields.is_empty() {
+            return Ok(out);
+        }
+        let raw: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(key(debate_id, "results"))
+            .arg(fields)
+            .query_async(&mut self.conn())
+            .await?;
+        for (field, json) in fields.iter().zip(raw) {
+            let Some(json) = json else { continue };
+            match serde_json::from_str(&json) {
+                Ok(r) => {
+                    out.insert(field.clone(), r);
+                }
+                Err(e) => {
+                    tracing::warn!(debate_id, field, error = %e, "skipping undecodable result")
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Stores task bodies (`(field, Task JSON)`, field = `<task id>#<attempt>`) before
     /// their messages are published.
     pub async fn put_task_bodies(&self, debate_id: &str, bodies: &[(String, String)]) -> Result<()> {
