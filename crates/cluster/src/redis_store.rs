@@ -43,7 +43,7 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 
 pub mod lifecycle;
-pub use lifecycle::{Stored, TaskLookup};
+pub use lifecycle::{Stored, TaskLookup, DEAD_LETTERS_KEPT, DEBATE_KEYS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedisStoreError {
