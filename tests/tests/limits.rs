@@ -96,50 +96,86 @@ fn quick_spec(problem: &str) -> Value {
     s
 }
 
+/// Sends `signal` (e.g. `STOP`, `CONT`) to a process.
+fn signal(p: &ChildProcess, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(p.pid().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} failed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_for_15_s_while_tasks_are_queued_the_debate_completes() {
     let mut c = Cluster::start().await;
     c.fake
-        .set_latency(Latency::Fixed(Duration::from_millis(1000)));
+        .set_latency(Latency::Fixed(Duration::from_millis(200)));
     let _coord = c.coordinator();
-    // One call at a time: while one critique runs, the others wait in the queue.
-    let agent = c.worker_with("agent", &["--concurrency", "1"], &[]);
+    let agent = c.worker("agent");
     let _judge = c.worker("judge");
 
+    // The agent worker is frozen while the debate starts: its three proposals wait in the
+    // queue. Then Redis stops, and the worker wakes up to a queue it cannot serve.
+    signal(&agent, "STOP");
     let id = c.submit(&spec("Design a session store")).await;
-    // Round 1's proposals are stored: six critiques are queued.
-    c.wait_status(&id, Duration::from_secs(60), |s| {
-        s["rounds"][0].is_object() && count(&s["rounds"][0], "proposal") == 3
-    })
-    .await;
+    assert!(until(Duration::from_secs(30), || async { queued_tasks(&c).await == 3 }).await);
     c.redis.kill();
     let stopped = Instant::now();
+    signal(&agent, "CONT");
     tokio::time::sleep(Duration::from_secs(15)).await;
     c.redis.restart().unwrap();
     eprintln!("redis was down for {:?}", stopped.elapsed());
 
     let state = c.wait_done(&id, Duration::from_secs(120)).await;
     assert_complete(&state);
+    eprintln!("completed {:?} after redis stopped", stopped.elapsed());
+    // The queued proposals were delivered (and given back) during the outage.
+    let log = agent.log();
+    assert!(log.contains("cannot read the task's state"), "{log}");
+    assert!(!log.contains("abandoning"), "{log}");
+    assert_no_completed_call_repeated(&c.fake);
+    assert_eq!(c.fake.request_count(), 22);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_delivery_of_a_queued_task_waits_for_redis_instead_of_dropping_it() {
+    let mut c = Cluster::start().await;
+    let _coord = c.coordinator();
+    let agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    signal(&agent, "STOP");
+    let id = c.submit(&spec("Design a rate card service")).await;
+    assert!(until(Duration::from_secs(30), || async { queued_tasks(&c).await == 3 }).await);
+    c.redis.kill();
+    let stopped = Instant::now();
+    signal(&agent, "CONT");
+    // Redis stays down until every queued proposal is on its 5th and last delivery (each
+    // failed delivery is given back; the old worker gave the last one back too, and the
+    // message was gone).
+    let on_last = |log: &str| -> BTreeSet<String> {
+        log_lines_with_message(log, "cannot read the task's state on its last delivery; retrying")
+            .iter()
+            .filter_map(|l| l["fields"]["task"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert!(
+        wait_until_async(Duration::from_secs(120), || on_last(&agent.log()).len() == 3).await,
+        "{}",
+        agent.log()
+    );
+    c.redis.restart().unwrap();
     eprintln!(
-        "completed {:?} after redis stopped",
+        "redis was down for {:?} (until every queued task was on its last delivery)",
         stopped.elapsed()
     );
-    // Queued tasks were delivered during the outage until their last delivery, which
-    // waited for Redis instead of being dropped.
+    let state = c.wait_done(&id, Duration::from_secs(60)).await;
+    assert_complete(&state);
     let log = agent.log();
-    assert!(
-        log.contains("on its last delivery; retrying"),
-        "no task reached its last delivery during the outage:\n{log}"
-    );
+    assert!(on_last(&log).iter().all(|t| t.contains("/1/propose/")));
+    assert!(!log.contains("abandoning"), "{log}");
     assert_no_completed_call_repeated(&c.fake);
-    let distinct: BTreeSet<(String, String)> = c
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.status == 200)
-        .map(|r| (r.model.clone(), r.prompt_text()))
-        .collect();
-    assert_eq!(distinct.len(), 22);
+    assert_eq!(c.fake.request_count(), 22);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
