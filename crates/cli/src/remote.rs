@@ -183,7 +183,9 @@ async fn fetch_state_value(client: &async_nats::Client, id: &str) -> Result<Valu
             let body = json!({ "debateId": id, "snapshot": snapshot, "page": k }).to_string();
             let v = request(client, subjects::STATUS, body.into_bytes()).await?;
             StatusPage::from_reply(&v).ok_or_else(|| {
-                CliError::general(format!("unexpected reply for page {k} of debate {id}'s state"))
+                CliError::general(format!(
+                    "unexpected reply for page {k} of debate {id}'s state"
+                ))
             })
         })
         .buffered(8)

@@ -4,8 +4,12 @@
 //!
 //! # Layout
 //! - [`redis_store`]: the Redis checkpoint store ([`RedisStore`]) and its Lua scripts: spec,
-//!   versioned state (compare-and-set), task results, leases, task claims, idempotency keys.
-//! - [`streams`]: the JetStream streams and durable consumers, created if missing.
+//!   versioned state (compare-and-set), task results, leases, task claims, idempotency keys;
+//!   in [`redis_store::lifecycle`] what keeps a debate finite: task bodies by reference,
+//!   results bound to their debate, the cancel mark, the failure count, retention, status
+//!   snapshots, dead letters.
+//! - [`streams`]: the JetStream streams (with their limits) and durable consumers, created
+//!   if missing.
 //! - [`settings`]: layered service settings (defaults → TOML file → `PARLEY_*` → flags),
 //!   validated once with every problem named by key.
 //! - [`service`]: start-up and shutdown of a service process: connect NATS + Redis, serve

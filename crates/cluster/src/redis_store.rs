@@ -132,8 +132,8 @@ impl RedisStore {
         let client = redis::Client::open(url)?;
         // The client's default (500 ms) is too short for a checkpoint of several MiB on a
         // busy disk (`appendfsync always`): such a write would fail as "timed out".
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let config =
+            redis::aio::ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
         let conn = client.get_connection_manager_with_config(config).await?;
         Ok(Self { conn })
     }

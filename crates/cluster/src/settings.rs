@@ -69,7 +69,11 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         "m" => 60,
         "h" => 3600,
         "d" => 24 * 3600,
-        other => return Err(format!("{text:?}: unknown unit {other:?} (use s, m, h or d)")),
+        other => {
+            return Err(format!(
+                "{text:?}: unknown unit {other:?} (use s, m, h or d)"
+            ))
+        }
     };
     n.checked_mul(per)
         .map(std::time::Duration::from_secs)
@@ -328,7 +332,10 @@ mod tests {
         assert_eq!(format_duration(std::time::Duration::from_secs(5)), "5s");
         let dir = tempfile::tempdir().unwrap();
         let f = SettingsFile::load(Some(&write(dir.path(), "retention = \"2h\"\n"))).unwrap();
-        assert_eq!(f.retention.unwrap().parse(), Ok(std::time::Duration::from_secs(7200)));
+        assert_eq!(
+            f.retention.unwrap().parse(),
+            Ok(std::time::Duration::from_secs(7200))
+        );
         let f = SettingsFile::load(Some(&write(dir.path(), "retention = 0\n"))).unwrap();
         assert_eq!(f.retention.unwrap().parse(), Ok(std::time::Duration::ZERO));
     }

@@ -374,7 +374,9 @@ impl Actor for DebateActor {
                 delay_ms,
             } => {
                 let until = Utc::now()
-                    + chrono::Duration::milliseconds(i64::try_from(delay_ms).unwrap_or(i64::MAX / 2));
+                    + chrono::Duration::milliseconds(
+                        i64::try_from(delay_ms).unwrap_or(i64::MAX / 2),
+                    );
                 state.machine.extend_deadline(&task_id, attempt, until);
             }
             DebateMsg::Lost { task_id, attempt } => {
@@ -611,7 +613,13 @@ async fn publish_event(
 /// Returns the debate's status afterwards.
 async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateStatus, String> {
     let store = &deps.store;
-    let loaded = async { Ok::<_, parley_cluster::redis_store::RedisStoreError>((store.spec(id).await?, store.state(id).await?)) }.await;
+    let loaded = async {
+        Ok::<_, parley_cluster::redis_store::RedisStoreError>((
+            store.spec(id).await?,
+            store.state(id).await?,
+        ))
+    }
+    .await;
     let (spec, cp) = match loaded {
         Ok(v) => v,
         Err(parley_cluster::redis_store::RedisStoreError::Decode { what, source }) => {
@@ -639,7 +647,11 @@ async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateSt
     machine.set_outbox(events.clone());
     match store.save_state(machine.state(), cp.version).await {
         Ok(Some(_)) => {}
-        Ok(None) => return Err(format!("debate {id}: another coordinator wrote its checkpoint")),
+        Ok(None) => {
+            return Err(format!(
+                "debate {id}: another coordinator wrote its checkpoint"
+            ))
+        }
         Err(e) => return Err(e.to_string()),
     }
     for event in &events {
@@ -657,7 +669,10 @@ async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateSt
     if !matches!(status, DebateStatus::Running | DebateStatus::Pending) {
         store.unmark_running(id).await.map_err(|e| e.to_string())?;
         if let Some(ttl) = deps.retention {
-            store.expire_debate(id, ttl).await.map_err(|e| e.to_string())?;
+            store
+                .expire_debate(id, ttl)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         if before != status {
             tracing::info!(debate = %id, status = status.as_str(), "debate settled without resuming it");
@@ -708,7 +723,9 @@ async fn count_failure(deps: &Deps, id: &str, reason: Option<String>) {
         return;
     }
     match deps.store.record_actor_failure(id, &reason).await {
-        Ok(n) => tracing::warn!(debate = %id, failures = n, error = %reason, "the debate's actor failed with NATS and Redis up"),
+        Ok(n) => {
+            tracing::warn!(debate = %id, failures = n, error = %reason, "the debate's actor failed with NATS and Redis up")
+        }
         Err(e) => tracing::warn!(debate = %id, error = %e, "cannot count an actor failure"),
     }
 }

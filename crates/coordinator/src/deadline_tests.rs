@@ -134,10 +134,17 @@ fn an_attempt_past_its_deadline_is_sent_again_as_a_new_attempt() {
     for (_, attempt, error, will_retry) in &failed {
         assert_eq!(*attempt, 1);
         assert!(*will_retry);
-        assert!(error.contains("deadline") && error.contains("lost"), "{error}");
+        assert!(
+            error.contains("deadline") && error.contains("lost"),
+            "{error}"
+        );
     }
     assert_eq!(retries(&fx).len(), 2);
-    assert_eq!(m.next_deadline(), None, "nothing in flight while backing off");
+    assert_eq!(
+        m.next_deadline(),
+        None,
+        "nothing in flight while backing off"
+    );
 
     // The backoff elapses: attempt 2 goes out with its own message id and deadline.
     let at = t0() + secs(16);
@@ -202,7 +209,11 @@ fn a_hand_back_extends_the_deadline_of_the_current_attempt_only() {
             _ => None,
         })
         .collect();
-    assert_eq!(failed, vec![first[1].id.clone()], "only the other task expired");
+    assert_eq!(
+        failed,
+        vec![first[1].id.clone()],
+        "only the other task expired"
+    );
     assert!(m.in_flight().any(|t| t == id));
     assert_eq!(m.next_deadline(), Some(t0() + secs(37)));
     let fx = m.handle(Input::Tick, t0() + secs(37));
@@ -218,7 +229,10 @@ fn a_lost_message_fails_only_its_own_attempt() {
         attempt,
         reason: "delivered 5 times without an answer (dead letter)".into(),
     };
-    assert!(m.handle(lost(2), t0()).is_empty(), "not the current attempt");
+    assert!(
+        m.handle(lost(2), t0()).is_empty(),
+        "not the current attempt"
+    );
     let fx = m.handle(lost(1), t0() + secs(1));
     assert!(events(&fx).iter().any(|k| matches!(
         k,
@@ -334,7 +348,9 @@ fn retry_after_a_restart_gives_attempts_still_out_a_fresh_budget() {
     assert_eq!(rebuilt.state().status, DebateStatus::Running);
     // The other task is sent again as its outstanding attempt; its stored failure, read
     // now, is retried instead of failing the debate again.
-    assert!(dispatched(&fx).iter().any(|t| t.id == first[1].id && t.attempt == 1));
+    assert!(dispatched(&fx)
+        .iter()
+        .any(|t| t.id == first[1].id && t.attempt == 1));
     let fx = rebuilt.handle(Input::Result(fail(&first[1], "5xx")), t0() + secs(4));
     assert_eq!(rebuilt.state().status, DebateStatus::Running, "{fx:?}");
     assert_eq!(retries(&fx), vec![first[1].id.clone()]);

@@ -169,9 +169,8 @@ impl Machine {
     /// Gives every attempt dispatched from now on a deadline: its timeout plus `margin`
     /// (`None`: no deadlines, the embedded driver's choice).
     pub fn set_task_deadline_margin(&mut self, margin: Option<std::time::Duration>) {
-        self.deadline_margin = margin.map(|m| {
-            chrono::Duration::from_std(m).unwrap_or_else(|_| chrono::Duration::days(1))
-        });
+        self.deadline_margin = margin
+            .map(|m| chrono::Duration::from_std(m).unwrap_or_else(|_| chrono::Duration::days(1)));
     }
 
     /// The earliest deadline of an attempt in flight: when the driver should feed
@@ -342,10 +341,7 @@ impl Machine {
                     .collect();
                 for id in &outstanding {
                     let used = self.attempts(id);
-                    self.state
-                        .engine
-                        .failed_attempts
-                        .insert(id.clone(), used);
+                    self.state.engine.failed_attempts.insert(id.clone(), used);
                     self.state.engine.budget_start.insert(id.clone(), used);
                     self.in_flight.remove(id);
                     self.deadlines.remove(id);
@@ -374,10 +370,7 @@ impl Machine {
                     .engine
                     .attempts
                     .keys()
-                    .filter(|id| {
-                        self.parse_task_id(id)
-                            .is_some_and(|p| !self.is_done(&p))
-                    })
+                    .filter(|id| self.parse_task_id(id).is_some_and(|p| !self.is_done(&p)))
                     .cloned()
                     .collect();
                 let again: BTreeSet<String> = failed

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use parley_cluster::settings::{
-    at_least, parse_duration, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS,
-    DEFAULT_RETENTION, DEFAULT_TASK_DEADLINE_MARGIN_SECS,
+    at_least, parse_duration, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS, DEFAULT_RETENTION,
+    DEFAULT_TASK_DEADLINE_MARGIN_SECS,
 };
 use parley_coordinator::service::{run, CoordinatorConfig};
 use tokio_util::sync::CancellationToken;

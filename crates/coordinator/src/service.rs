@@ -34,8 +34,8 @@ use chrono::Utc;
 use futures::StreamExt;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::{
-    is_valid_debate_id, limits, new_debate_id, split_pages, DebateSpec, DebateStatus,
-    StatusPage, StatusRequest, StatusSummary, StatusView, TaskNotice, TaskRef, SCHEMA_VERSION,
+    is_valid_debate_id, limits, new_debate_id, split_pages, DebateSpec, DebateStatus, StatusPage,
+    StatusRequest, StatusSummary, StatusView, TaskNotice, TaskRef, SCHEMA_VERSION,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef};
@@ -487,7 +487,8 @@ impl Service {
                 .map_err(|e| err(ErrorCode::Internal, e.to_string()));
         }
         if json.len() <= self.page_bytes {
-            return serde_json::from_str(&json).map_err(|e| err(ErrorCode::Internal, e.to_string()));
+            return serde_json::from_str(&json)
+                .map_err(|e| err(ErrorCode::Internal, e.to_string()));
         }
         // Too large for one reply: a snapshot in pages (its first entry is the byte count).
         let pages = split_pages(&json, self.page_bytes);
@@ -551,12 +552,20 @@ impl Service {
         .ok()
         .map(|t| t.and_utc());
         let expired = match (self.retention, created) {
-            (Some(r), Some(c)) if Utc::now() - c > chrono::Duration::from_std(r).unwrap_or_default() => {
-                format!("; it was created {}, so it may have expired", c.format("%Y-%m-%d %H:%M:%S UTC"))
+            (Some(r), Some(c))
+                if Utc::now() - c > chrono::Duration::from_std(r).unwrap_or_default() =>
+            {
+                format!(
+                    "; it was created {}, so it may have expired",
+                    c.format("%Y-%m-%d %H:%M:%S UTC")
+                )
             }
             _ => String::new(),
         };
-        err(ErrorCode::NotFound, format!("no debate {id}: {kept}{expired}"))
+        err(
+            ErrorCode::NotFound,
+            format!("no debate {id}: {kept}{expired}"),
+        )
     }
 
     async fn user_command(&self, payload: &[u8], cmd: Command) -> Reply {
@@ -618,7 +627,9 @@ impl Service {
                 match self.adopt(&id, Some(follow_up)).await {
                     Ok(()) => return Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
                     Err(AdoptError::OwnedElsewhere) => match self.forward(&id, cmd).await {
-                        Err(e) if cmd == Command::Cancel && e.error.code == ErrorCode::Unavailable => {
+                        Err(e)
+                            if cmd == Command::Cancel && e.error.code == ErrorCode::Unavailable =>
+                        {
                             return Ok(accepted_later(&id));
                         }
                         Err(e) if e.error.code == ErrorCode::Unavailable => last = e,
@@ -638,7 +649,9 @@ impl Service {
     /// Records a dead-lettered task message, deletes it from the stream and tells the
     /// debate's owner (see the module docs).
     async fn dead_letter(&self, a: MaxDeliveries) {
-        let kind = if a.consumer == parley_cluster::streams::consumer_name(parley_protocol::WorkerKind::Judge) {
+        let kind = if a.consumer
+            == parley_cluster::streams::consumer_name(parley_protocol::WorkerKind::Judge)
+        {
             parley_telemetry::TaskKind::Judge
         } else {
             parley_telemetry::TaskKind::Agent

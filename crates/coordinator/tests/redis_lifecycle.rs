@@ -155,7 +155,10 @@ async fn a_result_never_outlives_its_debate() {
 
     // A retry keeps it again.
     store.persist_debate(ID).await.unwrap();
-    assert_eq!(ttl_ms(&mut c, &format!("parley:{{{ID}}}:results")).await, -1);
+    assert_eq!(
+        ttl_ms(&mut c, &format!("parley:{{{ID}}}:results")).await,
+        -1
+    );
     assert_eq!(store.state_ttl(ID).await.unwrap(), None);
 
     // Once the debate is gone, nothing is written.

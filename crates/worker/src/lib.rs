@@ -56,8 +56,8 @@ use parley_cluster::redis_store::{Stored, TaskLookup};
 use parley_cluster::{streams, RedisStore};
 use parley_llm::{Provider, ProviderSettings, Registry};
 use parley_protocol::{
-    subjects, ErrorKind, Task, TaskError, TaskNotice, TaskOutcome, TaskRef, TaskResult,
-    WorkerKind, SCHEMA_VERSION,
+    subjects, ErrorKind, Task, TaskError, TaskNotice, TaskOutcome, TaskRef, TaskResult, WorkerKind,
+    SCHEMA_VERSION,
 };
 use parley_telemetry::DeadLetterReason;
 use tokio::sync::Semaphore;
@@ -307,9 +307,10 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
     }
     let msg = Arc::new(msg);
     let lookup = {
-        // On the last delivery the message is not given back: wait for Redis (progress
-        // acks keep the message ours meanwhile).
-        let _alive = last_delivery.then(|| keep_alive(shared, &msg));
+        // Progress acks keep the message ours while Redis is slow to answer (a failing
+        // connection takes seconds to give up); on the last delivery the worker waits for
+        // Redis rather than give the message back.
+        let _alive = keep_alive(shared, &msg);
         lookup(shared, &tref, last_delivery).await
     };
     let lookup = match lookup {
@@ -356,7 +357,11 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         return;
     }
     let task: Task = match lookup.body.as_deref().map(serde_json::from_str::<Task>) {
-        Some(Ok(t)) if t.id == tref.id && t.debate_id == tref.debate_id && t.attempt == tref.attempt => t,
+        Some(Ok(t))
+            if t.id == tref.id && t.debate_id == tref.debate_id && t.attempt == tref.attempt =>
+        {
+            t
+        }
         Some(Ok(_)) | Some(Err(_)) => {
             tracing::error!(task = %tref.id, "the stored task body does not decode to this task; dropping it");
             parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Undecodable);
@@ -509,7 +514,8 @@ async fn run_claimed(
                 ErrorKind::Undelivered,
                 "the worker shut down while running the task on its last delivery".into(),
             );
-            let stored = tokio::time::timeout(Duration::from_secs(2), shared.store.store_result(&r)).await;
+            let stored =
+                tokio::time::timeout(Duration::from_secs(2), shared.store.store_result(&r)).await;
             if matches!(stored, Ok(Ok(_))) {
                 notify(shared, &r).await;
                 let _ = msg.ack().await;

@@ -164,7 +164,11 @@ impl RedisStore {
 
     /// Stores task bodies (`(field, Task JSON)`, field = `<task id>#<attempt>`) before
     /// their messages are published.
-    pub async fn put_task_bodies(&self, debate_id: &str, bodies: &[(String, String)]) -> Result<()> {
+    pub async fn put_task_bodies(
+        &self,
+        debate_id: &str,
+        bodies: &[(String, String)],
+    ) -> Result<()> {
         if bodies.is_empty() {
             return Ok(());
         }
