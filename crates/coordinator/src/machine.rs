@@ -1245,15 +1245,13 @@ impl Machine {
         // Free text (provider errors, warnings) is cut so an event stays small; the state
         // keeps the whole text.
         use parley_protocol::{clip_text, MAX_EVENT_TEXT_BYTES};
-        match &mut kind {
-            EventKind::TaskFailed { error: text, .. }
-            | EventKind::DebateFailed { message: text, .. }
-            | EventKind::Warning { message: text } => {
-                if text.len() > MAX_EVENT_TEXT_BYTES {
-                    *text = clip_text(text, MAX_EVENT_TEXT_BYTES);
-                }
+        if let EventKind::TaskFailed { error: text, .. }
+        | EventKind::DebateFailed { message: text, .. }
+        | EventKind::Warning { message: text } = &mut kind
+        {
+            if text.len() > MAX_EVENT_TEXT_BYTES {
+                *text = clip_text(text, MAX_EVENT_TEXT_BYTES);
             }
-            _ => {}
         }
         self.state.engine.event_seq += 1;
         fx.push(Effect::Emit(DebateEvent {
