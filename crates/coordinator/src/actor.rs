@@ -264,6 +264,11 @@ impl Actor for DebateActor {
                     || state.deps.store.cancel_requested(&id).await?
                 {
                     state.follow_up = None;
+                    // The previous owner's last events, if it could publish them (best effort:
+                    // the cancel must not depend on it).
+                    if let Err(e) = state.publish_outbox().await {
+                        tracing::warn!(debate = %id, error = %e, "cannot publish the previous owner's last events");
+                    }
                     state.apply(&myself, Input::Cancel).await?;
                     return Ok(());
                 }
@@ -635,6 +640,8 @@ async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateSt
         return Err(format!("debate {id} has no stored spec or state"));
     };
     let before = cp.state.status;
+    // The previous owner's last events first (best effort), so the stream keeps its order.
+    publish_best_effort(deps, id, &cp.state.engine.outbox).await;
     let mut machine = Machine::from_checkpoint(spec, cp.state);
     let events: Vec<parley_protocol::DebateEvent> = machine
         .handle(input, Utc::now())
@@ -654,17 +661,7 @@ async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateSt
         }
         Err(e) => return Err(e.to_string()),
     }
-    for event in &events {
-        let published = async {
-            let ack = publish_event(&deps.js, event).await?;
-            ack.await.map_err(ActorProcessingErr::from)
-        };
-        match tokio::time::timeout(Duration::from_secs(5), published).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(debate = %id, error = %e, "cannot publish an event"),
-            Err(_) => tracing::warn!(debate = %id, "timed out publishing an event"),
-        }
-    }
+    publish_best_effort(deps, id, &events).await;
     let status = machine.state().status;
     if !matches!(status, DebateStatus::Running | DebateStatus::Pending) {
         store.unmark_running(id).await.map_err(|e| e.to_string())?;
@@ -679,6 +676,21 @@ async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateSt
         }
     }
     Ok(status)
+}
+
+/// Publishes `events`, each waited for at most a few seconds; failures are logged.
+async fn publish_best_effort(deps: &Deps, id: &str, events: &[parley_protocol::DebateEvent]) {
+    for event in events {
+        let published = async {
+            let ack = publish_event(&deps.js, event).await?;
+            ack.await.map_err(ActorProcessingErr::from)
+        };
+        match tokio::time::timeout(Duration::from_secs(5), published).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(debate = %id, error = %e, "cannot publish an event"),
+            Err(_) => tracing::warn!(debate = %id, "timed out publishing an event"),
+        }
+    }
 }
 
 /// The reason to count an actor's failure towards [`Deps::max_actor_failures`], if it may
