@@ -5,11 +5,13 @@
 //! - [`run`]: `parley run`, the embedded debate.
 //! - [`progress`]: the progress display on stderr.
 //! - [`report`]: the final solution text and the Markdown report.
+//! - [`report_cmd`]: `parley report`, the Markdown report of a saved debate.
 
 mod config;
 mod progress;
 mod remote;
 mod report;
+mod report_cmd;
 mod run;
 
 use std::path::PathBuf;
@@ -66,6 +68,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a debate in this process and print the final solution.
+    #[command(alias = "debate")]
     Run(RunArgs),
     /// Submit a debate to a cluster over NATS (prints its id; --wait follows it).
     Submit(remote::SubmitArgs),
@@ -77,32 +80,34 @@ enum Command {
     Retry(remote::DebateArgs),
     /// Cancel a debate.
     Cancel(remote::DebateArgs),
+    /// Write the Markdown report of a saved debate.
+    Report(report_cmd::ReportArgs),
 }
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// The problem to debate (or use --problem-file).
     pub problem: Option<String>,
-    /// Read the problem from a file.
-    #[arg(long, value_name = "FILE")]
+    /// Read the problem from a file (dialectic's `-p` / `--problemDescription` too).
+    #[arg(short = 'p', long, alias = "problemDescription", value_name = "FILE")]
     pub problem_file: Option<PathBuf>,
     /// Only the agents with these roles (comma-separated), e.g. architect,security.
-    #[arg(long, value_delimiter = ',', value_name = "ROLES")]
+    #[arg(short = 'a', long, value_delimiter = ',', value_name = "ROLES")]
     pub agents: Option<Vec<String>>,
     /// Number of rounds (1-20).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(short = 'r', long, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: Option<u32>,
     /// Debate configuration (default ./debate-config.json).
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'c', long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Write the result: .json = the full debate state, anything else = the solution text.
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Write a Markdown report of the whole debate.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Per-round latency and token summary, and each agent's prompt source.
-    #[arg(long)]
+    #[arg(short = 'v', long)]
     pub verbose: bool,
 }
 
@@ -143,6 +148,7 @@ fn main() -> ExitCode {
             Command::Status(args) => remote::status(args).await,
             Command::Retry(args) => remote::command(args, parley_protocol::subjects::RETRY).await,
             Command::Cancel(args) => remote::command(args, parley_protocol::subjects::CANCEL).await,
+            Command::Report(args) => report_cmd::report(args),
         }
     });
     match result {

@@ -193,7 +193,7 @@ fn finish(
     r: &RunArgs,
 ) -> Result<(), CliError> {
     if let Some(path) = &r.report {
-        std::fs::write(path, report::markdown(spec, state)).map_err(|e| {
+        std::fs::write(path, report::markdown(Some(spec), state)).map_err(|e| {
             CliError::general(format!("cannot write report {}: {e}", path.display()))
         })?;
     }

@@ -68,7 +68,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         eprint!("{}", report::verbose_summary(&spec, &state));
     }
     if let Some(path) = &args.report {
-        std::fs::write(path, report::markdown(&spec, &state)).map_err(|e| {
+        std::fs::write(path, report::markdown(Some(&spec), &state)).map_err(|e| {
             CliError::general(format!("cannot write report {}: {e}", path.display()))
         })?;
         eprintln!("Wrote report to {}", path.display());

@@ -972,13 +972,9 @@ impl Machine {
                 }
             }
             TaskKind::Synthesize => {
-                let solution = out.solution.unwrap_or_else(|| Solution {
-                    description: out.content.clone(),
-                    tradeoffs: Vec::new(),
-                    recommendations: Vec::new(),
-                    confidence: 0.0,
-                    synthesized_by: exec.id.clone(),
-                });
+                let solution = out
+                    .solution
+                    .unwrap_or_else(|| Solution::text_only(out.content.clone(), exec.id.clone()));
                 self.state.final_solution = Some(solution);
                 self.state.synthesis_metadata = Some(out.metadata);
             }

@@ -49,11 +49,8 @@ fn ok(task: &Task, content: &str) -> TaskResult {
     match task.kind {
         TaskKind::Synthesize => {
             out.solution = Some(Solution {
-                description: "final".into(),
-                tradeoffs: vec![],
-                recommendations: vec![],
                 confidence: 77.0,
-                synthesized_by: task.agent.id.clone(),
+                ..Solution::text_only("final".into(), task.agent.id.clone())
             })
         }
         TaskKind::Evaluate => out.confidence = Some(50.0),
