@@ -4,10 +4,14 @@
 //! tasks: queued, in flight, drained.
 //!
 //! The chart is rendered by `scripts/check-chart.sh render-json` (helm 3.17.1 from its
-//! pip-fetched, sha256-verified cache). The services run with the rendered settings files and
-//! debate config (only the metrics address is overridden, so parallel tests do not collide)
-//! against a `nats-server -js -m PORT` whose monitoring endpoint is the one in the rendered
-//! trigger. `/jsz` is read exactly as KEDA's nats-jetstream scaler reads it:
+//! pip-fetched, sha256-verified cache). Each service runs as its pod would: the environment
+//! of its rendered Deployment (Secret references resolved against the rendered Secret), the
+//! rendered ConfigMap's files in place of `/etc/parley` (only the metrics address is
+//! overridden, so parallel tests do not collide), against a `nats-server -js` with a
+//! monitoring port whose endpoint is the one in the rendered trigger. Two NATS set-ups: no
+//! accounts (KEDA `account` "$G", the chart's default) and a named account `PARLEY` with a
+//! user, as deploy/'s NATS config has (the chart then takes the NATS URL with its password
+//! from the Secret). `/jsz` is read exactly as KEDA's nats-jetstream scaler reads it:
 //! `http://<natsServerMonitoringEndpoint>/jsz?acc=<account>&config=true&consumers=true`,
 //! matching the account by id or name, then the stream, then the consumer.
 //!
@@ -45,18 +49,34 @@ struct MonitoredNats {
 }
 
 impl MonitoredNats {
-    async fn start() -> anyhow::Result<MonitoredNats> {
+    /// With `account`: a named account with JetStream and one user (`user`, `password`).
+    async fn start(account: Option<(&str, &str, &str)>) -> anyhow::Result<MonitoredNats> {
         let http = reqwest::Client::new();
         let mut last = String::new();
         // Another process may take a free port before the server binds it: try again.
         for _ in 0..3 {
             let dir = tempfile::tempdir()?;
             let (port, monitor_port) = (free_port(), free_port());
+            let mut config = format!(
+                "listen: \"127.0.0.1:{port}\"\nhttp: \"127.0.0.1:{monitor_port}\"\n\
+                 jetstream {{ store_dir: {:?} }}\n",
+                dir.path().join("js")
+            );
+            if let Some((name, user, password)) = account {
+                // `no_auth_user`: a client that sends no credentials is that user. The
+                // services get the URL with the password from the Secret, but async-nats
+                // 0.51 does not send a URL's user and password (see the chart's README
+                // section); valid credentials land in the same account once it does.
+                config.push_str(&format!(
+                    "accounts {{ {name}: {{ jetstream: enabled, users: [ \
+                     {{ user: {user:?}, password: {password:?} }} ] }} }}\n\
+                     no_auth_user: {user:?}\n"
+                ));
+            }
+            let config_path = dir.path().join("nats.conf");
+            std::fs::write(&config_path, config)?;
             let mut cmd = Command::new("nats-server");
-            cmd.args(["-js", "-a", "127.0.0.1"])
-                .args(["-p", &port.to_string(), "-m", &monitor_port.to_string()])
-                .arg("-sd")
-                .arg(dir.path());
+            cmd.arg("-c").arg(&config_path);
             let mut process = ChildProcess::spawn(cmd, "nats-server")
                 .context("while starting nats-server (apt-get install nats-server)")?;
             let healthz = format!("http://127.0.0.1:{monitor_port}/healthz");
@@ -240,18 +260,74 @@ fn keda_replicas(lag: u64, trigger: &BTreeMap<String, String>, min: u64, max: u6
     lag.div_ceil(threshold).clamp(min.max(1), max)
 }
 
-/// A service binary with a rendered settings file.
-fn service(bin: &str, settings: &Path, ready_line: &str) -> (ChildProcess, u16) {
+/// Standard base64 (the `data` of a rendered Secret).
+fn base64_decode(s: &str) -> anyhow::Result<String> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut out = Vec::new();
+    for c in s.bytes().filter(|&c| c != b'=') {
+        let v = ALPHABET
+            .iter()
+            .position(|&a| a == c)
+            .ok_or_else(|| anyhow!("not base64: {s:?}"))?;
+        bits = (bits << 6) | v as u32;
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+        }
+    }
+    Ok(String::from_utf8(out)?)
+}
+
+/// A worker kind's or the coordinator's pod, as rendered: the Deployment's container
+/// environment with Secret references resolved against the rendered Secret (an absent
+/// optional key stays unset, as in Kubernetes) and `/etc/parley/` (the ConfigMap's mount)
+/// moved to `config_dir`.
+fn pod_env(docs: &[Value], component_name: &str, config_dir: &Path) -> Vec<(String, String)> {
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && component(d) == component_name)
+        .unwrap_or_else(|| panic!("no Deployment for {component_name}"));
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let mut env = Vec::new();
+    for e in container["env"].as_array().expect("env") {
+        let name = e["name"].as_str().unwrap().to_string();
+        let value = if let Some(v) = e["value"].as_str() {
+            v.to_string()
+        } else {
+            let r = &e["valueFrom"]["secretKeyRef"];
+            let secret = docs
+                .iter()
+                .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == r["name"])
+                .unwrap_or_else(|| panic!("{name}: Secret {} is not rendered", r["name"]));
+            match secret["data"][r["key"].as_str().unwrap()].as_str() {
+                Some(b64) => base64_decode(b64).unwrap(),
+                None if r["optional"] == true => continue,
+                None => panic!("{name}: key {} is not in the Secret", r["key"]),
+            }
+        };
+        let value = match value.strip_prefix("/etc/parley/") {
+            Some(file) => config_dir.join(file).display().to_string(),
+            None => value,
+        };
+        env.push((name, value));
+    }
+    env
+}
+
+/// A service process with its pod's environment (see [`pod_env`]).
+fn service(bin: &str, env: &[(String, String)], ready_line: &str) -> (ChildProcess, u16) {
     let metrics = free_port();
     let mut cmd = Command::new(workspace_bin(bin));
-    cmd.env("PARLEY_SETTINGS", settings)
-        .env("PARLEY_METRICS_ADDR", format!("127.0.0.1:{metrics}"))
-        .env("PARLEY_LOG", "info")
-        .env_remove("PARLEY_NATS_URL")
-        .env_remove("PARLEY_REDIS_URL")
-        .env_remove("PARLEY_CONFIG")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PARLEY_") || k.starts_with("OTEL_") || k.ends_with("_API_KEY") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PARLEY_METRICS_ADDR", format!("127.0.0.1:{metrics}"));
     let p = ChildProcess::spawn(cmd, bin).unwrap();
     assert!(
         p.wait_for_log_line(ready_line, TIMEOUT).is_some(),
@@ -272,18 +348,47 @@ async fn request(client: &async_nats::Client, subject: &'static str, body: &Valu
     serde_json::from_slice(&msg.payload).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
-    let nats = MonitoredNats::start().await.unwrap();
+/// The NATS set-up of a run.
+enum Account {
+    /// No accounts: JetStream lives in `$G`, the chart's default `keda.account`.
+    Global,
+    /// A named account `PARLEY` with one user (deploy/'s roles): `keda.account=PARLEY`, the
+    /// URL with the password in the Secret (`nats.urlFromSecret`).
+    Parley,
+}
+
+const PARLEY_USER: &str = "parley-service";
+const PARLEY_PASSWORD: &str = "s3cret-for-the-helm-test";
+
+/// Runs the chart's services against a monitored NATS, queues a burst and checks `/jsz` as
+/// KEDA reads it. With `drain`, also one worker holding tasks, then workers finishing every
+/// debate.
+async fn trigger_and_lag(account: Account, drain: bool) {
+    let nats = match account {
+        Account::Global => MonitoredNats::start(None).await,
+        Account::Parley => {
+            MonitoredNats::start(Some(("PARLEY", PARLEY_USER, PARLEY_PASSWORD))).await
+        }
+    }
+    .unwrap();
     let redis = RedisServer::start().unwrap();
     let fake = FakeLlm::start().await.unwrap();
     let http = reqwest::Client::new();
     let endpoint = format!("127.0.0.1:{}", nats.monitor_port);
+    let (client_url, expected_account) = match account {
+        Account::Global => (nats.url(), "$G"),
+        Account::Parley => (
+            format!(
+                "nats://{PARLEY_USER}:{PARLEY_PASSWORD}@127.0.0.1:{}",
+                nats.port
+            ),
+            "PARLEY",
+        ),
+    };
 
-    // The chart with KEDA on, pointed at this NATS / Redis / fake LLM; the account stays the
-    // chart's default ("$G": a NATS without accounts, like this one).
-    let docs = render(&[
-        ("keda.enabled", "true".into()),
+    // The chart with KEDA on, pointed at this NATS / Redis / fake LLM.
+    let mut sets = vec![
+        ("keda.enabled", "true".to_string()),
         ("keda.natsServerMonitoringEndpoint", endpoint.clone()),
         ("keda.minReplicaCount", "1".into()),
         ("keda.maxReplicaCount", "20".into()),
@@ -296,8 +401,13 @@ async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
         ("judgeWorker.ackWaitSecs", "3".into()),
         ("agentWorker.drainSecs", "2".into()),
         ("judgeWorker.drainSecs", "2".into()),
-    ])
-    .unwrap();
+    ];
+    if let Account::Parley = account {
+        sets.push(("keda.account", "PARLEY".into()));
+        sets.push(("nats.urlFromSecret", "true".into()));
+        sets.push(("secrets.natsUrl", client_url.clone()));
+    }
+    let docs = render(&sets).unwrap();
     let triggers = triggers(&docs);
     assert_eq!(
         triggers.keys().collect::<Vec<_>>(),
@@ -307,12 +417,12 @@ async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
     let (agent_trigger, judge_trigger) = (&triggers["agent-worker"], &triggers["judge-worker"]);
     for t in [agent_trigger, judge_trigger] {
         assert_eq!(t["natsServerMonitoringEndpoint"], endpoint);
-        assert_eq!(t["account"], "$G");
+        assert_eq!(t["account"], expected_account);
         assert_eq!(t["stream"], "PARLEY_TASKS");
     }
     assert_eq!(agent_trigger["lagThreshold"], AGENT_CONCURRENCY.to_string());
 
-    // The services run with the rendered settings files and debate config.
+    // The services run as their pods would.
     let dir = tempfile::tempdir().unwrap();
     let config_map = docs
         .iter()
@@ -321,22 +431,23 @@ async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
     for (name, text) in config_map["data"].as_object().unwrap() {
         std::fs::write(dir.path().join(name), text.as_str().unwrap()).unwrap();
     }
-    let settings = |c: &str| dir.path().join(format!("{c}.toml"));
+    let env = |c: &str| pod_env(&docs, c, dir.path());
+    if let Account::Parley = account {
+        let coordinator_env = env("coordinator");
+        assert!(
+            coordinator_env
+                .iter()
+                .any(|(k, v)| k == "PARLEY_NATS_URL" && v == &client_url),
+            "the pods take the NATS URL from the Secret: {coordinator_env:?}"
+        );
+    }
     let (_coordinator, coordinator_metrics) = service(
         "parley-coordinator",
-        &settings("coordinator"),
+        &env("coordinator"),
         "coordinator ready",
     );
-    let (mut agent, _) = service(
-        "parley-agent-worker",
-        &settings("agent-worker"),
-        "worker ready",
-    );
-    let (mut judge, _) = service(
-        "parley-judge-worker",
-        &settings("judge-worker"),
-        "worker ready",
-    );
+    let (mut agent, _) = service("parley-agent-worker", &env("agent-worker"), "worker ready");
+    let (mut judge, _) = service("parley-judge-worker", &env("judge-worker"), "worker ready");
     // The readiness probe the chart gives every pod passes.
     let readyz = http
         .get(format!("http://127.0.0.1:{coordinator_metrics}/readyz"))
@@ -345,26 +456,33 @@ async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
         .unwrap();
     assert!(readyz.status().is_success(), "{readyz:?}");
 
-    // 1. What the trigger names exists: account, stream, both durable consumers, no lag.
+    // 1. What the trigger names exists: account, stream, both durable consumers on their
+    //    subjects, no lag.
     for t in [agent_trigger, judge_trigger] {
         let lag = wait_lag(&http, t, |l| l.total() == 0).await;
         assert_eq!(lag.total(), 0, "{t:?}");
     }
     let body: Value = http
         .get(format!("http://{endpoint}/jsz"))
-        .query(&[("acc", "$G"), ("config", "true"), ("consumers", "true")])
+        .query(&[
+            ("acc", expected_account),
+            ("config", "true"),
+            ("consumers", "true"),
+        ])
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    let consumers: BTreeMap<String, Value> = body["account_details"][0]["stream_detail"]
+    let consumers: BTreeMap<String, Value> = body["account_details"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|a| a["name"] == expected_account)
+        .flat_map(|a| a["stream_detail"].as_array().cloned().unwrap_or_default())
         .filter(|s| s["name"] == "PARLEY_TASKS")
-        .flat_map(|s| s["consumer_detail"].as_array().unwrap().clone())
+        .flat_map(|s| s["consumer_detail"].as_array().cloned().unwrap_or_default())
         .map(|c| (c["name"].as_str().unwrap().to_string(), c))
         .collect();
     for (consumer, subject) in [
@@ -381,7 +499,7 @@ async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
         p.terminate();
         assert!(p.wait_exit(TIMEOUT).is_some(), "a worker did not drain");
     }
-    let client = async_nats::connect(nats.url()).await.unwrap();
+    let client = async_nats::connect(client_url.as_str()).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..DEBATES {
         let r = request(
@@ -413,22 +531,22 @@ async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
     let wanted = keda_replicas(queued.total(), agent_trigger, 1, 20);
     assert_eq!(wanted, burst.div_ceil(AGENT_CONCURRENCY));
     eprintln!(
-        "/jsz after a burst of {DEBATES} debates, no worker: agent-workers num_pending={} num_ack_pending={} \
-         → lag {} → KEDA wants {wanted} agent-worker replicas (lagThreshold {}); judge-workers lag {}",
+        "[account {expected_account}] /jsz after a burst of {DEBATES} debates, no worker: agent-workers \
+         num_pending={} num_ack_pending={} → lag {} → KEDA wants {wanted} agent-worker replicas \
+         (lagThreshold {}); judge-workers lag {}",
         queued.pending,
         queued.ack_pending,
         queued.total(),
         agent_trigger["lagThreshold"],
         judge_idle.total()
     );
+    if !drain {
+        return;
+    }
 
     // 3. One worker holding its `concurrency` tasks on a slow model: the lag stays the burst.
     fake.set_latency(Latency::Fixed(Duration::from_secs(3600)));
-    let (mut slow, _) = service(
-        "parley-agent-worker",
-        &settings("agent-worker"),
-        "worker ready",
-    );
+    let (mut slow, _) = service("parley-agent-worker", &env("agent-worker"), "worker ready");
     let busy = wait_lag(&http, agent_trigger, |l| l.ack_pending == AGENT_CONCURRENCY).await;
     assert_eq!(
         (busy.pending, busy.ack_pending),
@@ -437,7 +555,8 @@ async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
     );
     assert_eq!(busy.total(), burst);
     eprintln!(
-        "/jsz with one agent worker (concurrency {AGENT_CONCURRENCY}) busy: num_pending={} num_ack_pending={} → lag {}",
+        "[account {expected_account}] /jsz with one agent worker (concurrency {AGENT_CONCURRENCY}) busy: \
+         num_pending={} num_ack_pending={} → lag {}",
         busy.pending,
         busy.ack_pending,
         busy.total()
@@ -447,16 +566,8 @@ async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
     // 4. Workers with a fast model drain it: every debate completes, both lags return to 0.
     fake.set_latency(Latency::Zero);
     let started = Instant::now();
-    let (_agent, _) = service(
-        "parley-agent-worker",
-        &settings("agent-worker"),
-        "worker ready",
-    );
-    let (_judge, _) = service(
-        "parley-judge-worker",
-        &settings("judge-worker"),
-        "worker ready",
-    );
+    let (_agent, _) = service("parley-agent-worker", &env("agent-worker"), "worker ready");
+    let (_judge, _) = service("parley-judge-worker", &env("judge-worker"), "worker ready");
     for id in &ids {
         let deadline = Instant::now() + TIMEOUT;
         let state = loop {
@@ -480,11 +591,21 @@ async fn keda_trigger_names_what_the_services_create_and_lag_follows_a_burst() {
         "critiques and refinements went through agent-workers: {agent_done:?}"
     );
     eprintln!(
-        "/jsz after the drain ({:.1} s): agent-workers lag 0 ({} deliveries), judge-workers lag 0 ({} deliveries) \
-         → KEDA wants {} replicas of each (minReplicaCount 1)",
+        "[account {expected_account}] /jsz after the drain ({:.1} s): agent-workers lag 0 ({} deliveries), \
+         judge-workers lag 0 ({} deliveries) → KEDA wants {} replica(s) of each (minReplicaCount 1)",
         started.elapsed().as_secs_f64(),
         agent_done.delivered,
         judge_done.delivered,
         keda_replicas(0, agent_trigger, 1, 20)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_in_the_global_account_names_what_the_services_create_and_lag_follows_a_burst() {
+    trigger_and_lag(Account::Global, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_in_the_parley_account_names_what_the_services_create_and_counts_a_burst() {
+    trigger_and_lag(Account::Parley, false).await;
 }

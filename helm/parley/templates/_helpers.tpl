@@ -177,6 +177,9 @@ config = "debate-config.json"
 {{- if and .Values.nats.credentials.enabled (not .Values.secrets.existingSecret) (not .Values.secrets.natsCreds) }}
 {{- fail "nats.credentials.enabled needs secrets.natsCreds (the .creds file's contents) or secrets.existingSecret" }}
 {{- end }}
+{{- if and .Values.nats.urlFromSecret (not .Values.secrets.existingSecret) (not .Values.secrets.natsUrl) }}
+{{- fail "nats.urlFromSecret needs secrets.natsUrl or secrets.existingSecret" }}
+{{- end }}
 {{- if and .Values.redis.urlFromSecret (not .Values.secrets.existingSecret) (not .Values.secrets.redisUrl) }}
 {{- fail "redis.urlFromSecret needs secrets.redisUrl or secrets.existingSecret" }}
 {{- end }}
