@@ -111,6 +111,8 @@ ensure_validator() {
     rm -rf "$VENV"
     python3 -m venv "$VENV"
     "$PY" -m pip install --quiet --disable-pip-version-check "$wheel" >&2
+    "$PY" -c 'import tomllib' 2>/dev/null ||
+        "$PY" -m pip install --quiet --disable-pip-version-check 'tomli>=2,<3' >&2
     "$PY" -c 'import kubernetes_validate, jsonschema, yaml' || die "the validator's virtualenv is broken"
     touch "$VENV/.complete"
 }

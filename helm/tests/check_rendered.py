@@ -25,7 +25,11 @@ import json
 import os
 import re
 import sys
-import tomllib
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11: the same parser, installed by scripts/check-chart.sh
+    import tomli as tomllib
 
 import jsonschema
 import yaml

@@ -516,7 +516,12 @@ async fn trigger_and_lag(account: Account, drain: bool) {
         );
     }
     let burst = (DEBATES * AGENTS) as u64;
-    let queued = wait_lag(&http, agent_trigger, |l| l.total() == burst).await;
+    // (A message a just-stopped worker's expiring pull took would be ack-pending until
+    // its ack wait passes, then pending again: wait for the settled state.)
+    let queued = wait_lag(&http, agent_trigger, |l| {
+        l.pending == burst && l.ack_pending == 0
+    })
+    .await;
     assert_eq!(
         queued,
         Lag {
