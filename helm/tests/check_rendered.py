@@ -9,7 +9,8 @@ For every file:
 - custom resources (ScaledObject, ServiceMonitor, PodMonitor) are validated against the
   strict JSON schemas in helm/tests/schemas/ (unknown fields rejected); any other custom
   resource is an error (Kubernetes' own kinds are kubernetes-validate's job);
-- assertions a reviewer would check by hand: no `replicas` on a Deployment an autoscaler
+- assertions a reviewer would check by hand (the settings keys, stream and consumer names
+  are read from the services' sources, so the checks follow them): no `replicas` on a Deployment an autoscaler
   owns; trigger metadata values are strings and name the stream/consumers the services
   create; min <= max (KEDA's CEL rule, which a JSON schema cannot express); the grace
   period exceeds the worker's drain_secs; PDB, Service, NetworkPolicy and monitor selectors
@@ -40,14 +41,38 @@ SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring.coreos.com-v1.json",
     ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor-monitoring.coreos.com-v1.json",
 }
-# crates/cluster/src/settings.rs: SettingsFile (deny_unknown_fields).
-SETTINGS_KEYS = {
-    "nats_url", "redis_url", "metrics_addr", "lease_ttl_ms", "concurrency", "drain_secs",
-    "ack_wait_secs", "config",
-}
-# crates/cluster/src/streams.rs.
-STREAM = "PARLEY_TASKS"
-CONSUMERS = {"agent-worker": "agent-workers", "judge-worker": "judge-workers"}
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def _source(path):
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def _settings_keys():
+    """The keys of the services' TOML settings file: the fields of `SettingsFile`
+    (deny_unknown_fields) in crates/cluster/src/settings.rs."""
+    body = re.search(r"pub struct SettingsFile \{(.*?)\n\}", _source("crates/cluster/src/settings.rs"), re.S)
+    keys = set(re.findall(r"^\s*pub (\w+):", body.group(1), re.M)) if body else set()
+    if not keys:
+        sys.exit("cannot read SettingsFile's fields from crates/cluster/src/settings.rs")
+    return keys
+
+
+def _jetstream_names():
+    """The tasks stream (crates/protocol/src/subjects.rs) and the consumer of each worker
+    kind (crates/cluster/src/streams.rs) the services create."""
+    stream = re.search(r'TASKS_STREAM: &str = "([^"]+)"', _source("crates/protocol/src/subjects.rs"))
+    streams_rs = _source("crates/cluster/src/streams.rs")
+    agent = re.search(r'WorkerKind::Agent => "([^"]+)"', streams_rs)
+    judge = re.search(r'WorkerKind::Judge => "([^"]+)"', streams_rs)
+    if not (stream and agent and judge):
+        sys.exit("cannot read the stream / consumer names from the services' sources")
+    return stream.group(1), {"agent-worker": agent.group(1), "judge-worker": judge.group(1)}
+
+
+SETTINGS_KEYS = _settings_keys()
+STREAM, CONSUMERS = _jetstream_names()
 COMPONENTS = ["coordinator", "agent-worker", "judge-worker"]
 API_KEY_VARS = {"OPENAI_API_KEY", "OPENROUTER_API_KEY", "OPENAI_COMPATIBLE_API_KEY"}
 HEX64 = re.compile(r"^[0-9a-f]{64}$")

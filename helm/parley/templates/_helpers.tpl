@@ -134,8 +134,8 @@ The kind's keda.enabled wins when set; otherwise keda.enabled.
 {{- end }}
 
 {{/*
-Grace period of a component's pods: for a worker drain_secs + margin, so SIGKILL never
-cuts a drain short; an explicit value below drain_secs is refused.
+Grace period of a component's pods: for a worker drain_secs + gracePeriodMarginSeconds
+(at least 1, by the schema), so SIGKILL never cuts a drain short; the coordinator's is a value.
 */}}
 {{- define "parley.gracePeriod" -}}
 {{- $v := include "parley.componentValues" . | fromYaml }}
