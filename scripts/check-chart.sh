@@ -10,9 +10,9 @@
 #      Kubernetes 1.30.0 with the KEDA and prometheus-operator API versions available;
 #   3. `kubernetes-validate --strict -k 1.30.0` of every rendered manifest (unknown fields
 #      are errors; only the custom resources may lack a Kubernetes schema);
-#   4. helm/tests/check_rendered.py: the custom resources against strict JSON schemas written
-#      from KEDA's / prometheus-operator's CRDs (helm/tests/schemas), and assertions on the
-#      rendered YAML (see that file);
+#   4. helm/tests/check_rendered.py: the custom resources against Parley's own strict JSON
+#      schemas (helm/tests/schemas, hand-written from KEDA's / prometheus-operator's API docs),
+#      and assertions on the rendered YAML (see that file);
 #   5. negative cases: each helm/tests/invalid/*.yaml must make `helm lint` (schema) or
 #      `helm template` (template checks) fail with the message its `# expect-...` line names;
 #      KEDA / monitors enabled without their APIs must fail; the checksum annotation must
@@ -179,9 +179,9 @@ if [[ -n "$unexpected" ]] || ((kv_status != 0)); then
     cat "$kv_log"
     die "kubernetes-validate reported problems (exit $kv_status)"
 fi
-echo "  $(grep -c 'passed for resource' "$kv_log" || true) resources valid (strict), $(grep -c "Couldn't find schema" "$kv_log" || true) custom resources left to the CRD schemas"
+echo "  $(grep -c 'passed for resource' "$kv_log" || true) resources valid (strict), $(grep -c "Couldn't find schema" "$kv_log" || true) custom resources left to helm/tests/schemas"
 
-echo "==> custom resources against the CRD schemas, assertions on the rendered YAML"
+echo "==> custom resources against helm/tests/schemas, assertions on the rendered YAML"
 "$PY" helm/tests/check_rendered.py "${rendered[@]}"
 
 echo "==> NOTES.txt renders for every values file"
