@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use parley_testkit::wait_until;
 use parley_tests::*;
 
 /// Drain deadline of every service in these tests (`--drain-secs`, `PARLEY_DRAIN_SECS`).
@@ -105,6 +106,9 @@ async fn stop_during_outage(outage: Outage) {
             s.code,
             s.after.as_millis()
         );
+        for line in log_lines_with_message(&s.log, "drain incomplete") {
+            eprintln!("    gave up on: {}", line["fields"]["gave_up"]);
+        }
     }
     for s in &stopped {
         assert!(
@@ -172,4 +176,146 @@ async fn sigterm_with_nats_down_exits_within_the_deadline_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_redis_down_exits_within_the_deadline_and_loses_nothing() {
     stop_during_outage(Outage::Redis).await;
+}
+
+// --- The CLI: Ctrl-C while NATS is down, and the end of `watch` ------------------------
+
+/// `parley <args>` as a child process logging to a file.
+fn parley_child(dir: &std::path::Path, args: &[&str]) -> ChildProcess {
+    let mut cmd = std::process::Command::new(workspace_bin("parley"));
+    cmd.current_dir(dir)
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY");
+    ChildProcess::spawn(cmd, "parley").unwrap()
+}
+
+fn sigint(p: &ChildProcess) {
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &p.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_watch_and_submit_wait_exit_130_on_ctrl_c_while_nats_is_down() {
+    let mut c = Cluster::start().await;
+    c.fake.set_latency(Latency::Fixed(SLOW));
+    let _coordinator = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = spec("unused");
+    cfg.as_object_mut().unwrap().remove("problem");
+    std::fs::write(dir.path().join("cli.json"), cfg.to_string()).unwrap();
+    let url = c.nats.url();
+
+    let submit = parley_child(
+        dir.path(),
+        &["submit", "Design a mail relay", "--config", "cli.json", "--nats-url", &url, "--wait"],
+    );
+    let line = tokio::task::spawn_blocking({
+        let log = submit.log_path().to_path_buf();
+        move || {
+            let found = wait_until(Duration::from_secs(30), || {
+                std::fs::read_to_string(&log).is_ok_and(|l| l.contains("Submitted debate "))
+            });
+            found.then(|| std::fs::read_to_string(&log).unwrap_or_default())
+        }
+    })
+    .await
+    .unwrap()
+    .expect("submit --wait did not submit");
+    let id = line
+        .lines()
+        .find_map(|l| l.strip_prefix("Submitted debate "))
+        .unwrap()
+        .trim()
+        .to_string();
+    let watch = parley_child(dir.path(), &["watch", &id, "--nats-url", &url]);
+    // Both follow the debate's events: progress lines are out.
+    for p in [&submit, &watch] {
+        let log = p.log_path().to_path_buf();
+        let following = tokio::task::spawn_blocking(move || {
+            wait_until(Duration::from_secs(30), || {
+                std::fs::read_to_string(&log).is_ok_and(|l| l.contains("[round 1/2]"))
+            })
+        })
+        .await
+        .unwrap();
+        assert!(following, "{}", p.log());
+    }
+
+    c.nats.kill();
+    sigint(&submit);
+    sigint(&watch);
+    let signalled = Instant::now();
+    for (name, mut p) in [("submit --wait", submit), ("watch", watch)] {
+        let (p, status) = tokio::task::spawn_blocking(move || {
+            let s = p.wait_exit(Duration::from_secs(30));
+            (p, s)
+        })
+        .await
+        .unwrap();
+        eprintln!(
+            "NATS down: parley {name} exited {:?} {} ms after Ctrl-C",
+            status.and_then(|s| s.code()),
+            signalled.elapsed().as_millis()
+        );
+        let log = p.log();
+        assert_eq!(status.and_then(|s| s.code()), Some(130), "{name}:\n{log}");
+        assert!(
+            log.contains(&format!("debate {id} goes on in the cluster")),
+            "{name}:\n{log}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_ends_at_the_final_state_even_when_events_are_gone() {
+    let c = Cluster::start().await;
+    let _coordinator = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let dir = tempfile::tempdir().unwrap();
+    let url = c.nats.url();
+    let id = c.submit(&spec("Design a DNS cache")).await;
+    assert_complete(&c.wait_done(&id, Duration::from_secs(60)).await);
+    let js = async_nats::jetstream::new(c.client.clone());
+    let stream = js.get_stream("PARLEY_EVENTS").await.unwrap();
+    let subject = format!("parley.debates.{id}.events");
+
+    // The final event is missing: watch replays the rest and stops on the status.
+    let last = stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .unwrap();
+    assert!(stream.delete_message(last.sequence).await.unwrap());
+    let out = tokio::process::Command::new(workspace_bin("parley"))
+        .current_dir(dir.path())
+        .args(["watch", &id, "--nats-url", &url])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("[round 2/2]"), "{err}");
+    assert!(err.contains("its final event is not in the events stream"), "{err}");
+    assert!(err.contains("is completed"), "{err}");
+
+    // Every event is gone (expired): watch says so and exits at once.
+    stream.purge().filter(&subject).await.unwrap();
+    let out = tokio::process::Command::new(workspace_bin("parley"))
+        .current_dir(dir.path())
+        .args(["watch", &id, "--nats-url", &url])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("Debate {id} is completed; its events are no longer in the events stream")),
+        "{err}"
+    );
 }

@@ -213,12 +213,15 @@ async fn follow(client: &async_nats::Client, id: &str) -> Result<(), CliError> {
         .get_stream(subjects::EVENTS_STREAM)
         .await
         .map_err(|e| CliError::general(format!("events stream unavailable: {e}")))?;
-    let subject = subjects::events_subject(id);
-    if stream
-        .get_last_raw_message_by_subject(&subject)
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: subjects::events_subject(id),
+            deliver_policy: jetstream::consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
         .await
-        .is_err()
-    {
+        .map_err(|e| CliError::general(format!("cannot follow events: {e}")))?;
+    if consumer.cached_info().num_pending == 0 {
         // No event at all: just submitted, or its events are gone.
         let state = fetch_state(client, id).await?;
         if has_ended(state.status) {
@@ -230,14 +233,6 @@ async fn follow(client: &async_nats::Client, id: &str) -> Result<(), CliError> {
             return Ok(());
         }
     }
-    let consumer = stream
-        .create_consumer(jetstream::consumer::pull::OrderedConfig {
-            filter_subject: subject,
-            deliver_policy: jetstream::consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| CliError::general(format!("cannot follow events: {e}")))?;
     let mut messages = consumer
         .messages()
         .await

@@ -194,9 +194,18 @@ pub async fn run(
         // The pull expires after PULL_EXPIRES on the server. A pull lost in a NATS restart
         // is never answered, and the client would only notice seconds later: stop waiting
         // shortly after the server-side expiry (nothing can be delivered after it).
-        while let Ok(Some(msg)) =
-            tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()).await
-        {
+        loop {
+            let next = tokio::select! {
+                next = tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()) => next,
+                _ = shutdown.cancelled() => {
+                    // Stop now; what this pull still delivers goes straight back.
+                    tracker.spawn(hand_back_rest(batch));
+                    break;
+                }
+            };
+            let Ok(Some(msg)) = next else {
+                break;
+            };
             let msg = match msg {
                 Ok(m) => m,
                 Err(e) => {
@@ -347,6 +356,16 @@ impl<'a> Running<'a> {
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         lock(&self.shared.running).remove(&self.task_id);
+    }
+}
+
+/// Hands back (naks) every message a pull still delivers after shutdown was requested,
+/// until the pull ends (its server-side expiry).
+async fn hand_back_rest(mut batch: jetstream::consumer::pull::Batch) {
+    while let Ok(Some(Ok(msg))) =
+        tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()).await
+    {
+        let _ = msg.ack_with(AckKind::Nak(None)).await;
     }
 }
 
