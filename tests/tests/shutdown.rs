@@ -213,7 +213,15 @@ async fn cli_watch_and_submit_wait_exit_130_on_ctrl_c_while_nats_is_down() {
 
     let submit = parley_child(
         dir.path(),
-        &["submit", "Design a mail relay", "--config", "cli.json", "--nats-url", &url, "--wait"],
+        &[
+            "submit",
+            "Design a mail relay",
+            "--config",
+            "cli.json",
+            "--nats-url",
+            &url,
+            "--wait",
+        ],
     );
     let line = tokio::task::spawn_blocking({
         let log = submit.log_path().to_path_buf();
@@ -301,7 +309,10 @@ async fn watch_ends_at_the_final_state_even_when_events_are_gone() {
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("[round 2/2]"), "{err}");
-    assert!(err.contains("its final event is not in the events stream"), "{err}");
+    assert!(
+        err.contains("its final event is not in the events stream"),
+        "{err}"
+    );
     assert!(err.contains("is completed"), "{err}");
 
     // Every event is gone (expired): watch says so and exits at once.
@@ -315,7 +326,9 @@ async fn watch_ends_at_the_final_state_even_when_events_are_gone() {
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
-        err.contains(&format!("Debate {id} is completed; its events are no longer in the events stream")),
+        err.contains(&format!(
+            "Debate {id} is completed; its events are no longer in the events stream"
+        )),
         "{err}"
     );
 }

@@ -164,7 +164,9 @@ fn main() -> ExitCode {
         let interrupt = &interrupt;
         match cli.command {
             Command::Run(args) => run::run(args, interrupt).await,
-            Command::Resume(args) => run::continue_saved(args, run::Continue::Resume, interrupt).await,
+            Command::Resume(args) => {
+                run::continue_saved(args, run::Continue::Resume, interrupt).await
+            }
             Command::Retry(args) if run::is_saved(&args.saved.debate_id) => {
                 run::continue_saved(args.saved, run::Continue::Retry, interrupt).await
             }
@@ -173,13 +175,21 @@ fn main() -> ExitCode {
                     debate_id: args.saved.debate_id,
                     nats: args.nats,
                 };
-                until_interrupted(interrupt, remote::command(args, parley_protocol::subjects::RETRY)).await
+                until_interrupted(
+                    interrupt,
+                    remote::command(args, parley_protocol::subjects::RETRY),
+                )
+                .await
             }
             Command::Submit(args) => remote::submit(args, interrupt).await,
             Command::Watch(args) => remote::watch(args, interrupt).await,
             Command::Status(args) => until_interrupted(interrupt, remote::status(args)).await,
             Command::Cancel(args) => {
-                until_interrupted(interrupt, remote::command(args, parley_protocol::subjects::CANCEL)).await
+                until_interrupted(
+                    interrupt,
+                    remote::command(args, parley_protocol::subjects::CANCEL),
+                )
+                .await
             }
         }
     });

@@ -126,7 +126,8 @@ async fn ctrl_c_saves_the_debate_and_resume_makes_only_the_missing_calls() {
     assert_eq!(out.status.code(), Some(130), "{err}");
     let id = saved_id(&err);
     assert!(
-        err.contains(&format!("parley resume {id}")) && err.contains("6 call(s) in flight abandoned"),
+        err.contains(&format!("parley resume {id}"))
+            && err.contains("6 call(s) in flight abandoned"),
         "{err}"
     );
     let saved = checkpoint(dir.path(), &id);
@@ -140,7 +141,11 @@ async fn ctrl_c_saves_the_debate_and_resume_makes_only_the_missing_calls() {
     // A failed debate is continued by `retry`, an interrupted one by `resume`.
     let out = parley(dir.path(), &["retry", &id]).await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains(&format!("parley resume {id}")), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("parley resume {id}")),
+        "{}",
+        stderr(&out)
+    );
 
     fake.clear_faults();
     let out = parley(dir.path(), &["resume", &id, "--output", "state.json"]).await;
@@ -158,11 +163,18 @@ async fn ctrl_c_saves_the_debate_and_resume_makes_only_the_missing_calls() {
     assert_eq!(resumed.len(), 19, "{err}");
     let again = answered(&resumed);
     assert_eq!(again.len(), 19, "a call ran twice");
-    assert!(again.is_disjoint(&answered(&first)), "a completed call ran again");
+    assert!(
+        again.is_disjoint(&answered(&first)),
+        "a completed call ran again"
+    );
 
     let out = parley(dir.path(), &["resume", &id]).await;
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("already completed"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("already completed"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,7 +238,11 @@ async fn a_failed_debate_is_retried_from_its_checkpoint_without_repeating_calls(
 
     let out = parley(dir.path(), &["resume", &id]).await;
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains(&format!("parley retry {id}")), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("parley retry {id}")),
+        "{}",
+        stderr(&out)
+    );
 
     fake.clear_faults();
     let out = parley(dir.path(), &["retry", &id]).await;
@@ -241,5 +257,8 @@ async fn a_failed_debate_is_retried_from_its_checkpoint_without_repeating_calls(
     assert_eq!(retried.len(), 22 - completed_before, "{err}");
     let again = answered(&retried);
     assert_eq!(again.len(), retried.len(), "a call ran twice");
-    assert!(again.is_disjoint(&answered(&first)), "a completed call ran again");
+    assert!(
+        again.is_disjoint(&answered(&first)),
+        "a completed call ran again"
+    );
 }

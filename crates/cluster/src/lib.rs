@@ -24,7 +24,7 @@ pub mod trace;
 
 pub use redis_store::RedisStore;
 pub use service::{
-    cancel_on_signal, connect_backends, exit_service, init_telemetry, serve_health,
-    start_service, unless_shutdown, DrainIncomplete,
+    cancel_on_signal, connect_backends, exit_service, init_telemetry, serve_health, start_service,
+    unless_shutdown, DrainIncomplete,
 };
 pub use trace::task_span;

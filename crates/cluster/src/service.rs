@@ -131,7 +131,10 @@ pub async fn next_signal() -> Option<Signal> {
     }
     #[cfg(not(unix))]
     {
-        tokio::signal::ctrl_c().await.ok().map(|()| Signal::Interrupt)
+        tokio::signal::ctrl_c()
+            .await
+            .ok()
+            .map(|()| Signal::Interrupt)
     }
 }
 

@@ -47,7 +47,16 @@ pub async fn run_debate(
     events: mpsc::UnboundedSender<DebateEvent>,
 ) -> Result<DebateState, crate::store::StoreError> {
     let never = CancellationToken::new();
-    let driven = run_debate_until(machine, input, runner, store, events, &never, Duration::ZERO).await?;
+    let driven = run_debate_until(
+        machine,
+        input,
+        runner,
+        store,
+        events,
+        &never,
+        Duration::ZERO,
+    )
+    .await?;
     Ok(driven.state)
 }
 
@@ -118,8 +127,7 @@ pub async fn run_debate_until(
                 for effect in effects {
                     match effect {
                         Effect::Emit(e) => {
-                            if let parley_protocol::EventKind::RoundCompleted { round } = e.kind
-                            {
+                            if let parley_protocol::EventKind::RoundCompleted { round } = e.kind {
                                 trace.round_completed(round);
                             }
                             let _ = events.send(e);

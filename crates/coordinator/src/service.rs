@@ -98,7 +98,8 @@ struct Service {
 pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     // NATS retries its first connection forever: a signal before the backends answer
     // stops the coordinator at once (it owns nothing yet).
-    let Some(started) = parley_cluster::unless_shutdown(&shutdown, connect(&config, &shutdown)).await
+    let Some(started) =
+        parley_cluster::unless_shutdown(&shutdown, connect(&config, &shutdown)).await
     else {
         tracing::info!("stopped before NATS and Redis were reachable");
         return Ok(());
@@ -252,7 +253,12 @@ async fn drain(
             )),
         }
     });
-    gave_up.extend(futures::future::join_all(releases).await.into_iter().flatten());
+    gave_up.extend(
+        futures::future::join_all(releases)
+            .await
+            .into_iter()
+            .flatten(),
+    );
     svc.sup.stop(Some("shutdown".into()));
     if tokio::time::timeout_at(release_by, sup_join).await.is_err() {
         tracing::warn!("the supervisor did not stop in time");

@@ -164,7 +164,13 @@ async fn a_panicking_task_fails_its_node_and_retry_repeats_no_completed_call() {
     });
     let state = tokio::time::timeout(
         Duration::from_secs(600),
-        run_debate(machine, Input::Start, panicky.clone(), Some(store.clone()), events()),
+        run_debate(
+            machine,
+            Input::Start,
+            panicky.clone(),
+            Some(store.clone()),
+            events(),
+        ),
     )
     .await
     .expect("a panicking task must not hang the run")
@@ -181,7 +187,11 @@ async fn a_panicking_task_fails_its_node_and_retry_repeats_no_completed_call() {
     // Internal errors are not retried: the refinement ran once.
     let refine_a1 = task_id(&id, 1, TaskKind::Refine, "a1", None);
     assert_eq!(
-        panicky.started().iter().filter(|t| **t == refine_a1).count(),
+        panicky
+            .started()
+            .iter()
+            .filter(|t| **t == refine_a1)
+            .count(),
         1
     );
 
@@ -191,15 +201,24 @@ async fn a_panicking_task_fails_its_node_and_retry_repeats_no_completed_call() {
     let done_before = completed_calls(&saved);
     let good = Scripted::new(|_| Act::Answer);
     let machine = Machine::from_checkpoint(saved_spec, saved);
-    let state = run_debate(machine, Input::Retry, good.clone(), Some(store.clone()), events())
-        .await
-        .unwrap();
+    let state = run_debate(
+        machine,
+        Input::Retry,
+        good.clone(),
+        Some(store.clone()),
+        events(),
+    )
+    .await
+    .unwrap();
     assert_eq!(state.status, DebateStatus::Completed, "{:?}", state.error);
     let all = completed_calls(&state);
     assert_eq!(all.len(), 22);
     let rerun: BTreeSet<String> = good.completed().into_iter().collect();
     assert_eq!(good.completed().len(), rerun.len(), "a call ran twice");
-    assert!(rerun.is_disjoint(&done_before), "a completed call ran again");
+    assert!(
+        rerun.is_disjoint(&done_before),
+        "a completed call ran again"
+    );
     assert_eq!(rerun.len(), 22 - done_before.len());
     assert!(rerun.contains(&refine_a1));
 }
@@ -254,7 +273,9 @@ async fn interrupt_keeps_calls_done_in_the_grace_and_resume_runs_only_the_rest()
     assert_eq!(first.started().len(), 9);
     let abandoned: BTreeSet<String> = driven.abandoned.iter().cloned().collect();
     assert_eq!(abandoned.len(), 4, "{abandoned:?}");
-    assert!(abandoned.iter().all(|t| t.contains("/critique/") && !t.contains("/a0/")));
+    assert!(abandoned
+        .iter()
+        .all(|t| t.contains("/critique/") && !t.contains("/a0/")));
 
     // The checkpoint on disk is that state; resuming runs exactly the 17 missing calls.
     let (saved_spec, saved) = store.load(&id).unwrap();
@@ -271,7 +292,11 @@ async fn interrupt_keeps_calls_done_in_the_grace_and_resume_runs_only_the_rest()
     assert!(rerun.is_disjoint(&done), "a completed call ran again");
     assert!(abandoned.is_subset(&rerun));
     // The abandoned attempts went out again as themselves: no retry budget spent.
-    assert!(state.engine.failed_attempts.is_empty(), "{:?}", state.engine);
+    assert!(
+        state.engine.failed_attempts.is_empty(),
+        "{:?}",
+        state.engine
+    );
     assert!(state.engine.attempts.values().all(|a| *a == 1));
 }
 
@@ -304,6 +329,10 @@ async fn interrupt_before_a_queued_task_starts_does_not_start_it() {
     interrupt.cancel();
     let driven = run.await.unwrap().unwrap();
     assert!(driven.interrupted);
-    assert_eq!(runner.started().len(), 1, "a queued task started after the interrupt");
+    assert_eq!(
+        runner.started().len(),
+        1,
+        "a queued task started after the interrupt"
+    );
     assert_eq!(driven.abandoned.len(), 3);
 }

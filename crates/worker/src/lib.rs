@@ -225,7 +225,12 @@ pub async fn run(
         }
     }
     let signalled_at = signalled_at.await.unwrap_or_else(|_| Instant::now());
-    drain(&shared, &tracker, signalled_at + shared.config.drain_timeout).await
+    drain(
+        &shared,
+        &tracker,
+        signalled_at + shared.config.drain_timeout,
+    )
+    .await
 }
 
 /// The NATS and Redis connections, the task consumer, the provider registry and the result
@@ -277,7 +282,11 @@ pub fn hand_back_reserve(drain: Duration) -> Duration {
 /// Drains the worker by `deadline` (the loop has stopped pulling): lets running tasks
 /// finish until [`hand_back_reserve`] before it, hands the rest back, flushes acks and
 /// hand-backs to NATS, and names what it gave up on.
-async fn drain(shared: &Arc<Shared>, tracker: &TaskTracker, deadline: Instant) -> anyhow::Result<()> {
+async fn drain(
+    shared: &Arc<Shared>,
+    tracker: &TaskTracker,
+    deadline: Instant,
+) -> anyhow::Result<()> {
     let reserve = hand_back_reserve(shared.config.drain_timeout);
     tracing::info!(
         running = tracker.len(),
@@ -526,7 +535,10 @@ async fn handle_task(shared: &Arc<Shared>, msg: jetstream::Message, task: Task, 
 }
 
 /// Runs `fut` unless the drain hands running tasks back first (`None`).
-async fn until_hard_stop<T>(shared: &Shared, fut: impl std::future::Future<Output = T>) -> Option<T> {
+async fn until_hard_stop<T>(
+    shared: &Shared,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
     tokio::select! {
         v = fut => Some(v),
         _ = shared.hard_stop.cancelled() => None,

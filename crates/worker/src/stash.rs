@@ -138,7 +138,10 @@ mod tests {
             key("deb-20250101-000000-abcdef/1/critique/agent-a/agent_b"),
             "deb-20250101-000000-abcdef/1/critique/agent-a/agent_b"
         );
-        assert_eq!(key("deb-x/1/propose/agent é"), "deb-x/1/propose/agent=20=C3=A9");
+        assert_eq!(
+            key("deb-x/1/propose/agent é"),
+            "deb-x/1/propose/agent=20=C3=A9"
+        );
         assert_ne!(key("a=20"), key("a "));
         let k = key(".a.b=");
         assert!(!k.starts_with('.') && !k.ends_with('.'), "{k}");
