@@ -18,7 +18,10 @@
 //! so the coordinator learns of it. An undecodable payload is terminated and logged.
 //!
 //! An answer is never thrown away because Redis is briefly unavailable: the result write
-//! (idempotent) is retried for up to [`STORE_PATIENCE`] while progress acks continue.
+//! (idempotent) is retried for up to [`STORE_PATIENCE`] while progress acks continue; if it
+//! still fails (or the drain deadline comes first) the answer goes to the [`stash`] before
+//! the task is handed back, and the worker that gets the task next stores it from there
+//! instead of calling the LLM.
 //!
 //! Rate limits: a call whose next slot (or the provider's `Retry-After`) is further away
 //! than the limiter's inline wait comes back as a `RateLimited` error with `retry_after`;
@@ -480,8 +483,16 @@ async fn handle_task(shared: &Arc<Shared>, msg: jetstream::Message, task: Task, 
         }
     }
 
-    // An answer another worker could not store in Redis: store it, no LLM call.
-    if let Some(stashed) = shared.stash.lookup(&task).await {
+    // An answer another worker could not store in Redis: store it, no LLM call. Only a
+    // redelivery or a later attempt can have one (an answer is stashed right before its
+    // task is handed back), so the first delivery of a first attempt skips the lookup.
+    let may_be_stashed = delivered > 1 || task.attempt > 1;
+    let stashed = if may_be_stashed {
+        shared.stash.lookup(&task).await
+    } else {
+        None
+    };
+    if let Some(stashed) = stashed {
         tracing::info!(task = %task.id, "result found in the stash; storing it");
         if !store_result(shared, &stashed).await {
             tracing::warn!(task = %task.id, "cannot store the stashed result yet; giving the task back");
