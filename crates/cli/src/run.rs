@@ -207,6 +207,12 @@ async fn drive(
     outputs: &Outputs,
     interrupt: &CancellationToken,
 ) -> Result<(), CliError> {
+    if interrupt.is_cancelled() {
+        // Ctrl-C while the run was being prepared (e.g. the local model loading).
+        return Err(CliError::interrupted(
+            "interrupted before the debate started",
+        ));
+    }
     let spec = machine.spec().clone();
     let id = machine.id().to_string();
     let store = FileStore::new(DEBATES_DIR);

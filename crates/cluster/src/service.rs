@@ -72,23 +72,70 @@ pub async fn connect_backends(
 /// README's drain section).
 pub fn cancel_on_signal(token: CancellationToken) {
     tokio::spawn(async move {
-        let Some(first) = next_signal().await else {
+        // Both listeners are installed once, so a second signal is never missed.
+        let Some(mut signals) = Signals::install() else {
+            // No handler: ctrl-c alone, once.
+            if tokio::signal::ctrl_c().await.is_ok() {
+                token.cancel();
+            }
             return;
         };
+        let first = signals.next().await;
         tracing::info!(
             signal = first.name(),
             "shutdown requested; draining (a second signal exits at once)"
         );
         token.cancel();
-        if let Some(second) = next_signal().await {
-            tracing::warn!(
-                signal = second.name(),
-                "second signal: exiting at once without draining"
-            );
-            eprintln!("{}: second signal, exiting at once", second.name());
-            std::process::exit(second.exit_code());
-        }
+        let second = signals.next().await;
+        tracing::warn!(
+            signal = second.name(),
+            "second signal: exiting at once without draining"
+        );
+        eprintln!("{}: second signal, exiting at once", second.name());
+        std::process::exit(second.exit_code());
     });
+}
+
+/// The SIGTERM and SIGINT listeners of the process.
+struct Signals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// `None` when a handler cannot be installed.
+    fn install() -> Option<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Some(Self {
+                term: signal(SignalKind::terminate()).ok()?,
+                int: signal(SignalKind::interrupt()).ok()?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Some(Self {})
+        }
+    }
+
+    /// The next signal (a closed listener counts as a signal: nothing can wait on it).
+    async fn next(&mut self) -> Signal {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.term.recv() => Signal::Terminate,
+                _ = self.int.recv() => Signal::Interrupt,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            Signal::Interrupt
+        }
+    }
 }
 
 /// A shutdown signal.
@@ -112,29 +159,6 @@ impl Signal {
             Signal::Terminate => 143,
             Signal::Interrupt => 130,
         }
-    }
-}
-
-/// Waits for the next SIGTERM or SIGINT; `None` when no handler can be installed (then
-/// the signal keeps its default action: the process ends at once).
-pub async fn next_signal() -> Option<Signal> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        // Registering an already registered signal returns a new receiver of it.
-        let mut term = signal(SignalKind::terminate()).ok()?;
-        let mut int = signal(SignalKind::interrupt()).ok()?;
-        tokio::select! {
-            s = term.recv() => s.map(|()| Signal::Terminate),
-            s = int.recv() => s.map(|()| Signal::Interrupt),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c()
-            .await
-            .ok()
-            .map(|()| Signal::Interrupt)
     }
 }
 

@@ -43,10 +43,15 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         pick(args.lease_ttl_ms, file.lease_ttl_ms, DEFAULT_LEASE_TTL_MS),
         500,
     );
-    let drain_secs = pick(
-        args.drain_secs,
-        file.drain_secs,
-        parley_coordinator::service::DEFAULT_DRAIN.as_secs(),
+    let drain_secs = at_least(
+        &mut problems,
+        "drain_secs",
+        pick(
+            args.drain_secs,
+            file.drain_secs,
+            parley_coordinator::service::DEFAULT_DRAIN.as_secs(),
+        ),
+        1,
     );
     problems.into_result()?;
     let mut config = CoordinatorConfig::new(

@@ -64,7 +64,12 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
         ),
         1,
     );
-    let drain_secs = pick(args.drain_secs, file.drain_secs, DEFAULT_DRAIN_SECS);
+    let drain_secs = at_least(
+        &mut problems,
+        "drain_secs",
+        pick(args.drain_secs, file.drain_secs, DEFAULT_DRAIN_SECS),
+        1,
+    );
     let (base_url, limits) = match args.config.clone().or(file.config) {
         Some(p) => provider_settings_from_config(&p).unwrap_or_else(|e| {
             problems.push("config", format!("{e:#}"));
