@@ -244,7 +244,7 @@ async fn drive(
             .map(|p| format!(" --config {}", shell_word(p)))
             .unwrap_or_default();
         return Err(CliError::interrupted(format!(
-            "debate {id} interrupted ({} call(s) in flight abandoned); continue it with `parley resume {id}{config}`",
+            "debate {id} interrupted with {} task(s) unfinished; continue it with `parley resume {id}{config}`",
             driven.abandoned.len()
         )));
     }
