@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! - [`config`]: `debate-config.json`, defaults, prompt files, the problem text.
-//! - [`run`]: `parley run`, the embedded debate.
+//! - [`run`]: `parley run`, the embedded debate; `parley resume` / `retry` of a saved one.
+//! - [`remote`]: `parley submit / watch / status / retry / cancel` against a cluster.
 //! - [`progress`]: the progress display on stderr.
 //! - [`report`]: the final solution text and the Markdown report.
 //! - [`report_cmd`]: `parley report`, the Markdown report of a saved debate.
@@ -18,9 +19,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
 
 /// An error with the exit code it maps to: 1 general, 2 invalid arguments, 3 provider
-/// error, 4 configuration error.
+/// error, 4 configuration error, 130 interrupted (Ctrl-C / SIGTERM).
 #[derive(Debug)]
 pub struct CliError {
     pub code: u8,
@@ -52,6 +54,12 @@ impl CliError {
             message: m.into(),
         }
     }
+    pub fn interrupted(m: impl Into<String>) -> Self {
+        Self {
+            code: 130,
+            message: m.into(),
+        }
+    }
 }
 
 #[derive(Parser, Debug)]
@@ -76,12 +84,25 @@ enum Command {
     Watch(remote::DebateArgs),
     /// Print a debate's state as JSON.
     Status(remote::DebateArgs),
-    /// Resume a failed debate from its failed node.
-    Retry(remote::DebateArgs),
+    /// Continue an interrupted embedded debate from ./debates/<id>.json.
+    Resume(run::SavedArgs),
+    /// Resume a failed debate from its failed node: the embedded one saved in
+    /// ./debates/<id>.json when that file exists, else the cluster's (over NATS).
+    Retry(RetryArgs),
     /// Cancel a debate.
     Cancel(remote::DebateArgs),
     /// Write the Markdown report of a saved debate.
     Report(report_cmd::ReportArgs),
+}
+
+/// `parley retry`: `--config`, `--output`, `--report`, `--verbose` apply to an embedded
+/// debate, `--nats-url` to a cluster's.
+#[derive(clap::Args, Debug)]
+pub struct RetryArgs {
+    #[command(flatten)]
+    saved: run::SavedArgs,
+    #[command(flatten)]
+    nats: remote::NatsArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -140,23 +161,64 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // The first Ctrl-C / SIGTERM cancels `interrupt` (the command stops cleanly and exits
+    // 130); a second one exits at once.
+    let interrupt = CancellationToken::new();
     let result = runtime.block_on(async {
+        parley_cluster::cancel_on_signal(interrupt.clone());
+        let interrupt = &interrupt;
         match cli.command {
-            Command::Run(args) => run::run(args).await,
-            Command::Submit(args) => remote::submit(args).await,
-            Command::Watch(args) => remote::watch(args).await,
-            Command::Status(args) => remote::status(args).await,
-            Command::Retry(args) => remote::command(args, parley_protocol::subjects::RETRY).await,
-            Command::Cancel(args) => remote::command(args, parley_protocol::subjects::CANCEL).await,
+            Command::Run(args) => run::run(args, interrupt).await,
+            Command::Resume(args) => {
+                run::continue_saved(args, run::Continue::Resume, interrupt).await
+            }
+            Command::Retry(args) if run::is_saved(&args.saved.debate_id) => {
+                run::continue_saved(args.saved, run::Continue::Retry, interrupt).await
+            }
+            Command::Retry(args) => {
+                let args = remote::DebateArgs {
+                    debate_id: args.saved.debate_id,
+                    nats: args.nats,
+                };
+                until_interrupted(
+                    interrupt,
+                    remote::command(args, parley_protocol::subjects::RETRY),
+                )
+                .await
+            }
+            Command::Submit(args) => remote::submit(args, interrupt).await,
+            Command::Watch(args) => remote::watch(args, interrupt).await,
+            Command::Status(args) => until_interrupted(interrupt, remote::status(args)).await,
+            Command::Cancel(args) => {
+                until_interrupted(
+                    interrupt,
+                    remote::command(args, parley_protocol::subjects::CANCEL),
+                )
+                .await
+            }
             Command::Report(args) => report_cmd::report(args),
         }
     });
+    // Work abandoned by an interrupted command (a local model call on a blocking thread)
+    // does not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", e.message);
             ExitCode::from(e.code)
         }
+    }
+}
+
+/// Runs a command that holds nothing worth a clean stop: an interrupt ends it at once (130).
+async fn until_interrupted(
+    interrupt: &CancellationToken,
+    command: impl std::future::Future<Output = Result<(), CliError>>,
+) -> Result<(), CliError> {
+    tokio::select! {
+        r = command => r,
+        _ = interrupt.cancelled() => Err(CliError::interrupted("interrupted")),
     }
 }
 

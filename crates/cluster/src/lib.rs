@@ -9,7 +9,8 @@
 //! - [`settings`]: layered service settings (defaults → TOML file → `PARLEY_*` → flags),
 //!   validated once with every problem named by key.
 //! - [`service`]: start-up and shutdown of a service process: connect NATS + Redis, serve
-//!   `/metrics` `/healthz` `/readyz`, cancel a token on SIGTERM / ctrl-c.
+//!   `/metrics` `/healthz` `/readyz`, cancel a token on SIGTERM / ctrl-c (a second signal
+//!   exits at once), the exit status of a drain ([`DrainIncomplete`], [`exit_service`]).
 //! - [`trace`]: the `task` span every task run opens ([`task_span`]).
 //!
 //! Dependencies point one way: binaries → services (`parley-coordinator`,
@@ -23,6 +24,7 @@ pub mod trace;
 
 pub use redis_store::RedisStore;
 pub use service::{
-    cancel_on_signal, connect_backends, init_telemetry, serve_health, start_service,
+    cancel_on_signal, connect_backends, exit_service, init_telemetry, serve_health, start_service,
+    unless_shutdown, DrainIncomplete,
 };
 pub use trace::task_span;

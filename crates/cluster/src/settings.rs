@@ -11,7 +11,7 @@
 //! metrics_addr = "0.0.0.0:9090"        # PARLEY_METRICS_ADDR, --metrics-addr ("off" disables)
 //! lease_ttl_ms = 10000                 # coordinator
 //! concurrency = 8                      # workers
-//! drain_secs = 20                      # workers
+//! drain_secs = 20                      # drain deadline; workers (20), coordinator (10)
 //! ack_wait_secs = 30                   # workers
 //! config = "debate-config.json"        # workers; relative to the settings file
 //! ```

@@ -467,6 +467,8 @@ pub enum SupervisorMsg {
         id: String,
         reply: RpcReplyPort<Option<ActorRef<DebateMsg>>>,
     },
+    /// Every debate this coordinator owns, with its actor (the drain stops them).
+    Owned(RpcReplyPort<Vec<(String, ActorRef<DebateMsg>)>>),
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -527,6 +529,14 @@ impl Actor for Supervisor {
             }
             SupervisorMsg::Get { id, reply } => {
                 let _ = reply.send(state.debates.get(&id).cloned());
+            }
+            SupervisorMsg::Owned(reply) => {
+                let owned = state
+                    .debates
+                    .iter()
+                    .map(|(id, a)| (id.clone(), a.clone()))
+                    .collect();
+                let _ = reply.send(owned);
             }
         }
         Ok(())

@@ -10,8 +10,14 @@
 //! - A scan on start-up and every [`CoordinatorConfig::scan_every`] adopts the debates of
 //!   `parley:running` whose lease is free (a crashed or stopped replica's debates).
 //!
-//! Shutdown: stop answering, stop the debate actors (each releases its lease so another
-//! replica resumes the debate without waiting for the TTL), flush, exit.
+//! Shutdown ([`CoordinatorConfig::drain`] after the signal at the latest, whatever the state
+//! of NATS and Redis): stop answering and scanning, stop the debate actors after their
+//! current message (each releases its lease so another replica resumes the debate without
+//! waiting for the TTL), release every lease this replica still holds, flush NATS. An
+//! actor still waiting on NATS or Redis when the deadline nears is killed; a lease Redis
+//! did not release expires after its TTL; checkpointed events not yet published are
+//! published by whichever replica resumes the debate. What it gave up on is logged and
+//! returned as [`parley_cluster::DrainIncomplete`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +32,10 @@ use parley_protocol::{
     is_valid_debate_id, limits, new_debate_id, DebateSpec, DebateStatus, SCHEMA_VERSION,
 };
 use ractor::rpc::CallResult;
-use ractor::{Actor, ActorRef};
+use ractor::{Actor, ActorRef, RactorErr};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::actor::{AdoptError, DebateMsg, Deps, Supervisor, SupervisorMsg};
@@ -37,6 +44,9 @@ use parley_cluster::{start_service, RedisStore};
 
 /// Prefix of the owner-to-owner control subjects.
 pub const CONTROL_PREFIX: &str = "parley.control";
+
+/// Default drain deadline of a coordinator (setting `drain_secs`).
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
@@ -50,6 +60,8 @@ pub struct CoordinatorConfig {
     pub scan_every: Duration,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (none: not at all).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// How long after shutdown was requested `run` returns at the latest.
+    pub drain: Duration,
 }
 
 impl CoordinatorConfig {
@@ -61,6 +73,7 @@ impl CoordinatorConfig {
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
             scan_every: Duration::from_secs(2),
             metrics_addr: None,
+            drain: DEFAULT_DRAIN,
         }
     }
 }
@@ -83,20 +96,15 @@ struct Service {
 
 /// Runs a coordinator replica until `shutdown` is cancelled.
 pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let (nats, store) = start_service(
-        &config.nats_url,
-        &config.redis_url,
-        config.metrics_addr,
-        &shutdown,
-    )
-    .await?;
-    let js = jetstream::new(nats.clone());
-    parley_cluster::streams::tasks_stream(&js)
-        .await
-        .map_err(|e| anyhow::anyhow!("while creating the tasks stream: {e}"))?;
-    parley_cluster::streams::events_stream(&js)
-        .await
-        .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
+    // NATS retries its first connection forever: a signal before the backends answer
+    // stops the coordinator at once (it owns nothing yet).
+    let Some(started) =
+        parley_cluster::unless_shutdown(&shutdown, connect(&config, &shutdown)).await
+    else {
+        tracing::info!("stopped before NATS and Redis were reachable");
+        return Ok(());
+    };
+    let (nats, store, js) = started?;
     let owner = format!(
         "coordinator-{}-{:08x}",
         std::process::id(),
@@ -142,19 +150,125 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         .context("while subscribing to control")?;
     loops.push(tokio::spawn(serve(svc.clone(), control)));
     loops.push(tokio::spawn(scan(svc.clone(), config.scan_every)));
-    nats.flush().await.context("while flushing subscriptions")?;
-    tracing::info!(owner = %owner, "coordinator ready");
+    // (A signal meanwhile goes straight to the drain.)
+    if let Some(flushed) = parley_cluster::unless_shutdown(&shutdown, nats.flush()).await {
+        flushed.context("while flushing subscriptions")?;
+        tracing::info!(owner = %owner, "coordinator ready");
+    }
 
     shutdown.cancelled().await;
-    tracing::info!("coordinator stopping");
+    let deadline = Instant::now() + config.drain;
+    tracing::info!(
+        deadline_ms = config.drain.as_millis() as u64,
+        "coordinator draining"
+    );
     for l in &loops {
         l.abort();
     }
-    sup.stop(Some("shutdown".into()));
-    let _ = tokio::time::timeout(Duration::from_secs(10), sup_join).await;
-    let _ = nats.flush().await;
-    tracing::info!("coordinator stopped");
-    Ok(())
+    let gave_up = drain(&svc, &owner, sup_join, deadline, &config).await;
+    for what in &gave_up {
+        tracing::warn!(gave_up = %what, "drain incomplete");
+    }
+    tracing::info!(clean = gave_up.is_empty(), "coordinator stopped");
+    parley_cluster::DrainIncomplete::check(gave_up)
+}
+
+/// NATS, Redis and the JetStream streams.
+async fn connect(
+    config: &CoordinatorConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(async_nats::Client, RedisStore, jetstream::Context)> {
+    let (nats, store) = start_service(
+        &config.nats_url,
+        &config.redis_url,
+        config.metrics_addr,
+        shutdown,
+    )
+    .await?;
+    let js = jetstream::new(nats.clone());
+    parley_cluster::streams::tasks_stream(&js)
+        .await
+        .map_err(|e| anyhow::anyhow!("while creating the tasks stream: {e}"))?;
+    parley_cluster::streams::events_stream(&js)
+        .await
+        .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
+    Ok((nats, store, js))
+}
+
+/// Stops this replica's debates and releases their leases by `deadline` (the request
+/// loops and the scan are stopped already); returns what it gave up on. The last quarter
+/// of the drain time (at most 2 s) is kept for releasing leases and flushing NATS.
+async fn drain(
+    svc: &Service,
+    owner: &str,
+    sup_join: tokio::task::JoinHandle<()>,
+    deadline: Instant,
+    config: &CoordinatorConfig,
+) -> Vec<String> {
+    let reserve = (config.drain / 4).min(Duration::from_secs(2));
+    let ttl_ms = config.lease_ttl.as_millis();
+    let mut gave_up = Vec::new();
+    let owned = match tokio::time::timeout_at(
+        deadline - reserve,
+        svc.sup.call(SupervisorMsg::Owned, None),
+    )
+    .await
+    {
+        Ok(Ok(CallResult::Success(owned))) => owned,
+        _ => {
+            gave_up.push(format!(
+                "this replica's debates (the supervisor did not answer; their leases expire within {ttl_ms} ms)"
+            ));
+            Vec::new()
+        }
+    };
+    // Each actor finishes its current message, then releases its lease and stops. One still
+    // waiting on NATS or Redis near the deadline is killed: its debate is resumed from its
+    // checkpoint by the replica that takes it over.
+    let stop_by = deadline - reserve;
+    let stops = owned.iter().map(|(id, actor)| async move {
+        let left = stop_by.saturating_duration_since(Instant::now());
+        match actor.stop_and_wait(Some("shutdown".into()), Some(left)).await {
+            Err(RactorErr::Timeout) => {
+                actor.kill();
+                Some(format!(
+                    "debate {id} (its actor was still waiting on NATS or Redis; another replica resumes it from its checkpoint)"
+                ))
+            }
+            // Stopped, or had stopped already.
+            _ => None,
+        }
+    });
+    gave_up.extend(futures::future::join_all(stops).await.into_iter().flatten());
+    // Owner-checked: a no-op for the leases the actors released themselves.
+    let release_by = deadline - reserve / 2;
+    let releases = owned.iter().map(|(id, _)| async move {
+        match tokio::time::timeout_at(release_by, svc.store.release_lease(id, owner)).await {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!(
+                "the lease of debate {id} ({e}; it expires within {ttl_ms} ms)"
+            )),
+            Err(_) => Some(format!(
+                "the lease of debate {id} (Redis did not answer; it expires within {ttl_ms} ms)"
+            )),
+        }
+    });
+    gave_up.extend(
+        futures::future::join_all(releases)
+            .await
+            .into_iter()
+            .flatten(),
+    );
+    svc.sup.stop(Some("shutdown".into()));
+    if tokio::time::timeout_at(release_by, sup_join).await.is_err() {
+        tracing::warn!("the supervisor did not stop in time");
+    }
+    match tokio::time::timeout_at(deadline, svc.nats.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => gave_up.push(format!("flushing replies and publishes to NATS ({e})")),
+        Err(_) => gave_up.push("flushing replies and publishes to NATS (unreachable)".into()),
+    }
+    gave_up
 }
 
 async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {

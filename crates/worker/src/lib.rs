@@ -18,7 +18,10 @@
 //! so the coordinator learns of it. An undecodable payload is terminated and logged.
 //!
 //! An answer is never thrown away because Redis is briefly unavailable: the result write
-//! (idempotent) is retried for up to [`STORE_PATIENCE`] while progress acks continue.
+//! (idempotent) is retried for up to [`STORE_PATIENCE`] while progress acks continue; if it
+//! still fails (or the drain deadline comes first) the answer goes to the [`stash`] before
+//! the task is handed back, and the worker that gets the task next stores it from there
+//! instead of calling the LLM.
 //!
 //! Rate limits: a call whose next slot (or the provider's `Retry-After`) is further away
 //! than the limiter's inline wait comes back as a `RateLimited` error with `retry_after`;
@@ -28,12 +31,21 @@
 //! Each delivery runs in a `task` span whose parent is the coordinator's node span (W3C
 //! trace context in the message headers); metrics: see `parley_telemetry::Metrics`.
 //!
-//! Shutdown: when the token is cancelled the loop stops pulling, in-flight tasks run to the
-//! end until the drain deadline, and those still running then are nak'ed.
+//! Shutdown ([`drain`]): when the token is cancelled the loop stops pulling; in-flight tasks
+//! run to the end until shortly before the drain deadline (`drain_timeout` after the
+//! signal); those still running then are handed back (nak'ed), an answer that could not be
+//! stored in Redis is kept in the [`stash`] first; finally the acks and hand-backs are
+//! flushed to NATS. At the deadline the worker gives up on whatever is left (tasks stuck on
+//! an unreachable Redis or NATS, a flush NATS never confirmed), logs it, and `run` returns
+//! [`parley_cluster::DrainIncomplete`]: the process exits within its deadline whatever the
+//! state of NATS and Redis, and nothing is lost (a task that was not acked is redelivered
+//! after the consumer's ack wait).
 
 pub mod cli;
+pub mod stash;
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
@@ -45,9 +57,12 @@ use parley_protocol::{
     subjects, ErrorKind, Task, TaskError, TaskOutcome, TaskResult, WorkerKind, SCHEMA_VERSION,
 };
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
+
+use crate::stash::ResultStash;
 
 /// How often (at most) a worker tells JetStream it is still working on a task.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
@@ -76,7 +91,8 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     /// Name recorded in results.
     pub name: String,
-    /// How long in-flight tasks may run after shutdown was requested.
+    /// How long after shutdown was requested the worker exits at the latest: in-flight
+    /// tasks run until shortly before it ([`hand_back_reserve`]), then are handed back.
     pub drain_timeout: Duration,
     /// JetStream ack wait of the task consumer (when this worker creates it): how soon a
     /// crashed worker's tasks are redelivered. Progress acks go out every third of it.
@@ -93,6 +109,13 @@ struct Shared {
     executor: Arc<dyn TaskExecutor>,
     /// Cancelled when the drain deadline passes: running tasks are nak'ed.
     hard_stop: CancellationToken,
+    /// Where an answer that cannot be stored in Redis is kept (see [`stash`]).
+    stash: ResultStash,
+    /// Ids of the tasks being handled now: what the drain names when it gives up.
+    running: Mutex<BTreeSet<String>>,
+    /// Answers that could be stored neither in Redis nor in the stash (their calls will run
+    /// again): reported by the drain.
+    lost: Mutex<Vec<String>>,
 }
 
 /// Runs the worker until `shutdown` is cancelled and the in-flight tasks are drained.
@@ -101,28 +124,14 @@ pub async fn run(
     executor: Arc<dyn TaskExecutor>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    let (nats, store) = parley_cluster::start_service(
-        &config.nats_url,
-        &config.redis_url,
-        config.metrics_addr,
-        &shutdown,
-    )
-    .await?;
-    let js = jetstream::new(nats.clone());
-    let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
-        .await
-        .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
-    let limiter_conn = redis::Client::open(config.redis_url.as_str())
-        .context("while parsing the Redis URL")?
-        .get_connection_manager()
-        .await
-        .context("while connecting the rate limiter to Redis")?;
-    let registry = Registry::with_limits(
-        ProviderSettings::from_env(config.base_url.clone()),
-        config.limits.clone(),
-        Arc::new(parley_llm::ratelimit::RedisLimiter::new(limiter_conn)),
-    );
+    // NATS retries its first connection forever: a signal before the backends answer
+    // stops the worker at once (it holds nothing yet).
+    let Some(started) = parley_cluster::unless_shutdown(&shutdown, start(&config, &shutdown)).await
+    else {
+        tracing::info!("stopped before NATS and Redis were reachable");
+        return Ok(());
+    };
+    let (nats, store, consumer, registry, stash) = started?;
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let shared = Arc::new(Shared {
         config,
@@ -131,6 +140,9 @@ pub async fn run(
         registry,
         executor,
         hard_stop: CancellationToken::new(),
+        stash,
+        running: Mutex::new(BTreeSet::new()),
+        lost: Mutex::new(Vec::new()),
     });
     let tracker = TaskTracker::new();
     tokio::spawn(report_queue(
@@ -143,6 +155,14 @@ pub async fn run(
         concurrency = shared.config.concurrency,
         "worker ready"
     );
+    // The drain deadline counts from the signal, not from the end of the last pull.
+    let signalled_at = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            Instant::now()
+        })
+    };
 
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
@@ -157,8 +177,10 @@ pub async fn run(
             .batch()
             .max_messages(permits.len())
             .expires(PULL_EXPIRES)
-            .messages()
-            .await;
+            .messages();
+        let Some(batch) = parley_cluster::unless_shutdown(&shutdown, batch).await else {
+            break;
+        };
         let mut batch = match batch {
             Ok(b) => b,
             Err(e) => {
@@ -175,9 +197,18 @@ pub async fn run(
         // The pull expires after PULL_EXPIRES on the server. A pull lost in a NATS restart
         // is never answered, and the client would only notice seconds later: stop waiting
         // shortly after the server-side expiry (nothing can be delivered after it).
-        while let Ok(Some(msg)) =
-            tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()).await
-        {
+        loop {
+            let next = tokio::select! {
+                next = tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()) => next,
+                _ = shutdown.cancelled() => {
+                    // Stop now; what this pull still delivers goes straight back.
+                    tracker.spawn(hand_back_rest(batch));
+                    break;
+                }
+            };
+            let Ok(Some(msg)) = next else {
+                break;
+            };
             let msg = match msg {
                 Ok(m) => m,
                 Err(e) => {
@@ -196,19 +227,158 @@ pub async fn run(
             });
         }
     }
-    tracing::info!("worker draining");
+    let signalled_at = signalled_at.await.unwrap_or_else(|_| Instant::now());
+    drain(
+        &shared,
+        &tracker,
+        signalled_at + shared.config.drain_timeout,
+    )
+    .await
+}
+
+/// The NATS and Redis connections, the task consumer, the provider registry and the result
+/// stash: everything the worker needs before it pulls.
+async fn start(
+    config: &WorkerConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(
+    async_nats::Client,
+    RedisStore,
+    jetstream::consumer::PullConsumer,
+    Registry,
+    ResultStash,
+)> {
+    use anyhow::Context as _;
+    let (nats, store) = parley_cluster::start_service(
+        &config.nats_url,
+        &config.redis_url,
+        config.metrics_addr,
+        shutdown,
+    )
+    .await?;
+    let js = jetstream::new(nats.clone());
+    let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
+        .await
+        .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
+    let stash = ResultStash::open(&js)
+        .await
+        .map_err(|e| anyhow::anyhow!("while opening the result stash: {e}"))?;
+    let limiter_conn = redis::Client::open(config.redis_url.as_str())
+        .context("while parsing the Redis URL")?
+        .get_connection_manager()
+        .await
+        .context("while connecting the rate limiter to Redis")?;
+    let registry = Registry::with_limits(
+        ProviderSettings::from_env(config.base_url.clone()),
+        config.limits.clone(),
+        Arc::new(parley_llm::ratelimit::RedisLimiter::new(limiter_conn)),
+    );
+    Ok((nats, store, consumer, registry, stash))
+}
+
+/// The part of the drain time kept for handing running tasks back and flushing to NATS:
+/// a quarter of it, at most 2 s.
+pub fn hand_back_reserve(drain: Duration) -> Duration {
+    (drain / 4).min(Duration::from_secs(2))
+}
+
+/// Drains the worker by `deadline` (the loop has stopped pulling): lets running tasks
+/// finish until [`hand_back_reserve`] before it, hands the rest back, flushes acks and
+/// hand-backs to NATS, and names what it gave up on.
+async fn drain(
+    shared: &Arc<Shared>,
+    tracker: &TaskTracker,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let reserve = hand_back_reserve(shared.config.drain_timeout);
+    tracing::info!(
+        running = tracker.len(),
+        deadline_ms = shared.config.drain_timeout.as_millis() as u64,
+        "worker draining"
+    );
     tracker.close();
-    if tokio::time::timeout(shared.config.drain_timeout, tracker.wait())
+    let mut gave_up = Vec::new();
+    if tokio::time::timeout_at(deadline - reserve, tracker.wait())
         .await
         .is_err()
     {
-        tracing::warn!("drain deadline passed; giving running tasks back");
+        tracing::warn!(
+            tasks = ?running_tasks(shared),
+            "drain deadline passed; giving running tasks back"
+        );
         shared.hard_stop.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
+        // Half the reserve for the hand-backs, the rest for the flush.
+        if tokio::time::timeout_at(deadline - reserve / 2, tracker.wait())
+            .await
+            .is_err()
+        {
+            for task in running_tasks(shared) {
+                gave_up.push(format!(
+                    "task {task} (still running: Redis or NATS did not answer; redelivered after the ack wait)"
+                ));
+            }
+        }
     }
-    let _ = shared.nats.flush().await;
-    tracing::info!("worker stopped");
-    Ok(())
+    for task in std::mem::take(&mut *lock(&shared.lost)) {
+        gave_up.push(format!(
+            "the answer of task {task} (neither Redis nor the stash took it; the call runs again)"
+        ));
+    }
+    match tokio::time::timeout_at(deadline, shared.nats.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => gave_up.push(format!(
+            "confirming acks and hand-backs to NATS ({e}; unacked tasks are redelivered after the ack wait)"
+        )),
+        Err(_) => gave_up.push(
+            "confirming acks and hand-backs to NATS (unreachable; unacked tasks are redelivered after the ack wait)"
+                .into(),
+        ),
+    }
+    for what in &gave_up {
+        tracing::warn!(gave_up = %what, "drain incomplete");
+    }
+    tracing::info!(clean = gave_up.is_empty(), "worker stopped");
+    parley_cluster::DrainIncomplete::check(gave_up)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn running_tasks(shared: &Shared) -> Vec<String> {
+    lock(&shared.running).iter().cloned().collect()
+}
+
+/// Removes a task from [`Shared::running`] when its handling ends, however it ends.
+struct Running<'a> {
+    shared: &'a Shared,
+    task_id: String,
+}
+
+impl<'a> Running<'a> {
+    fn new(shared: &'a Shared, task_id: &str) -> Self {
+        lock(&shared.running).insert(task_id.to_string());
+        Self {
+            shared,
+            task_id: task_id.to_string(),
+        }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.running).remove(&self.task_id);
+    }
+}
+
+/// Hands back (naks) every message a pull still delivers after shutdown was requested,
+/// until the pull ends (its server-side expiry).
+async fn hand_back_rest(mut batch: jetstream::consumer::pull::Batch) {
+    while let Ok(Some(Ok(msg))) =
+        tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()).await
+    {
+        let _ = msg.ack_with(AckKind::Nak(None)).await;
+    }
 }
 
 /// Publishes the task consumer's backlog (`num_pending`, `num_ack_pending`) as metrics
@@ -286,6 +456,7 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         return;
     }
     let span = task_span(&msg, &task, delivered);
+    let _running = Running::new(shared, &task.id);
     handle_task(shared, msg, task, delivered)
         .instrument(span)
         .await;
@@ -310,6 +481,30 @@ async fn handle_task(shared: &Arc<Shared>, msg: jetstream::Message, task: Task, 
                 .await;
             return;
         }
+    }
+
+    // An answer another worker could not store in Redis: store it, no LLM call. Only a
+    // redelivery or a later attempt can have one (an answer is stashed right before its
+    // task is handed back), so the first delivery of a first attempt skips the lookup.
+    let may_be_stashed = delivered > 1 || task.attempt > 1;
+    let stashed = if may_be_stashed {
+        shared.stash.lookup(&task).await
+    } else {
+        None
+    };
+    if let Some(stashed) = stashed {
+        tracing::info!(task = %task.id, "result found in the stash; storing it");
+        if !store_result(shared, &stashed).await {
+            tracing::warn!(task = %task.id, "cannot store the stashed result yet; giving the task back");
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                .await;
+            return;
+        }
+        shared.stash.remove(&task.id).await;
+        notify(shared, &stashed).await;
+        let _ = msg.ack().await;
+        return;
     }
 
     // One run of a task at a time: a re-dispatch that races a still-running call (e.g. after
@@ -343,10 +538,22 @@ async fn handle_task(shared: &Arc<Shared>, msg: jetstream::Message, task: Task, 
         }
     }
     run_claimed(shared, msg, &task, last_delivery).await;
-    let _ = shared
+    // (A claim not released expires after its TTL.)
+    let release = shared
         .store
-        .release_claim(&task.debate_id, &task.id, &claim_owner)
-        .await;
+        .release_claim(&task.debate_id, &task.id, &claim_owner);
+    let _ = until_hard_stop(shared, release).await;
+}
+
+/// Runs `fut` unless the drain hands running tasks back first (`None`).
+async fn until_hard_stop<T>(
+    shared: &Shared,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        v = fut => Some(v),
+        _ = shared.hard_stop.cancelled() => None,
+    }
 }
 
 async fn run_claimed(
@@ -419,7 +626,16 @@ async fn run_claimed(
         return;
     }
     if !store_result(shared, &result).await {
-        tracing::warn!(task = %task.id, "cannot store the result; giving the task back");
+        // Keep the answer for the next delivery (see `stash`) before handing the task back.
+        match shared.stash.put(&result).await {
+            Ok(()) => {
+                tracing::warn!(task = %task.id, "cannot store the result; stashed it and giving the task back")
+            }
+            Err(e) => {
+                tracing::error!(task = %task.id, error = %e, "cannot store the result nor stash it; its call will run again");
+                lock(&shared.lost).push(task.id.clone());
+            }
+        }
         let _ = msg
             .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
             .await;
@@ -466,7 +682,11 @@ async fn store_result(shared: &Shared, result: &TaskResult) -> bool {
     let deadline = tokio::time::Instant::now() + STORE_PATIENCE;
     let mut backoff = Duration::from_millis(100);
     loop {
-        match shared.store.put_result(result).await {
+        // A call may wait out Redis's reconnection attempts: the drain does not.
+        let Some(stored) = until_hard_stop(shared, shared.store.put_result(result)).await else {
+            return false;
+        };
+        match stored {
             Ok(_) => return true,
             Err(e) if tokio::time::Instant::now() + backoff < deadline => {
                 tracing::warn!(task = %result.task_id, error = %e, retry_ms = backoff.as_millis() as u64, "cannot store the result yet; retrying");
