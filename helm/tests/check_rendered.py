@@ -276,7 +276,7 @@ class Check:
             mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
             if "/etc/parley" not in mounts or "/tmp" not in mounts:
                 self.fail(f"{where}: expected the config at /etc/parley and an emptyDir at /tmp")
-            if comp in CONSUMERS and comp in settings:
+            if comp in settings:
                 drain = settings[comp].get("drain_secs", 20)
                 grace = spec.get("terminationGracePeriodSeconds", 30)
                 if grace <= drain:

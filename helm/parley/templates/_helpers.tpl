@@ -134,16 +134,18 @@ The kind's keda.enabled wins when set; otherwise keda.enabled.
 {{- end }}
 
 {{/*
-Grace period of a component's pods: for a worker drain_secs + gracePeriodMarginSeconds
-(at least 1, by the schema), so SIGKILL never cuts a drain short; the coordinator's is a value.
+Grace period of a component's pods: drain_secs + gracePeriodMarginSeconds (at least 1, by the
+schema). drain_secs is the service's own exit deadline after SIGTERM: it drains what it can
+(a worker finishes or hands back its tasks, the coordinator releases its leases) and exits
+by then even when NATS or Redis is unreachable, logging what it gave up on (exit status 5).
+Nothing is lost by giving up: a task not handed back is redelivered by JetStream after its
+ack wait, and a lease not released expires after lease_ttl_ms, so another replica resumes
+the debate from its checkpoint. The margin covers process start-up of the signal and the
+trace flush, so SIGKILL never cuts a drain short.
 */}}
 {{- define "parley.gracePeriod" -}}
 {{- $v := include "parley.componentValues" . | fromYaml }}
-{{- if eq .component "coordinator" }}
-{{- $v.terminationGracePeriodSeconds }}
-{{- else }}
 {{- add $v.drainSecs $v.gracePeriodMarginSeconds }}
-{{- end }}
 {{- end }}
 
 {{/*
@@ -158,11 +160,11 @@ mounted files. `settings` adds keys.
 nats_url = {{ $ctx.Values.nats.url | toJson }}
 redis_url = {{ $ctx.Values.redis.url | toJson }}
 metrics_addr = {{ printf "0.0.0.0:%d" (int $ctx.Values.metrics.port) | toJson }}
+drain_secs = {{ int $v.drainSecs }}
 {{- if eq .component "coordinator" }}
 lease_ttl_ms = {{ int $v.leaseTtlMs }}
 {{- else }}
 concurrency = {{ include "parley.concurrency" . }}
-drain_secs = {{ int $v.drainSecs }}
 ack_wait_secs = {{ int $v.ackWaitSecs }}
 config = "debate-config.json"
 {{- end }}
