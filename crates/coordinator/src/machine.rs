@@ -899,6 +899,7 @@ impl Machine {
             context: self.spec.context.clone(),
             input,
             timeout_ms: self.spec.debate.retry.for_node(node.as_str()).timeout_ms,
+            dispatch_token: None,
         }
     }
 
