@@ -208,6 +208,49 @@ pub fn resolve_prompts(
     src
 }
 
+/// The endpoints a local config names: its top-level `baseUrl` and per-agent `baseUrl`s.
+/// A spec never carries them (see [`take_endpoints`]).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Endpoints {
+    /// The top-level `baseUrl`.
+    pub base_url: Option<String>,
+    /// Agent (or judge) id → its `baseUrl`.
+    pub per_agent: std::collections::BTreeMap<String, String>,
+}
+
+impl Endpoints {
+    pub fn is_empty(&self) -> bool {
+        self.base_url.is_none() && self.per_agent.is_empty()
+    }
+
+    /// Which keys held endpoints, for a note (`baseUrl`, `agents[agent-x].baseUrl`).
+    pub fn describe(&self) -> String {
+        self.base_url
+            .iter()
+            .map(|_| "baseUrl".to_string())
+            .chain(self.per_agent.keys().map(|id| format!("{id}.baseUrl")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Moves the endpoints out of a loaded config: the agents' and the judge's `baseUrl` and
+/// the top-level one. `parley run` hands them to its provider registry (the user is the
+/// operator there); `parley submit` does not send them.
+pub fn take_endpoints(loaded: &mut LoadedConfig) -> Endpoints {
+    let mut e = Endpoints {
+        base_url: loaded.file.base_url.take(),
+        ..Default::default()
+    };
+    let agents = loaded.file.agents.iter_mut().flatten();
+    for a in agents.chain(loaded.file.judge.iter_mut()) {
+        if let Some(url) = a.base_url.take() {
+            e.per_agent.insert(a.id.clone(), url);
+        }
+    }
+    e
+}
+
 /// Command-line overrides applied to the config.
 #[derive(Debug, Default)]
 pub struct Overrides {

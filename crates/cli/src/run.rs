@@ -15,9 +15,16 @@ use crate::{progress, report, CliError, RunArgs};
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let problem = config::resolve_problem(args.problem.clone(), args.problem_file.as_deref())?;
     let mut warn = |w: String| eprintln!("warning: {w}");
-    let loaded = config::load(args.config.as_deref(), &mut warn)?;
-    let base_url = loaded.file.base_url.clone();
+    let mut loaded = config::load(args.config.as_deref(), &mut warn)?;
+    // Embedded, the user is the operator: the local config's endpoints go to the registry
+    // (never into the spec).
+    let endpoints = config::take_endpoints(&mut loaded);
     let limits = loaded.file.providers.clone();
+    let problems = parley_protocol::validate_providers(&limits);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(CliError::config(format!("config: {}", list.join("; "))));
+    }
     let overrides = Overrides {
         roles: args.agents.clone(),
         rounds: args.rounds,
@@ -25,8 +32,10 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
 
     // Every participant's provider must be usable before anything runs.
+    let mut settings = ProviderSettings::from_env(endpoints.base_url);
+    settings.agent_base_urls = endpoints.per_agent;
     let registry = Arc::new(Registry::with_limits(
-        ProviderSettings::from_env(base_url),
+        settings,
         limits,
         Arc::new(LocalLimiter::default()),
     ));

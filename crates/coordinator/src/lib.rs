@@ -26,7 +26,7 @@ pub mod store;
 pub mod trace;
 
 pub use driver::{run_debate, TaskRunner};
-pub use machine::{Effect, Input, Machine};
+pub use machine::{Effect, Expectation, Input, Machine};
 pub use store::FileStore;
 
 #[cfg(test)]
