@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-const SEED: u64 = 0x5eed_11;
+const SEED: u64 = 0x005e_ed11;
 /// Bad payloads per request subject.
 const PER_SUBJECT: usize = 1_000;
 
@@ -203,7 +203,7 @@ fn submissions(rng: &mut StdRng, n: usize) -> Vec<Vec<u8>> {
             1 => truncated(rng, &valid),
             2 => deep(rng),
             3 => huge_number(rng),
-            4 | 5 | 6 => mutated_spec(rng),
+            4..=6 => mutated_spec(rng),
             7 => non_object(rng),
             8 => {
                 let (t, raw) = nasty_text(rng);

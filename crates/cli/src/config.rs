@@ -486,6 +486,29 @@ mod tests {
     }
 
     #[test]
+    fn endpoints_are_taken_out_of_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        std::fs::write(
+            &path,
+            r#"{"baseUrl": "http://g/v1", "agents": [
+                {"id":"a1","name":"A","role":"architect","model":"m","baseUrl":"http://a1/v1"},
+                {"id":"a2","name":"B","role":"security","model":"m"}
+            ], "judge": {"id":"j","name":"J","role":"generalist","model":"m","baseUrl":"http://j/v1"}}"#,
+        )
+        .unwrap();
+        let mut loaded = load(Some(&path), &mut |_| {}).unwrap();
+        let e = take_endpoints(&mut loaded);
+        assert_eq!(e.base_url.as_deref(), Some("http://g/v1"));
+        assert_eq!(e.per_agent.len(), 2);
+        assert_eq!(e.describe(), "baseUrl, a1.baseUrl, j.baseUrl");
+        // What is left validates as a spec: no endpoint in it.
+        let spec = build_spec(loaded, "P".into(), &Overrides::default(), &mut |_| {}).unwrap();
+        assert!(spec.agents.iter().all(|a| a.base_url.is_none()));
+        assert!(spec.judge.base_url.is_none());
+    }
+
+    #[test]
     fn agents_filter_by_role_and_rejects_unknown_roles() {
         let loaded = LoadedConfig {
             file: DebateConfigFile {

@@ -537,6 +537,8 @@ fn bounded(mut r: TaskResult) -> TaskResult {
         if let Some(p) = &mut e.provider {
             *p = preview(p, limits::MAX_LABEL_BYTES);
         }
+        // A provider's wait is clamped to an hour where it is read; keep it so.
+        e.retry_after_ms = e.retry_after_ms.map(|ms| ms.min(3_600_000));
     }
     r
 }
