@@ -226,6 +226,13 @@ async fn roles_run_a_debate_and_keep_each_role_in_its_lane() {
         .unwrap();
     assert_eq!(specs.len(), 1, "{specs:?}");
     assert_eq!(c.fake.request_count(), 22);
+    // The server logged the refusals (so the clean log during the debate means something).
+    let logged = violations(&c);
+    assert!(
+        logged.iter().any(|l| l.contains("parley.tasks.agent"))
+            && logged.iter().any(|l| l.contains("parley.debates.submit")),
+        "{logged:#?}"
+    );
 }
 
 /// Endpoints and keys are the operator's: a submission carrying one is refused naming the

@@ -183,7 +183,11 @@ async fn run_keeps_per_agent_endpoints_from_the_local_config() {
     let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     cfg["agents"][2]["baseUrl"] = json!(kiss_server.base_url());
     std::fs::write(&path, cfg.to_string()).unwrap();
-    let out = parley(dir.path(), &["run", "Design a rate limiter", "--rounds", "1"]).await;
+    let out = parley(
+        dir.path(),
+        &["run", "Design a rate limiter", "--rounds", "1"],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let kiss = kiss_server.requests();
     assert_eq!(kiss.len(), 4, "1 proposal, 2 critiques, 1 refinement");
