@@ -7,6 +7,15 @@
 //! last event being a final one, or — when events are missing (expired from the stream, or
 //! the final one never published) — a status that says the debate ended. Ctrl-C stops them
 //! at once with status 130, whatever the state of NATS: the debate goes on in the cluster.
+//! DebateSpec; the services never open a path that came in a message. Endpoints are not
+//! sent: the cluster's operator chooses them (a `baseUrl` in the local config is left out,
+//! with a note on stderr).
+//!
+//! Credentials: `--nats-url nats://user:password@host:4222` (or `TOKEN@host`), or
+//! `--nats-creds FILE` (`.creds` / NKey seed; `PARLEY_NATS_CREDS`). With the shipped NATS
+//! roles the CLI is a `client`: it may send requests on `parley.debates.submit|status|
+//! retry|cancel` and read a debate's events through an ephemeral ordered consumer whose
+//! create subject names the debate's events subject.
 
 use std::time::Duration;
 
@@ -21,9 +30,12 @@ use crate::{progress, report, CliError, RunArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct NatsArgs {
-    /// NATS server of the cluster.
+    /// NATS server of the cluster (may carry `user:password@` or `token@`).
     #[arg(long, env = "PARLEY_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
+    /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
+    #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -49,11 +61,14 @@ pub struct DebateArgs {
 }
 
 async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
-    async_nats::ConnectOptions::new()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(n.nats_url.as_str())
+    let endpoint = parley_cluster::NatsEndpoint::new(
+        n.nats_url.clone(),
+        n.nats_creds.clone(),
+        parley_cluster::nats::INBOX_CLIENT,
+    );
+    parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(5))
         .await
-        .map_err(|e| CliError::general(format!("cannot connect to NATS at {}: {e}", n.nats_url)))
+        .map_err(|e| CliError::general(format!("{e:#}")))
 }
 
 /// Sends a request; an `{"error": ...}` reply becomes an error naming the problem.
@@ -103,7 +118,15 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
     let r = &args.run;
     let problem = config::resolve_problem(r.problem.clone(), r.problem_file.as_deref())?;
     let mut warn = |w: String| eprintln!("warning: {w}");
-    let loaded = config::load(r.config.as_deref(), &mut warn)?;
+    let mut loaded = config::load(r.config.as_deref(), &mut warn)?;
+    let endpoints = config::take_endpoints(&mut loaded);
+    if !endpoints.is_empty() {
+        eprintln!(
+            "note: not sending the endpoints of the local config ({}): the cluster's \
+             operator chooses where calls go",
+            endpoints.describe()
+        );
+    }
     let overrides = Overrides {
         roles: r.agents.clone(),
         rounds: r.rounds,
@@ -209,12 +232,24 @@ async fn quick_status(client: &async_nats::Client, id: &str) -> Option<DebateSta
 /// [`QUIET_CHECK`] without an event).
 async fn follow(client: &async_nats::Client, id: &str) -> Result<(), CliError> {
     let js = jetstream::new(client.clone());
+    // No stream info request (a client may not list the stream's subjects): the consumer
+    // is created directly, named, so its create subject carries the events filter the
+    // client role is allowed.
     let stream = js
-        .get_stream(subjects::EVENTS_STREAM)
+        .get_stream_no_info(subjects::EVENTS_STREAM)
         .await
         .map_err(|e| CliError::general(format!("events stream unavailable: {e}")))?;
+    let name = format!(
+        "watch-{:x}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    );
     let consumer = stream
         .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            name: Some(name),
             filter_subject: subjects::events_subject(id),
             deliver_policy: jetstream::consumer::DeliverPolicy::All,
             ..Default::default()

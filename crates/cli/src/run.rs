@@ -63,15 +63,22 @@ struct Outputs {
 pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
     let problem = config::resolve_problem(args.problem.clone(), args.problem_file.as_deref())?;
     let mut warn = |w: String| eprintln!("warning: {w}");
-    let loaded = config::load(args.config.as_deref(), &mut warn)?;
-    let base_url = loaded.file.base_url.clone();
+    let mut loaded = config::load(args.config.as_deref(), &mut warn)?;
+    // Embedded, the user is the operator: the local config's endpoints go to the registry
+    // (never into the spec).
+    let endpoints = config::take_endpoints(&mut loaded);
     let limits = loaded.file.providers.clone();
+    let problems = parley_protocol::validate_providers(&limits);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(CliError::config(format!("config: {}", list.join("; "))));
+    }
     let overrides = Overrides {
         roles: args.agents.clone(),
         rounds: args.rounds,
     };
     let spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
-    let registry = registry_for(&spec, base_url, limits)?;
+    let registry = registry_for(&spec, endpoints, limits)?;
     let machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
     let outputs = Outputs {
         config: args.config,
@@ -135,13 +142,13 @@ pub async fn continue_saved(
         .config
         .clone()
         .unwrap_or_else(|| PathBuf::from(config::DEFAULT_CONFIG));
-    let (base_url, limits) = if explicit || path.is_file() {
-        let loaded = config::load(Some(&path), &mut |_| {})?;
-        (loaded.file.base_url, loaded.file.providers)
+    let (endpoints, limits) = if explicit || path.is_file() {
+        let mut loaded = config::load(Some(&path), &mut |_| {})?;
+        (config::take_endpoints(&mut loaded), loaded.file.providers)
     } else {
-        (None, Default::default())
+        (config::Endpoints::default(), Default::default())
     };
-    let registry = registry_for(&spec, base_url, limits)?;
+    let registry = registry_for(&spec, endpoints, limits)?;
     let done: usize = state
         .rounds
         .iter()
@@ -173,11 +180,14 @@ pub async fn continue_saved(
 /// Every participant's provider must be usable before anything runs.
 fn registry_for(
     spec: &DebateSpec,
-    base_url: Option<String>,
+    endpoints: config::Endpoints,
     limits: std::collections::BTreeMap<String, ProviderLimits>,
 ) -> Result<Arc<Registry>, CliError> {
+    // Every participant's provider must be usable before anything runs.
+    let mut settings = ProviderSettings::from_env(endpoints.base_url);
+    settings.agent_base_urls = endpoints.per_agent;
     let registry = Arc::new(Registry::with_limits(
-        ProviderSettings::from_env(base_url),
+        settings,
         limits,
         Arc::new(LocalLimiter::default()),
     ));

@@ -172,6 +172,30 @@ async fn three_agents_two_rounds_against_fake_llm() {
     assert_eq!(per_model("model-judge"), 1);
 }
 
+/// Embedded, the user is the operator: an agent's own `baseUrl` in the local config is
+/// where that agent's calls go (the spec never carries it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_keeps_per_agent_endpoints_from_the_local_config() {
+    let fake = FakeLlm::start().await.unwrap();
+    let kiss_server = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &fake.base_url());
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    cfg["agents"][2]["baseUrl"] = json!(kiss_server.base_url());
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let out = parley(
+        dir.path(),
+        &["run", "Design a rate limiter", "--rounds", "1"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let kiss = kiss_server.requests();
+    assert_eq!(kiss.len(), 4, "1 proposal, 2 critiques, 1 refinement");
+    assert!(kiss.iter().all(|r| r.model == "model-kiss"));
+    assert!(fake.requests().iter().all(|r| r.model != "model-kiss"));
+    assert_eq!(fake.request_count(), 9);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_and_report_files() {
     let fake = FakeLlm::start().await.unwrap();

@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use parley_telemetry::Readiness;
 use tokio_util::sync::CancellationToken;
 
-use crate::RedisStore;
+use crate::{NatsEndpoint, RedisStore};
 
 pub use parley_telemetry::init_telemetry;
 
@@ -49,17 +49,13 @@ pub async fn serve_health(
     Ok(())
 }
 
-/// Connects to NATS (retrying until it is up) and to the Redis store: what every service
-/// needs first.
+/// Connects to NATS (retrying until it is up; with the endpoint's credentials, see
+/// [`crate::nats`]) and to the Redis store: what every service needs first.
 pub async fn connect_backends(
-    nats_url: &str,
+    nats: &NatsEndpoint,
     redis_url: &str,
 ) -> anyhow::Result<(async_nats::Client, RedisStore)> {
-    let nats = async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect(nats_url)
-        .await
-        .context("while connecting to NATS")?;
+    let nats = crate::nats::connect_service(nats).await?;
     let store = RedisStore::connect(redis_url)
         .await
         .context("while connecting to Redis")?;
@@ -249,12 +245,12 @@ pub async fn unless_shutdown<T>(
 /// What every service does first: connect NATS and Redis, then serve `/metrics`,
 /// `/healthz` and `/readyz` on `metrics_addr` (if any) until `shutdown`.
 pub async fn start_service(
-    nats_url: &str,
+    nats: &NatsEndpoint,
     redis_url: &str,
     metrics_addr: Option<std::net::SocketAddr>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(async_nats::Client, RedisStore)> {
-    let (nats, store) = connect_backends(nats_url, redis_url).await?;
+    let (nats, store) = connect_backends(nats, redis_url).await?;
     serve_health(metrics_addr, nats.clone(), store.clone(), shutdown.clone()).await?;
     Ok((nats, store))
 }

@@ -27,7 +27,7 @@ pub mod store;
 pub mod trace;
 
 pub use driver::{run_debate, run_debate_until, Driven, TaskRunner};
-pub use machine::{Effect, Input, Machine};
+pub use machine::{Effect, Expectation, Input, Machine};
 pub use store::{FileStore, LoadError};
 
 #[cfg(test)]

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use parley_cluster::settings::{at_least, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS};
-use parley_coordinator::service::{run, CoordinatorConfig};
+use parley_coordinator::service::{run, CoordinatorConfig, DEFAULT_MAX_PENDING_REQUESTS};
+use parley_protocol::{limits, SubmissionPolicy};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
@@ -31,6 +32,16 @@ struct Args {
     /// [default: 10].
     #[arg(long, env = "PARLEY_DRAIN_SECS")]
     drain_secs: Option<u64>,
+    /// The operator's debate configuration (the workers' file): its `providers` section's
+    /// `allowedModels` are enforced when a debate is submitted.
+    #[arg(long, env = "PARLEY_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Cap on any participant's `maxTokens` [default: 16384].
+    #[arg(long, env = "PARLEY_MAX_TOKENS")]
+    max_tokens: Option<u32>,
+    /// Requests handled at once; more are answered `unavailable` [default: 256].
+    #[arg(long, env = "PARLEY_MAX_PENDING_REQUESTS")]
+    max_pending_requests: Option<usize>,
 }
 
 /// The coordinator's settings, layered and validated (every problem at once).
@@ -53,15 +64,59 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         ),
         1,
     );
+    let max_tokens = at_least(
+        &mut problems,
+        "max_tokens",
+        pick(args.max_tokens, file.max_tokens, limits::DEFAULT_MAX_TOKENS),
+        1,
+    );
+    let max_pending_requests = at_least(
+        &mut problems,
+        "max_pending_requests",
+        pick(
+            args.max_pending_requests,
+            file.max_pending_requests,
+            DEFAULT_MAX_PENDING_REQUESTS,
+        ),
+        1,
+    );
+    let providers = match args.config.clone().or(file.config.clone()) {
+        Some(path) => operator_providers(&path).unwrap_or_else(|e| {
+            problems.push("config", e);
+            Default::default()
+        }),
+        None => Default::default(),
+    };
     problems.into_result()?;
     let mut config = CoordinatorConfig::new(
         common.nats_url,
         common.redis_url,
         Duration::from_millis(lease_ttl_ms),
     );
+    config.nats_creds = common.nats_creds;
     config.metrics_addr = common.metrics_addr;
     config.drain = Duration::from_secs(drain_secs);
+    config.policy = SubmissionPolicy {
+        max_tokens,
+        providers,
+    };
+    config.max_pending_requests = max_pending_requests;
     Ok(config)
+}
+
+/// The `providers` section of the operator's debate configuration, checked.
+fn operator_providers(
+    path: &std::path::Path,
+) -> Result<std::collections::BTreeMap<String, parley_protocol::ProviderLimits>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file: parley_protocol::DebateConfigFile = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+    let problems = parley_protocol::validate_providers(&file.providers);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(format!("{}: {}", path.display(), list.join("; ")));
+    }
+    Ok(file.providers)
 }
 
 #[tokio::main]

@@ -18,6 +18,23 @@
 //! did not release expires after its TTL; checkpointed events not yet published are
 //! published by whichever replica resumes the debate. What it gave up on is logged and
 //! returned as [`parley_cluster::DrainIncomplete`].
+//!
+//! # The edge
+//! - Requests are decoded by `parley_protocol` ([`decode_submission`],
+//!   [`decode_debate_ref`]): sizes, ids, ranges, and the operator's
+//!   [`SubmissionPolicy`] (the `max_tokens` cap and the model allow-lists of the
+//!   `providers` section of [`CoordinatorConfig::policy`]) — a model outside an allow-list
+//!   is refused here, at submit time. A submission naming an endpoint or carrying anything
+//!   key-like is refused (`invalid_request`, naming the field).
+//! - At most [`CoordinatorConfig::max_pending_requests`] requests are handled at once; past
+//!   that a request is answered `unavailable` at once instead of spawning without bound.
+//! - An idempotency key sent again with a different spec is a `conflict` (the key is bound
+//!   to the debate id and a SHA-256 digest of the spec first sent with it).
+//! - Result notifications are hints: a [`ResultNotice`] names a result; the debate actor
+//!   reads it from Redis and applies it only if it is for a task and attempt it is waiting
+//!   for (see [`crate::actor`]).
+//! - Each debate gets a dispatch secret at submission; tasks carry a token derived from it
+//!   (`parley_cluster::dispatch`), so workers run only tasks the coordinator sent.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,18 +46,23 @@ use chrono::Utc;
 use futures::StreamExt;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::{
-    is_valid_debate_id, limits, new_debate_id, DebateSpec, DebateStatus, SCHEMA_VERSION,
+    decode_debate_ref, decode_submission, is_valid_debate_id, new_debate_id, preview, DebateStatus,
+    ResultNotice, SubmissionPolicy,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef, RactorErr};
-use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::actor::{AdoptError, DebateMsg, Deps, Supervisor, SupervisorMsg};
 use crate::{Input, Machine};
+use parley_cluster::nats::{NatsEndpoint, INBOX_COORDINATOR};
 use parley_cluster::{start_service, RedisStore};
+
+/// Default of [`CoordinatorConfig::max_pending_requests`].
+pub const DEFAULT_MAX_PENDING_REQUESTS: usize = 256;
 
 /// Prefix of the owner-to-owner control subjects.
 pub const CONTROL_PREFIX: &str = "parley.control";
@@ -51,6 +73,8 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
     pub nats_url: String,
+    /// NATS credentials file (`.creds` or NKey seed), see `parley_cluster::nats`.
+    pub nats_creds: Option<std::path::PathBuf>,
     pub redis_url: String,
     /// Lease time-to-live: how long a crashed replica's debates wait before a takeover.
     pub lease_ttl: Duration,
@@ -62,18 +86,25 @@ pub struct CoordinatorConfig {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// How long after shutdown was requested `run` returns at the latest.
     pub drain: Duration,
+    /// What the operator allows a submission (maxTokens cap, model allow-lists).
+    pub policy: SubmissionPolicy,
+    /// Requests handled at once; past it a request is answered `unavailable`.
+    pub max_pending_requests: usize,
 }
 
 impl CoordinatorConfig {
     pub fn new(nats_url: String, redis_url: String, lease_ttl: Duration) -> Self {
         Self {
             nats_url,
+            nats_creds: None,
             redis_url,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
             scan_every: Duration::from_secs(2),
             metrics_addr: None,
             drain: DEFAULT_DRAIN,
+            policy: SubmissionPolicy::default(),
+            max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
         }
     }
 }
@@ -92,6 +123,10 @@ struct Service {
     store: RedisStore,
     nats: async_nats::Client,
     sup: ActorRef<SupervisorMsg>,
+    /// What submissions may choose.
+    policy: SubmissionPolicy,
+    /// One permit per request being handled (bounds the spawned handlers).
+    requests: Arc<Semaphore>,
 }
 
 /// Runs a coordinator replica until `shutdown` is cancelled.
@@ -124,6 +159,8 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         store,
         nats: nats.clone(),
         sup: sup.clone(),
+        policy: config.policy.clone(),
+        requests: Arc::new(Semaphore::new(config.max_pending_requests.max(1))),
     });
 
     let mut loops = Vec::new();
@@ -178,13 +215,13 @@ async fn connect(
     config: &CoordinatorConfig,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(async_nats::Client, RedisStore, jetstream::Context)> {
-    let (nats, store) = start_service(
-        &config.nats_url,
-        &config.redis_url,
-        config.metrics_addr,
-        shutdown,
-    )
-    .await?;
+    let endpoint = NatsEndpoint::new(
+        config.nats_url.clone(),
+        config.nats_creds.clone(),
+        INBOX_COORDINATOR,
+    );
+    let (nats, store) =
+        start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown).await?;
     let js = jetstream::new(nats.clone());
     parley_cluster::streams::tasks_stream(&js)
         .await
@@ -271,13 +308,40 @@ async fn drain(
     gave_up
 }
 
+/// The metric label of a request subject.
+fn subject_label(subject: &str) -> &'static str {
+    match subject {
+        subjects::SUBMIT => "submit",
+        subjects::STATUS => "status",
+        subjects::RETRY => "retry",
+        subjects::CANCEL => "cancel",
+        _ => "control",
+    }
+}
+
 async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     while let Some(msg) = sub.next().await {
+        // A request without a reply subject cannot be answered: nothing to do.
+        let Some(reply_to) = msg.reply.clone() else {
+            continue;
+        };
+        let label = subject_label(msg.subject.as_str());
+        let Ok(permit) = svc.requests.clone().try_acquire_owned() else {
+            // Refused at once: a burst never turns into an unbounded number of handlers.
+            let e = err(
+                ErrorCode::Unavailable,
+                "the coordinator is handling as many requests as it takes; try again",
+            );
+            parley_telemetry::metrics().request_error(label, e.error.code.as_str());
+            let body = serde_json::to_vec(&e).unwrap_or_default();
+            if let Err(e) = svc.nats.publish(reply_to, body.into()).await {
+                tracing::warn!(error = %e, "cannot send a reply");
+            }
+            continue;
+        };
         let svc = svc.clone();
         tokio::spawn(async move {
-            let Some(reply_to) = msg.reply.clone() else {
-                return;
-            };
+            let _permit = permit;
             let subject = msg.subject.to_string();
             let reply = match subject.as_str() {
                 subjects::SUBMIT => Some(svc.submit(&msg.payload).await),
@@ -289,7 +353,10 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
             let Some(reply) = reply else { return };
             let body = match reply {
                 Ok(v) => serde_json::to_vec(&v),
-                Err(e) => serde_json::to_vec(&e),
+                Err(e) => {
+                    parley_telemetry::metrics().request_error(label, e.error.code.as_str());
+                    serde_json::to_vec(&e)
+                }
             }
             .unwrap_or_default();
             if let Err(e) = svc.nats.publish(reply_to, body.into()).await {
@@ -299,18 +366,20 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Notification {
-    debate_id: String,
-    task_id: String,
-    attempt: u32,
-}
-
+/// Routes result notices to the debate's actor. A notice is only a hint: the actor reads
+/// the result from Redis and decides whether it waits for it.
 async fn route_results(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     while let Some(msg) = sub.next().await {
-        let Ok(n) = serde_json::from_slice::<Notification>(&msg.payload) else {
-            tracing::warn!(subject = %msg.subject, "ignoring an undecodable result notification");
+        let notice = serde_json::from_slice::<ResultNotice>(&msg.payload)
+            .ok()
+            .filter(|n| n.validate().is_ok())
+            .filter(|n| msg.subject.as_str() == subjects::results_subject(&n.debate_id));
+        let Some(n) = notice else {
+            parley_telemetry::metrics().result_dropped(parley_telemetry::DropReason::Invalid);
+            tracing::warn!(
+                subject = %preview(msg.subject.as_str(), 120),
+                "dropping a result notification that is not a valid notice for its subject"
+            );
             continue;
         };
         let _ = svc.sup.cast(SupervisorMsg::Route {
@@ -362,28 +431,8 @@ impl Command {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DebateRef {
-    debate_id: String,
-}
-
 fn debate_ref(payload: &[u8]) -> Result<String, ErrorReply> {
-    let v: Value = serde_json::from_slice(payload)
-        .map_err(|e| err(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
-    let r: DebateRef = serde_json::from_value(v).map_err(|e| {
-        err(
-            ErrorCode::InvalidRequest,
-            format!("expected {{\"debateId\": ...}}: {e}"),
-        )
-    })?;
-    if !is_valid_debate_id(&r.debate_id) {
-        return Err(err(
-            ErrorCode::InvalidRequest,
-            format!("debateId: {:?} is not a debate id", r.debate_id),
-        ));
-    }
-    Ok(r.debate_id)
+    decode_debate_ref(payload).map_err(ErrorReply::from)
 }
 
 impl Service {
@@ -423,30 +472,7 @@ impl Service {
     }
 
     async fn submit(&self, payload: &[u8]) -> Reply {
-        if payload.len() > limits::MAX_SUBMISSION_BYTES {
-            return Err(err(
-                ErrorCode::PayloadTooLarge,
-                format!(
-                    "submission is {} bytes, the limit is {}",
-                    payload.len(),
-                    limits::MAX_SUBMISSION_BYTES
-                ),
-            ));
-        }
-        let v: Value = serde_json::from_slice(payload)
-            .map_err(|e| err(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
-        if let Some(sv) = v.get("schemaVersion") {
-            if sv.as_u64() != Some(u64::from(SCHEMA_VERSION)) {
-                return Err(err(
-                    ErrorCode::UnsupportedSchemaVersion,
-                    format!("schemaVersion: unsupported {sv} (this build speaks {SCHEMA_VERSION})"),
-                ));
-            }
-        }
-        let spec: DebateSpec = serde_json::from_value(v)
-            .map_err(|e| err(ErrorCode::InvalidRequest, format!("invalid debate: {e}")))?;
-        spec.validate()
-            .map_err(|e| err(ErrorCode::InvalidRequest, e.to_string()))?;
+        let spec = decode_submission(payload, &self.policy).map_err(ErrorReply::from)?;
 
         let now = Utc::now();
         let mut id = new_debate_id(now);
@@ -454,12 +480,40 @@ impl Service {
             // Every copy of a submission gets the id bound first. Whoever bound it may have
             // died before creating the debate, so each copy makes sure it exists: every
             // step below is create-if-absent.
-            id = self
+            let digest = parley_cluster::redis_store::spec_digest(&spec).map_err(unavailable)?;
+            let bound = self
                 .store
-                .bind_idempotency_key(key, &id)
+                .bind_idempotency_key_for_spec(key, &id, &digest)
                 .await
                 .map_err(unavailable)?;
+            let same = match &bound.spec_digest {
+                Some(d) => *d == digest,
+                // Bound by an older build: compare with the stored spec, if any yet.
+                None => self
+                    .store
+                    .spec(&bound.debate_id)
+                    .await
+                    .map_err(unavailable)?
+                    .is_none_or(|stored| stored == spec),
+            };
+            if !same {
+                return Err(err(
+                    ErrorCode::Conflict,
+                    format!(
+                        "idempotencyKey: {:?} was first sent with a different debate ({}); \
+                         use a new key for a new debate",
+                        preview(key, 64),
+                        bound.debate_id
+                    ),
+                ));
+            }
+            id = bound.debate_id;
         }
+        // Before the debate exists: its actor stamps every task with a token from it.
+        self.store
+            .ensure_dispatch_secret(&id)
+            .await
+            .map_err(unavailable)?;
         self.store.put_spec(&id, &spec).await.map_err(unavailable)?;
         let machine = Machine::new(id.clone(), spec, now);
         let created = self
@@ -576,6 +630,9 @@ impl Service {
     async fn control(&self, subject: &str) -> Option<Reply> {
         let rest = subject.strip_prefix(CONTROL_PREFIX)?.strip_prefix('.')?;
         let (id, op) = rest.rsplit_once('.')?;
+        if !is_valid_debate_id(id) {
+            return None;
+        }
         let cmd = match op {
             "retry" => Command::Retry,
             "cancel" => Command::Cancel,

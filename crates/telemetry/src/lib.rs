@@ -57,7 +57,10 @@ pub use init::{
     init_telemetry, LogFormat, OtlpExport, OtlpProtocol, TelemetryGuard, TelemetryOptions,
     LOG_FILTER_ENV, LOG_FORMAT_ENV, TRACE_FILTER_ENV,
 };
-pub use metrics::{metrics, DebateStatus, Direction, InFlightGuard, Metrics, Outcome, TaskKind};
+pub use metrics::{
+    metrics, DebateStatus, Direction, DropReason, InFlightGuard, Metrics, Outcome, RejectReason,
+    TaskKind,
+};
 pub use propagation::{
     context_from_traceparent, current_context, current_traceparent, extract_headers,
     inject_current, inject_headers, set_parent, traceparent_of, NatsExtractor, NatsInjector,

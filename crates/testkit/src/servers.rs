@@ -1,5 +1,8 @@
 //! Real `nats-server` (with JetStream) and `redis-server` processes on ephemeral loopback
-//! ports, each with a private temporary directory for its data and its log.
+//! ports, each with a private temporary directory for its data and its log. A NATS server
+//! may also run with a configuration file ([`NatsServer::start_with_config`], e.g.
+//! `deploy/nats/parley.conf` with its roles): the port, address and store directory still
+//! come from the command line, so the file's own `port` never collides.
 //!
 //! A server is ready when it speaks its protocol, not merely when the port accepts:
 //! NATS must send its `INFO` line, Redis must answer `PING` with `+PONG` (so a restarted
@@ -32,9 +35,14 @@ impl Kind {
         }
     }
 
-    fn args(self, port: u16, data_dir: &Path) -> Vec<std::ffi::OsString> {
+    fn args(self, port: u16, data_dir: &Path, config: Option<&Path>) -> Vec<std::ffi::OsString> {
         let port = port.to_string();
-        let v: Vec<std::ffi::OsString> = match self {
+        let mut v: Vec<std::ffi::OsString> = Vec::new();
+        if let (Kind::Nats, Some(c)) = (self, config) {
+            v.push("-c".into());
+            v.push(c.into());
+        }
+        v.extend::<Vec<std::ffi::OsString>>(match self {
             Kind::Nats => vec![
                 "-js".into(),
                 "-a".into(),
@@ -58,7 +66,7 @@ impl Kind {
                 "--appendfsync".into(),
                 "always".into(),
             ],
-        };
+        });
         v
     }
 
@@ -109,10 +117,13 @@ struct ServerProcess {
     log_path: PathBuf,
     /// Owns `data_dir` and the log; removed on drop, after the process is killed.
     dir: tempfile::TempDir,
+    /// A configuration file (`-c`) and the environment it expands (`$NAME`); kept for
+    /// restarts.
+    config: Option<(PathBuf, Vec<(String, String)>)>,
 }
 
 impl ServerProcess {
-    fn start(kind: Kind) -> anyhow::Result<Self> {
+    fn start(kind: Kind, config: Option<(PathBuf, Vec<(String, String)>)>) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("parley-{}-", kind.program()))
             .tempdir()
@@ -133,6 +144,7 @@ impl ServerProcess {
             data_dir,
             log_path,
             dir,
+            config,
         };
         let mut attempt = 0;
         loop {
@@ -157,8 +169,11 @@ impl ServerProcess {
             .map(|m| m.len())
             .unwrap_or(0);
         let (out, err) = log_stdio(&self.log_path).map_err(fail)?;
+        let config = self.config.as_ref().map(|(p, _)| p.as_path());
+        let env = self.config.iter().flat_map(|(_, env)| env.iter().cloned());
         let spawned = Command::new(program)
-            .args(self.kind.args(self.port, &self.data_dir))
+            .args(self.kind.args(self.port, &self.data_dir, config))
+            .envs(env)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -268,8 +283,26 @@ impl NatsServer {
     /// Spawns the server and waits (up to 10 s) until it sends its `INFO` line.
     pub fn start() -> anyhow::Result<Self> {
         Ok(NatsServer {
-            inner: ServerProcess::start(Kind::Nats)?,
+            inner: ServerProcess::start(Kind::Nats, None)?,
         })
+    }
+
+    /// Like [`NatsServer::start`], with the configuration file `config` (`-c`) and the
+    /// environment variables `env` it refers to (`$NAME`). Port, address and store
+    /// directory are still set on the command line.
+    pub fn start_with_config(config: &Path, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Ok(NatsServer {
+            inner: ServerProcess::start(Kind::Nats, Some((config.to_path_buf(), env)))?,
+        })
+    }
+
+    /// `nats://user:password@127.0.0.1:PORT`.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!("nats://{user}:{password}@127.0.0.1:{}", self.inner.port)
     }
 
     /// `nats://127.0.0.1:PORT`.
@@ -316,8 +349,13 @@ impl RedisServer {
     /// Spawns the server and waits (up to 10 s) until it answers `PING`.
     pub fn start() -> anyhow::Result<Self> {
         Ok(RedisServer {
-            inner: ServerProcess::start(Kind::Redis)?,
+            inner: ServerProcess::start(Kind::Redis, None)?,
         })
+    }
+
+    /// The process id of the running server (for SIGSTOP / SIGCONT in tests).
+    pub fn pid(&self) -> Option<u32> {
+        self.inner.child.as_ref().map(std::process::Child::id)
     }
 
     /// `redis://127.0.0.1:PORT`.

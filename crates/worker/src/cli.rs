@@ -26,8 +26,9 @@ use crate::{TaskExecutor, WorkerConfig};
 pub struct WorkerArgs {
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Debate configuration JSON: its `baseUrl` (the default OpenAI-compatible endpoint)
-    /// and `providers` (rate limits shared by every replica).
+    /// The operator's debate configuration JSON: its `baseUrl` (the default
+    /// OpenAI-compatible endpoint) and `providers` (per provider: `baseUrl`,
+    /// `allowedModels`, rate limits shared by every replica).
     #[arg(long, env = "PARLEY_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Tasks run at once [default: 8].
@@ -81,6 +82,7 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
     Ok(WorkerConfig {
         kind,
         nats_url: common.nats_url,
+        nats_creds: common.nats_creds,
         redis_url: common.redis_url,
         base_url,
         limits,
@@ -103,6 +105,19 @@ pub fn provider_settings_from_config(
     let bytes = std::fs::read(path).with_context(|| format!("while reading {}", path.display()))?;
     let file: parley_protocol::DebateConfigFile = serde_json::from_slice(&bytes)
         .with_context(|| format!("while parsing {}", path.display()))?;
+    let problems = parley_protocol::validate_providers(&file.providers);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        anyhow::bail!("{}: {}", path.display(), list.join("; "));
+    }
+    if let Some(url) = &file.base_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            anyhow::bail!(
+                "{}: baseUrl must be an http:// or https:// URL",
+                path.display()
+            );
+        }
+    }
     Ok((file.base_url, file.providers))
 }
 

@@ -17,6 +17,17 @@
 //! unavailable, a panic), it naks it; on the last delivery it writes an error result instead
 //! so the coordinator learns of it. An undecodable payload is terminated and logged.
 //!
+//! # Trust
+//! A task message is outside input until checked: it must decode, pass
+//! [`Task::validate`], and carry the dispatch token the coordinator derives from the
+//! debate's secret in Redis (`parley_cluster::dispatch`; secrets are cached per debate).
+//! Anything else is terminated (never redelivered) with a warning and
+//! `parley_tasks_rejected_total{reason}`: a forged task runs no LLM call and writes no
+//! result. The endpoint and key of a call come from this worker's settings only (the
+//! operator's config and environment), never from the task; a model outside the
+//! provider's allow-list is refused before any call. After storing a result the worker
+//! publishes a [`ResultNotice`] (ids only): the coordinator reads the content from Redis.
+//!
 //! An answer is never thrown away because Redis is briefly unavailable: the result write
 //! (idempotent) is retried for up to [`STORE_PATIENCE`] while progress acks continue; if it
 //! still fails (or the drain deadline comes first) the answer goes to the [`stash`] before
@@ -54,8 +65,10 @@ use futures::StreamExt;
 use parley_cluster::{streams, RedisStore};
 use parley_llm::{Provider, ProviderSettings, Registry};
 use parley_protocol::{
-    subjects, ErrorKind, Task, TaskError, TaskOutcome, TaskResult, WorkerKind, SCHEMA_VERSION,
+    preview, subjects, ErrorKind, ResultNotice, Task, TaskError, TaskOutcome, TaskResult,
+    WorkerKind, SCHEMA_VERSION,
 };
+use parley_telemetry::RejectReason;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -82,10 +95,13 @@ pub trait TaskExecutor: Send + Sync + 'static {
 pub struct WorkerConfig {
     pub kind: WorkerKind,
     pub nats_url: String,
+    /// NATS credentials file (`.creds` or NKey seed), see `parley_cluster::nats`.
+    pub nats_creds: Option<std::path::PathBuf>,
     pub redis_url: String,
     /// Global OpenAI-compatible base URL (the debate config's `baseUrl`).
     pub base_url: Option<String>,
-    /// Per-provider (and per-model) rate limits, shared by every replica through Redis.
+    /// The operator's `providers` section: rate limits per provider (and model), shared by
+    /// every replica through Redis; endpoints and model allow-lists per provider.
     pub limits: std::collections::BTreeMap<String, parley_protocol::ProviderLimits>,
     /// Tasks run at once.
     pub concurrency: usize,
@@ -116,7 +132,12 @@ struct Shared {
     /// Answers that could be stored neither in Redis nor in the stash (their calls will run
     /// again): reported by the drain.
     lost: Mutex<Vec<String>>,
+    /// Dispatch secrets by debate id (they never change); emptied when it grows large.
+    secrets: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
+
+/// Debates whose secrets are cached at most.
+const SECRET_CACHE: usize = 10_000;
 
 /// Runs the worker until `shutdown` is cancelled and the in-flight tasks are drained.
 pub async fn run(
@@ -143,6 +164,7 @@ pub async fn run(
         stash,
         running: Mutex::new(BTreeSet::new()),
         lost: Mutex::new(Vec::new()),
+        secrets: Default::default(),
     });
     let tracker = TaskTracker::new();
     tokio::spawn(report_queue(
@@ -249,14 +271,20 @@ async fn start(
     ResultStash,
 )> {
     use anyhow::Context as _;
-    let (nats, store) = parley_cluster::start_service(
-        &config.nats_url,
-        &config.redis_url,
-        config.metrics_addr,
-        shutdown,
-    )
-    .await?;
+    let endpoint = parley_cluster::NatsEndpoint::new(
+        config.nats_url.clone(),
+        config.nats_creds.clone(),
+        parley_cluster::nats::INBOX_WORKER,
+    );
+    let (nats, store) =
+        parley_cluster::start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown)
+            .await?;
     let js = jetstream::new(nats.clone());
+    // Only the coordinator creates streams. A signal while waiting: wait on, the caller's
+    // `unless_shutdown` stops this start-up.
+    if !streams::wait_for_stream(&js, subjects::TASKS_STREAM, shutdown).await {
+        std::future::pending::<()>().await;
+    }
     let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
@@ -440,20 +468,75 @@ fn error_result(task: &Task, worker: &str, kind: ErrorKind, message: String) -> 
     }
 }
 
+/// Terminates a task message the worker refuses to run (it is never redelivered).
+async fn reject(msg: jetstream::Message, reason: RejectReason, why: &str, detail: String) {
+    parley_telemetry::metrics().task_rejected(reason);
+    tracing::warn!(subject = %msg.subject, reason = reason.as_str(), detail = %preview(&detail, 300), "refusing a task message: {why}");
+    let _ = msg.ack_with(AckKind::Term).await;
+}
+
+/// The dispatch secret of a debate: from the cache, else from Redis.
+async fn secret_of(
+    shared: &Shared,
+    debate_id: &str,
+) -> parley_cluster::redis_store::Result<Option<String>> {
+    if let Some(s) = shared
+        .secrets
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(debate_id)
+    {
+        return Ok(Some(s.clone()));
+    }
+    let secret = shared.store.dispatch_secret(debate_id).await?;
+    if let Some(s) = &secret {
+        let mut cache = shared.secrets.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= SECRET_CACHE {
+            cache.clear();
+        }
+        cache.insert(debate_id.to_string(), s.clone());
+    }
+    Ok(secret)
+}
+
 async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
     let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
     let task: Task = match serde_json::from_slice(&msg.payload) {
         Ok(t) => t,
         Err(e) => {
-            tracing::error!(subject = %msg.subject, error = %e, "dropping a task message that is not a Task");
-            let _ = msg.ack_with(AckKind::Term).await;
+            reject(msg, RejectReason::Invalid, "not a Task", e.to_string()).await;
             return;
         }
     };
     if task.schema_version != SCHEMA_VERSION {
-        tracing::error!(task = %task.id, version = task.schema_version, "dropping a task of another schema version");
-        let _ = msg.ack_with(AckKind::Term).await;
+        let v = format!("schema version {}", task.schema_version);
+        reject(msg, RejectReason::Invalid, "another schema version", v).await;
         return;
+    }
+    if let Err(e) = task.validate() {
+        reject(msg, RejectReason::Invalid, "an invalid task", e.to_string()).await;
+        return;
+    }
+    match secret_of(shared, &task.debate_id).await {
+        Ok(Some(secret)) if parley_cluster::dispatch::verify(&secret, &task) => {}
+        Ok(_) => {
+            let detail = format!("task {} attempt {}", task.id, task.attempt);
+            reject(
+                msg,
+                RejectReason::Forged,
+                "its dispatch token does not verify (not sent by the coordinator)",
+                detail,
+            )
+            .await;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(task = %task.id, error = %e, "cannot read the debate's dispatch secret; giving the task back");
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                .await;
+            return;
+        }
     }
     let span = task_span(&msg, &task, delivered);
     let _running = Running::new(shared, &task.id);
@@ -740,8 +823,9 @@ async fn execute(shared: &Shared, task: &Task) -> TaskResult {
     }
 }
 
+/// Tells the coordinator a result is stored: ids only, the content stays in Redis.
 async fn notify(shared: &Shared, result: &TaskResult) {
-    let Ok(body) = serde_json::to_vec(result) else {
+    let Ok(body) = serde_json::to_vec(&ResultNotice::of(result)) else {
         return;
     };
     if let Err(e) = shared
