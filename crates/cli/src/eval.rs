@@ -127,7 +127,7 @@ const METRICS: &[(&str, &[&str])] = &[
 ];
 
 /// One evaluator, resolved.
-struct Evaluator {
+pub(crate) struct Evaluator {
     agent: AgentConfig,
     timeout: Duration,
     system: String,
@@ -191,7 +191,7 @@ pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
 }
 
 /// Reads and checks the evaluator config; resolves the prompt files.
-fn load_config(
+pub(crate) fn load_config(
     path: &Path,
     verbose: bool,
     warn: &mut impl FnMut(String),

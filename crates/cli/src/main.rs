@@ -7,9 +7,11 @@
 //! - [`progress`]: the progress display on stderr.
 //! - [`report`]: the final solution text and the Markdown report.
 //! - [`report_cmd`]: `parley report`, the Markdown report of a saved debate.
+//! - [`compat`]: dialectic config keys accepted before the strict parse.
 //! - [`eval`]: `parley eval`, evaluator agents scoring saved debates.
 //! - [`envfile`]: `--env-file F` / `./.env` for `run` and `eval`.
 
+mod compat;
 mod config;
 mod envfile;
 mod eval;

@@ -539,3 +539,39 @@ async fn exit_codes_for_missing_files_and_bad_configs() {
         "no evaluator ran on a bad invocation"
     );
 }
+
+/// `parley run` loads `./.env` by default and `--env-file F` when given; keys reach the
+/// provider, never stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_loads_dotenv_and_env_file() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let agent = |id: &str, role: &str| json!({"id": id, "name": id, "role": role, "model": "m", "provider": "openai-compatible"});
+    let cfg = json!({
+        "baseUrl": fake.base_url(),
+        "agents": [agent("a1", "architect"), agent("a2", "datamodeling")],
+        "judge": agent("judge", "generalist"),
+        "debate": {"rounds": 1}
+    });
+    std::fs::write(d.join("debate-config.json"), cfg.to_string()).unwrap();
+    std::fs::write(d.join(".env"), "OPENAI_COMPATIBLE_API_KEY=dot-env-key\n").unwrap();
+    let out = parley(d, &["run", "Design a ledger"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{err}");
+    assert!(!err.contains("dot-env-key"), "{err}");
+    let reqs = fake.requests();
+    assert!(!reqs.is_empty());
+    assert!(reqs
+        .iter()
+        .all(|r| r.header("authorization") == Some("Bearer dot-env-key")));
+
+    std::fs::write(d.join("other.env"), "OPENAI_COMPATIBLE_API_KEY=other-key\n").unwrap();
+    let out = parley(d, &["debate", "Design a ledger", "--env-file", "other.env"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{}", stderr(&out));
+    let reqs = fake.requests();
+    let after = &reqs[reqs.len() / 2..];
+    assert!(after
+        .iter()
+        .all(|r| r.header("authorization") == Some("Bearer other-key")));
+}
