@@ -25,6 +25,7 @@ fn default_agent(role: &str) -> AgentConfig {
         "security" => "Security Engineer",
         "testing" => "Test Engineer",
         "kiss" => "Simplicity Advocate",
+        "datamodeling" => "Data Modeling Engineer",
         _ => "Generalist",
     };
     AgentConfig {

@@ -565,6 +565,12 @@ async fn run_loads_dotenv_and_env_file() {
     assert!(reqs
         .iter()
         .all(|r| r.header("authorization") == Some("Bearer dot-env-key")));
+    // The datamodeling agent speaks with its own role prompt.
+    let datamodeling = reqs
+        .iter()
+        .filter(|r| r.prompt_text().contains("You are a data modeling engineer."))
+        .count();
+    assert!(datamodeling >= 2, "proposal and refinement at least");
 
     std::fs::write(d.join("other.env"), "OPENAI_COMPATIBLE_API_KEY=other-key\n").unwrap();
     let out = parley(d, &["debate", "Design a ledger", "--env-file", "other.env"]).await;
