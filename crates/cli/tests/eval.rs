@@ -568,7 +568,10 @@ async fn run_loads_dotenv_and_env_file() {
     // The datamodeling agent speaks with its own role prompt.
     let datamodeling = reqs
         .iter()
-        .filter(|r| r.prompt_text().contains("You are a data modeling engineer."))
+        .filter(|r| {
+            r.prompt_text()
+                .contains("You are a data modeling engineer.")
+        })
         .count();
     assert!(datamodeling >= 2, "proposal and refinement at least");
 
