@@ -129,6 +129,9 @@ const METRICS: &[(&str, &[&str])] = &[
 /// One evaluator, resolved.
 pub(crate) struct Evaluator {
     agent: AgentConfig,
+    /// The config's `timeout`; without one, [`DEFAULT_TIMEOUT_MS`] or, for the local
+    /// model, [`LOCAL_TIMEOUT_MS`].
+    timeout_ms: Option<u64>,
     timeout: Duration,
     system: String,
     user_template: String,
@@ -156,15 +159,21 @@ struct DebateResult {
 
 pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
     let mut warn = |w: String| eprintln!("warning: {w}");
-    let evaluators = load_config(&args.config, args.verbose, &mut warn)?;
+    let mut evaluators = load_config(&args.config, args.verbose, &mut warn)?;
     let debates = load_debates(&args.debate, &mut warn)?;
     let registry = Arc::new(Registry::new(ProviderSettings::from_env(None)));
     let mut uses_local = false;
-    for e in &evaluators {
+    for e in &mut evaluators {
         let r = registry
             .resolve(&e.agent)
             .map_err(|err| CliError::config(err.to_string()))?;
         uses_local |= r.kind == "local";
+        let default = if r.kind == "local" {
+            LOCAL_TIMEOUT_MS
+        } else {
+            DEFAULT_TIMEOUT_MS
+        };
+        e.timeout = Duration::from_millis(e.timeout_ms.unwrap_or(default));
         if args.verbose {
             eprintln!(
                 "[{}] provider={} model={} timeout={}ms",
@@ -303,13 +312,12 @@ pub(crate) fn load_config(
                 }
             },
         };
-        let provider = string("provider")?;
         let agent = AgentConfig {
             id: id.clone(),
             name: string("name")?.unwrap_or_else(|| id.clone()),
             role: "evaluator".into(),
             model,
-            provider: provider.clone(),
+            provider: string("provider")?,
             temperature: EVAL_TEMPERATURE,
             base_url: string("baseUrl")?.or_else(|| base_url.clone()),
             max_tokens: None,
@@ -320,11 +328,6 @@ pub(crate) fn load_config(
             summary_prompt: None,
             summarization: None,
             enabled: Some(true),
-        };
-        let default_timeout = if provider.as_deref() == Some("local") {
-            LOCAL_TIMEOUT_MS
-        } else {
-            DEFAULT_TIMEOUT_MS
         };
         let (system, sys_src) = prompt(
             base_dir,
@@ -347,7 +350,8 @@ pub(crate) fn load_config(
         }
         out.push(Evaluator {
             agent,
-            timeout: Duration::from_millis(timeout_ms.unwrap_or(default_timeout)),
+            timeout_ms,
+            timeout: Duration::from_millis(timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
             system,
             user_template,
         });
