@@ -25,6 +25,7 @@ fn default_agent(role: &str) -> AgentConfig {
         "security" => "Security Engineer",
         "testing" => "Test Engineer",
         "kiss" => "Simplicity Advocate",
+        "datamodeling" => "Data Modeling Engineer",
         _ => "Generalist",
     };
     AgentConfig {
@@ -112,7 +113,10 @@ pub fn load(path: Option<&Path>, warn: &mut impl FnMut(String)) -> Result<Loaded
             )))
         }
     };
-    let mut file: DebateConfigFile = serde_json::from_str(&text)
+    let mut value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::config(format!("invalid config file {}: {e}", path.display())))?;
+    crate::compat::accept_dialectic_keys(&mut value, warn)?;
+    let mut file: DebateConfigFile = serde_json::from_value(value)
         .map_err(|e| CliError::config(format!("invalid config file {}: {e}", path.display())))?;
     if file.agents.as_ref().is_none_or(|a| a.is_empty()) {
         warn(format!(

@@ -7,8 +7,14 @@
 //! - [`progress`]: the progress display on stderr.
 //! - [`report`]: the final solution text and the Markdown report.
 //! - [`report_cmd`]: `parley report`, the Markdown report of a saved debate.
+//! - [`compat`]: dialectic config keys accepted before the strict parse.
+//! - [`eval`]: `parley eval`, evaluator agents scoring saved debates.
+//! - [`envfile`]: `--env-file F` / `./.env` for `run` and `eval`.
 
+mod compat;
 mod config;
+mod envfile;
+mod eval;
 mod progress;
 mod remote;
 mod report;
@@ -93,6 +99,8 @@ enum Command {
     Cancel(remote::DebateArgs),
     /// Write the Markdown report of a saved debate.
     Report(report_cmd::ReportArgs),
+    /// Score saved debates with evaluator agents (dialectic's `eval`).
+    Eval(eval::EvalArgs),
 }
 
 /// `parley retry`: `--config`, `--output`, `--report`, `--verbose` apply to an embedded
@@ -130,6 +138,10 @@ pub struct RunArgs {
     /// Per-round latency and token summary, and each agent's prompt source.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// Load environment variables (API keys) from this file (default ./.env when present);
+    /// variables already set are kept.
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -144,6 +156,18 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Before telemetry and the runtime: both read the environment.
+    let env_file = match &cli.command {
+        Command::Run(a) => Some((a.env_file.as_deref(), a.verbose)),
+        Command::Eval(a) => Some((a.env_file.as_deref(), a.verbose)),
+        _ => None,
+    };
+    if let Some((file, verbose)) = env_file {
+        if let Err(e) = envfile::load(file, verbose) {
+            eprintln!("error: {}", e.message);
+            return ExitCode::from(e.code);
+        }
+    }
     let _telemetry = match telemetry() {
         Ok(g) => g,
         Err(e) => {
@@ -197,6 +221,7 @@ fn main() -> ExitCode {
                 .await
             }
             Command::Report(args) => report_cmd::report(args),
+            Command::Eval(args) => until_interrupted(interrupt, eval::eval(args)).await,
         }
     });
     // Work abandoned by an interrupted command (a local model call on a blocking thread)

@@ -19,6 +19,7 @@ pub const KNOWN_ROLES: &[&str] = &[
     "testing",
     "kiss",
     "generalist",
+    "datamodeling",
 ];
 
 /// One debating agent (or the judge).
