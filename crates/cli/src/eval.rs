@@ -161,7 +161,15 @@ pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
     let mut warn = |w: String| eprintln!("warning: {w}");
     let mut evaluators = load_config(&args.config, args.verbose, &mut warn)?;
     let debates = load_debates(&args.debate, &mut warn)?;
-    let registry = Arc::new(Registry::new(ProviderSettings::from_env(None)));
+    // Locally the user is the operator: an evaluator's `baseUrl` (its own or the config's
+    // top-level one) is its endpoint, given to the registry (which never reads a
+    // participant's `baseUrl` itself).
+    let mut settings = ProviderSettings::from_env(None);
+    settings.agent_base_urls = evaluators
+        .iter()
+        .filter_map(|e| Some((e.agent.id.clone(), e.agent.base_url.clone()?)))
+        .collect();
+    let registry = Arc::new(Registry::new(settings));
     let mut uses_local = false;
     for e in &mut evaluators {
         let r = registry
