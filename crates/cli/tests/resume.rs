@@ -47,7 +47,7 @@ fn write_config(dir: &Path, base_url: &str) {
         ],
         "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "model-judge", "temperature": 0.4},
         "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"},
-                   "retry": {"default": {"attempts": 2, "initialBackoffMs": 20, "maxBackoffMs": 40}}}
+                   "retry": {"default": {"attempts": 2, "initialBackoffMs": 100, "maxBackoffMs": 200}}}
     });
     std::fs::write(
         dir.join("debate-config.json"),
