@@ -30,5 +30,6 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "==> building binaries for the end-to-end tests"
 cargo build --workspace --bins --quiet
 
+scripts/check-chart.sh   # the Helm chart, offline; caches helm for tests/tests/helm_chart.rs
 echo "==> cargo test"
 cargo test --workspace "$@"

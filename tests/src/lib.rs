@@ -22,6 +22,20 @@ pub use parley_testkit::{
 };
 use serde_json::{json, Value};
 
+/// The passwords of the NATS roles of `deploy/nats/parley.conf` in a [`Cluster`] started
+/// with [`Cluster::start_with_roles`].
+#[derive(Debug, Clone)]
+pub struct Roles {
+    pub client: String,
+    pub coordinator: String,
+    pub worker: String,
+}
+
+/// `deploy/nats/parley.conf`: the shipped NATS configuration with its roles.
+pub fn roles_config() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/nats/parley.conf")
+}
+
 /// A running cluster's backing services and the fake LLM; services are started on demand.
 pub struct Cluster {
     pub nats: NatsServer,
@@ -32,6 +46,9 @@ pub struct Cluster {
     /// The debate config file the workers load (`baseUrl` = the fake LLM, plus extras).
     pub config: PathBuf,
     pub client: async_nats::Client,
+    /// Set when NATS runs with the roles configuration: services connect as their role and
+    /// `client` as the `client` role.
+    pub roles: Option<Roles>,
 }
 
 impl Cluster {
@@ -41,29 +58,80 @@ impl Cluster {
 
     /// A cluster whose worker config also holds `extra`'s fields (e.g. `providers`).
     pub async fn start_with_config(extra: Value) -> Cluster {
-        Self::start_on(NatsServer::start().unwrap(), extra).await
+        Self::start_inner(extra, None, None).await
     }
 
     /// A cluster whose nats-server accepts messages of at most `bytes` (`max_payload`).
     pub async fn start_with_max_payload(bytes: usize) -> Cluster {
-        Self::start_on(
-            NatsServer::start_with_max_payload(bytes).unwrap(),
-            json!({}),
-        )
-        .await
+        Self::start_inner(json!({}), None, Some(bytes)).await
     }
 
-    async fn start_on(nats: NatsServer, extra: Value) -> Cluster {
+    /// A cluster whose NATS server runs `deploy/nats/parley.conf` (account `PARLEY`, roles
+    /// `client`, `coordinator`, `worker` with random passwords); every service connects as
+    /// its role, [`Cluster::client`] as `client`.
+    pub async fn start_with_roles(extra: Value) -> Cluster {
+        Self::start_with_roles_and_users(extra, &[]).await
+    }
+
+    /// [`Cluster::start_with_roles`] with more user entries in the `PARLEY` account, e.g.
+    /// `{nkey: U..., permissions: $WORKER_PERMISSIONS}`.
+    pub async fn start_with_roles_and_users(extra: Value, users: &[String]) -> Cluster {
+        let pw = |role: &str| format!("{role}-{:016x}", rand_u64());
+        let roles = Roles {
+            client: pw("client"),
+            coordinator: pw("coordinator"),
+            worker: pw("worker"),
+        };
+        let shipped = std::fs::read_to_string(roles_config()).unwrap();
+        let marker = "{user: client,";
+        let at = shipped
+            .find(marker)
+            .and_then(|i| shipped[i..].find('\n').map(|j| i + j + 1))
+            .expect("the client user line in deploy/nats/parley.conf");
+        let conf = format!("{}{}\n{}", &shipped[..at], users.join("\n"), &shipped[at..]);
+        Self::start_inner(extra, Some((roles, conf)), None).await
+    }
+
+    async fn start_inner(
+        extra: Value,
+        roles: Option<(Roles, String)>,
+        max_payload: Option<usize>,
+    ) -> Cluster {
+        // Holds the worker config and the NATS config (read again by a NATS restart).
+        let dir = tempfile::tempdir().unwrap();
+        let nats = match &roles {
+            None => match max_payload {
+                None => NatsServer::start().unwrap(),
+                Some(bytes) => NatsServer::start_with_max_payload(bytes).unwrap(),
+            },
+            Some((r, conf)) => NatsServer::start_with_config(
+                &{
+                    let p = dir.path().join("nats-parley.conf");
+                    std::fs::write(&p, conf).unwrap();
+                    p
+                },
+                &[
+                    ("PARLEY_NATS_CLIENT_PASSWORD", &r.client),
+                    ("PARLEY_NATS_COORDINATOR_PASSWORD", &r.coordinator),
+                    ("PARLEY_NATS_WORKER_PASSWORD", &r.worker),
+                ],
+            )
+            .unwrap(),
+        };
         let redis = RedisServer::start().unwrap();
         let fake = FakeLlm::start().await.unwrap();
-        let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("debate-config.json");
         let mut file = json!({"baseUrl": fake.base_url()});
         if let (Some(into), Some(from)) = (file.as_object_mut(), extra.as_object()) {
             into.extend(from.clone());
         }
         std::fs::write(&config, serde_json::to_vec(&file).unwrap()).unwrap();
-        let client = async_nats::connect(nats.url()).await.unwrap();
+        let roles = roles.map(|(r, _)| r);
+        let client_url = match &roles {
+            None => nats.url(),
+            Some(r) => nats.url_as("client", &r.client),
+        };
+        let client = connect_as(&client_url).await;
         Cluster {
             nats,
             redis,
@@ -71,6 +139,23 @@ impl Cluster {
             dir,
             config,
             client,
+            roles,
+        }
+    }
+
+    /// The NATS URL a service of `role` (`coordinator`, `worker`, `client`) connects to:
+    /// with that role's password when the cluster runs with roles.
+    pub fn nats_url_for(&self, role: &str) -> String {
+        match &self.roles {
+            None => self.nats.url(),
+            Some(r) => {
+                let pw = match role {
+                    "coordinator" => &r.coordinator,
+                    "worker" => &r.worker,
+                    _ => &r.client,
+                };
+                self.nats.url_as(role, pw)
+            }
         }
     }
 
@@ -83,7 +168,7 @@ impl Cluster {
         let mut cmd = Command::new(workspace_bin("parley-coordinator"));
         cmd.args([
             "--nats-url",
-            &self.nats.url(),
+            &self.nats_url_for("coordinator"),
             "--redis-url",
             &self.redis.url(),
             "--lease-ttl-ms",
@@ -114,7 +199,7 @@ impl Cluster {
     /// config) and extra environment variables.
     pub fn worker_with(&self, kind: &str, args: &[&str], env: &[(&str, String)]) -> ChildProcess {
         let mut flags: Vec<(String, String)> = vec![
-            ("--nats-url".into(), self.nats.url()),
+            ("--nats-url".into(), self.nats_url_for("worker")),
             ("--redis-url".into(), self.redis.url()),
             ("--concurrency".into(), "4".into()),
             ("--ack-wait-secs".into(), "3".into()),
@@ -236,6 +321,60 @@ impl Cluster {
     pub async fn wait_done(&self, id: &str, timeout: Duration) -> Value {
         self.wait_status(id, timeout, is_done).await
     }
+}
+
+/// A NATS client for `url`; `user:password@` in the URL is applied.
+pub async fn connect_as(url: &str) -> async_nats::Client {
+    connect_watching(url).await.0
+}
+
+/// A NATS client for `url` and a channel receiving every error the server reports to it
+/// (e.g. `Permissions Violation for Publish to "parley.tasks.agent"`).
+pub async fn connect_watching(
+    url: &str,
+) -> (
+    async_nats::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (user, pass, bare) = match url.split_once("://").and_then(|(s, r)| {
+        let (auth, host) = r.rsplit_once('@')?;
+        let (u, p) = auth.split_once(':')?;
+        Some((u.to_string(), p.to_string(), format!("{s}://{host}")))
+    }) {
+        Some(t) => (Some(t.0), Some(t.1), t.2),
+        None => (None, None, url.to_string()),
+    };
+    let mut options = async_nats::ConnectOptions::new().event_callback(move |e| {
+        let tx = tx.clone();
+        async move {
+            if let async_nats::Event::ServerError(err) = e {
+                let _ = tx.send(err.to_string());
+            }
+        }
+    });
+    if let (Some(u), Some(p)) = (user, pass) {
+        // The services' roles may only receive on their own inbox prefix.
+        match u.as_str() {
+            "coordinator" => options = options.custom_inbox_prefix("_INBOX_coordinator"),
+            "worker" => options = options.custom_inbox_prefix("_INBOX_worker"),
+            _ => {}
+        }
+        options = options.user_and_password(u, p);
+    }
+    (options.connect(bare).await.unwrap(), rx)
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.finish()
 }
 
 /// The debate reached an end state.

@@ -309,7 +309,7 @@ async fn failing_agent_fails_the_node_and_retry_completes() {
 
     let mut s = spec("Design a cache");
     s["debate"]["retry"] =
-        json!({"default": {"attempts": 2, "initialBackoffMs": 50, "maxBackoffMs": 100}});
+        json!({"default": {"attempts": 2, "initialBackoffMs": 100, "maxBackoffMs": 100}});
     let id = c.submit(&s).await;
     let failed = c
         .wait_status(&id, Duration::from_secs(45), |s| {

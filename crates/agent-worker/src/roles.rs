@@ -46,6 +46,16 @@ smallest design that solves the real problem, remove needless parts, and push ba
 complexity that does not pay for itself. Be concrete and concise.",
     focus: "simplicity: the smallest design that works, and complexity that can be removed",
 };
+const DATAMODELING: RolePrompts = RolePrompts {
+    role: "datamodeling",
+    system: "You are a data modeling engineer. You work out the entities, their identities \
+and relationships, the invariants the data must keep, and where each piece of data lives and \
+who owns it. You choose storage and schemas for the access patterns the problem implies, \
+and you plan for consistency, retention, migrations and schema evolution. Be concrete and \
+concise.",
+    focus: "data: entities and relationships, invariants, ownership, access patterns, \
+storage choices, consistency and schema evolution",
+};
 const GENERALIST: RolePrompts = RolePrompts {
     role: "generalist",
     system: "You are an experienced generalist software engineer. You weigh architecture, \
@@ -63,6 +73,7 @@ pub fn role_prompts(role: &str) -> &'static RolePrompts {
         "testing" => &TESTING,
         "kiss" => &KISS,
         "generalist" => &GENERALIST,
+        "datamodeling" => &DATAMODELING,
         _ => &ARCHITECT,
     }
 }

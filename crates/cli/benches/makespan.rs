@@ -22,15 +22,15 @@ use parley_testkit::{FakeLlm, Latency};
 use parley_tests::critical_path_ms;
 use serde_json::json;
 
-fn spec(base_url: &str) -> DebateSpec {
+fn spec() -> DebateSpec {
     let agents: Vec<_> = ["architect", "security", "kiss"]
         .iter()
-        .map(|r| json!({"id": format!("agent-{r}"), "name": r, "role": r, "model": format!("m-{r}"), "baseUrl": base_url}))
+        .map(|r| json!({"id": format!("agent-{r}"), "name": r, "role": r, "model": format!("m-{r}")}))
         .collect();
     serde_json::from_value(json!({
         "problem": "Design a rate limiter",
         "agents": agents,
-        "judge": {"id": "judge", "name": "J", "role": "generalist", "model": "m-judge", "baseUrl": base_url},
+        "judge": {"id": "judge", "name": "J", "role": "generalist", "model": "m-judge"},
         "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"}}
     }))
     .expect("spec")
@@ -41,11 +41,15 @@ async fn one(latency: Latency, label: &str, runs: usize) {
     fake.set_latency(latency);
     let mut ratios = Vec::new();
     for _ in 0..runs {
-        let registry = Arc::new(Registry::new(ProviderSettings::default()));
+        // The endpoint is the operator's setting, never the spec's.
+        let registry = Arc::new(Registry::new(ProviderSettings {
+            base_url: Some(fake.base_url()),
+            ..ProviderSettings::default()
+        }));
         let runner = Arc::new(EmbeddedRunner { registry });
         let machine = Machine::new(
             parley_protocol::new_debate_id(Utc::now()),
-            spec(&fake.base_url()),
+            spec(),
             Utc::now(),
         );
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -25,6 +25,7 @@ fn default_agent(role: &str) -> AgentConfig {
         "security" => "Security Engineer",
         "testing" => "Test Engineer",
         "kiss" => "Simplicity Advocate",
+        "datamodeling" => "Data Modeling Engineer",
         _ => "Generalist",
     };
     AgentConfig {
@@ -112,7 +113,10 @@ pub fn load(path: Option<&Path>, warn: &mut impl FnMut(String)) -> Result<Loaded
             )))
         }
     };
-    let mut file: DebateConfigFile = serde_json::from_str(&text)
+    let mut value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::config(format!("invalid config file {}: {e}", path.display())))?;
+    crate::compat::accept_dialectic_keys(&mut value, warn)?;
+    let mut file: DebateConfigFile = serde_json::from_value(value)
         .map_err(|e| CliError::config(format!("invalid config file {}: {e}", path.display())))?;
     if file.agents.as_ref().is_none_or(|a| a.is_empty()) {
         warn(format!(
@@ -206,6 +210,49 @@ pub fn resolve_prompts(
         }
     }
     src
+}
+
+/// The endpoints a local config names: its top-level `baseUrl` and per-agent `baseUrl`s.
+/// A spec never carries them (see [`take_endpoints`]).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Endpoints {
+    /// The top-level `baseUrl`.
+    pub base_url: Option<String>,
+    /// Agent (or judge) id → its `baseUrl`.
+    pub per_agent: std::collections::BTreeMap<String, String>,
+}
+
+impl Endpoints {
+    pub fn is_empty(&self) -> bool {
+        self.base_url.is_none() && self.per_agent.is_empty()
+    }
+
+    /// Which keys held endpoints, for a note (`baseUrl`, `agents[agent-x].baseUrl`).
+    pub fn describe(&self) -> String {
+        self.base_url
+            .iter()
+            .map(|_| "baseUrl".to_string())
+            .chain(self.per_agent.keys().map(|id| format!("{id}.baseUrl")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Moves the endpoints out of a loaded config: the agents' and the judge's `baseUrl` and
+/// the top-level one. `parley run` hands them to its provider registry (the user is the
+/// operator there); `parley submit` does not send them.
+pub fn take_endpoints(loaded: &mut LoadedConfig) -> Endpoints {
+    let mut e = Endpoints {
+        base_url: loaded.file.base_url.take(),
+        ..Default::default()
+    };
+    let agents = loaded.file.agents.iter_mut().flatten();
+    for a in agents.chain(loaded.file.judge.iter_mut()) {
+        if let Some(url) = a.base_url.take() {
+            e.per_agent.insert(a.id.clone(), url);
+        }
+    }
+    e
 }
 
 /// Command-line overrides applied to the config.
@@ -440,6 +487,29 @@ mod tests {
             warnings.iter().any(|w| w.contains("missing.md")),
             "{warnings:?}"
         );
+    }
+
+    #[test]
+    fn endpoints_are_taken_out_of_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        std::fs::write(
+            &path,
+            r#"{"baseUrl": "http://g/v1", "agents": [
+                {"id":"a1","name":"A","role":"architect","model":"m","baseUrl":"http://a1/v1"},
+                {"id":"a2","name":"B","role":"security","model":"m"}
+            ], "judge": {"id":"j","name":"J","role":"generalist","model":"m","baseUrl":"http://j/v1"}}"#,
+        )
+        .unwrap();
+        let mut loaded = load(Some(&path), &mut |_| {}).unwrap();
+        let e = take_endpoints(&mut loaded);
+        assert_eq!(e.base_url.as_deref(), Some("http://g/v1"));
+        assert_eq!(e.per_agent.len(), 2);
+        assert_eq!(e.describe(), "baseUrl, a1.baseUrl, j.baseUrl");
+        // What is left validates as a spec: no endpoint in it.
+        let spec = build_spec(loaded, "P".into(), &Overrides::default(), &mut |_| {}).unwrap();
+        assert!(spec.agents.iter().all(|a| a.base_url.is_none()));
+        assert!(spec.judge.base_url.is_none());
     }
 
     #[test]

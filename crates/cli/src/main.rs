@@ -2,23 +2,33 @@
 //!
 //! # Layout
 //! - [`config`]: `debate-config.json`, defaults, prompt files, the problem text.
-//! - [`run`]: `parley run`, the embedded debate.
+//! - [`run`]: `parley run`, the embedded debate; `parley resume` / `retry` of a saved one.
+//! - [`remote`]: `parley submit / watch / status / retry / cancel` against a cluster.
 //! - [`progress`]: the progress display on stderr.
 //! - [`report`]: the final solution text and the Markdown report.
+//! - [`report_cmd`]: `parley report`, the Markdown report of a saved debate.
+//! - [`compat`]: dialectic config keys accepted before the strict parse.
+//! - [`eval`]: `parley eval`, evaluator agents scoring saved debates.
+//! - [`envfile`]: `--env-file F` / `./.env` for `run` and `eval`.
 
+mod compat;
 mod config;
+mod envfile;
+mod eval;
 mod progress;
 mod remote;
 mod report;
+mod report_cmd;
 mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
 
 /// An error with the exit code it maps to: 1 general, 2 invalid arguments, 3 provider
-/// error, 4 configuration error.
+/// error, 4 configuration error, 130 interrupted (Ctrl-C / SIGTERM).
 #[derive(Debug)]
 pub struct CliError {
     pub code: u8,
@@ -50,6 +60,12 @@ impl CliError {
             message: m.into(),
         }
     }
+    pub fn interrupted(m: impl Into<String>) -> Self {
+        Self {
+            code: 130,
+            message: m.into(),
+        }
+    }
 }
 
 #[derive(Parser, Debug)]
@@ -66,6 +82,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a debate in this process and print the final solution.
+    #[command(alias = "debate")]
     Run(RunArgs),
     /// Submit a debate to a cluster over NATS (prints its id; --wait follows it).
     Submit(remote::SubmitArgs),
@@ -73,38 +90,59 @@ enum Command {
     Watch(remote::DebateArgs),
     /// Print a debate's state as JSON (or a summary with --summary).
     Status(remote::StatusArgs),
-    /// Resume a failed debate from its failed node; for a running one, send every
-    /// outstanding task again as a new attempt.
-    Retry(remote::DebateArgs),
+    /// Continue an interrupted embedded debate from ./debates/<id>.json.
+    Resume(run::SavedArgs),
+    /// Resume a failed debate from its failed node: the embedded one saved in
+    /// ./debates/<id>.json when that file exists, else the cluster's (over NATS); for a
+    /// running cluster debate, send every outstanding task again as a new attempt.
+    Retry(RetryArgs),
     /// Cancel a debate.
     Cancel(remote::DebateArgs),
+    /// Write the Markdown report of a saved debate.
+    Report(report_cmd::ReportArgs),
+    /// Score saved debates with evaluator agents (dialectic's `eval`).
+    Eval(eval::EvalArgs),
+}
+
+/// `parley retry`: `--config`, `--output`, `--report`, `--verbose` apply to an embedded
+/// debate, `--nats-url` to a cluster's.
+#[derive(clap::Args, Debug)]
+pub struct RetryArgs {
+    #[command(flatten)]
+    saved: run::SavedArgs,
+    #[command(flatten)]
+    nats: remote::NatsArgs,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// The problem to debate (or use --problem-file).
     pub problem: Option<String>,
-    /// Read the problem from a file.
-    #[arg(long, value_name = "FILE")]
+    /// Read the problem from a file (dialectic's `-p` / `--problemDescription` too).
+    #[arg(short = 'p', long, alias = "problemDescription", value_name = "FILE")]
     pub problem_file: Option<PathBuf>,
     /// Only the agents with these roles (comma-separated), e.g. architect,security.
-    #[arg(long, value_delimiter = ',', value_name = "ROLES")]
+    #[arg(short = 'a', long, value_delimiter = ',', value_name = "ROLES")]
     pub agents: Option<Vec<String>>,
     /// Number of rounds (1-20).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(short = 'r', long, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: Option<u32>,
     /// Debate configuration (default ./debate-config.json).
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'c', long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Write the result: .json = the full debate state, anything else = the solution text.
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Write a Markdown report of the whole debate.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Per-round latency and token summary, and each agent's prompt source.
-    #[arg(long)]
+    #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// Load environment variables (API keys) from this file (default ./.env when present);
+    /// variables already set are kept.
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -119,6 +157,18 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Before telemetry and the runtime: both read the environment.
+    let env_file = match &cli.command {
+        Command::Run(a) => Some((a.env_file.as_deref(), a.verbose)),
+        Command::Eval(a) => Some((a.env_file.as_deref(), a.verbose)),
+        _ => None,
+    };
+    if let Some((file, verbose)) = env_file {
+        if let Err(e) = envfile::load(file, verbose) {
+            eprintln!("error: {}", e.message);
+            return ExitCode::from(e.code);
+        }
+    }
     let _telemetry = match telemetry() {
         Ok(g) => g,
         Err(e) => {
@@ -136,22 +186,65 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // The first Ctrl-C / SIGTERM cancels `interrupt` (the command stops cleanly and exits
+    // 130); a second one exits at once.
+    let interrupt = CancellationToken::new();
     let result = runtime.block_on(async {
+        parley_cluster::cancel_on_signal(interrupt.clone());
+        let interrupt = &interrupt;
         match cli.command {
-            Command::Run(args) => run::run(args).await,
-            Command::Submit(args) => remote::submit(args).await,
-            Command::Watch(args) => remote::watch(args).await,
-            Command::Status(args) => remote::status(args).await,
-            Command::Retry(args) => remote::command(args, parley_protocol::subjects::RETRY).await,
-            Command::Cancel(args) => remote::command(args, parley_protocol::subjects::CANCEL).await,
+            Command::Run(args) => run::run(args, interrupt).await,
+            Command::Resume(args) => {
+                run::continue_saved(args, run::Continue::Resume, interrupt).await
+            }
+            Command::Retry(args) if run::is_saved(&args.saved.debate_id) => {
+                run::continue_saved(args.saved, run::Continue::Retry, interrupt).await
+            }
+            Command::Retry(args) => {
+                let args = remote::DebateArgs {
+                    debate_id: args.saved.debate_id,
+                    nats: args.nats,
+                };
+                until_interrupted(
+                    interrupt,
+                    remote::command(args, parley_protocol::subjects::RETRY),
+                )
+                .await
+            }
+            Command::Submit(args) => remote::submit(args, interrupt).await,
+            Command::Watch(args) => remote::watch(args, interrupt).await,
+            Command::Status(args) => until_interrupted(interrupt, remote::status(args)).await,
+            Command::Cancel(args) => {
+                until_interrupted(
+                    interrupt,
+                    remote::command(args, parley_protocol::subjects::CANCEL),
+                )
+                .await
+            }
+            Command::Report(args) => report_cmd::report(args),
+            Command::Eval(args) => until_interrupted(interrupt, eval::eval(args)).await,
         }
     });
+    // Work abandoned by an interrupted command (a local model call on a blocking thread)
+    // does not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", e.message);
             ExitCode::from(e.code)
         }
+    }
+}
+
+/// Runs a command that holds nothing worth a clean stop: an interrupt ends it at once (130).
+async fn until_interrupted(
+    interrupt: &CancellationToken,
+    command: impl std::future::Future<Output = Result<(), CliError>>,
+) -> Result<(), CliError> {
+    tokio::select! {
+        r = command => r,
+        _ = interrupt.cancelled() => Err(CliError::interrupted("interrupted")),
     }
 }
 

@@ -3,9 +3,23 @@
 //! The CLI reads the config and prompt files on this machine and sends their texts in the
 //! DebateSpec; the services never open a path that came in a message.
 //!
+//! Endpoints are not sent: the cluster's operator chooses them (a `baseUrl` in the local
+//! config is left out, with a note on stderr).
+//!
+//! `watch` and `submit --wait` replay the debate's events and stop at its final state: the
+//! last event being a final one, or — when events are missing (expired from the stream, or
+//! the final one never published) — a status that says the debate ended. Ctrl-C stops them
+//! at once with status 130, whatever the state of NATS: the debate goes on in the cluster.
+//!
 //! A debate's state can be larger than one NATS message: the coordinator then answers a
 //! status request with the first page of a snapshot, and the CLI fetches the other pages
 //! and reassembles the state (`parley status`, `submit --wait`, `watch`).
+//!
+//! Credentials: `--nats-url nats://user:password@host:4222` (or `TOKEN@host`), or
+//! `--nats-creds FILE` (`.creds` / NKey seed; `PARLEY_NATS_CREDS`). With the shipped NATS
+//! roles the CLI is a `client`: it may send requests on `parley.debates.submit|status|
+//! retry|cancel` and read a debate's events through an ephemeral ordered consumer whose
+//! create subject names the debate's events subject.
 
 use std::time::Duration;
 
@@ -13,15 +27,19 @@ use async_nats::jetstream;
 use futures::StreamExt;
 use parley_protocol::{subjects, DebateEvent, DebateState, DebateStatus, StatusPage};
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Overrides};
 use crate::{progress, report, CliError, RunArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct NatsArgs {
-    /// NATS server of the cluster.
+    /// NATS server of the cluster (may carry `user:password@` or `token@`).
     #[arg(long, env = "PARLEY_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
+    /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
+    #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -56,11 +74,14 @@ pub struct StatusArgs {
 }
 
 async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
-    async_nats::ConnectOptions::new()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(n.nats_url.as_str())
+    let endpoint = parley_cluster::NatsEndpoint::new(
+        n.nats_url.clone(),
+        n.nats_creds.clone(),
+        parley_cluster::nats::INBOX_CLIENT,
+    );
+    parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(5))
         .await
-        .map_err(|e| CliError::general(format!("cannot connect to NATS at {}: {e}", n.nats_url)))
+        .map_err(|e| CliError::general(format!("{e:#}")))
 }
 
 /// Sends a request; an `{"error": ...}` reply becomes an error naming the problem.
@@ -106,20 +127,34 @@ fn id_request(id: &str) -> Result<Vec<u8>, CliError> {
     Ok(json!({ "debateId": id }).to_string().into_bytes())
 }
 
-pub async fn submit(args: SubmitArgs) -> Result<(), CliError> {
+pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
     let r = &args.run;
     let problem = config::resolve_problem(r.problem.clone(), r.problem_file.as_deref())?;
     let mut warn = |w: String| eprintln!("warning: {w}");
-    let loaded = config::load(r.config.as_deref(), &mut warn)?;
+    let mut loaded = config::load(r.config.as_deref(), &mut warn)?;
+    let endpoints = config::take_endpoints(&mut loaded);
+    if !endpoints.is_empty() {
+        eprintln!(
+            "note: not sending the endpoints of the local config ({}): the cluster's \
+             operator chooses where calls go",
+            endpoints.describe()
+        );
+    }
     let overrides = Overrides {
         roles: r.agents.clone(),
         rounds: r.rounds,
     };
     let mut spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
     spec.idempotency_key = args.idempotency_key.clone();
-    let client = connect(&args.nats).await?;
+    let client = unless_interrupted(interrupt, "interrupted", connect(&args.nats)).await?;
     let body = serde_json::to_vec(&spec).map_err(|e| CliError::general(e.to_string()))?;
-    let reply = request(&client, subjects::SUBMIT, body).await?;
+    let submitted = request(&client, subjects::SUBMIT, body);
+    let reply = unless_interrupted(
+        interrupt,
+        "interrupted before the cluster confirmed the submission: `parley submit` again with the same --idempotency-key does not create a second debate",
+        submitted,
+    )
+    .await?;
     let id = reply["debateId"]
         .as_str()
         .ok_or_else(|| CliError::general(format!("unexpected reply: {reply}")))?
@@ -129,18 +164,42 @@ pub async fn submit(args: SubmitArgs) -> Result<(), CliError> {
         return Ok(());
     }
     eprintln!("Submitted debate {id}");
-    follow(&client, &id).await?;
-    let state = fetch_state(&client, &id).await?;
+    let stopped = format!(
+        "stopped waiting; debate {id} goes on in the cluster (`parley watch {id}`, `parley status {id}`)"
+    );
+    let state = unless_interrupted(interrupt, &stopped, async {
+        follow(&client, &id).await?;
+        fetch_state(&client, &id).await
+    })
+    .await?;
     finish(&spec, &state, r)
 }
 
-pub async fn watch(args: DebateArgs) -> Result<(), CliError> {
-    id_request(&args.debate_id)?;
-    let client = connect(&args.nats).await?;
-    follow(&client, &args.debate_id).await?;
-    let state = fetch_state(&client, &args.debate_id).await?;
+pub async fn watch(args: DebateArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
+    let id = args.debate_id.as_str();
+    id_request(id)?;
+    let stopped =
+        format!("stopped watching; debate {id} goes on in the cluster (`parley watch {id}`)");
+    let state = unless_interrupted(interrupt, &stopped, async {
+        let client = connect(&args.nats).await?;
+        follow(&client, id).await?;
+        fetch_state(&client, id).await
+    })
+    .await?;
     eprintln!("Debate {} is {}", state.id, state.status.as_str());
     Ok(())
+}
+
+/// Runs `fut` unless the user interrupts first: then exits 130 with `message`.
+async fn unless_interrupted<T>(
+    interrupt: &CancellationToken,
+    message: &str,
+    fut: impl std::future::Future<Output = Result<T, CliError>>,
+) -> Result<T, CliError> {
+    tokio::select! {
+        r = fut => r,
+        _ = interrupt.cancelled() => Err(CliError::interrupted(message)),
+    }
 }
 
 pub async fn status(args: StatusArgs) -> Result<(), CliError> {
@@ -201,33 +260,122 @@ async fn fetch_state_value(client: &async_nats::Client, id: &str) -> Result<Valu
         .map_err(|e| CliError::general(format!("unreadable debate state: {e}")))
 }
 
-/// Replays the debate's events from the start and follows them until the final one.
+/// How long `follow` waits for an event before it asks whether the debate has ended.
+const QUIET_CHECK: Duration = Duration::from_secs(5);
+
+/// Whether a debate in this status has ended (until someone retries it).
+fn has_ended(status: DebateStatus) -> bool {
+    matches!(
+        status,
+        DebateStatus::Completed | DebateStatus::Failed | DebateStatus::Cancelled
+    )
+}
+
+/// The debate's status from the small `summary` view of `parley.debates.status` (not the
+/// full state, which may take many pages).
+async fn fetch_status(client: &async_nats::Client, id: &str) -> Result<DebateStatus, CliError> {
+    id_request(id)?;
+    let body = json!({ "debateId": id, "view": "summary" }).to_string();
+    let v = request(client, subjects::STATUS, body.into_bytes()).await?;
+    serde_json::from_value(v["status"].clone())
+        .map_err(|e| CliError::general(format!("unreadable status of debate {id}: {e}")))
+}
+
+/// The debate's status if it answers within [`QUIET_CHECK`] (none: unknown for now).
+async fn quick_status(client: &async_nats::Client, id: &str) -> Option<DebateStatus> {
+    let status = tokio::time::timeout(QUIET_CHECK, fetch_status(client, id)).await;
+    status.ok()?.ok()
+}
+
+/// Replays the debate's events from the start and follows them until it reaches a final
+/// state: a final event that is the latest one, or — when its events are gone — a status
+/// saying it ended (checked at the start when no event is left, and after every
+/// [`QUIET_CHECK`] without an event).
 async fn follow(client: &async_nats::Client, id: &str) -> Result<(), CliError> {
     let js = jetstream::new(client.clone());
+    // No stream info request (a client may not list the stream's subjects): the consumer
+    // is created directly, named, so its create subject carries the events filter the
+    // client role is allowed.
     let stream = js
-        .get_stream(subjects::EVENTS_STREAM)
+        .get_stream_no_info(subjects::EVENTS_STREAM)
         .await
         .map_err(|e| CliError::general(format!("events stream unavailable: {e}")))?;
+    let name = format!(
+        "watch-{:x}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    );
     let consumer = stream
         .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            name: Some(name),
             filter_subject: subjects::events_subject(id),
             deliver_policy: jetstream::consumer::DeliverPolicy::All,
             ..Default::default()
         })
         .await
         .map_err(|e| CliError::general(format!("cannot follow events: {e}")))?;
+    if consumer.cached_info().num_pending == 0 {
+        // No event at all: just submitted, or its events are gone.
+        let status = fetch_status(client, id).await?;
+        if has_ended(status) {
+            eprintln!(
+                "Debate {id} is {}; its events are no longer in the events stream (they expire \
+                 after its retention): `parley status {id}` shows its state",
+                status.as_str()
+            );
+            return Ok(());
+        }
+    }
     let mut messages = consumer
         .messages()
         .await
         .map_err(|e| CliError::general(format!("cannot follow events: {e}")))?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<DebateEvent>();
     let display = tokio::spawn(progress::show(rx));
-    while let Some(msg) = messages.next().await {
-        let msg = msg.map_err(|e| CliError::general(format!("event stream: {e}")))?;
+    let mut warned = false;
+    let mut expected_seq = 1;
+    loop {
+        let next = tokio::time::timeout(QUIET_CHECK, messages.next()).await;
+        let msg = match next {
+            Ok(Some(Ok(msg))) => msg,
+            Ok(Some(Err(e))) => {
+                // The consumer recreates itself once NATS is back.
+                if !warned {
+                    eprintln!("warning: event stream: {e}; still following (Ctrl-C to stop)");
+                    warned = true;
+                }
+                continue;
+            }
+            Ok(None) => break,
+            Err(_) => {
+                if let Some(status) = quick_status(client, id).await {
+                    if has_ended(status) {
+                        eprintln!(
+                            "Debate {id} is {}; its final event is not in the events stream",
+                            status.as_str()
+                        );
+                        break;
+                    }
+                }
+                continue;
+            }
+        };
         let Ok(event) = serde_json::from_slice::<DebateEvent>(&msg.payload) else {
             continue;
         };
-        let last = event.is_final();
+        if expected_seq == 1 && event.seq > 1 {
+            eprintln!(
+                "note: the first {} events of debate {id} are no longer in the events stream",
+                event.seq - 1
+            );
+        }
+        expected_seq = event.seq + 1;
+        // A final event followed by more (a retried debate) is not the end.
+        let latest = msg.info().map(|i| i.pending == 0).unwrap_or(true);
+        let last = event.is_final() && latest;
         let _ = tx.send(event);
         if last {
             break;
@@ -244,7 +392,7 @@ fn finish(
     r: &RunArgs,
 ) -> Result<(), CliError> {
     if let Some(path) = &r.report {
-        std::fs::write(path, report::markdown(spec, state)).map_err(|e| {
+        std::fs::write(path, report::markdown(Some(spec), state)).map_err(|e| {
             CliError::general(format!("cannot write report {}: {e}", path.display()))
         })?;
     }

@@ -11,17 +11,21 @@ pub fn solution_text(state: &DebateState) -> String {
         return out;
     };
     let _ = writeln!(out, "{}\n", s.description.trim());
-    if !s.tradeoffs.is_empty() {
-        let _ = writeln!(out, "Tradeoffs:");
-        for t in &s.tradeoffs {
-            let _ = writeln!(out, "- {t}");
+    for (title, items) in [
+        ("Tradeoffs", &s.tradeoffs),
+        ("Recommendations", &s.recommendations),
+        (
+            "Unfulfilled major requirements",
+            &s.unfulfilled_major_requirements,
+        ),
+        ("Open questions", &s.open_questions),
+    ] {
+        if items.is_empty() {
+            continue;
         }
-        out.push('\n');
-    }
-    if !s.recommendations.is_empty() {
-        let _ = writeln!(out, "Recommendations:");
-        for r in &s.recommendations {
-            let _ = writeln!(out, "- {r}");
+        let _ = writeln!(out, "{title}:");
+        for i in items {
+            let _ = writeln!(out, "- {i}");
         }
         out.push('\n');
     }
@@ -34,8 +38,9 @@ pub fn solution_text(state: &DebateState) -> String {
 }
 
 /// A Markdown report: problem, agents, each round's contributions with metadata, the final
-/// solution and totals.
-pub fn markdown(spec: &DebateSpec, state: &DebateState) -> String {
+/// solution and totals. Without the spec (`parley report` of a saved debate and no
+/// `--config`), the agents are the ones that contributed, as the state records them.
+pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Debate {}\n", state.id);
     let _ = writeln!(
@@ -49,27 +54,62 @@ pub fn markdown(spec: &DebateSpec, state: &DebateState) -> String {
     if let Some(c) = &state.context {
         let _ = writeln!(md, "## Context\n\n{}\n", c.trim());
     }
-    let _ = writeln!(md, "## Agents\n\n| id | name | role | model | temperature | prompt |\n|---|---|---|---|---|---|");
-    for a in spec.active_agents() {
-        let src = state
+    let prompt_source = |id: &str| {
+        state
             .prompt_sources
             .agents
             .iter()
-            .find(|s| s.agent_id == a.id)
+            .find(|s| s.agent_id == id)
             .map(|s| s.source.as_str())
-            .unwrap_or("built-in");
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} |",
-            a.id, a.name, a.role, a.model, a.temperature, src
-        );
+            .unwrap_or("built-in")
+    };
+    match spec {
+        Some(spec) => {
+            let _ = writeln!(md, "## Agents\n\n| id | name | role | model | temperature | prompt |\n|---|---|---|---|---|---|");
+            for a in spec.active_agents() {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} |",
+                    a.id,
+                    a.name,
+                    a.role,
+                    a.model,
+                    a.temperature,
+                    prompt_source(&a.id)
+                );
+            }
+            let j = &spec.judge;
+            let _ = writeln!(
+                md,
+                "\nJudge: {} ({}, {}, temperature {})\n",
+                j.id, j.role, j.model, j.temperature
+            );
+        }
+        None => {
+            let _ = writeln!(
+                md,
+                "## Agents\n\n| id | role | model | prompt |\n|---|---|---|---|"
+            );
+            let mut seen = std::collections::BTreeSet::new();
+            for c in state.rounds.iter().flat_map(|r| &r.contributions) {
+                if seen.insert(c.agent_id.as_str()) {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {} | {} |",
+                        c.agent_id,
+                        c.agent_role,
+                        c.metadata.model,
+                        prompt_source(&c.agent_id)
+                    );
+                }
+            }
+            if let Some(s) = &state.final_solution {
+                let _ = writeln!(md, "\nJudge: {}\n", s.synthesized_by);
+            } else {
+                md.push('\n');
+            }
+        }
     }
-    let j = &spec.judge;
-    let _ = writeln!(
-        md,
-        "\nJudge: {} ({}, {}, temperature {})\n",
-        j.id, j.role, j.model, j.temperature
-    );
     for rd in &state.rounds {
         let _ = writeln!(md, "## Round {}\n", rd.round_number);
         for (id, s) in &rd.summaries {

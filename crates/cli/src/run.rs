@@ -1,32 +1,193 @@
-//! `parley run`: one debate, embedded.
+//! `parley run`: one debate, embedded; `parley resume` / `parley retry` continue one from
+//! its checkpoint `./debates/<id>.json`.
+//!
+//! Every transition is checkpointed (state and spec). Ctrl-C (or SIGTERM) stops dispatching,
+//! waits up to [`INTERRUPT_GRACE`] for the calls in flight (their answers are kept), saves
+//! the checkpoint and exits 130 naming `parley resume <id>`; a second Ctrl-C exits at once
+//! (the checkpoint of the last transition is on disk). `resume` continues an interrupted
+//! debate, `retry` a failed one from its failed node; neither repeats a completed call (the
+//! results are in the checkpoint), the same semantics as the cluster. The debate's own
+//! settings (agents, prompts, rounds, retry policy) come from the checkpoint; the config
+//! file only supplies the operator settings (`baseUrl`, `providers`).
 
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
 use parley_cli::EmbeddedRunner;
-use parley_coordinator::{run_debate, FileStore, Input, Machine};
+use parley_coordinator::{run_debate_until, FileStore, Input, LoadError, Machine};
 use parley_llm::ratelimit::LocalLimiter;
 use parley_llm::{ProviderSettings, Registry};
-use parley_protocol::{new_debate_id, DebateStatus, ErrorKind};
+use parley_protocol::{new_debate_id, DebateSpec, DebateStatus, ErrorKind, ProviderLimits};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Overrides};
 use crate::{progress, report, CliError, RunArgs};
 
-pub async fn run(args: RunArgs) -> Result<(), CliError> {
+/// Where embedded debates are checkpointed.
+pub const DEBATES_DIR: &str = "./debates";
+
+/// How long an interrupted run waits for the calls in flight before it saves and exits.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
+
+/// `parley resume <id>` and the embedded `parley retry <id>`.
+#[derive(clap::Args, Debug)]
+pub struct SavedArgs {
+    /// The debate id (deb-YYYYMMDD-HHMMSS-RAND); its checkpoint is ./debates/<id>.json.
+    pub debate_id: String,
+    /// Config file for the operator settings (`baseUrl`, `providers`); the debate's own
+    /// settings come from its checkpoint (default ./debate-config.json, if present).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Write the result: .json = the full debate state, anything else = the solution text.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Write a Markdown report of the whole debate.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Per-round latency and token summary, and each agent's prompt source.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// What to write when the debate ends, and the config to name in a resume command.
+struct Outputs {
+    config: Option<PathBuf>,
+    output: Option<PathBuf>,
+    report: Option<PathBuf>,
+    verbose: bool,
+}
+
+pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
     let problem = config::resolve_problem(args.problem.clone(), args.problem_file.as_deref())?;
     let mut warn = |w: String| eprintln!("warning: {w}");
-    let loaded = config::load(args.config.as_deref(), &mut warn)?;
-    let base_url = loaded.file.base_url.clone();
+    let mut loaded = config::load(args.config.as_deref(), &mut warn)?;
+    // Embedded, the user is the operator: the local config's endpoints go to the registry
+    // (never into the spec).
+    let endpoints = config::take_endpoints(&mut loaded);
     let limits = loaded.file.providers.clone();
+    let problems = parley_protocol::validate_providers(&limits);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(CliError::config(format!("config: {}", list.join("; "))));
+    }
     let overrides = Overrides {
         roles: args.agents.clone(),
         rounds: args.rounds,
     };
     let spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
+    let registry = registry_for(&spec, endpoints, limits)?;
+    let machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
+    let outputs = Outputs {
+        config: args.config,
+        output: args.output,
+        report: args.report,
+        verbose: args.verbose,
+    };
+    drive(machine, Input::Start, registry, &outputs, interrupt).await
+}
 
+/// Which way a saved debate continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Continue {
+    /// An interrupted (still `running`) debate.
+    Resume,
+    /// A failed debate, from its failed node.
+    Retry,
+}
+
+/// Whether `./debates/<id>.json` exists: `parley retry` then means the embedded debate.
+pub fn is_saved(id: &str) -> bool {
+    FileStore::new(DEBATES_DIR).exists(id)
+}
+
+/// `parley resume <id>` / `parley retry <id>` of an embedded debate.
+pub async fn continue_saved(
+    args: SavedArgs,
+    how: Continue,
+    interrupt: &CancellationToken,
+) -> Result<(), CliError> {
+    let id = args.debate_id.as_str();
+    let store = FileStore::new(DEBATES_DIR);
+    let (spec, state) = store.load(id).map_err(|e| match e {
+        LoadError::BadId(_) | LoadError::NotFound(_) => CliError::usage(e.to_string()),
+        _ => CliError::general(e.to_string()),
+    })?;
+    let status = state.status;
+    let wrong = |what: String| Err(CliError::usage(format!("debate {id} {what}")));
+    match (how, status) {
+        (Continue::Resume, DebateStatus::Running | DebateStatus::Pending) => {}
+        (Continue::Retry, DebateStatus::Failed) => {}
+        (Continue::Resume, DebateStatus::Failed) => {
+            return wrong(format!(
+                "failed{}; continue it with `parley retry {id}`",
+                failure(&state)
+            ))
+        }
+        (Continue::Retry, DebateStatus::Running | DebateStatus::Pending) => {
+            return wrong(format!(
+                "was interrupted, it did not fail; continue it with `parley resume {id}`"
+            ))
+        }
+        (_, DebateStatus::Completed | DebateStatus::Cancelled) => {
+            return wrong(format!("is already {}", status.as_str()))
+        }
+    }
+    // Only the operator settings of the config file apply: its debate settings are in the
+    // checkpoint, so the defaults it would fall back to are not worth a warning.
+    let explicit = args.config.is_some();
+    let path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(config::DEFAULT_CONFIG));
+    let (endpoints, limits) = if explicit || path.is_file() {
+        let mut loaded = config::load(Some(&path), &mut |_| {})?;
+        (config::take_endpoints(&mut loaded), loaded.file.providers)
+    } else {
+        (config::Endpoints::default(), Default::default())
+    };
+    let registry = registry_for(&spec, endpoints, limits)?;
+    let done: usize = state
+        .rounds
+        .iter()
+        .flat_map(|r| &r.contributions)
+        .filter(|c| !c.metadata.carried_over)
+        .count();
+    eprintln!(
+        "{} debate {id} from {} ({done} contributions done)",
+        match how {
+            Continue::Resume => "Resuming",
+            Continue::Retry => "Retrying",
+        },
+        display_path(&store.path_of(id)),
+    );
+    let machine = Machine::from_checkpoint(spec, state);
+    let input = match how {
+        Continue::Resume => Input::Resume,
+        Continue::Retry => Input::Retry,
+    };
+    let outputs = Outputs {
+        config: args.config,
+        output: args.output,
+        report: args.report,
+        verbose: args.verbose,
+    };
+    drive(machine, input, registry, &outputs, interrupt).await
+}
+
+/// Every participant's provider must be usable before anything runs.
+fn registry_for(
+    spec: &DebateSpec,
+    endpoints: config::Endpoints,
+    limits: std::collections::BTreeMap<String, ProviderLimits>,
+) -> Result<Arc<Registry>, CliError> {
     // Every participant's provider must be usable before anything runs.
+    let mut settings = ProviderSettings::from_env(endpoints.base_url);
+    settings.agent_base_urls = endpoints.per_agent;
     let registry = Arc::new(Registry::with_limits(
-        ProviderSettings::from_env(base_url),
+        settings,
         limits,
         Arc::new(LocalLimiter::default()),
     ));
@@ -45,30 +206,64 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
             registry.settings().model_path.display()
         );
     }
+    Ok(registry)
+}
 
-    let id = new_debate_id(Utc::now());
-    let store = FileStore::new("./debates");
-    let saved = store.path_of(&id);
-    let machine = Machine::new(id, spec.clone(), Utc::now());
+/// Runs the machine to its end (or an interrupt), then reports like `parley run`.
+async fn drive(
+    machine: Machine,
+    input: Input,
+    registry: Arc<Registry>,
+    outputs: &Outputs,
+    interrupt: &CancellationToken,
+) -> Result<(), CliError> {
+    if interrupt.is_cancelled() {
+        // Ctrl-C while the run was being prepared (e.g. the local model loading).
+        return Err(CliError::interrupted(
+            "interrupted before the debate started",
+        ));
+    }
+    let spec = machine.spec().clone();
+    let id = machine.id().to_string();
+    let store = FileStore::new(DEBATES_DIR);
+    let saved = display_path(&store.path_of(&id));
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let display = tokio::spawn(progress::show(rx));
     let runner = Arc::new(EmbeddedRunner { registry });
-    let result = run_debate(machine, Input::Start, runner, Some(store), tx).await;
+    let result = run_debate_until(
+        machine,
+        input,
+        runner,
+        Some(store),
+        tx,
+        interrupt,
+        INTERRUPT_GRACE,
+    )
+    .await;
     let _ = display.await;
-    let state = result.map_err(|e| CliError::general(e.to_string()))?;
-    eprintln!(
-        "Saved debate to ./debates/{}",
-        saved
-            .file_name()
-            .map(|f| f.to_string_lossy())
-            .unwrap_or_default()
-    );
+    let driven = result.map_err(|e| CliError::general(e.to_string()))?;
+    if driven.interrupted && std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    eprintln!("Saved debate to {saved}");
+    let state = driven.state;
+    if driven.interrupted {
+        let config = outputs
+            .config
+            .as_deref()
+            .map(|p| format!(" --config {}", shell_word(p)))
+            .unwrap_or_default();
+        return Err(CliError::interrupted(format!(
+            "debate {id} interrupted with {} task(s) unfinished; continue it with `parley resume {id}{config}`",
+            driven.abandoned.len()
+        )));
+    }
 
-    if args.verbose {
+    if outputs.verbose {
         eprint!("{}", report::verbose_summary(&spec, &state));
     }
-    if let Some(path) = &args.report {
-        std::fs::write(path, report::markdown(&spec, &state)).map_err(|e| {
+    if let Some(path) = &outputs.report {
+        std::fs::write(path, report::markdown(Some(&spec), &state)).map_err(|e| {
             CliError::general(format!("cannot write report {}: {e}", path.display()))
         })?;
         eprintln!("Wrote report to {}", path.display());
@@ -76,7 +271,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     match state.status {
         DebateStatus::Completed => {
             let text = report::solution_text(&state);
-            if let Some(path) = &args.output {
+            if let Some(path) = &outputs.output {
                 let body = if path
                     .extension()
                     .is_some_and(|e| e.eq_ignore_ascii_case("json"))
@@ -96,9 +291,11 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         _ => {
             let err = state.error.as_ref();
             let message = match err {
-                Some(f) => format!(
-                    "debate {} failed at {} (round {}): {}",
-                    state.id, f.node, f.round, f.message
+                Some(_) => format!(
+                    "debate {}{}; once the cause is fixed, continue it with `parley retry {}`",
+                    state.id,
+                    failure(&state),
+                    state.id
                 ),
                 None => format!("debate {} ended {}", state.id, state.status.as_str()),
             };
@@ -110,5 +307,31 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
                 Some(_) => CliError::provider(message),
             })
         }
+    }
+}
+
+/// ` failed at <node> (round r): <message>`, or nothing when the state holds no failure.
+fn failure(state: &parley_protocol::DebateState) -> String {
+    state
+        .error
+        .as_ref()
+        .map(|f| format!(" failed at {} (round {}): {}", f.node, f.round, f.message))
+        .unwrap_or_default()
+}
+
+/// `./debates/<id>.json` as the user sees it.
+fn display_path(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// A path as one shell word (single-quoted when it needs to be).
+fn shell_word(path: &Path) -> String {
+    let s = path.display().to_string();
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./,:+@%".contains(c))
+    {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
     }
 }

@@ -172,6 +172,30 @@ async fn three_agents_two_rounds_against_fake_llm() {
     assert_eq!(per_model("model-judge"), 1);
 }
 
+/// Embedded, the user is the operator: an agent's own `baseUrl` in the local config is
+/// where that agent's calls go (the spec never carries it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_keeps_per_agent_endpoints_from_the_local_config() {
+    let fake = FakeLlm::start().await.unwrap();
+    let kiss_server = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(dir.path(), &fake.base_url());
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    cfg["agents"][2]["baseUrl"] = json!(kiss_server.base_url());
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let out = parley(
+        dir.path(),
+        &["run", "Design a rate limiter", "--rounds", "1"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let kiss = kiss_server.requests();
+    assert_eq!(kiss.len(), 4, "1 proposal, 2 critiques, 1 refinement");
+    assert!(kiss.iter().all(|r| r.model == "model-kiss"));
+    assert!(fake.requests().iter().all(|r| r.model != "model-kiss"));
+    assert_eq!(fake.request_count(), 9);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_and_report_files() {
     let fake = FakeLlm::start().await.unwrap();
@@ -425,4 +449,125 @@ async fn embedded_debate_exports_one_trace() {
         |c| tasks.iter().any(|t| c.is_child_of(t)) && c.attr("gen_ai.request.model").is_some()
     ));
     assert!(!receiver.raw_bodies_contain(b"5150 models"));
+}
+
+/// `parley report` of a saved debate gives `run --report`'s Markdown (the same bytes with
+/// the config it ran with); a judge answering in dialectic's JSON shape
+/// (`solutionMarkdown`, `unfulfilledMajorRequirements`, `openQuestions`) is understood, its
+/// confidence capped at 40 because a major requirement is unmet, and shown on stdout and in
+/// the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_of_a_saved_debate_and_dialectic_judge_shape() {
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_responder(|req| {
+        let prompt = req.prompt_text();
+        if prompt.contains("unfulfilledMajorRequirements") {
+            json!({
+                "solutionMarkdown": "## Design\nA token bucket per API key in Redis.",
+                "tradeoffs": ["Redis is a dependency"],
+                "recommendations": ["Return Retry-After on 429"],
+                "unfulfilledMajorRequirements": ["Per-region limits"],
+                "openQuestions": ["What is the peak request rate?"],
+                "confidence": 90
+            })
+            .to_string()
+        } else {
+            "A contribution.".to_string()
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let out = parley(
+        dir.path(),
+        &[
+            "debate",
+            "Design a rate limiter",
+            "-r",
+            "1",
+            "-a",
+            "architect,kiss",
+            "-o",
+            "state.json",
+            "--report",
+            "run.md",
+        ],
+    )
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("not valid JSON"), "{err}");
+    let text = stdout(&out);
+    for needle in [
+        "A token bucket per API key",
+        "Unfulfilled major requirements:\n- Per-region limits",
+        "Open questions:\n- What is the peak request rate?",
+        "Confidence: 40/100",
+    ] {
+        assert!(text.contains(needle), "stdout lacks {needle:?}:\n{text}");
+    }
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let sol = &state["finalSolution"];
+    assert_eq!(
+        sol["description"],
+        "## Design\nA token bucket per API key in Redis."
+    );
+    assert_eq!(
+        sol["unfulfilledMajorRequirements"],
+        json!(["Per-region limits"])
+    );
+    assert_eq!(
+        sol["openQuestions"],
+        json!(["What is the peak request rate?"])
+    );
+    assert_eq!(sol["confidence"], 40.0);
+    let calls = fake.request_count();
+
+    // With the config it ran with: the same report as `run --report`.
+    let out = parley(
+        dir.path(),
+        &[
+            "report",
+            "state.json",
+            "-c",
+            "debate-config.json",
+            "-o",
+            "again.md",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let run_md = std::fs::read_to_string(dir.path().join("run.md")).unwrap();
+    let again = std::fs::read_to_string(dir.path().join("again.md")).unwrap();
+    assert_eq!(again, run_md);
+    assert!(run_md.contains("Per-region limits"), "{run_md}");
+
+    // Without it (dialectic's `--debate` spelling, to stdout): the agents that spoke.
+    let out = parley(dir.path(), &["report", "--debate", "state.json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let md = stdout(&out);
+    assert!(md.contains("| agent-architect | architect |"), "{md}");
+    assert!(md.contains("| agent-kiss | kiss |"), "{md}");
+    assert!(md.contains("## Final solution"), "{md}");
+    assert_eq!(fake.request_count(), calls, "a report calls no model");
+
+    // Bad input names the problem and exits 2 (4 for a missing config).
+    let out = parley(dir.path(), &["report", "nope.json"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("nope.json"), "{}", stderr(&out));
+    std::fs::write(dir.path().join("bad.json"), "{\"id\": 1}").unwrap();
+    let out = parley(dir.path(), &["report", "bad.json"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a saved debate"),
+        "{}",
+        stderr(&out)
+    );
+    let out = parley(
+        dir.path(),
+        &["report", "state.json", "--config", "missing.json"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(4));
+    assert!(stderr(&out).contains("missing.json"), "{}", stderr(&out));
 }

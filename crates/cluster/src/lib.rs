@@ -13,20 +13,29 @@
 //! - [`settings`]: layered service settings (defaults → TOML file → `PARLEY_*` → flags),
 //!   validated once with every problem named by key.
 //! - [`service`]: start-up and shutdown of a service process: connect NATS + Redis, serve
-//!   `/metrics` `/healthz` `/readyz`, cancel a token on SIGTERM / ctrl-c.
+//!   `/metrics` `/healthz` `/readyz`, cancel a token on SIGTERM / ctrl-c (a second signal
+//!   exits at once), the exit status of a drain ([`DrainIncomplete`], [`exit_service`]).
 //! - [`trace`]: the `task` span every task run opens ([`task_span`]).
+//! - [`nats`]: connecting with credentials (URL user/password or token, `.creds` / NKey
+//!   seed file), a per-role inbox prefix, URLs redacted in messages.
+//! - [`dispatch`]: dispatch tokens (HMAC of task id and attempt under a per-debate secret)
+//!   that let a worker refuse a task the coordinator did not send.
 //!
 //! Dependencies point one way: binaries → services (`parley-coordinator`,
 //! `parley-worker`) → this crate → `parley-protocol`.
 
+pub mod dispatch;
+pub mod nats;
 pub mod redis_store;
 pub mod service;
 pub mod settings;
 pub mod streams;
 pub mod trace;
 
+pub use nats::NatsEndpoint;
 pub use redis_store::RedisStore;
 pub use service::{
-    cancel_on_signal, connect_backends, init_telemetry, serve_health, start_service,
+    cancel_on_signal, connect_backends, exit_service, init_telemetry, serve_health, start_service,
+    unless_shutdown, DrainIncomplete,
 };
 pub use trace::task_span;

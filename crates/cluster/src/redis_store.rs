@@ -16,9 +16,12 @@
 //! - `parley:{<id>}:claim:<task id>`: the worker running a task right now (`SET NX PX`,
 //!   released by its owner), so a re-dispatch racing a still-running call waits for its
 //!   result instead of calling the LLM a second time.
+//! - `parley:{<id>}:secret`: the debate's dispatch secret (see `crate::dispatch`), written
+//!   once (`SET NX`).
 //! - `parley:running`: the set of debates that still need an owner (running, or accepted
 //!   and not started).
-//! - `parley:idem:<key>`: idempotency key → debate id (kept 24 h).
+//! - `parley:idem:<key>`: idempotency key → `<debate id> <spec digest>` (kept 24 h); a
+//!   value without a digest (written by an older build) binds the id only.
 //!
 //! Kept finite by [`lifecycle`]:
 //! - `parley:{<id>}:tasks`: a hash of task bodies, `<task id>#<attempt>` → the [`Task`]
@@ -56,6 +59,8 @@ pub enum RedisStoreError {
     },
     #[error("while encoding: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("{0}")]
+    Inconsistent(&'static str),
 }
 
 pub type Result<T> = std::result::Result<T, RedisStoreError>;
@@ -105,6 +110,14 @@ pub fn result_field(result: &TaskResult) -> String {
         TaskOutcome::Ok(_) => result.task_id.clone(),
         TaskOutcome::Error(_) => format!("{}#{}", result.task_id, result.attempt),
     }
+}
+
+/// SHA-256 (hex) of a spec's JSON as stored: what an idempotency key is bound to besides
+/// the debate id, so the same key with another spec is recognised.
+pub fn spec_digest(spec: &DebateSpec) -> Result<String> {
+    use sha2::Digest as _;
+    let json = serde_json::to_vec(spec)?;
+    Ok(crate::dispatch::hex(&sha2::Sha256::digest(&json)))
 }
 
 /// A versioned checkpoint as loaded.
@@ -381,6 +394,82 @@ impl RedisStore {
             .query_async(&mut self.conn())
             .await?;
         Ok(existing.unwrap_or_else(|| id.to_string()))
+    }
+}
+
+/// What an idempotency key is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyBinding {
+    pub debate_id: String,
+    /// Digest of the spec first sent with the key (`None` when bound without one).
+    pub spec_digest: Option<String>,
+}
+
+impl RedisStore {
+    /// Binds an idempotency key to `id` and the digest of the spec sent with it, unless the
+    /// key is bound already; returns what the key is bound to (this binding, or the
+    /// earlier one, whose digest tells whether the spec was the same).
+    pub async fn bind_idempotency_key_for_spec(
+        &self,
+        idem: &str,
+        id: &str,
+        spec_digest: &str,
+    ) -> Result<IdempotencyBinding> {
+        let k = format!("parley:idem:{idem}");
+        let value = format!("{id} {spec_digest}");
+        let set: Option<String> = redis::cmd("SET")
+            .arg(&k)
+            .arg(&value)
+            .arg("NX")
+            .arg("EX")
+            .arg(IDEMPOTENCY_TTL_SECS)
+            .query_async(&mut self.conn())
+            .await?;
+        let stored = if set.is_some() {
+            value
+        } else {
+            let existing: Option<String> = redis::cmd("GET")
+                .arg(&k)
+                .query_async(&mut self.conn())
+                .await?;
+            existing.unwrap_or(value)
+        };
+        Ok(match stored.split_once(' ') {
+            Some((debate_id, digest)) => IdempotencyBinding {
+                debate_id: debate_id.to_string(),
+                spec_digest: Some(digest.to_string()),
+            },
+            None => IdempotencyBinding {
+                debate_id: stored,
+                spec_digest: None,
+            },
+        })
+    }
+
+    /// The debate's dispatch secret, created (once, `SET NX`) if it has none yet.
+    pub async fn ensure_dispatch_secret(&self, id: &str) -> Result<String> {
+        let k = key(id, "secret");
+        let _: Option<String> = redis::cmd("SET")
+            .arg(&k)
+            .arg(crate::dispatch::new_secret())
+            .arg("NX")
+            .query_async(&mut self.conn())
+            .await?;
+        let secret: Option<String> = redis::cmd("GET")
+            .arg(&k)
+            .query_async(&mut self.conn())
+            .await?;
+        secret.ok_or(RedisStoreError::Inconsistent(
+            "the dispatch secret vanished right after it was written",
+        ))
+    }
+
+    /// The debate's dispatch secret, if it has one (a debate that does not exist has none).
+    pub async fn dispatch_secret(&self, id: &str) -> Result<Option<String>> {
+        Ok(redis::cmd("GET")
+            .arg(key(id, "secret"))
+            .query_async(&mut self.conn())
+            .await?)
     }
 }
 

@@ -6,16 +6,19 @@
 //! One settings file serves every service of a deployment; each takes the keys it uses:
 //!
 //! ```toml
-//! nats_url = "nats://nats:4222"        # PARLEY_NATS_URL, --nats-url
+//! nats_url = "nats://nats:4222"        # PARLEY_NATS_URL, --nats-url (may carry user:password@ or token@)
+//! nats_creds = "worker.creds"          # PARLEY_NATS_CREDS, --nats-creds (.creds or NKey seed file)
 //! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url
 //! metrics_addr = "0.0.0.0:9090"        # PARLEY_METRICS_ADDR, --metrics-addr ("off" disables)
 //! lease_ttl_ms = 10000                 # coordinator
 //! concurrency = 8                      # workers
-//! drain_secs = 20                      # workers
+//! drain_secs = 20                      # drain deadline; workers (20), coordinator (10)
 //! ack_wait_secs = 30                   # workers
-//! config = "debate-config.json"        # workers; relative to the settings file
+//! config = "debate-config.json"        # operator config (providers); relative to the settings file
 //! retention = "7d"                     # coordinator: finished debates' Redis keys ("0": forever)
 //! task_deadline_margin_secs = 300      # coordinator: added to each task's timeout
+//! max_tokens = 16384                   # coordinator: cap on a participant's maxTokens
+//! max_pending_requests = 256           # coordinator: requests handled at once
 //! ```
 //!
 //! Environment variables and flags are read by clap (`env` on each flag), so they arrive
@@ -106,6 +109,9 @@ pub struct SettingsFile {
     pub config: Option<PathBuf>,
     pub retention: Option<DurationSetting>,
     pub task_deadline_margin_secs: Option<u64>,
+    pub nats_creds: Option<PathBuf>,
+    pub max_tokens: Option<u32>,
+    pub max_pending_requests: Option<usize>,
 }
 
 impl SettingsFile {
@@ -119,7 +125,10 @@ impl SettingsFile {
             .map_err(|e| format!("settings file {}: {e}", path.display()))?;
         let mut file: Self = toml::from_str(&text)
             .map_err(|e| format!("settings file {}: {}", path.display(), e.message()))?;
-        if let Some(c) = file.config.as_mut() {
+        for c in [file.config.as_mut(), file.nats_creds.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             if c.is_relative() {
                 if let Some(dir) = path.parent() {
                     *c = dir.join(&*c);
@@ -158,6 +167,8 @@ pub fn pick<T>(cli: Option<T>, file: Option<T>, default: T) -> T {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommonSettings {
     pub nats_url: String,
+    /// NATS credentials file (`.creds` or NKey seed).
+    pub nats_creds: Option<PathBuf>,
     pub redis_url: String,
     pub metrics_addr: Option<SocketAddr>,
 }
@@ -171,6 +182,9 @@ pub struct CommonArgs {
     /// NATS server URL (`nats://`, `tls://`; may carry credentials) [default: nats://127.0.0.1:4222].
     #[arg(long, env = "PARLEY_NATS_URL")]
     pub nats_url: Option<String>,
+    /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
+    #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
     /// Redis URL (`redis://`, `rediss://`; may carry credentials) [default: redis://127.0.0.1:6379].
     #[arg(long, env = "PARLEY_REDIS_URL")]
     pub redis_url: Option<String>,
@@ -205,6 +219,21 @@ impl CommonArgs {
                 );
             }
         }
+        let nats_creds = self.nats_creds.clone().or(file.nats_creds.clone());
+        if let Some(path) = &nats_creds {
+            if let Err(e) = crate::nats::read_creds(path) {
+                problems.push("nats_creds", format!("{e:#}"));
+            }
+            if nats_url
+                .split(',')
+                .any(|u| crate::nats::split_credentials(u).1.is_some())
+            {
+                problems.push(
+                    "nats_creds",
+                    "the NATS URL carries credentials too; keep one of them",
+                );
+            }
+        }
         let redis_url = pick(
             self.redis_url.clone(),
             file.redis_url.clone(),
@@ -229,6 +258,7 @@ impl CommonArgs {
             file,
             CommonSettings {
                 nats_url,
+                nats_creds,
                 redis_url,
                 metrics_addr,
             },
@@ -285,6 +315,7 @@ mod tests {
         let args = CommonArgs {
             settings: Some(path),
             nats_url: Some("tls://flag:4222".into()),
+            nats_creds: None,
             redis_url: None,
             metrics_addr: Some("off".into()),
         };
@@ -304,6 +335,7 @@ mod tests {
         let args = CommonArgs {
             settings: Some(write(dir.path(), "nats_url = \"http://localhost:4222\"\n")),
             nats_url: None,
+            nats_creds: Some(dir.path().join("missing.creds")),
             redis_url: Some("http://:hunter2@x".into()),
             metrics_addr: Some("nonsense".into()),
         };
@@ -311,7 +343,13 @@ mod tests {
         args.resolve(&mut problems);
         at_least(&mut problems, "concurrency", 0usize, 1);
         let e = problems.into_result().unwrap_err();
-        for key in ["nats_url:", "redis_url:", "metrics_addr:", "concurrency:"] {
+        for key in [
+            "nats_url:",
+            "nats_creds:",
+            "redis_url:",
+            "metrics_addr:",
+            "concurrency:",
+        ] {
             assert!(e.contains(key), "{key} missing in {e}");
         }
         assert!(!e.contains("hunter2"), "a password was echoed: {e}");

@@ -1,5 +1,6 @@
-//! The JetStream streams and consumers of the distributed mode, created if missing by
-//! whichever process starts first (coordinator, worker or CLI).
+//! The JetStream streams and consumers of the distributed mode. The coordinator creates
+//! the streams (the only role allowed to, see `deploy/nats/parley.conf`); a worker waits
+//! for the tasks stream ([`wait_for_stream`]) and creates its durable consumer if missing.
 //!
 //! - `PARLEY_TASKS` (`parley.tasks.>`): work-queue retention, a message is removed once a
 //!   worker acks it; 2 minute duplicate window for `Nats-Msg-Id`. Limits ([`TASKS_LIMITS`]):
@@ -172,7 +173,10 @@ pub async fn task_consumer(
     kind: WorkerKind,
     ack_wait: Duration,
 ) -> Result<consumer::PullConsumer, Error> {
-    let stream = tasks_stream(js).await?;
+    let stream = retry("the tasks stream", || async {
+        Ok(js.get_stream(subjects::TASKS_STREAM).await?)
+    })
+    .await?;
     let name = consumer_name(kind);
     retry("the task consumer", || async {
         Ok(stream
@@ -190,4 +194,29 @@ pub async fn task_consumer(
             .await?)
     })
     .await
+}
+
+/// Waits until the stream `name` exists (a worker started before any coordinator), or
+/// `shutdown` is cancelled (false). Logs once while waiting.
+pub async fn wait_for_stream(
+    js: &jetstream::Context,
+    name: &str,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> bool {
+    let mut logged = false;
+    loop {
+        match js.get_stream(name).await {
+            Ok(_) => return true,
+            Err(e) => {
+                if !logged {
+                    tracing::info!(stream = name, error = %e, "waiting for a coordinator to create the stream");
+                    logged = true;
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = shutdown.cancelled() => return false,
+        }
+    }
 }

@@ -17,6 +17,15 @@
 //! - Results: a notification on `parley.results.<id>` makes the actor read the result from
 //!   Redis (the source of truth); every tick it also reads Redis for its in-flight tasks, so
 //!   a notification lost in a NATS restart only delays the debate.
+//! - Authentic results: a result is applied only when the machine waits for it
+//!   ([`Machine::expects`]: a task it dispatched and has no result for, an attempt it
+//!   dispatched — for a failure, the current one), and only as read from Redis (the record
+//!   must be for the task and attempt it was read for). Anything else is dropped with a
+//!   warning and `parley_results_dropped_total{reason}`; results of finished tasks and old
+//!   failed attempts met while resuming are expected and skipped quietly.
+//! - Every dispatched task carries a dispatch token (`parley_cluster::dispatch`) derived
+//!   from the debate's secret, loaded (or created, for a debate from an older build) when
+//!   the actor starts; workers run no task without a valid one.
 //! - When a debate is no longer running (completed, failed, cancelled) the actor removes it
 //!   from `parley:running`, sets its keys to expire after the `retention`, releases the
 //!   lease and stops. `retry` adopts it again (and its keys stop expiring).
@@ -57,11 +66,14 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_nats::HeaderMap;
 use chrono::Utc;
-use parley_protocol::{subjects, DebateStatus, TaskOutcome, TaskResult, SCHEMA_VERSION};
+use parley_protocol::{
+    limits, preview, subjects, DebateStatus, TaskOutcome, TaskResult, SCHEMA_VERSION,
+};
+use parley_telemetry::DropReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use rand::Rng;
 
-use crate::{Effect, Input, Machine};
+use crate::{Effect, Expectation, Input, Machine};
 use parley_cluster::RedisStore;
 use parley_protocol::EventKind;
 use parley_telemetry::OpenTelemetrySpanExt as _;
@@ -139,6 +151,8 @@ pub struct DebateActorState {
     /// too, so a backlog of results in the mailbox (ticks wait behind it) cannot lose it.
     renewed_at: std::time::Instant,
     trace: DebateTrace,
+    /// The debate's dispatch secret: every task published is stamped with a token from it.
+    secret: String,
 }
 
 fn metrics_status(status: DebateStatus) -> parley_telemetry::DebateStatus {
@@ -190,6 +204,7 @@ impl Actor for DebateActor {
             store.unmark_running(&args.id).await?;
             return Err(ActorError::NotRunning(args.id).into());
         }
+        let secret = store.ensure_dispatch_secret(&args.id).await?;
         let mut machine = Machine::from_checkpoint(spec, cp.state);
         machine.set_task_deadline_margin(Some(args.deps.task_deadline_margin));
         let trace = DebateTrace::open(&mut machine);
@@ -205,6 +220,7 @@ impl Actor for DebateActor {
             stopping: false,
             renewed_at: std::time::Instant::now(),
             trace,
+            secret,
         })
     }
 
@@ -285,8 +301,12 @@ impl Actor for DebateActor {
                 fields.sort();
                 for f in fields {
                     let r = &results[f];
-                    if state.wants(r) {
-                        effects.extend(state.machine.handle(Input::Result(r.clone()), now));
+                    if state.wants(r, None, Noise::Resuming) {
+                        effects.extend(
+                            state
+                                .machine
+                                .handle(Input::Result(bounded(r.clone())), now),
+                        );
                     }
                 }
                 // A dispatch the batch answered itself (or superseded) need not go out.
@@ -312,10 +332,30 @@ impl Actor for DebateActor {
             }
             DebateMsg::ResultReady { task_id, attempt } => {
                 let id = state.machine.id().to_string();
-                if let Some(r) = state.deps.store.result_of(&id, &task_id, attempt).await? {
-                    if state.wants(&r) {
-                        state.apply(&myself, Input::Result(r)).await?;
+                match state.deps.store.result_of(&id, &task_id, attempt).await {
+                    Ok(Some(r)) => {
+                        if state.wants(&r, Some((&task_id, attempt)), Noise::Notified) {
+                            state.apply(&myself, Input::Result(bounded(r))).await?;
+                        }
                     }
+                    Ok(None) => drop_result(
+                        &id,
+                        &task_id,
+                        attempt,
+                        DropReason::Missing,
+                        "a notification with no stored result behind it",
+                    ),
+                    // An undecodable record is not a reason to stop the debate.
+                    Err(parley_cluster::redis_store::RedisStoreError::Decode { .. }) => {
+                        drop_result(
+                            &id,
+                            &task_id,
+                            attempt,
+                            DropReason::Mismatch,
+                            "the stored result cannot be decoded",
+                        )
+                    }
+                    Err(e) => return Err(e.into()),
                 }
             }
             DebateMsg::Tick => {
@@ -360,9 +400,11 @@ impl Actor for DebateActor {
                         .get(&t)
                         .or_else(|| results.get(&format!("{t}#{attempt}")));
                     if let Some(r) = r {
-                        if state.wants(r) {
+                        if state.wants(r, Some((&t, attempt)), Noise::Resuming) {
                             tracing::info!(debate = %id, task = %t, "result found by polling");
-                            state.apply(&myself, Input::Result(r.clone())).await?;
+                            state
+                                .apply(&myself, Input::Result(bounded(r.clone())))
+                                .await?;
                         }
                     }
                 }
@@ -462,16 +504,46 @@ impl DebateActorState {
             .unwrap_or(1)
     }
 
-    /// Whether a stored result may change anything: any success, or a failure of the
-    /// task's current attempt.
-    fn wants(&self, r: &TaskResult) -> bool {
-        match r.outcome {
-            TaskOutcome::Ok(_) => true,
-            TaskOutcome::Error(_) => {
-                r.attempt == self.attempt_of(&r.task_id)
-                    && self.machine.in_flight().any(|t| t == r.task_id)
-            }
+    /// Whether to apply a result read from Redis (for `asked` = the task and attempt it was
+    /// read for, if any): only one the machine waits for (see [`Machine::expects`]), and
+    /// only a record that is what it claims to be. Drops are counted and, unless expected
+    /// while resuming, logged as warnings.
+    fn wants(&self, r: &TaskResult, asked: Option<(&str, u32)>, noise: Noise) -> bool {
+        let id = self.machine.id();
+        let ok = matches!(r.outcome, TaskOutcome::Ok(_));
+        let consistent = r.debate_id == id
+            && r.validate().is_ok()
+            && asked
+                .is_none_or(|(task, attempt)| r.task_id == task && (ok || r.attempt == attempt));
+        let (task, attempt) = asked.unwrap_or((&r.task_id, r.attempt));
+        if !consistent {
+            drop_result(
+                id,
+                task,
+                attempt,
+                DropReason::Mismatch,
+                "the stored record does not match the task it was read for",
+            );
+            return false;
         }
+        let (reason, why) = match self.machine.expects(&r.task_id, r.attempt, ok) {
+            Expectation::Wanted => return true,
+            Expectation::NotDispatched => (
+                DropReason::NotDispatched,
+                "a result for a task this debate has not dispatched",
+            ),
+            Expectation::Finished => (DropReason::Finished, "the task already has its result"),
+            Expectation::WrongAttempt => (
+                DropReason::WrongAttempt,
+                "a result for an attempt the debate is not waiting for",
+            ),
+        };
+        let expected = matches!(noise, Noise::Resuming)
+            && matches!(reason, DropReason::Finished | DropReason::WrongAttempt);
+        if !expected {
+            drop_result(id, &r.task_id, r.attempt, reason, why);
+        }
+        false
     }
 
     /// One transition: handle, checkpoint (CAS), perform the effects; stops the actor once
@@ -521,6 +593,19 @@ impl DebateActorState {
             None => {
                 myself.stop(Some("lost the checkpoint compare-and-set".into()));
                 return Err(ActorError::LostCas(id).into());
+            }
+        }
+        // Every dispatch carries its token (see `parley_cluster::dispatch`): the stored body
+        // and the reference that goes on the stream alike.
+        let mut effects = effects;
+        for effect in &mut effects {
+            if let Effect::Dispatch(task) = effect {
+                task.dispatch_token = Some(parley_cluster::dispatch::token(
+                    &self.secret,
+                    &task.debate_id,
+                    &task.id,
+                    task.attempt,
+                ));
             }
         }
         // Claim check: the task bodies go to Redis first, their messages carry references.
@@ -742,9 +827,50 @@ async fn count_failure(deps: &Deps, id: &str, reason: Option<String>) {
     }
 }
 
+/// Where a result to check came from: a worker's notification (every drop is news), or a
+/// resume / poll (results of finished tasks and old failures are expected there).
+#[derive(Debug, Clone, Copy)]
+enum Noise {
+    Notified,
+    Resuming,
+}
+
+/// Counts and logs a result that is not applied.
+fn drop_result(debate: &str, task: &str, attempt: u32, reason: DropReason, why: &str) {
+    parley_telemetry::metrics().result_dropped(reason);
+    tracing::warn!(
+        debate,
+        task = %preview(task, 200),
+        attempt,
+        reason = reason.as_str(),
+        "dropping a result: {why}"
+    );
+}
+
+/// The result with its error text cut to a few hundred characters: provider text is
+/// outside input, and it goes into the state and the events.
+fn bounded(mut r: TaskResult) -> TaskResult {
+    if let TaskOutcome::Error(e) = &mut r.outcome {
+        e.message = preview(&e.message, limits::MAX_ERROR_TEXT_CHARS + 200);
+        if let Some(p) = &mut e.provider {
+            *p = preview(p, limits::MAX_LABEL_BYTES);
+        }
+        // A provider's wait is clamped to an hour where it is read; keep it so.
+        e.retry_after_ms = e.retry_after_ms.map(|ms| ms.min(3_600_000));
+    }
+    r
+}
+
 fn headers(msg_id: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
-    h.insert("Nats-Msg-Id", msg_id);
+    // Ids are validated (`[A-Za-z0-9_-]`), so this holds; still, a header value is never
+    // built with a panicking conversion.
+    match msg_id.parse::<async_nats::HeaderValue>() {
+        Ok(v) => h.insert("Nats-Msg-Id", v),
+        Err(_) => {
+            tracing::warn!(msg_id = %preview(msg_id, 200), "a message id that is not a header value; sent without deduplication")
+        }
+    }
     h.insert(
         subjects::HEADER_SCHEMA_VERSION,
         SCHEMA_VERSION.to_string().as_str(),
@@ -776,6 +902,8 @@ pub enum SupervisorMsg {
         id: String,
         reply: RpcReplyPort<Option<ActorRef<DebateMsg>>>,
     },
+    /// Every debate this coordinator owns, with its actor (the drain stops them).
+    Owned(RpcReplyPort<Vec<(String, ActorRef<DebateMsg>)>>),
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -836,6 +964,14 @@ impl Actor for Supervisor {
             }
             SupervisorMsg::Get { id, reply } => {
                 let _ = reply.send(state.debates.get(&id).cloned());
+            }
+            SupervisorMsg::Owned(reply) => {
+                let owned = state
+                    .debates
+                    .iter()
+                    .map(|(id, a)| (id.clone(), a.clone()))
+                    .collect();
+                let _ = reply.send(owned);
             }
         }
         Ok(())

@@ -8,9 +8,10 @@
 //! # Layout
 //! - [`machine`]: the pure debate state machine ([`Machine`]): inputs in, effects out.
 //! - [`driver`]: runs a machine in-process against a [`TaskRunner`] (the embedded mode),
-//!   with bounded concurrency, per-task timeouts, retry timers and a checkpoint after every
-//!   transition.
-//! - [`store`]: checkpoint stores ([`FileStore`] for `./debates/<id>.json`).
+//!   with bounded concurrency, per-task timeouts, retry timers, a checkpoint after every
+//!   transition, a failed result for a task that panics, and a bounded stop on interrupt.
+//! - [`store`]: checkpoint stores ([`FileStore`] for `./debates/<id>.json`, spec included
+//!   so the file alone continues the debate).
 //! - [`trace`]: the spans of a debate (`debate` → `node`), opened by whoever drives it.
 //! - [`actor`]: the distributed driver: one ractor actor per debate under a supervisor,
 //!   leases, checkpoints (CAS) before effects, result polling. Its runtime semantics are
@@ -25,9 +26,9 @@ pub mod service;
 pub mod store;
 pub mod trace;
 
-pub use driver::{run_debate, TaskRunner};
-pub use machine::{Effect, Input, Machine};
-pub use store::FileStore;
+pub use driver::{run_debate, run_debate_until, Driven, TaskRunner};
+pub use machine::{Effect, Expectation, Input, Machine};
+pub use store::{FileStore, LoadError};
 
 #[cfg(test)]
 mod deadline_tests;

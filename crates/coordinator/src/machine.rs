@@ -82,6 +82,21 @@ pub enum Input {
 /// The longest task timeout a deadline counts (a larger `timeoutMs` is treated as this).
 pub const MAX_TASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
+/// Whether a stored result is one the machine waits for ([`Machine::expects`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expectation {
+    /// Apply it: a task in flight, and an attempt that was dispatched (a success of an
+    /// earlier attempt still counts; a failure only of the current one).
+    Wanted,
+    /// A task this debate never issues, or has not dispatched (yet).
+    NotDispatched,
+    /// The task already has its result.
+    Finished,
+    /// An attempt that was never dispatched, or a failure of an attempt that is not the
+    /// current one.
+    WrongAttempt,
+}
+
 /// What the driver must do.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
@@ -1114,6 +1129,7 @@ impl Machine {
             context: self.spec.context.clone(),
             input,
             timeout_ms: self.spec.debate.retry.for_node(node.as_str()).timeout_ms,
+            dispatch_token: None,
         }
     }
 
@@ -1187,13 +1203,9 @@ impl Machine {
                 }
             }
             TaskKind::Synthesize => {
-                let solution = out.solution.unwrap_or_else(|| Solution {
-                    description: out.content.clone(),
-                    tradeoffs: Vec::new(),
-                    recommendations: Vec::new(),
-                    confidence: 0.0,
-                    synthesized_by: exec.id.clone(),
-                });
+                let solution = out
+                    .solution
+                    .unwrap_or_else(|| Solution::text_only(out.content.clone(), exec.id.clone()));
                 self.state.final_solution = Some(solution);
                 self.state.synthesis_metadata = Some(out.metadata);
             }
@@ -1266,6 +1278,33 @@ impl Machine {
     }
 
     /// Where the debate stands, for progress displays.
+    /// Whether a result for `task_id`, attempt `attempt` (a success when `ok`) is one this
+    /// debate waits for: the drivers apply only [`Expectation::Wanted`] results, so a
+    /// result for a task that was never dispatched, is finished, or comes from the wrong
+    /// attempt changes nothing.
+    pub fn expects(&self, task_id: &str, attempt: u32, ok: bool) -> Expectation {
+        let Some(planned) = self.parse_task_id(task_id) else {
+            return Expectation::NotDispatched;
+        };
+        if self.is_done(&planned) {
+            return Expectation::Finished;
+        }
+        if !self.in_flight.contains_key(task_id) {
+            return Expectation::NotDispatched;
+        }
+        let current = self.attempts(task_id);
+        let wanted = if ok {
+            (1..=current).contains(&attempt)
+        } else {
+            attempt == current
+        };
+        if wanted {
+            Expectation::Wanted
+        } else {
+            Expectation::WrongAttempt
+        }
+    }
+
     pub fn progress(&self) -> Progress {
         let n = self.agents.len();
         let rounds = self.spec.debate.rounds;

@@ -1,5 +1,7 @@
 //! `parley-coordinator`: owns debate state, publishes tasks to the workers. See
-//! `parley_coordinator::service`.
+//! `parley_coordinator::service`. Exit status: 0 after a clean drain, 5 when it gave up on
+//! something at the drain deadline, 4 invalid settings, 1 any other error; a second signal
+//! exits at once (130 / 143).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,7 +11,8 @@ use parley_cluster::settings::{
     at_least, parse_duration, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS, DEFAULT_RETENTION,
     DEFAULT_TASK_DEADLINE_MARGIN_SECS,
 };
-use parley_coordinator::service::{run, CoordinatorConfig};
+use parley_coordinator::service::{run, CoordinatorConfig, DEFAULT_MAX_PENDING_REQUESTS};
+use parley_protocol::{limits, SubmissionPolicy};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
@@ -35,6 +38,21 @@ struct Args {
     /// presumed lost and dispatched again as a new attempt [default: 300].
     #[arg(long, env = "PARLEY_TASK_DEADLINE_MARGIN_SECS")]
     task_deadline_margin_secs: Option<u64>,
+    /// Drain deadline in seconds: after SIGTERM / ctrl-c the coordinator stops its debates,
+    /// releases their leases and exits within it, whatever the state of NATS and Redis
+    /// [default: 10].
+    #[arg(long, env = "PARLEY_DRAIN_SECS")]
+    drain_secs: Option<u64>,
+    /// The operator's debate configuration (the workers' file): its `providers` section's
+    /// `allowedModels` are enforced when a debate is submitted.
+    #[arg(long, env = "PARLEY_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Cap on any participant's `maxTokens` [default: 16384].
+    #[arg(long, env = "PARLEY_MAX_TOKENS")]
+    max_tokens: Option<u32>,
+    /// Requests handled at once; more are answered `unavailable` [default: 256].
+    #[arg(long, env = "PARLEY_MAX_PENDING_REQUESTS")]
+    max_pending_requests: Option<usize>,
 }
 
 /// The coordinator's settings, layered and validated (every problem at once).
@@ -66,16 +84,71 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         ),
         1,
     );
+    let drain_secs = at_least(
+        &mut problems,
+        "drain_secs",
+        pick(
+            args.drain_secs,
+            file.drain_secs,
+            parley_coordinator::service::DEFAULT_DRAIN.as_secs(),
+        ),
+        1,
+    );
+    let max_tokens = at_least(
+        &mut problems,
+        "max_tokens",
+        pick(args.max_tokens, file.max_tokens, limits::DEFAULT_MAX_TOKENS),
+        1,
+    );
+    let max_pending_requests = at_least(
+        &mut problems,
+        "max_pending_requests",
+        pick(
+            args.max_pending_requests,
+            file.max_pending_requests,
+            DEFAULT_MAX_PENDING_REQUESTS,
+        ),
+        1,
+    );
+    let providers = match args.config.clone().or(file.config.clone()) {
+        Some(path) => operator_providers(&path).unwrap_or_else(|e| {
+            problems.push("config", e);
+            Default::default()
+        }),
+        None => Default::default(),
+    };
     problems.into_result()?;
     let mut config = CoordinatorConfig::new(
         common.nats_url,
         common.redis_url,
         Duration::from_millis(lease_ttl_ms),
     );
+    config.nats_creds = common.nats_creds;
     config.metrics_addr = common.metrics_addr;
     config.retention = (!retention.is_zero()).then_some(retention);
     config.task_deadline_margin = Duration::from_secs(task_deadline_margin_secs);
+    config.drain = Duration::from_secs(drain_secs);
+    config.policy = SubmissionPolicy {
+        max_tokens,
+        providers,
+    };
+    config.max_pending_requests = max_pending_requests;
     Ok(config)
+}
+
+/// The `providers` section of the operator's debate configuration, checked.
+fn operator_providers(
+    path: &std::path::Path,
+) -> Result<std::collections::BTreeMap<String, parley_protocol::ProviderLimits>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file: parley_protocol::DebateConfigFile = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("invalid config file {}: {e}", path.display()))?;
+    let problems = parley_protocol::validate_providers(&file.providers);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(format!("{}: {}", path.display(), list.join("; ")));
+    }
+    Ok(file.providers)
 }
 
 #[tokio::main]
@@ -88,7 +161,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(4);
         }
     };
-    let _telemetry = match parley_cluster::init_telemetry("parley-coordinator") {
+    let telemetry = match parley_cluster::init_telemetry("parley-coordinator") {
         Ok(g) => g,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -98,11 +171,7 @@ async fn main() -> ExitCode {
     let token = CancellationToken::new();
     parley_cluster::cancel_on_signal(token.clone());
 
-    match run(config, token).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    // 0 clean drain, 5 gave up on something at the drain deadline, 1 any other error.
+    let result = run(config, token).await;
+    parley_cluster::exit_service(result, telemetry)
 }

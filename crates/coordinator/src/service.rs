@@ -21,8 +21,31 @@
 //! `retry` of a running one sends every outstanding task again as a new attempt (see
 //! `Input::Retry`). `cancel` is recorded in Redis before anything else and always wins.
 //!
-//! Shutdown: stop answering, stop the debate actors (each releases its lease so another
-//! replica resumes the debate without waiting for the TTL), flush, exit.
+//! Shutdown ([`CoordinatorConfig::drain`] after the signal at the latest, whatever the state
+//! of NATS and Redis): stop answering and scanning, stop the debate actors after their
+//! current message (each releases its lease so another replica resumes the debate without
+//! waiting for the TTL), release every lease this replica still holds, flush NATS. An
+//! actor still waiting on NATS or Redis when the deadline nears is killed; a lease Redis
+//! did not release expires after its TTL; checkpointed events not yet published are
+//! published by whichever replica resumes the debate. What it gave up on is logged and
+//! returned as [`parley_cluster::DrainIncomplete`].
+//!
+//! # The edge
+//! - Requests are decoded by `parley_protocol` ([`decode_submission`],
+//!   [`decode_debate_ref`]): sizes, ids, ranges, and the operator's
+//!   [`SubmissionPolicy`] (the `max_tokens` cap and the model allow-lists of the
+//!   `providers` section of [`CoordinatorConfig::policy`]) — a model outside an allow-list
+//!   is refused here, at submit time. A submission naming an endpoint or carrying anything
+//!   key-like is refused (`invalid_request`, naming the field).
+//! - At most [`CoordinatorConfig::max_pending_requests`] requests are handled at once; past
+//!   that a request is answered `unavailable` at once instead of spawning without bound.
+//! - An idempotency key sent again with a different spec is a `conflict` (the key is bound
+//!   to the debate id and a SHA-256 digest of the spec first sent with it).
+//! - Result notifications are hints: a [`ResultNotice`] names a result; the debate actor
+//!   reads it from Redis and applies it only if it is for a task and attempt it is waiting
+//!   for (see [`crate::actor`]).
+//! - Each debate gets a dispatch secret at submission; tasks carry a token derived from it
+//!   (`parley_cluster::dispatch`), so workers run only tasks the coordinator sent.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,25 +57,36 @@ use chrono::Utc;
 use futures::StreamExt;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::{
-    is_valid_debate_id, limits, new_debate_id, split_pages, DebateSpec, DebateStatus, StatusPage,
-    StatusRequest, StatusSummary, StatusView, TaskNotice, TaskRef, SCHEMA_VERSION,
+    decode_debate_ref, decode_submission, is_valid_debate_id, new_debate_id, preview, split_pages,
+    DebateStatus, ResultNotice, StatusPage, StatusRequest, StatusSummary, StatusView,
+    SubmissionPolicy, TaskRef,
 };
 use ractor::rpc::CallResult;
-use ractor::{Actor, ActorRef};
-use serde::Deserialize;
+use ractor::{Actor, ActorRef, RactorErr};
 use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::actor::{AdoptError, DebateMsg, Deps, Supervisor, SupervisorMsg};
 use crate::{Input, Machine};
+use parley_cluster::nats::{NatsEndpoint, INBOX_COORDINATOR};
 use parley_cluster::{start_service, RedisStore};
+
+/// Default of [`CoordinatorConfig::max_pending_requests`].
+pub const DEFAULT_MAX_PENDING_REQUESTS: usize = 256;
 
 /// Prefix of the owner-to-owner control subjects.
 pub const CONTROL_PREFIX: &str = "parley.control";
 
+/// Default drain deadline of a coordinator (setting `drain_secs`).
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
     pub nats_url: String,
+    /// NATS credentials file (`.creds` or NKey seed), see `parley_cluster::nats`.
+    pub nats_creds: Option<std::path::PathBuf>,
     pub redis_url: String,
     /// Lease time-to-live: how long a crashed replica's debates wait before a takeover.
     pub lease_ttl: Duration,
@@ -69,12 +103,19 @@ pub struct CoordinatorConfig {
     pub task_deadline_margin: Duration,
     /// Failed adoptions after which a debate is failed (see `crate::actor`).
     pub max_actor_failures: u32,
+    /// How long after shutdown was requested `run` returns at the latest.
+    pub drain: Duration,
+    /// What the operator allows a submission (maxTokens cap, model allow-lists).
+    pub policy: SubmissionPolicy,
+    /// Requests handled at once; past it a request is answered `unavailable`.
+    pub max_pending_requests: usize,
 }
 
 impl CoordinatorConfig {
     pub fn new(nats_url: String, redis_url: String, lease_ttl: Duration) -> Self {
         Self {
             nats_url,
+            nats_creds: None,
             redis_url,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
@@ -85,6 +126,9 @@ impl CoordinatorConfig {
                 parley_cluster::settings::DEFAULT_TASK_DEADLINE_MARGIN_SECS,
             ),
             max_actor_failures: crate::actor::DEFAULT_MAX_ACTOR_FAILURES,
+            drain: DEFAULT_DRAIN,
+            policy: SubmissionPolicy::default(),
+            max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
         }
     }
 }
@@ -111,24 +155,23 @@ struct Service {
     retention: Option<Duration>,
     /// Largest status reply body (a page, or the state inline).
     page_bytes: usize,
+    /// What submissions may choose.
+    policy: SubmissionPolicy,
+    /// One permit per request being handled (bounds the spawned handlers).
+    requests: Arc<Semaphore>,
 }
 
 /// Runs a coordinator replica until `shutdown` is cancelled.
 pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let (nats, store) = start_service(
-        &config.nats_url,
-        &config.redis_url,
-        config.metrics_addr,
-        &shutdown,
-    )
-    .await?;
-    let js = jetstream::new(nats.clone());
-    parley_cluster::streams::tasks_stream(&js)
-        .await
-        .map_err(|e| anyhow::anyhow!("while creating the tasks stream: {e}"))?;
-    parley_cluster::streams::events_stream(&js)
-        .await
-        .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
+    // NATS retries its first connection forever: a signal before the backends answer
+    // stops the coordinator at once (it owns nothing yet).
+    let Some(started) =
+        parley_cluster::unless_shutdown(&shutdown, connect(&config, &shutdown)).await
+    else {
+        tracing::info!("stopped before NATS and Redis were reachable");
+        return Ok(());
+    };
+    let (nats, store, js) = started?;
     let owner = format!(
         "coordinator-{}-{:08x}",
         std::process::id(),
@@ -158,6 +201,8 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         sup: sup.clone(),
         retention: config.retention,
         page_bytes,
+        policy: config.policy.clone(),
+        requests: Arc::new(Semaphore::new(config.max_pending_requests.max(1))),
     });
 
     let mut loops = Vec::new();
@@ -192,28 +237,161 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         .context("while subscribing to the dead-letter advisories")?;
     loops.push(tokio::spawn(dead_letters(svc.clone(), advisories)));
     loops.push(tokio::spawn(scan(svc.clone(), config.scan_every)));
-    nats.flush().await.context("while flushing subscriptions")?;
-    tracing::info!(owner = %owner, "coordinator ready");
+    // (A signal meanwhile goes straight to the drain.)
+    if let Some(flushed) = parley_cluster::unless_shutdown(&shutdown, nats.flush()).await {
+        flushed.context("while flushing subscriptions")?;
+        tracing::info!(owner = %owner, "coordinator ready");
+    }
 
     shutdown.cancelled().await;
-    tracing::info!("coordinator stopping");
+    let deadline = Instant::now() + config.drain;
+    tracing::info!(
+        deadline_ms = config.drain.as_millis() as u64,
+        "coordinator draining"
+    );
     for l in &loops {
         l.abort();
     }
-    sup.stop(Some("shutdown".into()));
-    let _ = tokio::time::timeout(Duration::from_secs(10), sup_join).await;
-    let _ = nats.flush().await;
-    tracing::info!("coordinator stopped");
-    Ok(())
+    let gave_up = drain(&svc, &owner, sup_join, deadline, &config).await;
+    for what in &gave_up {
+        tracing::warn!(gave_up = %what, "drain incomplete");
+    }
+    tracing::info!(clean = gave_up.is_empty(), "coordinator stopped");
+    parley_cluster::DrainIncomplete::check(gave_up)
+}
+
+/// NATS, Redis and the JetStream streams.
+async fn connect(
+    config: &CoordinatorConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(async_nats::Client, RedisStore, jetstream::Context)> {
+    let endpoint = NatsEndpoint::new(
+        config.nats_url.clone(),
+        config.nats_creds.clone(),
+        INBOX_COORDINATOR,
+    );
+    let (nats, store) =
+        start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown).await?;
+    let js = jetstream::new(nats.clone());
+    parley_cluster::streams::tasks_stream(&js)
+        .await
+        .map_err(|e| anyhow::anyhow!("while creating the tasks stream: {e}"))?;
+    parley_cluster::streams::events_stream(&js)
+        .await
+        .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
+    Ok((nats, store, js))
+}
+
+/// Stops this replica's debates and releases their leases by `deadline` (the request
+/// loops and the scan are stopped already); returns what it gave up on. The last quarter
+/// of the drain time (at most 2 s) is kept for releasing leases and flushing NATS.
+async fn drain(
+    svc: &Service,
+    owner: &str,
+    sup_join: tokio::task::JoinHandle<()>,
+    deadline: Instant,
+    config: &CoordinatorConfig,
+) -> Vec<String> {
+    let reserve = (config.drain / 4).min(Duration::from_secs(2));
+    let ttl_ms = config.lease_ttl.as_millis();
+    let mut gave_up = Vec::new();
+    let owned = match tokio::time::timeout_at(
+        deadline - reserve,
+        svc.sup.call(SupervisorMsg::Owned, None),
+    )
+    .await
+    {
+        Ok(Ok(CallResult::Success(owned))) => owned,
+        _ => {
+            gave_up.push(format!(
+                "this replica's debates (the supervisor did not answer; their leases expire within {ttl_ms} ms)"
+            ));
+            Vec::new()
+        }
+    };
+    // Each actor finishes its current message, then releases its lease and stops. One still
+    // waiting on NATS or Redis near the deadline is killed: its debate is resumed from its
+    // checkpoint by the replica that takes it over.
+    let stop_by = deadline - reserve;
+    let stops = owned.iter().map(|(id, actor)| async move {
+        let left = stop_by.saturating_duration_since(Instant::now());
+        match actor.stop_and_wait(Some("shutdown".into()), Some(left)).await {
+            Err(RactorErr::Timeout) => {
+                actor.kill();
+                Some(format!(
+                    "debate {id} (its actor was still waiting on NATS or Redis; another replica resumes it from its checkpoint)"
+                ))
+            }
+            // Stopped, or had stopped already.
+            _ => None,
+        }
+    });
+    gave_up.extend(futures::future::join_all(stops).await.into_iter().flatten());
+    // Owner-checked: a no-op for the leases the actors released themselves.
+    let release_by = deadline - reserve / 2;
+    let releases = owned.iter().map(|(id, _)| async move {
+        match tokio::time::timeout_at(release_by, svc.store.release_lease(id, owner)).await {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!(
+                "the lease of debate {id} ({e}; it expires within {ttl_ms} ms)"
+            )),
+            Err(_) => Some(format!(
+                "the lease of debate {id} (Redis did not answer; it expires within {ttl_ms} ms)"
+            )),
+        }
+    });
+    gave_up.extend(
+        futures::future::join_all(releases)
+            .await
+            .into_iter()
+            .flatten(),
+    );
+    svc.sup.stop(Some("shutdown".into()));
+    if tokio::time::timeout_at(release_by, sup_join).await.is_err() {
+        tracing::warn!("the supervisor did not stop in time");
+    }
+    match tokio::time::timeout_at(deadline, svc.nats.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => gave_up.push(format!("flushing replies and publishes to NATS ({e})")),
+        Err(_) => gave_up.push("flushing replies and publishes to NATS (unreachable)".into()),
+    }
+    gave_up
+}
+
+/// The metric label of a request subject.
+fn subject_label(subject: &str) -> &'static str {
+    match subject {
+        subjects::SUBMIT => "submit",
+        subjects::STATUS => "status",
+        subjects::RETRY => "retry",
+        subjects::CANCEL => "cancel",
+        _ => "control",
+    }
 }
 
 async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     while let Some(msg) = sub.next().await {
+        // A request without a reply subject cannot be answered: nothing to do.
+        let Some(reply_to) = msg.reply.clone() else {
+            continue;
+        };
+        let label = subject_label(msg.subject.as_str());
+        let Ok(permit) = svc.requests.clone().try_acquire_owned() else {
+            // Refused at once: a burst never turns into an unbounded number of handlers.
+            let e = err(
+                ErrorCode::Unavailable,
+                "the coordinator is handling as many requests as it takes; try again",
+            );
+            parley_telemetry::metrics().request_error(label, e.error.code.as_str());
+            let body = serde_json::to_vec(&e).unwrap_or_default();
+            if let Err(e) = svc.nats.publish(reply_to, body.into()).await {
+                tracing::warn!(error = %e, "cannot send a reply");
+            }
+            continue;
+        };
         let svc = svc.clone();
         tokio::spawn(async move {
-            let Some(reply_to) = msg.reply.clone() else {
-                return;
-            };
+            let _permit = permit;
             let subject = msg.subject.to_string();
             let reply = match subject.as_str() {
                 subjects::SUBMIT => Some(svc.submit(&msg.payload).await),
@@ -225,7 +403,10 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
             let Some(reply) = reply else { return };
             let body = match reply {
                 Ok(v) => serde_json::to_vec(&v),
-                Err(e) => serde_json::to_vec(&e),
+                Err(e) => {
+                    parley_telemetry::metrics().request_error(label, e.error.code.as_str());
+                    serde_json::to_vec(&e)
+                }
             }
             .unwrap_or_default();
             if let Err(e) = svc.nats.publish(reply_to, body.into()).await {
@@ -235,10 +416,20 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     }
 }
 
+/// Routes result notices to the debate's actor. A notice is only a hint: the actor reads
+/// the result from Redis and decides whether it waits for it.
 async fn route_results(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     while let Some(msg) = sub.next().await {
-        let Ok(n) = serde_json::from_slice::<TaskNotice>(&msg.payload) else {
-            tracing::warn!(subject = %msg.subject, "ignoring an undecodable result notification");
+        let notice = serde_json::from_slice::<ResultNotice>(&msg.payload)
+            .ok()
+            .filter(|n| n.validate().is_ok())
+            .filter(|n| msg.subject.as_str() == subjects::results_subject(&n.debate_id));
+        let Some(n) = notice else {
+            parley_telemetry::metrics().result_dropped(parley_telemetry::DropReason::Invalid);
+            tracing::warn!(
+                subject = %preview(msg.subject.as_str(), 120),
+                "dropping a result notification that is not a valid notice for its subject"
+            );
             continue;
         };
         let (task_id, attempt) = (n.task_id, n.attempt);
@@ -261,7 +452,7 @@ async fn route_results(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
 }
 
 /// JetStream's `MAX_DELIVERIES` advisory (the fields used).
-#[derive(Deserialize)]
+#[derive(serde::Deserialize)]
 struct MaxDeliveries {
     stream_seq: u64,
     #[serde(default)]
@@ -318,12 +509,6 @@ impl Command {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DebateRef {
-    debate_id: String,
-}
-
 /// A cancel whose owner did not answer: the durable mark is stored, so the owner applies
 /// it at its next tick (an adoption before anything else).
 fn accepted_later(id: &str) -> Value {
@@ -331,7 +516,18 @@ fn accepted_later(id: &str) -> Value {
 }
 
 /// A status request: `{"debateId"}` plus an optional `view`, `snapshot` and `page`.
+/// Bounded like every request (see `parley_protocol::decode_debate_ref`).
 fn status_request(payload: &[u8]) -> Result<StatusRequest, ErrorReply> {
+    if payload.len() > parley_protocol::limits::MAX_REQUEST_BYTES {
+        return Err(err(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "request is {} bytes, the limit is {}",
+                payload.len(),
+                parley_protocol::limits::MAX_REQUEST_BYTES
+            ),
+        ));
+    }
     let v: Value = serde_json::from_slice(payload)
         .map_err(|e| err(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
     let r: StatusRequest = serde_json::from_value(v).map_err(|e| {
@@ -343,28 +539,17 @@ fn status_request(payload: &[u8]) -> Result<StatusRequest, ErrorReply> {
     if !is_valid_debate_id(&r.debate_id) {
         return Err(err(
             ErrorCode::InvalidRequest,
-            format!("debateId: {:?} is not a debate id", r.debate_id),
+            format!(
+                "debateId: {:?} is not a debate id (deb-YYYYMMDD-HHMMSS-xxxxxx)",
+                preview(&r.debate_id, 64)
+            ),
         ));
     }
     Ok(r)
 }
 
 fn debate_ref(payload: &[u8]) -> Result<String, ErrorReply> {
-    let v: Value = serde_json::from_slice(payload)
-        .map_err(|e| err(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
-    let r: DebateRef = serde_json::from_value(v).map_err(|e| {
-        err(
-            ErrorCode::InvalidRequest,
-            format!("expected {{\"debateId\": ...}}: {e}"),
-        )
-    })?;
-    if !is_valid_debate_id(&r.debate_id) {
-        return Err(err(
-            ErrorCode::InvalidRequest,
-            format!("debateId: {:?} is not a debate id", r.debate_id),
-        ));
-    }
-    Ok(r.debate_id)
+    decode_debate_ref(payload).map_err(ErrorReply::from)
 }
 
 impl Service {
@@ -404,30 +589,7 @@ impl Service {
     }
 
     async fn submit(&self, payload: &[u8]) -> Reply {
-        if payload.len() > limits::MAX_SUBMISSION_BYTES {
-            return Err(err(
-                ErrorCode::PayloadTooLarge,
-                format!(
-                    "submission is {} bytes, the limit is {}",
-                    payload.len(),
-                    limits::MAX_SUBMISSION_BYTES
-                ),
-            ));
-        }
-        let v: Value = serde_json::from_slice(payload)
-            .map_err(|e| err(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
-        if let Some(sv) = v.get("schemaVersion") {
-            if sv.as_u64() != Some(u64::from(SCHEMA_VERSION)) {
-                return Err(err(
-                    ErrorCode::UnsupportedSchemaVersion,
-                    format!("schemaVersion: unsupported {sv} (this build speaks {SCHEMA_VERSION})"),
-                ));
-            }
-        }
-        let spec: DebateSpec = serde_json::from_value(v)
-            .map_err(|e| err(ErrorCode::InvalidRequest, format!("invalid debate: {e}")))?;
-        spec.validate()
-            .map_err(|e| err(ErrorCode::InvalidRequest, e.to_string()))?;
+        let spec = decode_submission(payload, &self.policy).map_err(ErrorReply::from)?;
 
         let now = Utc::now();
         let mut id = new_debate_id(now);
@@ -435,12 +597,40 @@ impl Service {
             // Every copy of a submission gets the id bound first. Whoever bound it may have
             // died before creating the debate, so each copy makes sure it exists: every
             // step below is create-if-absent.
-            id = self
+            let digest = parley_cluster::redis_store::spec_digest(&spec).map_err(unavailable)?;
+            let bound = self
                 .store
-                .bind_idempotency_key(key, &id)
+                .bind_idempotency_key_for_spec(key, &id, &digest)
                 .await
                 .map_err(unavailable)?;
+            let same = match &bound.spec_digest {
+                Some(d) => *d == digest,
+                // Bound by an older build: compare with the stored spec, if any yet.
+                None => self
+                    .store
+                    .spec(&bound.debate_id)
+                    .await
+                    .map_err(unavailable)?
+                    .is_none_or(|stored| stored == spec),
+            };
+            if !same {
+                return Err(err(
+                    ErrorCode::Conflict,
+                    format!(
+                        "idempotencyKey: {:?} was first sent with a different debate ({}); \
+                         use a new key for a new debate",
+                        preview(key, 64),
+                        bound.debate_id
+                    ),
+                ));
+            }
+            id = bound.debate_id;
         }
+        // Before the debate exists: its actor stamps every task with a token from it.
+        self.store
+            .ensure_dispatch_secret(&id)
+            .await
+            .map_err(unavailable)?;
         self.store.put_spec(&id, &spec).await.map_err(unavailable)?;
         let machine = Machine::new(id.clone(), spec, now);
         let created = self
@@ -691,9 +881,9 @@ impl Service {
         }
         if let Some(t) = task {
             if is_valid_debate_id(&t.debate_id) {
-                let notice = TaskNotice {
+                let notice = ResultNotice {
                     dead_lettered: true,
-                    ..TaskNotice::result(&t.debate_id, &t.id, t.attempt)
+                    ..ResultNotice::result(&t.debate_id, &t.id, t.attempt)
                 };
                 if let Ok(body) = serde_json::to_vec(&notice) {
                     let _ = self
@@ -727,6 +917,9 @@ impl Service {
     async fn control(&self, subject: &str) -> Option<Reply> {
         let rest = subject.strip_prefix(CONTROL_PREFIX)?.strip_prefix('.')?;
         let (id, op) = rest.rsplit_once('.')?;
+        if !is_valid_debate_id(id) {
+            return None;
+        }
         let cmd = match op {
             "retry" => Command::Retry,
             "cancel" => Command::Cancel,

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use parley_protocol::DebateState;
+use parley_protocol::{DebateSpec, DebateState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -15,8 +15,37 @@ pub enum StoreError {
     Encode(#[from] serde_json::Error),
 }
 
+/// Why a saved debate cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0:?} is not a debate id (deb-YYYYMMDD-HHMMSS-RAND)")]
+    BadId(String),
+    #[error("no saved debate {}", .0.display())]
+    NotFound(PathBuf),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a saved debate: {source}")]
+    Decode {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{0} holds no debate spec (saved by an older parley): it cannot be continued")]
+    NoSpec(PathBuf),
+}
+
+/// The top-level field of a checkpoint file that holds the debate's spec.
+pub const SPEC_FIELD: &str = "spec";
+
 /// Saves each debate as `<dir>/<id>.json`, atomically (write a temporary file, then rename),
 /// so a crash never leaves a half-written checkpoint.
+///
+/// The file is the [`DebateState`] (dialectic's shape); [`FileStore::save_with_spec`] adds
+/// the debate's spec as one more top-level field, `spec`, so the file alone is enough to
+/// continue the debate ([`FileStore::load`]): `parley resume` / `parley retry`. Readers of
+/// the state shape ignore it.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     dir: PathBuf,
@@ -35,17 +64,67 @@ impl FileStore {
         &self.dir
     }
 
+    /// Saves the state alone.
     pub fn save(&self, state: &DebateState) -> Result<PathBuf, StoreError> {
+        self.write(state, serde_json::to_vec_pretty(state)?)
+    }
+
+    /// Saves the state with the spec it runs, as a checkpoint [`FileStore::load`] reads.
+    pub fn save_with_spec(
+        &self,
+        state: &DebateState,
+        spec: &DebateSpec,
+    ) -> Result<PathBuf, StoreError> {
+        let mut doc = serde_json::to_value(state)?;
+        if let Some(fields) = doc.as_object_mut() {
+            fields.insert(SPEC_FIELD.into(), serde_json::to_value(spec)?);
+        }
+        self.write(state, serde_json::to_vec_pretty(&doc)?)
+    }
+
+    fn write(&self, state: &DebateState, bytes: Vec<u8>) -> Result<PathBuf, StoreError> {
         let path = self.path_of(&state.id);
         let write_err = |source| StoreError::Write {
             path: path.clone(),
             source,
         };
         std::fs::create_dir_all(&self.dir).map_err(write_err)?;
-        let bytes = serde_json::to_vec_pretty(state)?;
         let tmp = self.dir.join(format!(".{}.json.tmp", state.id));
         std::fs::write(&tmp, bytes).map_err(write_err)?;
         std::fs::rename(&tmp, &path).map_err(write_err)?;
         Ok(path)
+    }
+
+    /// Whether a checkpoint of debate `id` exists (false for a malformed id).
+    pub fn exists(&self, id: &str) -> bool {
+        parley_protocol::is_valid_debate_id(id) && self.path_of(id).is_file()
+    }
+
+    /// The spec and state of a debate saved with [`FileStore::save_with_spec`]. The id is
+    /// checked first, so it can never name a path outside the folder.
+    pub fn load(&self, id: &str) -> Result<(DebateSpec, DebateState), LoadError> {
+        if !parley_protocol::is_valid_debate_id(id) {
+            return Err(LoadError::BadId(id.to_string()));
+        }
+        let path = self.path_of(id);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(LoadError::NotFound(path))
+            }
+            Err(source) => return Err(LoadError::Read { path, source }),
+        };
+        let decode = |source| LoadError::Decode {
+            path: path.clone(),
+            source,
+        };
+        let mut doc: serde_json::Value = serde_json::from_slice(&bytes).map_err(decode)?;
+        let spec = doc
+            .as_object_mut()
+            .and_then(|fields| fields.remove(SPEC_FIELD))
+            .ok_or_else(|| LoadError::NoSpec(path.clone()))?;
+        let spec: DebateSpec = serde_json::from_value(spec).map_err(decode)?;
+        let state: DebateState = serde_json::from_value(doc).map_err(decode)?;
+        Ok((spec, state))
     }
 }

@@ -49,11 +49,8 @@ fn ok(task: &Task, content: &str) -> TaskResult {
     match task.kind {
         TaskKind::Synthesize => {
             out.solution = Some(Solution {
-                description: "final".into(),
-                tradeoffs: vec![],
-                recommendations: vec![],
                 confidence: 77.0,
-                synthesized_by: task.agent.id.clone(),
+                ..Solution::text_only("final".into(), task.agent.id.clone())
             })
         }
         TaskKind::Evaluate => out.confidence = Some(50.0),
@@ -805,4 +802,46 @@ fn retry_gives_attempts_still_out_a_fresh_budget() {
         "{:?}",
         r.retries
     );
+}
+
+#[test]
+fn only_dispatched_unfinished_tasks_and_their_attempts_are_expected() {
+    use crate::Expectation::*;
+    let mut r = Run::new(spec(2, 1, "fixed", json!({})));
+    r.apply(Input::Start);
+    let proposal = r.queue.front().unwrap().clone();
+    let id = &proposal.id;
+    let debate = r.machine.id().to_string();
+    // In flight, attempt 1: a success or a failure of attempt 1 is wanted.
+    assert_eq!(r.machine.expects(id, 1, true), Wanted);
+    assert_eq!(r.machine.expects(id, 1, false), Wanted);
+    // An attempt never dispatched.
+    assert_eq!(r.machine.expects(id, 2, true), WrongAttempt);
+    assert_eq!(r.machine.expects(id, 7, false), WrongAttempt);
+    assert_eq!(r.machine.expects(id, 0, true), WrongAttempt);
+    // Tasks never issued, or not dispatched yet (the synthesis), or of another debate.
+    assert_eq!(
+        r.machine
+            .expects(&format!("{debate}/1/propose/ghost"), 1, true),
+        NotDispatched
+    );
+    assert_eq!(
+        r.machine
+            .expects(&format!("{debate}/1/synthesize/judge"), 1, true),
+        NotDispatched
+    );
+    assert_eq!(
+        r.machine
+            .expects("deb-20990101-000000-zzzzzz/1/propose/a0", 1, true),
+        NotDispatched
+    );
+    // Failed once and retried: attempt 1's late success still counts, its failure not.
+    r.apply(Input::Result(fail(&proposal, ErrorKind::Server)));
+    r.apply(Input::RetryDue(id.clone()));
+    assert_eq!(r.machine.expects(id, 2, false), Wanted);
+    assert_eq!(r.machine.expects(id, 1, false), WrongAttempt);
+    assert_eq!(r.machine.expects(id, 1, true), Wanted);
+    // Answered: finished.
+    r.apply(Input::Result(ok(&proposal, "done")));
+    assert_eq!(r.machine.expects(id, 2, true), Finished);
 }

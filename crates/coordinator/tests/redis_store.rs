@@ -160,3 +160,38 @@ fn tls_and_credential_urls_are_accepted() {
         redis::Client::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_bind_a_spec_digest_and_secrets_are_written_once() {
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let a = parley_cluster::redis_store::spec_digest(&spec()).unwrap();
+    let mut other = spec();
+    other.problem = "q".into();
+    let b = parley_cluster::redis_store::spec_digest(&other).unwrap();
+    assert_ne!(a, b);
+    let first = store
+        .bind_idempotency_key_for_spec("k", "deb-1", &a)
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.debate_id.as_str(), first.spec_digest.as_deref()),
+        ("deb-1", Some(a.as_str()))
+    );
+    // A second copy learns the first binding, digest included.
+    let again = store
+        .bind_idempotency_key_for_spec("k", "deb-2", &b)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+
+    let s1 = store.ensure_dispatch_secret("deb-1").await.unwrap();
+    let s2 = store.ensure_dispatch_secret("deb-1").await.unwrap();
+    assert_eq!(s1, s2, "the secret is written once");
+    assert_eq!(s1.len(), 64);
+    assert_eq!(
+        store.dispatch_secret("deb-1").await.unwrap().as_deref(),
+        Some(s1.as_str())
+    );
+    assert_eq!(store.dispatch_secret("deb-9").await.unwrap(), None);
+}

@@ -132,12 +132,8 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
                         .to_string(),
                 );
             }
-            out.solution = Some(solution.unwrap_or_else(|| Solution {
-                description: out.content.clone(),
-                tradeoffs: vec![],
-                recommendations: vec![],
-                confidence: 0.0,
-                synthesized_by: task.agent.id.clone(),
+            out.solution = Some(solution.unwrap_or_else(|| {
+                Solution::text_only(out.content.clone(), task.agent.id.clone())
             }));
         }
     }

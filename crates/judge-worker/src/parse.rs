@@ -51,17 +51,32 @@ fn strings(v: Option<&Value>) -> Vec<String> {
     }
 }
 
-/// A [`Solution`] from the judge's JSON; `None` without a non-empty `description`.
+/// A [`Solution`] from the judge's JSON, in Parley's shape (`description`) or dialectic's
+/// (`solutionMarkdown`, `unfulfilledMajorRequirements`, `openQuestions`); `None` without a
+/// non-empty solution text. The confidence of a solution that leaves a major requirement
+/// unmet is capped at [`Solution::CONFIDENCE_CAP_WHEN_UNMET`], whatever the judge said.
 pub fn solution(v: &Value, judge_id: &str) -> Option<Solution> {
-    let description = v.get("description")?.as_str()?.trim().to_string();
-    if description.is_empty() {
-        return None;
+    let description = ["description", "solutionMarkdown"]
+        .iter()
+        .filter_map(|k| v.get(*k)?.as_str())
+        .map(str::trim)
+        .find(|s| !s.is_empty())?
+        .to_string();
+    let unfulfilled: Vec<String> = strings(v.get("unfulfilledMajorRequirements"))
+        .into_iter()
+        .filter(|s| !s.trim().is_empty())
+        .collect();
+    let mut confidence = confidence(v).unwrap_or(0.0);
+    if !unfulfilled.is_empty() {
+        confidence = confidence.min(Solution::CONFIDENCE_CAP_WHEN_UNMET);
     }
     Some(Solution {
         description,
         tradeoffs: strings(v.get("tradeoffs")),
         recommendations: strings(v.get("recommendations")),
-        confidence: confidence(v).unwrap_or(0.0),
+        unfulfilled_major_requirements: unfulfilled,
+        open_questions: strings(v.get("openQuestions")),
+        confidence,
         synthesized_by: judge_id.to_string(),
     })
 }
@@ -104,5 +119,33 @@ mod tests {
         assert_eq!(s.confidence, 88.0);
         assert_eq!(s.synthesized_by, "judge");
         assert!(solution(&extract_json(r#"{"description":"  "}"#).unwrap(), "j").is_none());
+        assert!(s.unfulfilled_major_requirements.is_empty() && s.open_questions.is_empty());
+    }
+
+    #[test]
+    fn dialectic_shape_is_accepted_and_unmet_requirements_cap_confidence() {
+        let v = extract_json(
+            r###"{"solutionMarkdown":"## Plan\nShard by tenant.","tradeoffs":["cost"],
+               "recommendations":["load test"],"unfulfilledMajorRequirements":["GDPR erasure"],
+               "openQuestions":["peak QPS?"],"confidence":85}"###,
+        )
+        .unwrap();
+        let s = solution(&v, "judge").unwrap();
+        assert_eq!(s.description, "## Plan\nShard by tenant.");
+        assert_eq!(
+            s.unfulfilled_major_requirements,
+            vec!["GDPR erasure".to_string()]
+        );
+        assert_eq!(s.open_questions, vec!["peak QPS?".to_string()]);
+        assert_eq!(s.confidence, Solution::CONFIDENCE_CAP_WHEN_UNMET);
+        // Nothing unmet (empty strings do not count): the judge's own confidence stands.
+        let v = extract_json(
+            r#"{"solutionMarkdown":"x","unfulfilledMajorRequirements":[""],"confidence":85}"#,
+        )
+        .unwrap();
+        assert_eq!(solution(&v, "judge").unwrap().confidence, 85.0);
+        // `description` wins when both are there; an empty one falls back to the other.
+        let v = extract_json(r#"{"description":" ","solutionMarkdown":"md"}"#).unwrap();
+        assert_eq!(solution(&v, "judge").unwrap().description, "md");
     }
 }

@@ -14,9 +14,15 @@ pub fn synthesize(problem: &str, context: Option<&str>, transcript: &str) -> Str
         .unwrap_or_default();
     format!(
         "Problem:\n{problem}\n{ctx}\nThe debate:\n{transcript}\n\nSynthesize the best final \
-solution from the debate. Reply with a JSON object with these keys: \"description\" (the \
-solution, a few paragraphs), \"tradeoffs\" (array of strings), \"recommendations\" (array of \
-strings), \"confidence\" (number 0-100: how confident you are in the solution)."
+solution from the debate: combine the strongest ideas that address this problem and its \
+constraints, and leave out generic advice the problem does not call for. Check the solution \
+against every requirement the problem states. Reply with a JSON object with these keys: \
+\"solutionMarkdown\" (the solution in Markdown, concrete and specific to the problem), \
+\"tradeoffs\" (array of strings), \"recommendations\" (array of strings that apply to this \
+problem), \"unfulfilledMajorRequirements\" (array: the major requirements the solution does \
+not meet; empty if all are met), \"openQuestions\" (array: ambiguities the debate left open; \
+empty if none), \"confidence\" (number 0-100: how confident you are in the solution; at most \
+40 when a major requirement is unmet)."
     )
 }
 

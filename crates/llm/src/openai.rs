@@ -5,6 +5,16 @@
 //! `x-ratelimit-reset-*`. A wait longer than [`RetrySettings::max_inline_wait`] is not slept
 //! through: the error goes back to the caller with `retry_after`, so the task is handed back
 //! with that delay instead of holding a concurrency slot. 401/403 and other 4xx fail at once.
+//!
+//! What a provider sends back is outside input: a body is read up to [`MAX_RESPONSE_BYTES`]
+//! (8 MiB), the error text kept is cut to [`limits::MAX_ERROR_TEXT_CHARS`] characters, and
+//! waits asked for (`Retry-After`, `retry-after-ms`, `x-ratelimit-reset-*`) are clamped to
+//! [`MAX_PROVIDER_WAIT`] (1 h); huge, negative or NaN values never panic.
+//!
+//! The key goes only to the endpoint the operator configured: redirects are followed only
+//! within the same origin (scheme, host and port), at most [`MAX_REDIRECTS`] times; a
+//! redirect elsewhere is not followed (the call fails naming it), so neither the key nor
+//! the prompt leaves for another host.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,7 +24,43 @@ use rand::Rng;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 
+use parley_protocol::limits;
+
 use crate::provider::{ChatRequest, ChatResponse, ErrorKind, LlmError, Provider};
+
+/// Largest provider reply read (8 MiB); a longer one is an error, not a memory spike.
+pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+/// Longest wait a provider can ask for (`Retry-After`, `x-ratelimit-reset-*`).
+pub const MAX_PROVIDER_WAIT: Duration = Duration::from_secs(3600);
+/// Same-origin redirects followed at most.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// Follows a redirect only to the origin of the original request: the key and the prompt
+/// never go to another host.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt.previous().first().is_some_and(|first| {
+            first.scheme() == attempt.url().scheme()
+                && first.host_str() == attempt.url().host_str()
+                && first.port_or_known_default() == attempt.url().port_or_known_default()
+        });
+        if same && attempt.previous().len() <= MAX_REDIRECTS {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
+}
+
+/// A duration of `secs` seconds clamped to `0..=MAX_PROVIDER_WAIT`; `None` for NaN.
+fn clamped_secs(secs: f64) -> Option<Duration> {
+    if secs.is_nan() {
+        return None;
+    }
+    Some(Duration::from_secs_f64(
+        secs.clamp(0.0, MAX_PROVIDER_WAIT.as_secs_f64()),
+    ))
+}
 
 /// An API key that never prints.
 #[derive(Clone)]
@@ -96,6 +142,7 @@ impl OpenAiClient {
             .read_timeout(Duration::from_secs(120))
             .pool_idle_timeout(Duration::from_secs(90))
             .user_agent(concat!("parley/", env!("CARGO_PKG_VERSION")))
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| {
                 LlmError::new(ErrorKind::Config, name.clone(), format!("HTTP client: {e}"))
@@ -164,7 +211,10 @@ impl OpenAiClient {
         let resp = rb.send().await.map_err(|e| self.transport_error(e))?;
         let status = resp.status();
         let headers = resp.headers().clone();
-        let text = resp.text().await.map_err(|e| self.transport_error(e))?;
+        if status.is_redirection() {
+            return Err(self.redirect_error(status.as_u16(), &headers));
+        }
+        let text = self.read_body(resp).await?;
         let latency_ms = started.elapsed().as_millis() as u64;
         if !status.is_success() {
             if !chat && (status.as_u16() == 404 || status.as_u16() == 405) {
@@ -208,6 +258,50 @@ impl OpenAiClient {
         })
     }
 
+    /// The body, read up to [`MAX_RESPONSE_BYTES`].
+    async fn read_body(&self, mut resp: reqwest::Response) -> Result<String, LlmError> {
+        let too_big = || {
+            LlmError::new(
+                ErrorKind::Malformed,
+                &self.name,
+                format!("reply is larger than {MAX_RESPONSE_BYTES} bytes; not read"),
+            )
+        };
+        if resp
+            .content_length()
+            .is_some_and(|n| n > MAX_RESPONSE_BYTES as u64)
+        {
+            return Err(too_big());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport_error(e))? {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// A redirect that was not followed (another origin, or too many).
+    fn redirect_error(&self, status: u16, headers: &HeaderMap) -> LlmError {
+        let target = headers
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|l| reqwest::Url::parse(l).ok())
+            .and_then(|u| u.host_str().map(str::to_string))
+            .map(|h| format!(" to {}", parley_protocol::preview(&h, 100)))
+            .unwrap_or_default();
+        LlmError::new(
+            ErrorKind::InvalidRequest,
+            &self.name,
+            format!(
+                "the endpoint redirected (HTTP {status}){target}; redirects to another \
+                 origin are not followed, so the key stays with the configured endpoint"
+            ),
+        )
+    }
+
     fn transport_error(&self, e: reqwest::Error) -> LlmError {
         let kind = if e.is_timeout() {
             ErrorKind::Timeout
@@ -235,7 +329,9 @@ impl OpenAiClient {
                     .and_then(Value::as_str)
                     .map(str::to_string)
             })
-            .unwrap_or_else(|| body.chars().take(300).collect());
+            .unwrap_or_else(|| body.to_string());
+        // Provider text is outside input: keep a few hundred characters of it.
+        let detail = parley_protocol::preview(detail.trim(), limits::MAX_ERROR_TEXT_CHARS);
         let (kind, message) = match status {
             401 | 403 => (
                 ErrorKind::Auth,
@@ -269,16 +365,22 @@ impl OpenAiClient {
     }
 }
 
-/// `Retry-After` (seconds), else OpenAI's `x-ratelimit-reset-requests/-tokens` ("1s", "6m0s", "20ms").
+/// `retry-after-ms`, else `Retry-After` (seconds), else OpenAI's
+/// `x-ratelimit-reset-requests/-tokens` ("1s", "6m0s", "20ms"); clamped to
+/// [`MAX_PROVIDER_WAIT`]. An HTTP-date `Retry-After`, NaN or garbage counts as absent.
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     if let Some(v) = headers.get("retry-after-ms").and_then(|v| v.to_str().ok()) {
         if let Ok(ms) = v.trim().parse::<f64>() {
-            return Some(Duration::from_millis(ms.max(0.0) as u64));
+            if let Some(d) = clamped_secs(ms / 1000.0) {
+                return Some(d);
+            }
         }
     }
     if let Some(v) = headers.get("retry-after").and_then(|v| v.to_str().ok()) {
         if let Ok(s) = v.trim().parse::<f64>() {
-            return Some(Duration::from_millis((s.max(0.0) * 1000.0) as u64));
+            if let Some(d) = clamped_secs(s) {
+                return Some(d);
+            }
         }
     }
     ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
@@ -294,7 +396,7 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// When a successful reply says an allowance is used up (`x-ratelimit-remaining-requests`
 /// or `-tokens` is 0), how long until it resets (the matching `x-ratelimit-reset-*`, 1 s
-/// when absent).
+/// when absent), clamped to [`MAX_PROVIDER_WAIT`].
 pub fn exhausted_until(headers: &HeaderMap) -> Option<Duration> {
     ["requests", "tokens"]
         .iter()
@@ -315,10 +417,11 @@ pub fn exhausted_until(headers: &HeaderMap) -> Option<Duration> {
         .max()
 }
 
-/// Parses durations like `1s`, `6m0s`, `20ms`, `1h2m3.5s`.
+/// Parses durations like `1s`, `6m0s`, `20ms`, `1h2m3.5s`, clamped to
+/// [`MAX_PROVIDER_WAIT`]; `None` for anything else.
 pub fn parse_go_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
-    if s.is_empty() {
+    if s.is_empty() || s.len() > 64 {
         return None;
     }
     let mut total = 0f64;
@@ -346,7 +449,7 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
     if !num.is_empty() {
         total += num.parse::<f64>().ok()?;
     }
-    Some(Duration::from_secs_f64(total))
+    clamped_secs(total)
 }
 
 fn chat_body(req: &ChatRequest) -> Value {
@@ -481,9 +584,11 @@ mod tests {
         assert_eq!(parse_go_duration("6m0s"), Some(Duration::from_secs(360)));
         assert_eq!(parse_go_duration("20ms"), Some(Duration::from_millis(20)));
         assert_eq!(
-            parse_go_duration("1h2m3.5s"),
-            Some(Duration::from_secs_f64(3723.5))
+            parse_go_duration("2m3.5s"),
+            Some(Duration::from_secs_f64(123.5))
         );
+        // Clamped to an hour.
+        assert_eq!(parse_go_duration("1h2m3.5s"), Some(MAX_PROVIDER_WAIT));
         assert_eq!(parse_go_duration("x"), None);
     }
 
@@ -508,6 +613,42 @@ mod tests {
         assert_eq!(exhausted_until(&h), Some(Duration::from_millis(750)));
         h.insert("x-ratelimit-remaining-requests", "0".parse().unwrap());
         assert_eq!(exhausted_until(&h), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn provider_waits_are_clamped_and_never_panic() {
+        let hour = MAX_PROVIDER_WAIT;
+        for (name, value, want) in [
+            ("retry-after", "1e300", Some(hour)),
+            ("retry-after", "inf", Some(hour)),
+            ("retry-after", "-5", Some(Duration::ZERO)),
+            ("retry-after", "NaN", None),
+            ("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT", None),
+            ("retry-after-ms", "18446744073709551615000", Some(hour)),
+            ("retry-after-ms", "-1", Some(Duration::ZERO)),
+            (
+                "x-ratelimit-reset-requests",
+                "99999999999999999999h",
+                Some(hour),
+            ),
+            ("x-ratelimit-reset-tokens", "1e3s", None),
+            ("x-ratelimit-reset-tokens", &"9".repeat(400), None),
+            (
+                "x-ratelimit-reset-tokens",
+                "2m",
+                Some(Duration::from_secs(120)),
+            ),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(name, value.parse().unwrap());
+            assert_eq!(retry_after(&h), want, "{name}: {value}");
+            h.insert("x-ratelimit-remaining-tokens", "0".parse().unwrap());
+            if name == "x-ratelimit-reset-tokens" {
+                assert!(exhausted_until(&h).is_some_and(|d| d <= hour), "{value}");
+            }
+        }
+        assert_eq!(parse_go_duration("1.5.5s"), None);
+        assert_eq!(parse_go_duration("...h"), None);
     }
 
     #[test]

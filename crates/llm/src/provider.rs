@@ -78,9 +78,15 @@ impl LlmError {
     pub fn to_task_error(&self) -> parley_protocol::TaskError {
         parley_protocol::TaskError {
             kind: self.kind,
-            message: self.to_string(),
+            // Provider text is outside input: a few hundred characters go into the state.
+            message: parley_protocol::preview(
+                &self.to_string(),
+                parley_protocol::limits::MAX_ERROR_TEXT_CHARS + 200,
+            ),
             provider: Some(self.provider.clone()),
-            retry_after_ms: self.retry_after.map(|d| d.as_millis() as u64),
+            retry_after_ms: self
+                .retry_after
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 }

@@ -1,18 +1,32 @@
 //! Picks the provider for an agent and builds each client once.
 //!
+//! Endpoints and keys are the operator's: a participant names a provider and a model, and
+//! this registry decides where the call goes and with which key, from its own settings
+//! only. A participant's `baseUrl` is never used (a submission carrying one is refused at
+//! the edge; `parley run` moves its local config's per-agent `baseUrl` into
+//! [`ProviderSettings::agent_base_urls`], where the user is the operator).
+//!
 //! Resolution of an agent's `provider`:
-//! - `openai`: `OPENAI_API_KEY` required; the agent's (or the global) `baseUrl` if set.
-//! - `openrouter`: `OPENROUTER_API_KEY` required.
-//! - `openai-compatible`: a `baseUrl` required; `OPENAI_COMPATIBLE_API_KEY` sent if set.
+//! - `openai`: `OPENAI_API_KEY` required; endpoint: the operator's `providers.openai.baseUrl`,
+//!   else the config's top-level `baseUrl`, else the public API.
+//! - `openrouter`: `OPENROUTER_API_KEY` required; endpoint `providers.openrouter.baseUrl`
+//!   or the public API.
+//! - `openai-compatible`: an endpoint required (`providers.openai-compatible.baseUrl` or the
+//!   top-level `baseUrl`); `OPENAI_COMPATIBLE_API_KEY` sent if set.
 //! - `local`: the SmolLM2 model file (see `scripts/fetch-model.sh`).
-//! - unset: `openai-compatible` when a `baseUrl` is configured, else `openai` when
+//! - unset: `openai-compatible` when an endpoint for it is configured, else `openai` when
 //!   `OPENAI_API_KEY` is set, else `openrouter` when `OPENROUTER_API_KEY` is set, else `local`.
+//!
+//! (In `parley run`, an agent's own `baseUrl` from the local config comes first.)
+//!
+//! A model outside the provider's `allowedModels` is refused (`invalid_request`) before
+//! any call: the coordinator refuses such a submission already; this is the last line.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use parley_protocol::{AgentConfig, ProviderLimits};
+use parley_protocol::{AgentConfig, ProviderLimits, KNOWN_PROVIDERS};
 
 use crate::local::LocalProvider;
 use crate::openai::{Api, OpenAiClient, Secret};
@@ -24,13 +38,17 @@ pub const OPENROUTER_KEY_VAR: &str = "OPENROUTER_API_KEY";
 pub const COMPATIBLE_KEY_VAR: &str = "OPENAI_COMPATIBLE_API_KEY";
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
-pub const PROVIDERS: &[&str] = &["openai", "openrouter", "openai-compatible", "local"];
+pub const PROVIDERS: &[&str] = KNOWN_PROVIDERS;
 
-/// Process-wide provider settings: keys (from the environment) and defaults.
+/// Process-wide provider settings: keys (from the environment) and endpoints (from the
+/// operator's config).
 #[derive(Debug, Clone, Default)]
 pub struct ProviderSettings {
-    /// Global OpenAI-compatible endpoint for agents without their own `baseUrl`.
+    /// The config's top-level OpenAI-compatible endpoint.
     pub base_url: Option<String>,
+    /// Per-agent endpoints of an embedded run's local config (agent id → `baseUrl`). Empty
+    /// in a worker: there every endpoint is per provider.
+    pub agent_base_urls: BTreeMap<String, String>,
     pub openai_key: Option<Secret>,
     pub openrouter_key: Option<Secret>,
     pub compatible_key: Option<Secret>,
@@ -48,6 +66,7 @@ impl ProviderSettings {
         };
         Self {
             base_url,
+            agent_base_urls: BTreeMap::new(),
             openai_key: key(OPENAI_KEY_VAR),
             openrouter_key: key(OPENROUTER_KEY_VAR),
             compatible_key: key(COMPATIBLE_KEY_VAR),
@@ -104,40 +123,67 @@ impl Registry {
         &self.settings
     }
 
-    /// Which provider `agent` uses; a configuration error names what is missing.
+    /// The operator's endpoint for `kind`, if any: an embedded run's per-agent endpoint,
+    /// then `providers.<kind>.baseUrl`, then (openai, openai-compatible) the top-level one.
+    fn endpoint(&self, kind: &str, agent: &AgentConfig) -> Option<String> {
+        self.settings
+            .agent_base_urls
+            .get(&agent.id)
+            .or_else(|| self.limits.get(kind).and_then(|p| p.base_url.as_ref()))
+            .or(match kind {
+                "openai" | "openai-compatible" => self.settings.base_url.as_ref(),
+                _ => None,
+            })
+            .cloned()
+    }
+
+    /// Which provider `agent` uses; a configuration error names what is missing, an
+    /// invalid-request error a model the operator does not allow.
     pub fn resolve(&self, agent: &AgentConfig) -> Result<Resolved, LlmError> {
-        let base_url = agent
-            .base_url
-            .clone()
-            .or_else(|| self.settings.base_url.clone());
         let kind: &'static str = match agent.provider.as_deref() {
             Some(p) => PROVIDERS.iter().copied().find(|k| *k == p).ok_or_else(|| {
                 config_error(
                     format!(
-                        "agent {}: unknown provider {p:?} (expected one of: {})",
+                        "agent {}: unknown provider {:?} (expected one of: {})",
                         agent.id,
+                        parley_protocol::preview(p, 40),
                         PROVIDERS.join(", ")
                     ),
-                    p,
+                    "unknown",
                 )
             })?,
-            None if base_url.is_some() => "openai-compatible",
+            None if self.endpoint("openai-compatible", agent).is_some() => "openai-compatible",
             None if self.settings.openai_key.is_some() => "openai",
             None if self.settings.openrouter_key.is_some() => "openrouter",
             None => "local",
         };
+        if let Some(limits) = self.limits.get(kind) {
+            if !limits.allows(&agent.model) {
+                return Err(LlmError::new(
+                    ErrorKind::InvalidRequest,
+                    kind,
+                    format!(
+                        "agent {}: model {:?} is not allowed for provider {kind} by the operator",
+                        agent.id,
+                        parley_protocol::preview(&agent.model, 80)
+                    ),
+                ));
+            }
+        }
         let base_url = match kind {
-            "openai" => Some(base_url.unwrap_or_else(|| OPENAI_BASE_URL.into())),
+            "openai" => Some(
+                self.endpoint(kind, agent)
+                    .unwrap_or_else(|| OPENAI_BASE_URL.into()),
+            ),
             "openrouter" => Some(
-                agent
-                    .base_url
-                    .clone()
+                self.endpoint(kind, agent)
                     .unwrap_or_else(|| OPENROUTER_BASE_URL.into()),
             ),
-            "openai-compatible" => Some(base_url.ok_or_else(|| {
+            "openai-compatible" => Some(self.endpoint(kind, agent).ok_or_else(|| {
                 config_error(
                     format!(
-                        "agent {}: provider openai-compatible needs a baseUrl",
+                        "agent {}: provider openai-compatible has no endpoint: set \
+                         providers.openai-compatible.baseUrl (or baseUrl) in the config",
                         agent.id
                     ),
                     kind,
@@ -242,11 +288,20 @@ mod tests {
     fn settings(openai: bool, openrouter: bool, base: Option<&str>) -> ProviderSettings {
         ProviderSettings {
             base_url: base.map(String::from),
+            agent_base_urls: BTreeMap::new(),
             openai_key: openai.then(|| Secret::new("sk-test".into())),
             openrouter_key: openrouter.then(|| Secret::new("or-test".into())),
             compatible_key: None,
             model_path: PathBuf::from("/nonexistent"),
         }
+    }
+
+    fn with_providers(s: ProviderSettings, providers: serde_json::Value) -> Registry {
+        Registry::with_limits(
+            s,
+            serde_json::from_value(providers).unwrap(),
+            Arc::new(LocalLimiter::default()),
+        )
     }
 
     #[test]
@@ -261,6 +316,53 @@ mod tests {
         let res = r.resolve(&agent(None, None)).unwrap();
         assert_eq!(res.kind, "openai-compatible");
         assert_eq!(res.base_url.as_deref(), Some("http://x/v1"));
+    }
+
+    #[test]
+    fn an_agents_own_base_url_is_never_used() {
+        // With the operator's key for openai, a participant's endpoint must not get it.
+        let r = Registry::new(settings(true, true, None));
+        for p in ["openai", "openrouter"] {
+            let res = r
+                .resolve(&agent(Some(p), Some("http://evil.example/v1")))
+                .unwrap();
+            assert!(
+                !res.base_url.unwrap().contains("evil"),
+                "{p} used the participant's endpoint"
+            );
+        }
+        let e = r
+            .resolve(&agent(
+                Some("openai-compatible"),
+                Some("http://evil.example/v1"),
+            ))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Config);
+        // The embedded mode's local config names per-agent endpoints through the settings.
+        let mut s = settings(false, false, None);
+        s.agent_base_urls
+            .insert("a1".into(), "http://local:8000/v1".into());
+        let res = Registry::new(s).resolve(&agent(None, None)).unwrap();
+        assert_eq!(res.kind, "openai-compatible");
+        assert_eq!(res.base_url.as_deref(), Some("http://local:8000/v1"));
+    }
+
+    #[test]
+    fn operator_endpoints_and_allow_lists_per_provider() {
+        let r = with_providers(
+            settings(true, false, Some("http://global/v1")),
+            serde_json::json!({
+                "openai": {"baseUrl": "http://gateway/v1", "allowedModels": ["m"]},
+                "openai-compatible": {"allowedModels": ["other"]},
+            }),
+        );
+        let res = r.resolve(&agent(Some("openai"), None)).unwrap();
+        assert_eq!(res.base_url.as_deref(), Some("http://gateway/v1"));
+        let e = r
+            .resolve(&agent(Some("openai-compatible"), None))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidRequest);
+        assert!(e.to_string().contains("\"m\" is not allowed"), "{e}");
     }
 
     #[test]

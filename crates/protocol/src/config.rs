@@ -7,6 +7,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Provider names a participant may choose. What each means (endpoint, key, limits) is the
+/// operator's configuration, never the submission's.
+pub const KNOWN_PROVIDERS: &[&str] = &["openai", "openrouter", "openai-compatible", "local"];
+
 /// Built-in roles; any other role string is accepted and uses the architect prompts.
 pub const KNOWN_ROLES: &[&str] = &[
     "architect",
@@ -15,6 +19,7 @@ pub const KNOWN_ROLES: &[&str] = &[
     "testing",
     "kiss",
     "generalist",
+    "datamodeling",
 ];
 
 /// One debating agent (or the judge).
@@ -269,7 +274,9 @@ impl Default for DebateSettings {
     }
 }
 
-/// Request and token limits of one provider (operator settings, never from a submission).
+/// One provider's operator settings (the `providers` section; never from a submission):
+/// request and token limits, and at the provider level also its endpoint and the models
+/// participants may choose.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderLimits {
@@ -279,6 +286,64 @@ pub struct ProviderLimits {
     pub tokens_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, ProviderLimits>,
+    /// The endpoint of this provider (provider level only); overrides the built-in one
+    /// (and, for `openai-compatible`, the file's top-level `baseUrl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The models a submission may choose for this provider (provider level only); absent
+    /// means any model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_models: Option<Vec<String>>,
+}
+
+impl ProviderLimits {
+    /// Whether `model` may be used with this provider.
+    pub fn allows(&self, model: &str) -> bool {
+        self.allowed_models
+            .as_ref()
+            .is_none_or(|m| m.iter().any(|a| a == model))
+    }
+}
+
+/// Problems of an operator's `providers` section: unknown provider names, an endpoint that
+/// is not an http(s) URL, endpoint or allow-list settings inside a per-model entry.
+pub fn validate_providers(providers: &BTreeMap<String, ProviderLimits>) -> Vec<crate::SpecError> {
+    let mut errs = Vec::new();
+    for (name, p) in providers {
+        let field = format!("providers.{name}");
+        if !KNOWN_PROVIDERS.contains(&name.as_str()) {
+            errs.push(crate::SpecError::new(
+                &field,
+                format!(
+                    "unknown provider (expected one of: {})",
+                    KNOWN_PROVIDERS.join(", ")
+                ),
+            ));
+        }
+        if let Some(url) = &p.base_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                errs.push(crate::SpecError::new(
+                    format!("{field}.baseUrl"),
+                    "must be an http:// or https:// URL",
+                ));
+            }
+        }
+        if p.allowed_models.as_ref().is_some_and(|m| m.is_empty()) {
+            errs.push(crate::SpecError::new(
+                format!("{field}.allowedModels"),
+                "is empty: no model could be used (remove it to allow any model)",
+            ));
+        }
+        for (model, m) in &p.models {
+            if m.base_url.is_some() || m.allowed_models.is_some() || !m.models.is_empty() {
+                errs.push(crate::SpecError::new(
+                    format!("{field}.models.{model}"),
+                    "a per-model entry takes only requestsPerMinute and tokensPerMinute",
+                ));
+            }
+        }
+    }
+    errs
 }
 
 /// The whole `debate-config.json`. Every section is optional; missing ones take the

@@ -3,9 +3,15 @@
 //! # Layout
 //! - [`config`]: the dialectic-compatible debate configuration (`agents`, `judge`, `debate`)
 //!   and the per-provider limits operators set.
-//! - [`spec`]: [`DebateSpec`], the immutable description of one debate, and its validation.
+//! - [`spec`]: [`DebateSpec`], the immutable description of one debate, its limits
+//!   ([`limits`]) and validation ([`DebateSpec::validate_with`] under the operator's
+//!   [`SubmissionPolicy`]).
+//! - [`submission`]: decoding requests at the edge ([`decode_submission`],
+//!   [`decode_debate_ref`]): refuses endpoints and credentials in a submission, reports
+//!   every problem with its field, never panics.
 //! - [`state`]: [`DebateState`], the saved debate in dialectic's camelCase shape.
-//! - [`task`]: [`Task`] and [`TaskResult`], what the coordinator sends to workers and gets back.
+//! - [`task`]: [`Task`] and [`TaskResult`], what the coordinator sends to workers and gets
+//!   back, and the [`ResultNotice`] a worker publishes once a result is stored.
 //! - [`event`]: [`DebateEvent`], the progress stream of a debate.
 //! - [`subjects`]: NATS subjects, header names and error replies.
 //! - [`status`]: the replies of `parley.debates.status`: a summary view, and the full state
@@ -17,6 +23,7 @@ pub mod spec;
 pub mod state;
 pub mod status;
 pub mod subjects;
+pub mod submission;
 pub mod task;
 
 pub use config::*;
@@ -24,6 +31,7 @@ pub use event::*;
 pub use spec::*;
 pub use state::*;
 pub use status::*;
+pub use submission::*;
 pub use task::*;
 
 /// Version of every message and checkpoint this build writes. Readers refuse other versions

@@ -1,21 +1,73 @@
 //! [`DebateSpec`]: everything one debate needs, fixed when it is accepted.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use crate::{default_schema_version, AgentConfig, DebateSettings, SCHEMA_VERSION};
+use crate::{
+    default_schema_version, AgentConfig, DebateSettings, ProviderLimits, RetryPolicy,
+    SummarizationConfig, KNOWN_PROVIDERS, SCHEMA_VERSION,
+};
 
 /// Validation limits. A submission over any of them is refused with a message naming it.
+///
+/// Free text (problem, context, prompts) is limited in characters, which also bounds its
+/// bytes (at most 4 per character); every other string has a byte limit.
 pub mod limits {
     /// Characters in `problem`.
     pub const MAX_PROBLEM_CHARS: usize = 100_000;
     /// Characters in `context`.
     pub const MAX_CONTEXT_CHARS: usize = 200_000;
+    /// Enabled agents.
     pub const MAX_AGENTS: usize = 12;
+    /// Agents listed, enabled or not.
+    pub const MAX_AGENTS_TOTAL: usize = 32;
     pub const MAX_ROUNDS: u32 = 20;
     /// Characters in one prompt text (system or summary prompt).
     pub const MAX_PROMPT_CHARS: usize = 50_000;
     /// Bytes in one submission message.
     pub const MAX_SUBMISSION_BYTES: usize = 1_000_000;
+    /// Bytes in a `{"debateId": ...}` request.
+    pub const MAX_REQUEST_BYTES: usize = 4_096;
+    /// Bytes in an id (`[A-Za-z0-9_-]`, see [`crate::is_valid_id`]).
+    pub const MAX_ID_BYTES: usize = 64;
+    /// Bytes in an agent's `name`.
+    pub const MAX_NAME_BYTES: usize = 256;
+    /// Bytes in a `role`, `model`'s provider name, a method or source label.
+    pub const MAX_LABEL_BYTES: usize = 64;
+    /// Bytes in a `model`.
+    pub const MAX_MODEL_BYTES: usize = 256;
+    /// Bytes in a prompt path as written in the config (informational; never opened).
+    pub const MAX_PATH_BYTES: usize = 4_096;
+    /// Bytes in an idempotency key.
+    pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
+    /// Default operator cap on `maxTokens` (the coordinator's `max_tokens` setting).
+    pub const DEFAULT_MAX_TOKENS: u32 = 16_384;
+    /// Attempts of one node's retry policy.
+    pub const MAX_ATTEMPTS: u32 = 10;
+    /// Attempt number of a task (each user `retry` grants a node a fresh budget).
+    pub const MAX_TASK_ATTEMPT: u32 = 10_000;
+    /// Smallest backoff between attempts.
+    pub const MIN_BACKOFF_MS: u64 = 100;
+    /// Largest backoff between attempts (1 h).
+    pub const MAX_BACKOFF_MS: u64 = 3_600_000;
+    /// Shortest per-attempt timeout.
+    pub const MIN_TASK_TIMEOUT_MS: u64 = 1_000;
+    /// Longest per-attempt timeout (30 min).
+    pub const MAX_TASK_TIMEOUT_MS: u64 = 1_800_000;
+    /// `debate.timeoutPerRound` (kept for dialectic compatibility): at most a day.
+    pub const MAX_TIMEOUT_PER_ROUND_MS: u64 = 86_400_000;
+    pub const MAX_CONCURRENCY: usize = 256;
+    /// `summarization.threshold` (characters of history).
+    pub const MAX_SUMMARY_THRESHOLD: usize = 10_000_000;
+    /// `summarization.maxLength` (characters).
+    pub const MAX_SUMMARY_LENGTH: usize = 100_000;
+    pub const MAX_CLARIFICATIONS_PER_AGENT: u32 = 20;
+    pub const MAX_CLARIFICATION_ITERATIONS: u32 = 10;
+    /// Characters of provider error text kept in a debate's state and events.
+    pub const MAX_ERROR_TEXT_CHARS: usize = 300;
+    /// Bytes of an error reply's message.
+    pub const MAX_REPLY_MESSAGE_BYTES: usize = 4_096;
 }
 
 /// Where an agent's system/summary prompt came from.
@@ -86,142 +138,434 @@ impl SpecError {
 #[error("invalid debate: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
 pub struct SpecErrors(pub Vec<SpecError>);
 
+/// What the operator decides about submissions; the coordinator loads it from its
+/// configuration (`max_tokens` setting, the `providers` section of the debate config).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmissionPolicy {
+    /// Cap on any participant's `maxTokens`.
+    pub max_tokens: u32,
+    /// The operator's providers: their model allow-lists.
+    pub providers: BTreeMap<String, ProviderLimits>,
+}
+
+impl Default for SubmissionPolicy {
+    fn default() -> Self {
+        Self {
+            max_tokens: limits::DEFAULT_MAX_TOKENS,
+            providers: BTreeMap::new(),
+        }
+    }
+}
+
+/// True for an id of `[A-Za-z0-9_-]{1,64}`: safe in NATS subjects and headers, Redis keys,
+/// task ids (`/`-separated) and result fields (`#`-separated).
+pub fn is_valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= limits::MAX_ID_BYTES
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// At most `max` characters of `s` (with `…` when cut), for echoing outside input in
+/// messages without echoing all of it.
+pub fn preview(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut out: String = s.chars().take(max).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// Node kinds a `debate.retry.nodes` entry may name.
+pub const RETRY_NODES: &[&str] = &[
+    "proposal",
+    "critique",
+    "refinement",
+    "summarization",
+    "evaluation",
+    "synthesis",
+];
+
+/// Collects problems with their field paths.
+#[derive(Default)]
+pub(crate) struct Check(pub(crate) Vec<SpecError>);
+
+impl Check {
+    pub(crate) fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(SpecError::new(field, message));
+    }
+
+    /// A string of at most `max` bytes.
+    pub(crate) fn bytes(&mut self, field: &str, s: &str, max: usize) {
+        if s.len() > max {
+            self.push(field, format!("{} bytes, the limit is {max}", s.len()));
+        }
+    }
+
+    /// Free text of at most `max` characters.
+    pub(crate) fn chars(&mut self, field: &str, s: &str, max: usize) {
+        // Counting stops early: a huge string is not walked to its end.
+        if s.len() > max && s.chars().nth(max).is_some() {
+            self.push(
+                field,
+                format!("{} characters, the limit is {max}", s.chars().count()),
+            );
+        }
+    }
+
+    /// A label: at most `max` bytes, no control characters.
+    pub(crate) fn label(&mut self, field: &str, s: &str, max: usize) {
+        self.bytes(field, s, max);
+        if s.chars().any(char::is_control) {
+            self.push(field, "must not contain control characters");
+        }
+    }
+
+    /// An id (see [`is_valid_id`]).
+    pub(crate) fn id(&mut self, field: &str, s: &str) {
+        if !is_valid_id(s) {
+            self.push(
+                field,
+                format!(
+                    "{:?} is not an id: 1 to {} characters of A-Z a-z 0-9 _ -",
+                    preview(s, 80),
+                    limits::MAX_ID_BYTES
+                ),
+            );
+        }
+    }
+
+    /// A number within `range`.
+    pub(crate) fn range<T: PartialOrd + std::fmt::Display>(
+        &mut self,
+        field: &str,
+        v: T,
+        range: std::ops::RangeInclusive<T>,
+    ) {
+        if !range.contains(&v) {
+            self.push(
+                field,
+                format!("{v} is out of range {}..={}", range.start(), range.end()),
+            );
+        }
+    }
+
+    pub(crate) fn into_result(self) -> Result<(), SpecErrors> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(SpecErrors(self.0))
+        }
+    }
+}
+
 impl DebateSpec {
     /// Enabled agents in configuration order.
     pub fn active_agents(&self) -> impl Iterator<Item = &AgentConfig> {
         self.agents.iter().filter(|a| a.is_enabled())
     }
 
-    /// Checks every limit and invariant; returns all problems at once.
+    /// Checks every limit and invariant under the default [`SubmissionPolicy`]; returns
+    /// all problems at once.
     pub fn validate(&self) -> Result<(), SpecErrors> {
+        self.validate_with(&SubmissionPolicy::default())
+    }
+
+    /// Checks every limit and invariant, and the operator's `policy` (the `maxTokens` cap,
+    /// model allow-lists); returns all problems at once, each with its field.
+    pub fn validate_with(&self, policy: &SubmissionPolicy) -> Result<(), SpecErrors> {
         use limits::*;
-        let mut errs = Vec::new();
+        let mut c = Check::default();
         if self.schema_version != SCHEMA_VERSION {
-            errs.push(SpecError::new(
+            c.push(
                 "schemaVersion",
                 format!(
                     "unsupported schema version {} (this build speaks {SCHEMA_VERSION})",
                     self.schema_version
                 ),
-            ));
+            );
         }
         if self.problem.trim().is_empty() {
-            errs.push(SpecError::new("problem", "must not be empty"));
+            c.push("problem", "must not be empty");
         }
-        let chars = self.problem.chars().count();
-        if chars > MAX_PROBLEM_CHARS {
-            errs.push(SpecError::new(
-                "problem",
-                format!("{chars} characters, the limit is {MAX_PROBLEM_CHARS}"),
-            ));
-        }
+        c.chars("problem", &self.problem, MAX_PROBLEM_CHARS);
         if let Some(ctx) = &self.context {
-            let chars = ctx.chars().count();
-            if chars > MAX_CONTEXT_CHARS {
-                errs.push(SpecError::new(
-                    "context",
-                    format!("{chars} characters, the limit is {MAX_CONTEXT_CHARS}"),
-                ));
+            c.chars("context", ctx, MAX_CONTEXT_CHARS);
+        }
+        if let Some(key) = &self.idempotency_key {
+            if key.is_empty() {
+                c.push("idempotencyKey", "must not be empty");
             }
+            c.label("idempotencyKey", key, MAX_IDEMPOTENCY_KEY_BYTES);
         }
-        let active: Vec<&AgentConfig> = self.active_agents().collect();
-        if active.is_empty() {
-            errs.push(SpecError::new(
+        if self.agents.len() > MAX_AGENTS_TOTAL {
+            c.push(
                 "agents",
-                "at least one enabled agent is required",
-            ));
+                format!(
+                    "{} agents listed, the limit is {MAX_AGENTS_TOTAL} (enabled or not)",
+                    self.agents.len()
+                ),
+            );
         }
-        if active.len() > MAX_AGENTS {
-            errs.push(SpecError::new(
+        let active = self.active_agents().count();
+        if active == 0 {
+            c.push("agents", "at least one enabled agent is required");
+        }
+        if active > MAX_AGENTS {
+            c.push(
                 "agents",
-                format!("{} enabled agents, the limit is {MAX_AGENTS}", active.len()),
-            ));
+                format!("{active} enabled agents, the limit is {MAX_AGENTS}"),
+            );
         }
         let mut seen = std::collections::BTreeSet::new();
-        for (i, a) in self.agents.iter().enumerate() {
-            validate_agent(&format!("agents[{i}]"), a, &mut errs);
+        // Past the limit the list is refused anyway: do not walk a huge one.
+        for (i, a) in self.agents.iter().enumerate().take(MAX_AGENTS_TOTAL) {
+            validate_agent(&format!("agents[{i}]"), a, policy, &mut c);
             if !seen.insert(a.id.as_str()) {
-                errs.push(SpecError::new(
+                c.push(
                     format!("agents[{i}].id"),
-                    format!("duplicate agent id {:?}", a.id),
-                ));
+                    format!("duplicate agent id {:?}", preview(&a.id, 80)),
+                );
             }
         }
-        validate_agent("judge", &self.judge, &mut errs);
-        let d = &self.debate;
-        if d.rounds == 0 || d.rounds > MAX_ROUNDS {
-            errs.push(SpecError::new(
-                "debate.rounds",
-                format!("{} is out of range 1..={MAX_ROUNDS}", d.rounds),
-            ));
+        validate_agent("judge", &self.judge, policy, &mut c);
+        validate_settings(&self.debate, &mut c);
+        validate_prompt_sources(&self.prompt_sources, &mut c);
+        c.into_result()
+    }
+}
+
+/// Checks the debate settings (`debate.*`).
+fn validate_settings(d: &DebateSettings, c: &mut Check) {
+    use limits::*;
+    c.range("debate.rounds", d.rounds, 1..=MAX_ROUNDS);
+    if let Some(t) = d.termination_condition.threshold {
+        if !(0.0..=100.0).contains(&t) {
+            c.push(
+                "debate.terminationCondition.threshold",
+                format!("{t} is out of range 0..=100"),
+            );
         }
-        if let Some(t) = d.termination_condition.threshold {
-            if !(0.0..=100.0).contains(&t) {
-                errs.push(SpecError::new(
-                    "debate.terminationCondition.threshold",
-                    format!("{t} is out of range 0..=100"),
-                ));
+    }
+    c.label(
+        "debate.synthesisMethod",
+        &d.synthesis_method,
+        MAX_LABEL_BYTES,
+    );
+    c.range(
+        "debate.timeoutPerRound",
+        d.timeout_per_round,
+        0..=MAX_TIMEOUT_PER_ROUND_MS,
+    );
+    validate_summarization("debate.summarization", &d.summarization, c);
+    c.range(
+        "debate.clarificationsMaxPerAgent",
+        d.clarifications_max_per_agent,
+        0..=MAX_CLARIFICATIONS_PER_AGENT,
+    );
+    c.range(
+        "debate.clarificationsMaxIterations",
+        d.clarifications_max_iterations,
+        0..=MAX_CLARIFICATION_ITERATIONS,
+    );
+    c.range(
+        "debate.maxConcurrency",
+        d.max_concurrency,
+        1..=MAX_CONCURRENCY,
+    );
+    validate_retry("debate.retry.default", &d.retry.default, c);
+    for (name, p) in d.retry.nodes.iter().take(RETRY_NODES.len() + 1) {
+        let field = format!("debate.retry.nodes.{}", preview(name, 40));
+        if !RETRY_NODES.contains(&name.as_str()) {
+            c.push(
+                &field,
+                format!(
+                    "unknown node kind (expected one of: {})",
+                    RETRY_NODES.join(", ")
+                ),
+            );
+        }
+        validate_retry(&field, p, c);
+    }
+}
+
+fn validate_retry(field: &str, p: &RetryPolicy, c: &mut Check) {
+    use limits::*;
+    c.range(&format!("{field}.attempts"), p.attempts, 1..=MAX_ATTEMPTS);
+    c.range(
+        &format!("{field}.initialBackoffMs"),
+        p.initial_backoff_ms,
+        MIN_BACKOFF_MS..=MAX_BACKOFF_MS,
+    );
+    c.range(
+        &format!("{field}.maxBackoffMs"),
+        p.max_backoff_ms,
+        p.initial_backoff_ms.clamp(MIN_BACKOFF_MS, MAX_BACKOFF_MS)..=MAX_BACKOFF_MS,
+    );
+    c.range(
+        &format!("{field}.timeoutMs"),
+        p.timeout_ms,
+        MIN_TASK_TIMEOUT_MS..=MAX_TASK_TIMEOUT_MS,
+    );
+}
+
+fn validate_summarization(field: &str, s: &SummarizationConfig, c: &mut Check) {
+    use limits::*;
+    c.range(
+        &format!("{field}.threshold"),
+        s.threshold,
+        0..=MAX_SUMMARY_THRESHOLD,
+    );
+    c.range(
+        &format!("{field}.maxLength"),
+        s.max_length,
+        1..=MAX_SUMMARY_LENGTH,
+    );
+    c.label(&format!("{field}.method"), &s.method, MAX_LABEL_BYTES);
+}
+
+fn validate_prompt_sources(p: &PromptSources, c: &mut Check) {
+    use limits::*;
+    if p.agents.len() > MAX_AGENTS_TOTAL {
+        c.push(
+            "promptSources.agents",
+            format!(
+                "{} entries, the limit is {MAX_AGENTS_TOTAL}",
+                p.agents.len()
+            ),
+        );
+    }
+    let sources = p
+        .agents
+        .iter()
+        .take(MAX_AGENTS_TOTAL)
+        .enumerate()
+        .map(|(i, s)| (format!("promptSources.agents[{i}]"), s))
+        .chain(
+            p.judge
+                .iter()
+                .map(|s| ("promptSources.judge".to_string(), s)),
+        );
+    for (field, s) in sources {
+        c.label(&format!("{field}.agentId"), &s.agent_id, MAX_ID_BYTES);
+        c.label(&format!("{field}.role"), &s.role, MAX_LABEL_BYTES);
+        c.label(&format!("{field}.source"), &s.source, MAX_LABEL_BYTES);
+        if let Some(v) = &s.summary_source {
+            c.label(&format!("{field}.summarySource"), v, MAX_LABEL_BYTES);
+        }
+        for (name, path) in [("path", &s.path), ("summaryPath", &s.summary_path)] {
+            if let Some(v) = path {
+                c.label(&format!("{field}.{name}"), v, MAX_PATH_BYTES);
             }
-        }
-        if d.summarization.max_length == 0 {
-            errs.push(SpecError::new(
-                "debate.summarization.maxLength",
-                "must be > 0",
-            ));
-        }
-        if d.max_concurrency == 0 {
-            errs.push(SpecError::new("debate.maxConcurrency", "must be > 0"));
-        }
-        for (name, p) in std::iter::once(("default", &d.retry.default))
-            .chain(d.retry.nodes.iter().map(|(k, v)| (k.as_str(), v)))
-        {
-            if p.attempts == 0 {
-                errs.push(SpecError::new(
-                    format!("debate.retry.{name}.attempts"),
-                    "must be at least 1",
-                ));
-            }
-        }
-        if errs.is_empty() {
-            Ok(())
-        } else {
-            Err(SpecErrors(errs))
         }
     }
 }
 
-fn validate_agent(field: &str, a: &AgentConfig, errs: &mut Vec<SpecError>) {
-    if a.id.trim().is_empty() {
-        errs.push(SpecError::new(format!("{field}.id"), "must not be empty"));
-    }
-    if a.id.contains(['/', '.', '*', '>', ' ']) {
-        errs.push(SpecError::new(
-            format!("{field}.id"),
-            format!("{:?} must not contain '/', '.', '*', '>' or spaces", a.id),
-        ));
-    }
+/// Checks one participant (an agent or the judge) under `policy`.
+fn validate_agent(field: &str, a: &AgentConfig, policy: &SubmissionPolicy, c: &mut Check) {
+    use limits::*;
+    c.id(&format!("{field}.id"), &a.id);
+    c.label(&format!("{field}.name"), &a.name, MAX_NAME_BYTES);
+    c.label(&format!("{field}.role"), &a.role, MAX_LABEL_BYTES);
     if a.model.trim().is_empty() {
-        errs.push(SpecError::new(
-            format!("{field}.model"),
-            "must not be empty",
-        ));
+        c.push(format!("{field}.model"), "must not be empty");
     }
+    c.label(&format!("{field}.model"), &a.model, MAX_MODEL_BYTES);
+    if let Some(p) = &a.provider {
+        if !KNOWN_PROVIDERS.contains(&p.as_str()) {
+            c.push(
+                format!("{field}.provider"),
+                format!(
+                    "unknown provider {:?} (expected one of: {})",
+                    preview(p, 40),
+                    KNOWN_PROVIDERS.join(", ")
+                ),
+            );
+        }
+    }
+    check_model_allowed(field, a, policy, c);
     if !(0.0..=2.0).contains(&a.temperature) {
-        errs.push(SpecError::new(
+        c.push(
             format!("{field}.temperature"),
             format!("{} is out of range 0..=2", a.temperature),
-        ));
+        );
+    }
+    if a.base_url.is_some() {
+        c.push(
+            format!("{field}.baseUrl"),
+            "endpoints are chosen by the operator's configuration, not by a submission",
+        );
+    }
+    if let Some(m) = a.max_tokens {
+        c.range(&format!("{field}.maxTokens"), m, 1..=policy.max_tokens);
+    }
+    for (name, path) in [
+        ("systemPromptPath", &a.system_prompt_path),
+        ("summaryPromptPath", &a.summary_prompt_path),
+        ("clarificationPromptPath", &a.clarification_prompt_path),
+    ] {
+        if let Some(p) = path {
+            c.label(&format!("{field}.{name}"), p, MAX_PATH_BYTES);
+        }
     }
     for (name, text) in [
         ("systemPrompt", &a.system_prompt),
         ("summaryPrompt", &a.summary_prompt),
     ] {
         if let Some(t) = text {
-            if t.chars().count() > limits::MAX_PROMPT_CHARS {
-                errs.push(SpecError::new(
-                    format!("{field}.{name}"),
-                    format!("longer than {} characters", limits::MAX_PROMPT_CHARS),
-                ));
+            c.chars(&format!("{field}.{name}"), t, MAX_PROMPT_CHARS);
+        }
+    }
+    if let Some(s) = &a.summarization {
+        validate_summarization(&format!("{field}.summarization"), s, c);
+    }
+}
+
+/// The operator's model allow-lists. A participant naming a provider must use a model on
+/// that provider's list (if it has one). A participant without a provider is placed by the
+/// worker's default order and may land on any provider, so when the operator restricts
+/// models its model must be on every list.
+fn check_model_allowed(field: &str, a: &AgentConfig, policy: &SubmissionPolicy, c: &mut Check) {
+    let model = a.model.as_str();
+    match a.provider.as_deref() {
+        Some(p) => {
+            if let Some(limits) = policy.providers.get(p) {
+                if !limits.allows(model) {
+                    c.push(
+                        format!("{field}.model"),
+                        format!(
+                            "model {:?} is not allowed for provider {p} (allowed: {})",
+                            preview(model, 80),
+                            limits
+                                .allowed_models
+                                .as_deref()
+                                .unwrap_or_default()
+                                .join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        None => {
+            let refusing: Vec<&str> = policy
+                .providers
+                .iter()
+                .filter(|(_, l)| !l.allows(model))
+                .map(|(p, _)| p.as_str())
+                .collect();
+            if !refusing.is_empty() {
+                c.push(
+                    format!("{field}.model"),
+                    format!(
+                        "model {:?} is not allowed for provider {} and no provider is named; \
+                         name a provider whose allowed models include it",
+                        preview(model, 80),
+                        refusing.join(", ")
+                    ),
+                );
             }
         }
     }

@@ -160,9 +160,36 @@ pub struct Solution {
     pub tradeoffs: Vec<String>,
     #[serde(default)]
     pub recommendations: Vec<String>,
+    /// Major requirements of the problem the solution does not meet (dialectic's
+    /// `unfulfilledMajorRequirements`); when any, `confidence` is at most
+    /// [`Solution::CONFIDENCE_CAP_WHEN_UNMET`].
+    #[serde(default)]
+    pub unfulfilled_major_requirements: Vec<String>,
+    /// Questions the debate left open.
+    #[serde(default)]
+    pub open_questions: Vec<String>,
     /// 0–100.
     pub confidence: f64,
     pub synthesized_by: String,
+}
+
+impl Solution {
+    /// The highest confidence a solution that leaves a major requirement unmet may claim.
+    pub const CONFIDENCE_CAP_WHEN_UNMET: f64 = 40.0;
+
+    /// A solution that is only text: the judge's reply when it never gave the JSON asked
+    /// for (confidence 0, no lists).
+    pub fn text_only(description: String, synthesized_by: String) -> Self {
+        Self {
+            description,
+            tradeoffs: Vec::new(),
+            recommendations: Vec::new(),
+            unfulfilled_major_requirements: Vec::new(),
+            open_questions: Vec::new(),
+            confidence: 0.0,
+            synthesized_by,
+        }
+    }
 }
 
 /// Where and why a debate failed; `retry` resumes from here.

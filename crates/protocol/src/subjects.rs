@@ -46,6 +46,22 @@ pub enum ErrorCode {
     Internal,
 }
 
+impl ErrorCode {
+    /// The wire name (`invalid_json`, ...), for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidJson => "invalid_json",
+            Self::InvalidRequest => "invalid_request",
+            Self::UnsupportedSchemaVersion => "unsupported_schema_version",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::NotFound => "not_found",
+            Self::Conflict => "conflict",
+            Self::Unavailable => "unavailable",
+            Self::Internal => "internal",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub code: ErrorCode,

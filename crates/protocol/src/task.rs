@@ -169,9 +169,89 @@ pub struct Task {
     pub input: TaskInput,
     /// Per-attempt deadline the worker enforces.
     pub timeout_ms: u64,
+    /// Proof that the coordinator dispatched this task and attempt: a keyed hash of
+    /// `debate/task id/attempt` under the debate's secret (see `parley_cluster::dispatch`).
+    /// A worker runs no task whose token does not verify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_token: Option<String>,
 }
 
 impl Task {
+    /// Checks a task as a worker receives it: schema version, ids (the task id must be the
+    /// one its fields make), the attempt, the timeout, the participant's fields and the
+    /// sizes of its texts. Every problem is reported with its field.
+    pub fn validate(&self) -> Result<(), crate::SpecErrors> {
+        use crate::limits::*;
+        let mut c = crate::spec::Check::default();
+        if self.schema_version != crate::SCHEMA_VERSION {
+            c.push(
+                "schemaVersion",
+                format!("unsupported schema version {}", self.schema_version),
+            );
+        }
+        if !crate::is_valid_debate_id(&self.debate_id) {
+            c.push("debateId", "not a debate id");
+        }
+        c.id("agent.id", &self.agent.id);
+        if let Some(t) = &self.target_agent_id {
+            c.id("targetAgentId", t);
+        }
+        let expected = task_id(
+            &self.debate_id,
+            self.round,
+            self.kind,
+            &self.agent.id,
+            self.target_agent_id.as_deref(),
+        );
+        if self.id != expected {
+            c.push(
+                "id",
+                format!(
+                    "{:?} does not match the task's fields",
+                    crate::preview(&self.id, 120)
+                ),
+            );
+        }
+        c.range("round", self.round, 0..=MAX_ROUNDS + 1);
+        c.range("attempt", self.attempt, 1..=MAX_TASK_ATTEMPT);
+        c.range(
+            "timeoutMs",
+            self.timeout_ms,
+            MIN_TASK_TIMEOUT_MS..=MAX_TASK_TIMEOUT_MS,
+        );
+        c.label("agent.name", &self.agent.name, MAX_NAME_BYTES);
+        c.label("agent.role", &self.agent.role, MAX_LABEL_BYTES);
+        c.label("agent.model", &self.agent.model, MAX_MODEL_BYTES);
+        if self.agent.base_url.is_some() {
+            c.push("agent.baseUrl", "a task never carries an endpoint");
+        }
+        if !(0.0..=2.0).contains(&self.agent.temperature) {
+            c.push("agent.temperature", "out of range 0..=2");
+        }
+        if self.agent.max_tokens == Some(0) {
+            c.push("agent.maxTokens", "must be at least 1");
+        }
+        c.chars("problem", &self.problem, MAX_PROBLEM_CHARS);
+        if let Some(ctx) = &self.context {
+            c.chars("context", ctx, MAX_CONTEXT_CHARS);
+        }
+        for (name, text) in [
+            ("agent.systemPrompt", &self.agent.system_prompt),
+            ("agent.summaryPrompt", &self.agent.summary_prompt),
+        ] {
+            if let Some(t) = text {
+                c.chars(name, t, MAX_PROMPT_CHARS);
+            }
+        }
+        if self.input.critiques.len() > MAX_AGENTS_TOTAL {
+            c.push("input.critiques", "more critiques than agents");
+        }
+        if let Some(t) = &self.dispatch_token {
+            c.label("dispatchToken", t, MAX_LABEL_BYTES + 64);
+        }
+        c.into_result()
+    }
+
     /// `Nats-Msg-Id` of this dispatch: the task id plus the attempt, so a re-publish of the
     /// same attempt is dropped by JetStream while a retry is a new message.
     pub fn message_id(&self) -> String {
@@ -187,6 +267,7 @@ impl Task {
             debate_id: self.debate_id.clone(),
             attempt: self.attempt,
             kind: self.kind,
+            dispatch_token: self.dispatch_token.clone(),
         }
     }
 }
@@ -195,6 +276,13 @@ impl Task {
 /// coordinator stored in Redis before publishing (claim check), never the task itself. A
 /// task's inputs (history, every critique, transcripts) grow with the debate; the message
 /// stays a few hundred bytes whatever the debate's size, far under NATS's `max_payload`.
+///
+/// The dispatch token covers the reference: it is the HMAC of exactly the fields a
+/// reference names (debate id, task id, attempt; see `parley_cluster::dispatch`), the same
+/// token the stored body carries. A worker verifies it on the reference before it reads
+/// the body, then runs the body only if its ids and attempt are the reference's. The body
+/// itself needs no signature: only the services can write Redis, and the body is read
+/// from the field the verified reference names (`<task id>#<attempt>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskRef {
@@ -204,6 +292,9 @@ pub struct TaskRef {
     pub debate_id: String,
     pub attempt: u32,
     pub kind: TaskKind,
+    /// The token of this dispatch (see [`Task::dispatch_token`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_token: Option<String>,
 }
 
 impl TaskRef {
@@ -212,35 +303,28 @@ impl TaskRef {
     pub fn body_field(&self) -> String {
         format!("{}#{}", self.id, self.attempt)
     }
-}
 
-/// A worker's (or the coordinator's dead-letter handler's) note on
-/// `parley.results.<debateId>`: small, never the result itself (that is in Redis). By
-/// default it says "a result of this attempt is stored"; `handedBackMs` says instead that
-/// the task went back to the queue for that long (rate limit), so the coordinator extends
-/// its deadline; `deadLettered` that the message exhausted its deliveries unanswered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskNotice {
-    pub debate_id: String,
-    pub task_id: String,
-    pub attempt: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handed_back_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub dead_lettered: bool,
-}
-
-impl TaskNotice {
-    /// "A result of this attempt is stored in Redis."
-    pub fn result(debate_id: &str, task_id: &str, attempt: u32) -> Self {
-        Self {
-            debate_id: debate_id.to_string(),
-            task_id: task_id.to_string(),
-            attempt,
-            handed_back_ms: None,
-            dead_lettered: false,
+    /// Checks a reference as a worker receives it: schema version, the ids (the task id
+    /// within the debate), the attempt and the token's size.
+    pub fn validate(&self) -> Result<(), crate::SpecErrors> {
+        let mut c = crate::spec::Check::default();
+        if self.schema_version != crate::SCHEMA_VERSION {
+            c.push(
+                "schemaVersion",
+                format!("unsupported schema version {}", self.schema_version),
+            );
         }
+        if !crate::is_valid_debate_id(&self.debate_id) {
+            c.push("debateId", "not a debate id");
+        }
+        if !is_task_id_of(&self.id, &self.debate_id) {
+            c.push("id", "not a task id of this debate");
+        }
+        c.range("attempt", self.attempt, 1..=crate::limits::MAX_TASK_ATTEMPT);
+        if let Some(t) = &self.dispatch_token {
+            c.label("dispatchToken", t, crate::limits::MAX_LABEL_BYTES + 64);
+        }
+        c.into_result()
     }
 }
 
@@ -333,11 +417,93 @@ impl std::fmt::Display for TaskError {
     }
 }
 
+// A result lives briefly (decoded, applied, dropped) and is almost always `Ok`: boxing the
+// output would cost an allocation per result to save bytes on the rare error.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "status")]
 pub enum TaskOutcome {
     Ok(TaskOutput),
     Error(TaskError),
+}
+
+/// What a worker publishes on `parley.results.<debateId>`: which result to read, never
+/// the result itself; the coordinator takes the content from the Redis record only, and
+/// only for a task and attempt it waits for. By default a notice says "a result of this
+/// attempt is stored"; `handedBackMs` says instead that the task went back to the queue
+/// for that long (rate limit), so the coordinator extends its deadline; `deadLettered`
+/// (from the coordinator's dead-letter handler) that the message exhausted its deliveries
+/// unanswered. Either is a hint only: what the coordinator does is bounded by its own
+/// state (a deadline moves by at most the clamped hand-back, a dead letter only re-sends
+/// the attempt it waits for).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultNotice {
+    #[serde(default = "default_schema_version")]
+    pub schema_version: u32,
+    pub debate_id: String,
+    pub task_id: String,
+    pub attempt: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_back_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dead_lettered: bool,
+}
+
+/// The longest hand-back a notice may announce (what the rate limiter clamps a
+/// `Retry-After` to).
+pub const MAX_HANDED_BACK_MS: u64 = 3_600_000;
+
+impl ResultNotice {
+    /// "A result of this attempt is stored in Redis."
+    pub fn result(debate_id: &str, task_id: &str, attempt: u32) -> Self {
+        Self {
+            schema_version: crate::SCHEMA_VERSION,
+            debate_id: debate_id.to_string(),
+            task_id: task_id.to_string(),
+            attempt,
+            handed_back_ms: None,
+            dead_lettered: false,
+        }
+    }
+
+    pub fn of(result: &TaskResult) -> Self {
+        Self::result(&result.debate_id, &result.task_id, result.attempt)
+    }
+
+    /// Ids of the right shape (the task id within the debate), an attempt ≥ 1.
+    pub fn validate(&self) -> Result<(), crate::SpecErrors> {
+        let mut c = crate::spec::Check::default();
+        if !crate::is_valid_debate_id(&self.debate_id) {
+            c.push("debateId", "not a debate id");
+        }
+        if !is_task_id_of(&self.task_id, &self.debate_id) {
+            c.push("taskId", "not a task id of this debate");
+        }
+        c.range("attempt", self.attempt, 1..=crate::limits::MAX_TASK_ATTEMPT);
+        if let Some(ms) = self.handed_back_ms {
+            c.range("handedBackMs", ms, 0..=MAX_HANDED_BACK_MS);
+        }
+        c.into_result()
+    }
+}
+
+/// Whether `task_id` has the shape of a task id of `debate_id`:
+/// `<debate>/<round>/<kind>/<agent>[/<target>]` with valid ids.
+pub fn is_task_id_of(task_id: &str, debate_id: &str) -> bool {
+    if task_id.len() > 4 * crate::limits::MAX_ID_BYTES + 64 {
+        return false;
+    }
+    let Some(rest) = task_id
+        .strip_prefix(debate_id)
+        .and_then(|r| r.strip_prefix('/'))
+    else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    matches!(parts.len(), 3 | 4)
+        && parts[0].parse::<u32>().is_ok()
+        && parts[1..].iter().all(|p| crate::is_valid_id(p))
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -352,4 +518,21 @@ pub struct TaskResult {
     #[serde(default)]
     pub worker: String,
     pub outcome: TaskOutcome,
+}
+
+impl TaskResult {
+    /// Ids of the right shape (the task id within the debate), an attempt ≥ 1, bounded
+    /// diagnostics.
+    pub fn validate(&self) -> Result<(), crate::SpecErrors> {
+        let mut c = crate::spec::Check::default();
+        if !crate::is_valid_debate_id(&self.debate_id) {
+            c.push("debateId", "not a debate id");
+        }
+        if !is_task_id_of(&self.task_id, &self.debate_id) {
+            c.push("taskId", "not a task id of this debate");
+        }
+        c.range("attempt", self.attempt, 1..=crate::limits::MAX_TASK_ATTEMPT);
+        c.label("worker", &self.worker, crate::limits::MAX_NAME_BYTES);
+        c.into_result()
+    }
 }

@@ -58,7 +58,8 @@ pub use init::{
     LOG_FILTER_ENV, LOG_FORMAT_ENV, TRACE_FILTER_ENV,
 };
 pub use metrics::{
-    metrics, DeadLetterReason, DebateStatus, Direction, InFlightGuard, Metrics, Outcome, TaskKind,
+    metrics, DeadLetterReason, DebateStatus, Direction, DropReason, InFlightGuard, Metrics,
+    Outcome, RejectReason, TaskKind,
 };
 pub use propagation::{
     context_from_traceparent, current_context, current_traceparent, extract_headers,

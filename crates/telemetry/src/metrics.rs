@@ -16,10 +16,15 @@
 //! | `parley_jetstream_consumer_pending` | gauge | `consumer` |
 //! | `parley_jetstream_consumer_ack_pending` | gauge | `consumer` |
 //! | `parley_tasks_dead_lettered_total` | counter | `kind`, `reason` |
+//! | `parley_results_dropped_total` | counter (results the coordinator refused to apply) | `reason` |
+//! | `parley_tasks_rejected_total` | counter (task messages a worker refused to run) | `reason` |
+//! | `parley_request_errors_total` | counter (error replies to requests) | `subject`, `code` |
 //!
 //! `kind` is `agent`|`judge`, `outcome` `ok`|`error`, `direction` `input`|`output`,
-//! `status` `running`|`completed`|`failed`|`cancelled`, dead-letter `reason`
-//! `max_deliveries`|`abandoned`|`debate_gone`|`undecodable` (see [`DeadLetterReason`]). Free-form labels (`provider`,
+//! `status` `running`|`completed`|`failed`|`cancelled`; `reason` of a dead-lettered task
+//! `max_deliveries`|`abandoned`|`debate_gone`|`undecodable` (see [`DeadLetterReason`]), of a
+//! dropped result: [`DropReason`], of a rejected task: [`RejectReason`]; `subject` `submit`|
+//! `status`|`retry`|`cancel`, `code` an error code (`invalid_json`, `unavailable`, ...). Free-form labels (`provider`,
 //! `model`, `reason`, `error_kind`, `consumer`) must come from a small fixed set (the
 //! configuration, an error enum), never from user input or error messages: every distinct
 //! value is a new time series kept for the life of the process.
@@ -146,6 +151,62 @@ impl DebateStatus {
     ];
 }
 
+label_enum!(
+    /// Why the coordinator dropped a result instead of applying it.
+    DropReason {
+        /// The debate never dispatched this task (unknown, or not yet due).
+        NotDispatched => "not_dispatched",
+        /// The task already has its result.
+        Finished => "finished",
+        /// Not the attempt the coordinator waits for.
+        WrongAttempt => "wrong_attempt",
+        /// The stored record does not match the task it was read for, or is invalid.
+        Mismatch => "mismatch",
+        /// A notification with no stored record behind it.
+        Missing => "missing",
+        /// A notification that is not a valid result notice.
+        Invalid => "invalid",
+    }
+);
+
+impl DropReason {
+    /// Every reason.
+    pub const ALL: [DropReason; 6] = [
+        DropReason::NotDispatched,
+        DropReason::Finished,
+        DropReason::WrongAttempt,
+        DropReason::Mismatch,
+        DropReason::Missing,
+        DropReason::Invalid,
+    ];
+}
+
+label_enum!(
+    /// Why a worker refused to run a task message.
+    RejectReason {
+        /// Not a valid task (undecodable, another schema version, bad fields).
+        Invalid => "invalid",
+        /// Its dispatch token does not verify: the coordinator did not send it.
+        Forged => "forged",
+    }
+);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DropLabels {
+    reason: DropReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RejectLabels {
+    reason: RejectReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestErrorLabels {
+    subject: String,
+    code: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct KindLabels {
     kind: TaskKind,
@@ -232,6 +293,9 @@ struct Inner {
     consumer_pending: Family<ConsumerLabels, Gauge>,
     consumer_ack_pending: Family<ConsumerLabels, Gauge>,
     dead_lettered: Family<DeadLetterLabels, Counter>,
+    results_dropped: Family<DropLabels, Counter>,
+    tasks_rejected: Family<RejectLabels, Counter>,
+    request_errors: Family<RequestErrorLabels, Counter>,
 }
 
 /// Parley's metrics; a cheap handle (clones share the same series). Services use the
@@ -349,6 +413,30 @@ impl Metrics {
             "Task messages given up on without a result: deliveries exhausted, abandoned, or their debate gone",
             Family::clone(&dead_lettered),
         );
+        let results_dropped: Family<DropLabels, Counter> = Family::default();
+        registry.register(
+            "parley_results_dropped",
+            "Results the coordinator did not apply (not dispatched, finished, wrong attempt, ...)",
+            Family::clone(&results_dropped),
+        );
+        let tasks_rejected: Family<RejectLabels, Counter> = Family::default();
+        registry.register(
+            "parley_tasks_rejected",
+            "Task messages a worker refused to run (invalid, or not sent by the coordinator)",
+            Family::clone(&tasks_rejected),
+        );
+        let request_errors = Family::default();
+        registry.register(
+            "parley_request_errors",
+            "Requests answered with an error, by subject and error code",
+            Family::clone(&request_errors),
+        );
+        for reason in DropReason::ALL {
+            drop(results_dropped.get_or_create(&DropLabels { reason }));
+        }
+        for reason in [RejectReason::Invalid, RejectReason::Forged] {
+            drop(tasks_rejected.get_or_create(&RejectLabels { reason }));
+        }
         // Series whose labels are all enums exist from the start (at 0), so dashboards and
         // alerts see them before the first event; families with free-form labels appear
         // with their first value.
@@ -382,6 +470,9 @@ impl Metrics {
                 consumer_pending,
                 consumer_ack_pending,
                 dead_lettered,
+                results_dropped,
+                tasks_rejected,
+                request_errors,
             }),
         }
     }
@@ -545,6 +636,36 @@ impl Metrics {
             .consumer_ack_pending
             .get_or_create(&labels)
             .set(clamp(ack_pending));
+    }
+}
+
+impl Metrics {
+    /// The coordinator dropped a result (see [`DropReason`]).
+    pub fn result_dropped(&self, reason: DropReason) {
+        self.inner
+            .results_dropped
+            .get_or_create(&DropLabels { reason })
+            .inc();
+    }
+
+    /// A worker refused a task message (see [`RejectReason`]).
+    pub fn task_rejected(&self, reason: RejectReason) {
+        self.inner
+            .tasks_rejected
+            .get_or_create(&RejectLabels { reason })
+            .inc();
+    }
+
+    /// A request on `subject` (a fixed name: `submit`, `status`, ...) got an error reply
+    /// with `code` (an error code, from a fixed set).
+    pub fn request_error(&self, subject: &'static str, code: &'static str) {
+        self.inner
+            .request_errors
+            .get_or_create(&RequestErrorLabels {
+                subject: subject.to_string(),
+                code: code.to_string(),
+            })
+            .inc();
     }
 }
 

@@ -22,7 +22,14 @@ pub struct NatsInjector<'a>(pub &'a mut HeaderMap);
 
 impl Injector for NatsInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
-        self.0.insert(key, value);
+        // Fallible on purpose: a value carried in from elsewhere (a `tracestate`) must not
+        // panic the header path; an invalid one is left out.
+        if let (Ok(k), Ok(v)) = (
+            key.parse::<async_nats::HeaderName>(),
+            value.parse::<async_nats::HeaderValue>(),
+        ) {
+            self.0.insert(k, v);
+        }
     }
 }
 

@@ -1,5 +1,8 @@
 //! Real `nats-server` (with JetStream) and `redis-server` processes on ephemeral loopback
-//! ports, each with a private temporary directory for its data and its log.
+//! ports, each with a private temporary directory for its data and its log. A NATS server
+//! may also run with a configuration file ([`NatsServer::start_with_config`], e.g.
+//! `deploy/nats/parley.conf` with its roles): the port, address and store directory still
+//! come from the command line, so the file's own `port` never collides.
 //!
 //! A server is ready when it speaks its protocol, not merely when the port accepts:
 //! NATS must send its `INFO` line, Redis must answer `PING` with `+PONG` (so a restarted
@@ -34,7 +37,12 @@ impl Kind {
 
     fn args(self, port: u16, data_dir: &Path, config: Option<&Path>) -> Vec<std::ffi::OsString> {
         let port = port.to_string();
-        let mut v: Vec<std::ffi::OsString> = match self {
+        let mut v: Vec<std::ffi::OsString> = Vec::new();
+        if let (Kind::Nats, Some(c)) = (self, config) {
+            v.push("-c".into());
+            v.push(c.into());
+        }
+        v.extend::<Vec<std::ffi::OsString>>(match self {
             Kind::Nats => vec![
                 "-js".into(),
                 "-a".into(),
@@ -58,10 +66,7 @@ impl Kind {
                 "--appendfsync".into(),
                 "always".into(),
             ],
-        };
-        if let Some(c) = config {
-            v.splice(0..0, ["-c".into(), c.into()]);
-        }
+        });
         v
     }
 
@@ -110,14 +115,15 @@ struct ServerProcess {
     data_dir: PathBuf,
     /// stdout + stderr of every run, appended.
     log_path: PathBuf,
-    /// A configuration file passed with `-c` (NATS only); flags still win over it.
-    config: Option<PathBuf>,
     /// Owns `data_dir` and the log; removed on drop, after the process is killed.
     dir: tempfile::TempDir,
+    /// A configuration file (`-c`) and the environment it expands (`$NAME`); kept for
+    /// restarts.
+    config: Option<(PathBuf, Vec<(String, String)>)>,
 }
 
 impl ServerProcess {
-    fn start(kind: Kind, config_text: Option<&str>) -> anyhow::Result<Self> {
+    fn start(kind: Kind, config: Option<(PathBuf, Vec<(String, String)>)>) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("parley-{}-", kind.program()))
             .tempdir()
@@ -131,23 +137,14 @@ impl ServerProcess {
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("while creating {}", data_dir.display()))?;
         let log_path = dir.path().join(format!("{}.log", kind.program()));
-        let config = match config_text {
-            Some(text) => {
-                let path = dir.path().join(format!("{}.conf", kind.program()));
-                std::fs::write(&path, text)
-                    .with_context(|| format!("while writing {}", path.display()))?;
-                Some(path)
-            }
-            None => None,
-        };
         let mut server = ServerProcess {
             kind,
             port: 0,
             child: None,
             data_dir,
             log_path,
-            config,
             dir,
+            config,
         };
         let mut attempt = 0;
         loop {
@@ -172,11 +169,11 @@ impl ServerProcess {
             .map(|m| m.len())
             .unwrap_or(0);
         let (out, err) = log_stdio(&self.log_path).map_err(fail)?;
+        let config = self.config.as_ref().map(|(p, _)| p.as_path());
+        let env = self.config.iter().flat_map(|(_, env)| env.iter().cloned());
         let spawned = Command::new(program)
-            .args(
-                self.kind
-                    .args(self.port, &self.data_dir, self.config.as_deref()),
-            )
+            .args(self.kind.args(self.port, &self.data_dir, config))
+            .envs(env)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -280,6 +277,9 @@ impl std::fmt::Debug for ServerProcess {
 #[derive(Debug)]
 pub struct NatsServer {
     inner: ServerProcess,
+    /// Holds a configuration file written by the constructor (e.g.
+    /// [`NatsServer::start_with_max_payload`]); dropped after `inner`.
+    _config_dir: Option<tempfile::TempDir>,
 }
 
 impl NatsServer {
@@ -287,15 +287,44 @@ impl NatsServer {
     pub fn start() -> anyhow::Result<Self> {
         Ok(NatsServer {
             inner: ServerProcess::start(Kind::Nats, None)?,
+            _config_dir: None,
+        })
+    }
+
+    /// Like [`NatsServer::start`], with the configuration file `config` (`-c`) and the
+    /// environment variables `env` it refers to (`$NAME`). Port, address and store
+    /// directory are still set on the command line.
+    pub fn start_with_config(config: &Path, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Ok(NatsServer {
+            inner: ServerProcess::start(Kind::Nats, Some((config.to_path_buf(), env)))?,
+            _config_dir: None,
         })
     }
 
     /// Like [`NatsServer::start`], with `max_payload` (the largest message the server
-    /// accepts, 1 MiB by default) set to `bytes` in a configuration file.
+    /// accepts, 1 MiB by default) set to `bytes` in a configuration file; kept across
+    /// restarts.
     pub fn start_with_max_payload(bytes: usize) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("parley-nats-conf-")
+            .tempdir()
+            .context("while creating a directory for the nats-server configuration")?;
+        let conf = dir.path().join("max-payload.conf");
+        std::fs::write(&conf, format!("max_payload: {bytes}\n"))
+            .with_context(|| format!("while writing {}", conf.display()))?;
         Ok(NatsServer {
-            inner: ServerProcess::start(Kind::Nats, Some(&format!("max_payload: {bytes}\n")))?,
+            inner: ServerProcess::start(Kind::Nats, Some((conf, Vec::new())))?,
+            _config_dir: Some(dir),
         })
+    }
+
+    /// `nats://user:password@127.0.0.1:PORT`.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!("nats://{user}:{password}@127.0.0.1:{}", self.inner.port)
     }
 
     /// `nats://127.0.0.1:PORT`.
@@ -344,6 +373,11 @@ impl RedisServer {
         Ok(RedisServer {
             inner: ServerProcess::start(Kind::Redis, None)?,
         })
+    }
+
+    /// The process id of the running server (for SIGSTOP / SIGCONT in tests).
+    pub fn pid(&self) -> Option<u32> {
+        self.inner.child.as_ref().map(std::process::Child::id)
     }
 
     /// `redis://127.0.0.1:PORT`.

@@ -80,3 +80,22 @@ async fn nats_server_takes_a_smaller_max_payload_and_keeps_it_across_a_restart()
     nats.restart().unwrap();
     assert!(nats_info(nats.port()).contains("\"max_payload\":65536"));
 }
+
+#[tokio::test]
+async fn nats_server_runs_with_a_config_file_and_its_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("auth.conf");
+    std::fs::write(
+        &conf,
+        "port: 4222\naccounts { A { jetstream: enabled, users: [{user: u, password: $TEST_NATS_PASSWORD}] } }\n",
+    )
+    .unwrap();
+    let nats = NatsServer::start_with_config(&conf, &[("TEST_NATS_PASSWORD", "pw")]).unwrap();
+    assert_ne!(nats.port(), 4222, "the file's port must not be used");
+    let info = nats_info(nats.port());
+    assert!(info.contains("\"auth_required\":true"), "{info}");
+    assert_eq!(
+        nats.url_as("u", "pw"),
+        format!("nats://u:pw@127.0.0.1:{}", nats.port())
+    );
+}

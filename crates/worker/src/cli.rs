@@ -26,14 +26,17 @@ use crate::{TaskExecutor, WorkerConfig};
 pub struct WorkerArgs {
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Debate configuration JSON: its `baseUrl` (the default OpenAI-compatible endpoint)
-    /// and `providers` (rate limits shared by every replica).
+    /// The operator's debate configuration JSON: its `baseUrl` (the default
+    /// OpenAI-compatible endpoint) and `providers` (per provider: `baseUrl`,
+    /// `allowedModels`, rate limits shared by every replica).
     #[arg(long, env = "PARLEY_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Tasks run at once [default: 8].
     #[arg(long, env = "PARLEY_CONCURRENCY")]
     pub concurrency: Option<usize>,
-    /// Seconds in-flight tasks may run after SIGTERM / ctrl-c [default: 20].
+    /// Drain deadline in seconds: after SIGTERM / ctrl-c the worker exits within it,
+    /// letting in-flight tasks finish until shortly before it and handing the rest back
+    /// [default: 20].
     #[arg(long, env = "PARLEY_DRAIN_SECS")]
     pub drain_secs: Option<u64>,
     /// JetStream ack wait of the task consumer in seconds (used when this worker creates
@@ -62,7 +65,12 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
         ),
         1,
     );
-    let drain_secs = pick(args.drain_secs, file.drain_secs, DEFAULT_DRAIN_SECS);
+    let drain_secs = at_least(
+        &mut problems,
+        "drain_secs",
+        pick(args.drain_secs, file.drain_secs, DEFAULT_DRAIN_SECS),
+        1,
+    );
     let (base_url, limits) = match args.config.clone().or(file.config) {
         Some(p) => provider_settings_from_config(&p).unwrap_or_else(|e| {
             problems.push("config", format!("{e:#}"));
@@ -74,6 +82,7 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
     Ok(WorkerConfig {
         kind,
         nats_url: common.nats_url,
+        nats_creds: common.nats_creds,
         redis_url: common.redis_url,
         base_url,
         limits,
@@ -96,10 +105,26 @@ pub fn provider_settings_from_config(
     let bytes = std::fs::read(path).with_context(|| format!("while reading {}", path.display()))?;
     let file: parley_protocol::DebateConfigFile = serde_json::from_slice(&bytes)
         .with_context(|| format!("while parsing {}", path.display()))?;
+    let problems = parley_protocol::validate_providers(&file.providers);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        anyhow::bail!("{}: {}", path.display(), list.join("; "));
+    }
+    if let Some(url) = &file.base_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            anyhow::bail!(
+                "{}: baseUrl must be an http:// or https:// URL",
+                path.display()
+            );
+        }
+    }
     Ok((file.base_url, file.providers))
 }
 
-/// `main` of a worker binary. Invalid settings exit with status 4, naming every problem.
+/// `main` of a worker binary. Invalid settings exit with status 4, naming every problem;
+/// otherwise the process exits when the worker stopped: 0 after a clean drain, 5 when it
+/// gave up on something at the drain deadline, 1 on any other error (see
+/// `parley_cluster::exit_service`).
 pub async fn main(kind: WorkerKind, executor: Arc<dyn TaskExecutor>) -> anyhow::Result<()> {
     let args = WorkerArgs::parse();
     let config = match settings(&args, kind) {
@@ -113,8 +138,9 @@ pub async fn main(kind: WorkerKind, executor: Arc<dyn TaskExecutor>) -> anyhow::
         WorkerKind::Agent => "parley-agent-worker",
         WorkerKind::Judge => "parley-judge-worker",
     };
-    let _telemetry = parley_telemetry::init_telemetry(service)?;
+    let telemetry = parley_telemetry::init_telemetry(service)?;
     let token = CancellationToken::new();
     cancel_on_signal(token.clone());
-    crate::run(config, executor, token).await
+    let result = crate::run(config, executor, token).await;
+    parley_cluster::exit_service(result, telemetry)
 }

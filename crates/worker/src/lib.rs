@@ -28,8 +28,22 @@
 //! `abandoned` dead letter; the coordinator's task deadline then sends a new attempt. An
 //! undecodable payload is terminated and counted too.
 //!
+//! # Trust
+//! A task message is outside input until checked: it must decode, pass
+//! [`Task::validate`], and carry the dispatch token the coordinator derives from the
+//! debate's secret in Redis (`parley_cluster::dispatch`; secrets are cached per debate).
+//! Anything else is terminated (never redelivered) with a warning and
+//! `parley_tasks_rejected_total{reason}`: a forged task runs no LLM call and writes no
+//! result. The endpoint and key of a call come from this worker's settings only (the
+//! operator's config and environment), never from the task; a model outside the
+//! provider's allow-list is refused before any call. After storing a result the worker
+//! publishes a [`ResultNotice`] (ids only): the coordinator reads the content from Redis.
+//!
 //! An answer is never thrown away because Redis is briefly unavailable: the result write
-//! (idempotent) is retried for up to [`STORE_PATIENCE`] while progress acks continue.
+//! (idempotent) is retried for up to [`STORE_PATIENCE`] while progress acks continue; if it
+//! still fails (or the drain deadline comes first) the answer goes to the [`stash`] before
+//! the task is handed back, and the worker that gets the task next stores it from there
+//! instead of calling the LLM.
 //!
 //! Rate limits: a call whose next slot (or the provider's `Retry-After`) is further away
 //! than the limiter's inline wait comes back as a `RateLimited` error with `retry_after`;
@@ -41,12 +55,21 @@
 //! Each delivery runs in a `task` span whose parent is the coordinator's node span (W3C
 //! trace context in the message headers); metrics: see `parley_telemetry::Metrics`.
 //!
-//! Shutdown: when the token is cancelled the loop stops pulling, in-flight tasks run to the
-//! end until the drain deadline, and those still running then are nak'ed.
+//! Shutdown ([`drain`]): when the token is cancelled the loop stops pulling; in-flight tasks
+//! run to the end until shortly before the drain deadline (`drain_timeout` after the
+//! signal); those still running then are handed back (nak'ed), an answer that could not be
+//! stored in Redis is kept in the [`stash`] first; finally the acks and hand-backs are
+//! flushed to NATS. At the deadline the worker gives up on whatever is left (tasks stuck on
+//! an unreachable Redis or NATS, a flush NATS never confirmed), logs it, and `run` returns
+//! [`parley_cluster::DrainIncomplete`]: the process exits within its deadline whatever the
+//! state of NATS and Redis, and nothing is lost (a task that was not acked is redelivered
+//! after the consumer's ack wait).
 
 pub mod cli;
+pub mod stash;
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
@@ -56,14 +79,17 @@ use parley_cluster::redis_store::{Stored, TaskLookup};
 use parley_cluster::{streams, RedisStore};
 use parley_llm::{Provider, ProviderSettings, Registry};
 use parley_protocol::{
-    subjects, ErrorKind, Task, TaskError, TaskNotice, TaskOutcome, TaskRef, TaskResult, WorkerKind,
-    SCHEMA_VERSION,
+    preview, subjects, ErrorKind, ResultNotice, Task, TaskError, TaskOutcome, TaskRef, TaskResult,
+    WorkerKind, SCHEMA_VERSION,
 };
-use parley_telemetry::DeadLetterReason;
+use parley_telemetry::{DeadLetterReason, RejectReason};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
+
+use crate::stash::ResultStash;
 
 /// How often (at most) a worker tells JetStream it is still working on a task.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
@@ -83,16 +109,20 @@ pub trait TaskExecutor: Send + Sync + 'static {
 pub struct WorkerConfig {
     pub kind: WorkerKind,
     pub nats_url: String,
+    /// NATS credentials file (`.creds` or NKey seed), see `parley_cluster::nats`.
+    pub nats_creds: Option<std::path::PathBuf>,
     pub redis_url: String,
     /// Global OpenAI-compatible base URL (the debate config's `baseUrl`).
     pub base_url: Option<String>,
-    /// Per-provider (and per-model) rate limits, shared by every replica through Redis.
+    /// The operator's `providers` section: rate limits per provider (and model), shared by
+    /// every replica through Redis; endpoints and model allow-lists per provider.
     pub limits: std::collections::BTreeMap<String, parley_protocol::ProviderLimits>,
     /// Tasks run at once.
     pub concurrency: usize,
     /// Name recorded in results.
     pub name: String,
-    /// How long in-flight tasks may run after shutdown was requested.
+    /// How long after shutdown was requested the worker exits at the latest: in-flight
+    /// tasks run until shortly before it ([`hand_back_reserve`]), then are handed back.
     pub drain_timeout: Duration,
     /// JetStream ack wait of the task consumer (when this worker creates it): how soon a
     /// crashed worker's tasks are redelivered. Progress acks go out every third of it.
@@ -109,7 +139,19 @@ struct Shared {
     executor: Arc<dyn TaskExecutor>,
     /// Cancelled when the drain deadline passes: running tasks are nak'ed.
     hard_stop: CancellationToken,
+    /// Where an answer that cannot be stored in Redis is kept (see [`stash`]).
+    stash: ResultStash,
+    /// Ids of the tasks being handled now: what the drain names when it gives up.
+    running: Mutex<BTreeSet<String>>,
+    /// Answers that could be stored neither in Redis nor in the stash (their calls will run
+    /// again): reported by the drain.
+    lost: Mutex<Vec<String>>,
+    /// Dispatch secrets by debate id (they never change); emptied when it grows large.
+    secrets: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
+
+/// Debates whose secrets are cached at most.
+const SECRET_CACHE: usize = 10_000;
 
 /// Runs the worker until `shutdown` is cancelled and the in-flight tasks are drained.
 pub async fn run(
@@ -117,28 +159,14 @@ pub async fn run(
     executor: Arc<dyn TaskExecutor>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    let (nats, store) = parley_cluster::start_service(
-        &config.nats_url,
-        &config.redis_url,
-        config.metrics_addr,
-        &shutdown,
-    )
-    .await?;
-    let js = jetstream::new(nats.clone());
-    let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
-        .await
-        .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
-    let limiter_conn = redis::Client::open(config.redis_url.as_str())
-        .context("while parsing the Redis URL")?
-        .get_connection_manager()
-        .await
-        .context("while connecting the rate limiter to Redis")?;
-    let registry = Registry::with_limits(
-        ProviderSettings::from_env(config.base_url.clone()),
-        config.limits.clone(),
-        Arc::new(parley_llm::ratelimit::RedisLimiter::new(limiter_conn)),
-    );
+    // NATS retries its first connection forever: a signal before the backends answer
+    // stops the worker at once (it holds nothing yet).
+    let Some(started) = parley_cluster::unless_shutdown(&shutdown, start(&config, &shutdown)).await
+    else {
+        tracing::info!("stopped before NATS and Redis were reachable");
+        return Ok(());
+    };
+    let (nats, store, consumer, registry, stash) = started?;
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let shared = Arc::new(Shared {
         config,
@@ -147,6 +175,10 @@ pub async fn run(
         registry,
         executor,
         hard_stop: CancellationToken::new(),
+        stash,
+        running: Mutex::new(BTreeSet::new()),
+        lost: Mutex::new(Vec::new()),
+        secrets: Default::default(),
     });
     let tracker = TaskTracker::new();
     tokio::spawn(report_queue(
@@ -159,6 +191,14 @@ pub async fn run(
         concurrency = shared.config.concurrency,
         "worker ready"
     );
+    // The drain deadline counts from the signal, not from the end of the last pull.
+    let signalled_at = {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            Instant::now()
+        })
+    };
 
     while !shutdown.is_cancelled() {
         let first = tokio::select! {
@@ -173,8 +213,10 @@ pub async fn run(
             .batch()
             .max_messages(permits.len())
             .expires(PULL_EXPIRES)
-            .messages()
-            .await;
+            .messages();
+        let Some(batch) = parley_cluster::unless_shutdown(&shutdown, batch).await else {
+            break;
+        };
         let mut batch = match batch {
             Ok(b) => b,
             Err(e) => {
@@ -191,9 +233,18 @@ pub async fn run(
         // The pull expires after PULL_EXPIRES on the server. A pull lost in a NATS restart
         // is never answered, and the client would only notice seconds later: stop waiting
         // shortly after the server-side expiry (nothing can be delivered after it).
-        while let Ok(Some(msg)) =
-            tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()).await
-        {
+        loop {
+            let next = tokio::select! {
+                next = tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()) => next,
+                _ = shutdown.cancelled() => {
+                    // Stop now; what this pull still delivers goes straight back.
+                    tracker.spawn(hand_back_rest(batch));
+                    break;
+                }
+            };
+            let Ok(Some(msg)) = next else {
+                break;
+            };
             let msg = match msg {
                 Ok(m) => m,
                 Err(e) => {
@@ -212,19 +263,164 @@ pub async fn run(
             });
         }
     }
-    tracing::info!("worker draining");
+    let signalled_at = signalled_at.await.unwrap_or_else(|_| Instant::now());
+    drain(
+        &shared,
+        &tracker,
+        signalled_at + shared.config.drain_timeout,
+    )
+    .await
+}
+
+/// The NATS and Redis connections, the task consumer, the provider registry and the result
+/// stash: everything the worker needs before it pulls.
+async fn start(
+    config: &WorkerConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(
+    async_nats::Client,
+    RedisStore,
+    jetstream::consumer::PullConsumer,
+    Registry,
+    ResultStash,
+)> {
+    use anyhow::Context as _;
+    let endpoint = parley_cluster::NatsEndpoint::new(
+        config.nats_url.clone(),
+        config.nats_creds.clone(),
+        parley_cluster::nats::INBOX_WORKER,
+    );
+    let (nats, store) =
+        parley_cluster::start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown)
+            .await?;
+    let js = jetstream::new(nats.clone());
+    // Only the coordinator creates streams. A signal while waiting: wait on, the caller's
+    // `unless_shutdown` stops this start-up.
+    if !streams::wait_for_stream(&js, subjects::TASKS_STREAM, shutdown).await {
+        std::future::pending::<()>().await;
+    }
+    let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
+        .await
+        .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
+    let stash = ResultStash::open(&js)
+        .await
+        .map_err(|e| anyhow::anyhow!("while opening the result stash: {e}"))?;
+    let limiter_conn = redis::Client::open(config.redis_url.as_str())
+        .context("while parsing the Redis URL")?
+        .get_connection_manager()
+        .await
+        .context("while connecting the rate limiter to Redis")?;
+    let registry = Registry::with_limits(
+        ProviderSettings::from_env(config.base_url.clone()),
+        config.limits.clone(),
+        Arc::new(parley_llm::ratelimit::RedisLimiter::new(limiter_conn)),
+    );
+    Ok((nats, store, consumer, registry, stash))
+}
+
+/// The part of the drain time kept for handing running tasks back and flushing to NATS:
+/// a quarter of it, at most 2 s.
+pub fn hand_back_reserve(drain: Duration) -> Duration {
+    (drain / 4).min(Duration::from_secs(2))
+}
+
+/// Drains the worker by `deadline` (the loop has stopped pulling): lets running tasks
+/// finish until [`hand_back_reserve`] before it, hands the rest back, flushes acks and
+/// hand-backs to NATS, and names what it gave up on.
+async fn drain(
+    shared: &Arc<Shared>,
+    tracker: &TaskTracker,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let reserve = hand_back_reserve(shared.config.drain_timeout);
+    tracing::info!(
+        running = tracker.len(),
+        deadline_ms = shared.config.drain_timeout.as_millis() as u64,
+        "worker draining"
+    );
     tracker.close();
-    if tokio::time::timeout(shared.config.drain_timeout, tracker.wait())
+    let mut gave_up = Vec::new();
+    if tokio::time::timeout_at(deadline - reserve, tracker.wait())
         .await
         .is_err()
     {
-        tracing::warn!("drain deadline passed; giving running tasks back");
+        tracing::warn!(
+            tasks = ?running_tasks(shared),
+            "drain deadline passed; giving running tasks back"
+        );
         shared.hard_stop.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
+        // Half the reserve for the hand-backs, the rest for the flush.
+        if tokio::time::timeout_at(deadline - reserve / 2, tracker.wait())
+            .await
+            .is_err()
+        {
+            for task in running_tasks(shared) {
+                gave_up.push(format!(
+                    "task {task} (still running: Redis or NATS did not answer; redelivered after the ack wait)"
+                ));
+            }
+        }
     }
-    let _ = shared.nats.flush().await;
-    tracing::info!("worker stopped");
-    Ok(())
+    for task in std::mem::take(&mut *lock(&shared.lost)) {
+        gave_up.push(format!(
+            "the answer of task {task} (neither Redis nor the stash took it; the call runs again)"
+        ));
+    }
+    match tokio::time::timeout_at(deadline, shared.nats.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => gave_up.push(format!(
+            "confirming acks and hand-backs to NATS ({e}; unacked tasks are redelivered after the ack wait)"
+        )),
+        Err(_) => gave_up.push(
+            "confirming acks and hand-backs to NATS (unreachable; unacked tasks are redelivered after the ack wait)"
+                .into(),
+        ),
+    }
+    for what in &gave_up {
+        tracing::warn!(gave_up = %what, "drain incomplete");
+    }
+    tracing::info!(clean = gave_up.is_empty(), "worker stopped");
+    parley_cluster::DrainIncomplete::check(gave_up)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn running_tasks(shared: &Shared) -> Vec<String> {
+    lock(&shared.running).iter().cloned().collect()
+}
+
+/// Removes a task from [`Shared::running`] when its handling ends, however it ends.
+struct Running<'a> {
+    shared: &'a Shared,
+    task_id: String,
+}
+
+impl<'a> Running<'a> {
+    fn new(shared: &'a Shared, task_id: &str) -> Self {
+        lock(&shared.running).insert(task_id.to_string());
+        Self {
+            shared,
+            task_id: task_id.to_string(),
+        }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.running).remove(&self.task_id);
+    }
+}
+
+/// Hands back (naks) every message a pull still delivers after shutdown was requested,
+/// until the pull ends (its server-side expiry).
+async fn hand_back_rest(mut batch: jetstream::consumer::pull::Batch) {
+    while let Ok(Some(Ok(msg))) =
+        tokio::time::timeout(PULL_EXPIRES + PULL_GRACE, batch.next()).await
+    {
+        let _ = msg.ack_with(AckKind::Nak(None)).await;
+    }
 }
 
 /// Publishes the task consumer's backlog (`num_pending`, `num_ack_pending`) as metrics
@@ -286,6 +482,37 @@ fn error_result(task: &Task, worker: &str, kind: ErrorKind, message: String) -> 
     }
 }
 
+/// Terminates a task message the worker refuses to run (it is never redelivered).
+async fn reject(msg: jetstream::Message, reason: RejectReason, why: &str, detail: String) {
+    parley_telemetry::metrics().task_rejected(reason);
+    tracing::warn!(subject = %msg.subject, reason = reason.as_str(), detail = %preview(&detail, 300), "refusing a task message: {why}");
+    let _ = msg.ack_with(AckKind::Term).await;
+}
+
+/// The dispatch secret of a debate: from the cache, else from Redis.
+async fn secret_of(
+    shared: &Shared,
+    debate_id: &str,
+) -> parley_cluster::redis_store::Result<Option<String>> {
+    if let Some(s) = shared
+        .secrets
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(debate_id)
+    {
+        return Ok(Some(s.clone()));
+    }
+    let secret = shared.store.dispatch_secret(debate_id).await?;
+    if let Some(s) = &secret {
+        let mut cache = shared.secrets.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= SECRET_CACHE {
+            cache.clear();
+        }
+        cache.insert(debate_id.to_string(), s.clone());
+    }
+    Ok(secret)
+}
+
 async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
     let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
     let last_delivery = delivered >= streams::MAX_DELIVER;
@@ -293,28 +520,41 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
     let tref: TaskRef = match serde_json::from_slice(&msg.payload) {
         Ok(t) => t,
         Err(e) => {
-            tracing::error!(subject = %msg.subject, error = %e, "dropping a task message that is not a task reference");
-            parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Undecodable);
-            let _ = msg.ack_with(AckKind::Term).await;
+            reject(msg, RejectReason::Invalid, "not a task reference", e.to_string()).await;
             return;
         }
     };
     if tref.schema_version != SCHEMA_VERSION {
-        tracing::error!(task = %tref.id, version = tref.schema_version, "dropping a task of another schema version");
-        parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Undecodable);
-        let _ = msg.ack_with(AckKind::Term).await;
+        let v = format!("schema version {}", tref.schema_version);
+        reject(msg, RejectReason::Invalid, "another schema version", v).await;
+        return;
+    }
+    if let Err(e) = tref.validate() {
+        reject(msg, RejectReason::Invalid, "an invalid task reference", e.to_string()).await;
         return;
     }
     let msg = Arc::new(msg);
-    let lookup = {
+    let looked_up = {
         // Progress acks keep the message ours while Redis is slow to answer (a failing
         // connection takes seconds to give up); on the last delivery the worker waits for
         // Redis rather than give the message back.
         let _alive = keep_alive(shared, &msg);
-        lookup(shared, &tref, last_delivery).await
+        verify_and_lookup(shared, &tref, last_delivery).await
     };
-    let lookup = match lookup {
-        Ok(l) => l,
+    let lookup = match looked_up {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            let detail = format!("task {} attempt {}", tref.id, tref.attempt);
+            reject_shared(
+                msg,
+                RejectReason::Forged,
+                "its dispatch token does not verify (not sent by the coordinator, or its \
+                 debate's keys are gone)",
+                detail,
+            )
+            .await;
+            return;
+        }
         Err(e) if last_delivery => {
             tracing::error!(task = %tref.id, error = %e, "cannot reach Redis on the task's last delivery; abandoning it (the coordinator dispatches it again at its deadline)");
             parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Abandoned);
@@ -375,36 +615,64 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
             return;
         }
     };
+    // The body is the coordinator's (only the services write Redis); it is still checked
+    // like any task before it reaches a prompt.
+    if let Err(e) = task.validate() {
+        reject_shared(msg, RejectReason::Invalid, "an invalid task", e.to_string()).await;
+        return;
+    }
     let span = task_span(&msg, &task, delivered);
+    let _running = Running::new(shared, &task.id);
     handle_task(shared, msg, task, delivered)
         .instrument(span)
         .await;
 }
 
-/// Reads what the worker must know before running a task; on the last delivery keeps
-/// trying for up to [`STORE_PATIENCE`] (Redis restarting).
-async fn lookup(
+/// [`reject`] for a message already shared with a progress-ack task.
+async fn reject_shared(
+    msg: Arc<jetstream::Message>,
+    reason: RejectReason,
+    why: &str,
+    detail: String,
+) {
+    parley_telemetry::metrics().task_rejected(reason);
+    tracing::warn!(subject = %msg.subject, reason = reason.as_str(), detail = %preview(&detail, 300), "refusing a task message: {why}");
+    let _ = msg.ack_with(AckKind::Term).await;
+}
+
+/// Checks the reference's dispatch token against the debate's secret, then reads what the
+/// worker must know before running the task. `Ok(None)`: the token does not verify (or the
+/// debate has no secret: unknown, or its keys expired). On the last delivery keeps trying
+/// for up to [`STORE_PATIENCE`] (Redis restarting).
+async fn verify_and_lookup(
     shared: &Shared,
     tref: &TaskRef,
     last_delivery: bool,
-) -> Result<TaskLookup, parley_cluster::redis_store::RedisStoreError> {
+) -> Result<Option<TaskLookup>, parley_cluster::redis_store::RedisStoreError> {
     let deadline = tokio::time::Instant::now() + STORE_PATIENCE;
     let mut backoff = Duration::from_millis(100);
     loop {
-        match shared
-            .store
-            .lookup_task(&tref.debate_id, &tref.id, tref.attempt)
-            .await
-        {
-            Ok(l) => return Ok(l),
-            Err(e) if last_delivery && tokio::time::Instant::now() + backoff < deadline => {
-                tracing::warn!(task = %tref.id, error = %e, retry_ms = backoff.as_millis() as u64, "cannot read the task's state on its last delivery; retrying");
+        let attempt = async {
+            match secret_of(shared, &tref.debate_id).await? {
+                Some(secret) if parley_cluster::dispatch::verify_ref(&secret, tref) => {}
+                _ => return Ok(None),
             }
+            shared
+                .store
+                .lookup_task(&tref.debate_id, &tref.id, tref.attempt)
+                .await
+                .map(Some)
+        };
+        let e = match attempt.await {
+            Ok(l) => return Ok(l),
+            Err(e) if last_delivery && tokio::time::Instant::now() + backoff < deadline => e,
             Err(e) => return Err(e),
-        }
+        };
+        tracing::warn!(task = %tref.id, error = %e, retry_ms = backoff.as_millis() as u64, "cannot read the task's state on its last delivery; retrying");
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = shared.hard_stop.cancelled() => {}
+            // The drain gives the task up (see `handle`): no more retries.
+            _ = shared.hard_stop.cancelled() => return Err(e),
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
@@ -426,7 +694,8 @@ fn keep_alive(shared: &Shared, msg: &Arc<jetstream::Message>) -> AbortOnDrop {
     }))
 }
 
-/// Runs a task unless another worker runs it right now.
+/// Runs a task (its stored result and this attempt's answer already checked) unless a
+/// stashed answer settles it or another worker runs it right now.
 async fn handle_task(
     shared: &Arc<Shared>,
     msg: Arc<jetstream::Message>,
@@ -435,6 +704,51 @@ async fn handle_task(
 ) {
     let last_delivery = delivered >= streams::MAX_DELIVER;
     let worker = shared.config.name.as_str();
+    let kind = metrics_kind(shared.config.kind);
+    // An answer another worker could not store in Redis: store it, no LLM call. Only a
+    // redelivery or a later attempt can have one (an answer is stashed right before its
+    // task is handed back), so the first delivery of a first attempt skips the lookup.
+    let may_be_stashed = delivered > 1 || task.attempt > 1;
+    let stashed = if may_be_stashed {
+        shared.stash.lookup(&task).await
+    } else {
+        None
+    };
+    if let Some(stashed) = stashed {
+        tracing::info!(task = %task.id, "result found in the stash; storing it");
+        let stored = {
+            let _alive = keep_alive(shared, &msg);
+            store_result(shared, &stashed).await
+        };
+        match stored {
+            Some(Stored::DebateGone) => {
+                tracing::warn!(task = %task.id, "the debate is gone (expired or deleted); its stashed result is dropped");
+                shared.stash.remove(&task.id).await;
+                parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::DebateGone);
+                let _ = msg.ack().await;
+            }
+            Some(_) => {
+                shared.stash.remove(&task.id).await;
+                notify(shared, &stashed).await;
+                let _ = msg.ack().await;
+            }
+            None if last_delivery => {
+                // The answer stays in the stash: the attempt the coordinator sends at this
+                // one's deadline finds it there.
+                tracing::error!(task = %task.id, "cannot store the stashed result on the task's last delivery; abandoning this delivery (the coordinator dispatches the task again at its deadline)");
+                parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Abandoned);
+                let _ = msg.ack_with(AckKind::Term).await;
+            }
+            None => {
+                tracing::warn!(task = %task.id, "cannot store the stashed result yet; giving the task back");
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                    .await;
+            }
+        }
+        return;
+    }
+
     // One run of a task at a time: a re-dispatch that races a still-running call (e.g. after
     // a coordinator takeover) waits for that call's result. On its last delivery it runs
     // anyway, so a task is never dropped because a crashed worker's claim has not expired.
@@ -474,10 +788,22 @@ async fn handle_task(
         }
     }
     run_claimed(shared, msg, &task, last_delivery).await;
-    let _ = shared
+    // (A claim not released expires after its TTL.)
+    let release = shared
         .store
-        .release_claim(&task.debate_id, &task.id, &claim_owner)
-        .await;
+        .release_claim(&task.debate_id, &task.id, &claim_owner);
+    let _ = until_hard_stop(shared, release).await;
+}
+
+/// Runs `fut` unless the drain hands running tasks back first (`None`).
+async fn until_hard_stop<T>(
+    shared: &Shared,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        v = fut => Some(v),
+        _ = shared.hard_stop.cancelled() => None,
+    }
 }
 
 /// The longest task timeout a claim covers (24 h); a larger `timeoutMs` claims for this.
@@ -514,8 +840,9 @@ async fn run_claimed(
                 ErrorKind::Undelivered,
                 "the worker shut down while running the task on its last delivery".into(),
             );
-            let stored =
-                tokio::time::timeout(Duration::from_secs(2), shared.store.store_result(&r)).await;
+            // Within the drain's hand-back reserve.
+            let patience = hand_back_reserve(shared.config.drain_timeout) / 4;
+            let stored = tokio::time::timeout(patience, shared.store.store_result(&r)).await;
             if matches!(stored, Ok(Ok(_))) {
                 notify(shared, &r).await;
                 let _ = msg.ack().await;
@@ -580,17 +907,30 @@ async fn run_claimed(
             return;
         }
         Some(_) => {}
-        None if last_delivery => {
-            tracing::error!(task = %task.id, "cannot store the result on the task's last delivery; abandoning it (the coordinator dispatches it again at its deadline)");
-            parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Abandoned);
-            let _ = msg.ack_with(AckKind::Term).await;
-            return;
-        }
         None => {
-            tracing::warn!(task = %task.id, "cannot store the result; giving the task back");
-            let _ = msg
-                .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
-                .await;
+            // Keep the answer for the next delivery or attempt (see `stash`) before handing
+            // the task back.
+            match shared.stash.put(&result).await {
+                Ok(()) => {
+                    tracing::warn!(task = %task.id, "cannot store the result; stashed it")
+                }
+                Err(e) => {
+                    tracing::error!(task = %task.id, error = %e, "cannot store the result nor stash it; its call will run again");
+                    lock(&shared.lost).push(task.id.clone());
+                }
+            }
+            if last_delivery {
+                // No delivery is left to hand back to: the coordinator dispatches a new
+                // attempt at this one's deadline (which finds a stashed success).
+                tracing::error!(task = %task.id, "cannot store the result on the task's last delivery; abandoning it (the coordinator dispatches it again at its deadline)");
+                parley_telemetry::metrics().task_dead_lettered(kind, DeadLetterReason::Abandoned);
+                let _ = msg.ack_with(AckKind::Term).await;
+            } else {
+                tracing::warn!(task = %task.id, "giving the task back");
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                    .await;
+            }
             return;
         }
     }
@@ -635,7 +975,11 @@ async fn store_result(shared: &Shared, result: &TaskResult) -> Option<Stored> {
     let deadline = tokio::time::Instant::now() + STORE_PATIENCE;
     let mut backoff = Duration::from_millis(100);
     loop {
-        match shared.store.store_result(result).await {
+        // A call may wait out Redis's reconnection attempts: the drain does not.
+        let Some(stored) = until_hard_stop(shared, shared.store.store_result(result)).await else {
+            return None;
+        };
+        match stored {
             Ok(stored) => return Some(stored),
             Err(e) if tokio::time::Instant::now() + backoff < deadline => {
                 tracing::warn!(task = %result.task_id, error = %e, retry_ms = backoff.as_millis() as u64, "cannot store the result yet; retrying");
@@ -689,24 +1033,24 @@ async fn execute(shared: &Shared, task: &Task) -> TaskResult {
     }
 }
 
-/// Tells the coordinator a result of this attempt is stored (a small [`TaskNotice`]; the
-/// result itself is read from Redis).
+/// Tells the coordinator a result of this attempt is stored: a [`ResultNotice`], ids only;
+/// the content stays in Redis.
 async fn notify(shared: &Shared, result: &TaskResult) {
-    let notice = TaskNotice::result(&result.debate_id, &result.task_id, result.attempt);
-    publish_notice(shared, &notice).await;
+    publish_notice(shared, &ResultNotice::of(result)).await;
 }
 
 /// Tells the coordinator the task went back to the queue for `delay` (it moves the task's
 /// deadline accordingly).
 async fn notify_hand_back(shared: &Shared, task: &Task, delay: Duration) {
-    let notice = TaskNotice {
-        handed_back_ms: Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)),
-        ..TaskNotice::result(&task.debate_id, &task.id, task.attempt)
+    let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+    let notice = ResultNotice {
+        handed_back_ms: Some(ms.min(parley_protocol::MAX_HANDED_BACK_MS)),
+        ..ResultNotice::result(&task.debate_id, &task.id, task.attempt)
     };
     publish_notice(shared, &notice).await;
 }
 
-async fn publish_notice(shared: &Shared, notice: &TaskNotice) {
+async fn publish_notice(shared: &Shared, notice: &ResultNotice) {
     let Ok(body) = serde_json::to_vec(notice) else {
         return;
     };

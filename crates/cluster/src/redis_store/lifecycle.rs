@@ -12,7 +12,9 @@ use super::{decode, key, result_field, RedisStore, Result};
 
 /// Every key a debate owns that has no TTL of its own (lease, claims and snapshots have
 /// one): what retention expires and `retry` keeps again.
-pub const DEBATE_KEYS: [&str; 6] = ["spec", "state", "results", "tasks", "cancel", "failures"];
+pub const DEBATE_KEYS: [&str; 7] = [
+    "spec", "state", "results", "tasks", "cancel", "failures", "secret",
+];
 
 /// Entries kept in `parley:deadletter` (the newest first).
 pub const DEAD_LETTERS_KEPT: isize = 1000;

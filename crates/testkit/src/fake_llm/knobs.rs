@@ -84,6 +84,20 @@ pub enum Fault {
         /// How many matching requests; `None` = all of them.
         times: Option<usize>,
     },
+    /// Answer with exactly this status, these headers and this body (a redirect with
+    /// `Location`, a 429 with hostile `Retry-After` values, an oversized body, ...).
+    Reply {
+        /// HTTP status code.
+        status: u16,
+        /// Response headers (name, value); values that are not valid header text are skipped.
+        headers: Vec<(String, String)>,
+        /// Response body.
+        body: String,
+        /// Which requests get it.
+        matching: Match,
+        /// How many matching requests; `None` = all of them.
+        times: Option<usize>,
+    },
     /// Never answer: the handler sleeps until the `FakeLlm` is dropped (then it answers
     /// 503 so the connection closes). Recorded with status 0.
     Hang {
@@ -98,6 +112,7 @@ impl Fault {
     pub(crate) fn matching(&self) -> &Match {
         match self {
             Fault::Status { matching, .. }
+            | Fault::Reply { matching, .. }
             | Fault::RateLimited { matching, .. }
             | Fault::Malformed { matching, .. }
             | Fault::Hang { matching, .. } => matching,
@@ -107,6 +122,7 @@ impl Fault {
     pub(crate) fn times(&self) -> Option<usize> {
         match self {
             Fault::Status { times, .. }
+            | Fault::Reply { times, .. }
             | Fault::RateLimited { times, .. }
             | Fault::Malformed { times, .. }
             | Fault::Hang { times, .. } => *times,

@@ -128,7 +128,7 @@ impl Plan {
             Plan::NotFound(_) => 404,
             Plan::BadRequest(_) => 400,
             Plan::RateLimited(_) => 429,
-            Plan::Fault(Fault::Status { status, .. }, _) => *status,
+            Plan::Fault(Fault::Status { status, .. } | Fault::Reply { status, .. }, _) => *status,
             Plan::Fault(Fault::RateLimited { .. }, _) => 429,
             Plan::Fault(Fault::Malformed { .. }, _) => 200,
             Plan::Fault(Fault::Hang { .. }, _) => 0,
@@ -410,6 +410,25 @@ async fn handle(
                     } else {
                         text_response(code, "text/plain; charset=utf-8", body)
                     }
+                }
+                Fault::Reply {
+                    status,
+                    headers,
+                    body,
+                    ..
+                } => {
+                    let code =
+                        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                    let mut resp = text_response(code, "application/json", body);
+                    for (name, value) in headers {
+                        if let (Ok(n), Ok(v)) = (
+                            header::HeaderName::from_bytes(name.as_bytes()),
+                            header::HeaderValue::from_str(&value),
+                        ) {
+                            resp.headers_mut().insert(n, v);
+                        }
+                    }
+                    resp
                 }
                 _ => json_response(StatusCode::OK, wire::MALFORMED_BODY.to_string()),
             }

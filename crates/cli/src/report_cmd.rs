@@ -1,0 +1,94 @@
+//! `parley report <debate.json>`: the Markdown report of `run --report`, from any saved
+//! debate — an embedded run's `./debates/<id>.json`, a `run --output x.json`, or the output of
+//! `parley status <id>` (the same DebateState JSON).
+
+use std::path::PathBuf;
+
+use parley_protocol::DebateState;
+
+use crate::config::{self, Overrides};
+use crate::{report, CliError};
+
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// The saved debate (DebateState JSON).
+    #[arg(value_name = "DEBATE_JSON", required_unless_present = "debate_flag")]
+    pub debate: Option<PathBuf>,
+    /// The saved debate, as dialectic's `report --debate F` names it.
+    #[arg(long = "debate", value_name = "FILE", conflicts_with = "debate")]
+    pub debate_flag: Option<PathBuf>,
+    /// The debate configuration it ran with, for the agents table (names, models,
+    /// temperatures); without it the table lists the agents that contributed.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Write the report here instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also print where the report went (on stderr).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+}
+
+pub fn report(args: ReportArgs) -> Result<(), CliError> {
+    let Some(file) = args.debate.as_ref().or(args.debate_flag.as_ref()) else {
+        return Err(CliError::usage(
+            "name the saved debate: parley report <debate.json>",
+        ));
+    };
+    let path = file.display().to_string();
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CliError::usage(format!("cannot read the saved debate {path}: {e}")))?;
+    let state: DebateState = serde_json::from_str(&text).map_err(|e| {
+        CliError::usage(format!(
+            "{path} is not a saved debate (DebateState JSON): {e}"
+        ))
+    })?;
+    let spec = match &args.config {
+        Some(c) => {
+            if !c.is_file() {
+                return Err(CliError::config(format!(
+                    "configuration file {} not found",
+                    c.display()
+                )));
+            }
+            let mut warn = |w: String| eprintln!("warning: {w}");
+            let loaded = config::load(Some(c), &mut warn)?;
+            let mut spec = config::build_spec(
+                loaded,
+                state.problem.clone(),
+                &Overrides::default(),
+                &mut warn,
+            )?;
+            // The debate may have run with a subset (`--agents`): the table lists the agents
+            // that took part, as the config describes them.
+            let spoke: std::collections::BTreeSet<&str> = state
+                .rounds
+                .iter()
+                .flat_map(|r| &r.contributions)
+                .map(|c| c.agent_id.as_str())
+                .collect();
+            if !spoke.is_empty() {
+                spec.agents.retain(|a| spoke.contains(a.id.as_str()));
+            }
+            Some(spec)
+        }
+        None => None,
+    };
+    let md = report::markdown(spec.as_ref(), &state);
+    match &args.output {
+        Some(out) => {
+            std::fs::write(out, md).map_err(|e| {
+                CliError::general(format!("cannot write the report {}: {e}", out.display()))
+            })?;
+            if args.verbose {
+                eprintln!(
+                    "Wrote the report of debate {} to {}",
+                    state.id,
+                    out.display()
+                );
+            }
+        }
+        None => print!("{md}"),
+    }
+    Ok(())
+}

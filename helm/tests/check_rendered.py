@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Checks manifests rendered from helm/parley (scripts/check-chart.sh runs this).
+
+    check_rendered.py FILE.yaml...            validate + assert, print a summary per file
+    check_rendered.py --to-json < FILE.yaml   print the documents as one JSON array
+    check_rendered.py --checksums FILE.yaml   print each Deployment's checksum annotations
+
+For every file:
+- custom resources (ScaledObject, ServiceMonitor, PodMonitor) are validated against the
+  strict JSON schemas in helm/tests/schemas/ (unknown fields rejected); any other custom
+  resource is an error (Kubernetes' own kinds are kubernetes-validate's job);
+- assertions a reviewer would check by hand (the settings keys, stream and consumer names
+  are read from the services' sources, so the checks follow them): no `replicas` on a Deployment an autoscaler
+  owns; trigger metadata values are strings and name the stream/consumers the services
+  create; min <= max (KEDA's CEL rule, which a JSON schema cannot express); the grace
+  period exceeds the worker's drain_secs; PDB, Service, NetworkPolicy and monitor selectors
+  select the pods they are meant to (and not the `helm test` pod); no container can run as
+  root, escalate, write its root filesystem or keep a capability; probes use the named
+  metrics port; the services' TOML settings parse and use only keys the services take; no
+  API key lands in a ConfigMap and the coordinator gets none.
+
+Exit status 1 with every problem listed when any check fails.
+"""
+
+import json
+import os
+import re
+import sys
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11: the same parser, installed by scripts/check-chart.sh
+    import tomli as tomllib
+
+import jsonschema
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCHEMAS = {
+    ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda.sh-v1alpha1.json",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring.coreos.com-v1.json",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor-monitoring.coreos.com-v1.json",
+}
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def _source(path):
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def _settings_keys():
+    """The keys of the services' TOML settings file: the fields of `SettingsFile`
+    (deny_unknown_fields) in crates/cluster/src/settings.rs."""
+    body = re.search(r"pub struct SettingsFile \{(.*?)\n\}", _source("crates/cluster/src/settings.rs"), re.S)
+    keys = set(re.findall(r"^\s*pub (\w+):", body.group(1), re.M)) if body else set()
+    if not keys:
+        sys.exit("cannot read SettingsFile's fields from crates/cluster/src/settings.rs")
+    return keys
+
+
+def _jetstream_names():
+    """The tasks stream (crates/protocol/src/subjects.rs) and the consumer of each worker
+    kind (crates/cluster/src/streams.rs) the services create."""
+    stream = re.search(r'TASKS_STREAM: &str = "([^"]+)"', _source("crates/protocol/src/subjects.rs"))
+    streams_rs = _source("crates/cluster/src/streams.rs")
+    agent = re.search(r'WorkerKind::Agent => "([^"]+)"', streams_rs)
+    judge = re.search(r'WorkerKind::Judge => "([^"]+)"', streams_rs)
+    if not (stream and agent and judge):
+        sys.exit("cannot read the stream / consumer names from the services' sources")
+    return stream.group(1), {"agent-worker": agent.group(1), "judge-worker": judge.group(1)}
+
+
+SETTINGS_KEYS = _settings_keys()
+STREAM, CONSUMERS = _jetstream_names()
+COMPONENTS = ["coordinator", "agent-worker", "judge-worker"]
+API_KEY_VARS = {"OPENAI_API_KEY", "OPENROUTER_API_KEY", "OPENAI_COMPATIBLE_API_KEY"}
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def selects(selector, labels):
+    """A LabelSelector (matchLabels + matchExpressions) against a label map."""
+    labels = labels or {}
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, vals = e["key"], e["operator"], e.get("values") or []
+        if op == "In" and labels.get(key) not in vals:
+            return False
+        if op == "NotIn" and labels.get(key) in vals:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+class Check:
+    def __init__(self, path):
+        self.path = os.path.basename(path)
+        self.docs = load(path)
+        self.problems = []
+
+    def fail(self, msg):
+        self.problems.append(msg)
+
+    def of(self, kind):
+        return [d for d in self.docs if d.get("kind") == kind]
+
+    def name(self, d):
+        return d["metadata"]["name"]
+
+    def component(self, d):
+        return (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+
+    # ------------------------------------------------------------------ checks ---
+    def custom_resources(self):
+        for d in self.docs:
+            api, kind = d.get("apiVersion", ""), d.get("kind", "")
+            key = (api, kind)
+            builtin = "." not in api.split("/")[0] or api.split("/")[0].endswith(".k8s.io")
+            if key in SCHEMAS:
+                with open(os.path.join(HERE, "schemas", SCHEMAS[key]), encoding="utf-8") as f:
+                    schema = json.load(f)
+                v = jsonschema.Draft202012Validator(schema)
+                for e in sorted(v.iter_errors(d), key=lambda e: list(e.absolute_path)):
+                    where = "/".join(str(p) for p in e.absolute_path) or "(root)"
+                    self.fail(f"{kind}/{self.name(d)}: {where}: {e.message}")
+            elif not builtin:
+                self.fail(f"{kind} {api} has no schema here: add one to helm/tests/schemas")
+
+    def workloads(self):
+        deployments = {self.name(d): d for d in self.of("Deployment")}
+        scaled = {d["spec"]["scaleTargetRef"]["name"] for d in self.of("ScaledObject")}
+        hpa = {d["spec"]["scaleTargetRef"]["name"] for d in self.of("HorizontalPodAutoscaler")}
+        for target in scaled | hpa:
+            if target not in deployments:
+                self.fail(f"an autoscaler targets Deployment {target}, which is not rendered")
+        for target in scaled & hpa:
+            self.fail(f"Deployment {target} has both a ScaledObject and an HPA")
+        if {self.component(d) for d in deployments.values()} != set(COMPONENTS):
+            self.fail(f"expected one Deployment per component {COMPONENTS}")
+        for name, d in deployments.items():
+            owned = name in scaled or name in hpa
+            if owned and "replicas" in d["spec"]:
+                self.fail(f"Deployment {name}: replicas is set although an autoscaler owns it")
+            if not owned and "replicas" not in d["spec"]:
+                self.fail(f"Deployment {name}: no replicas and no autoscaler")
+            pod_labels = d["spec"]["template"]["metadata"]["labels"]
+            if not selects(d["spec"]["selector"], pod_labels):
+                self.fail(f"Deployment {name}: selector does not match its pod template")
+            ann = d["spec"]["template"]["metadata"].get("annotations") or {}
+            if not HEX64.match(str(ann.get("checksum/config", ""))):
+                self.fail(f"Deployment {name}: no checksum/config annotation")
+
+    def triggers(self):
+        for so in self.of("ScaledObject"):
+            name, comp = self.name(so), self.component(so)
+            spec = so["spec"]
+            lo, hi = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+            # (non-integers are the schema's finding, reported by custom_resources)
+            if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+                self.fail(f"ScaledObject {name}: minReplicaCount {lo} > maxReplicaCount {hi}")
+            trig = spec["triggers"]
+            if len(trig) != 1 or trig[0]["type"] != "nats-jetstream":
+                self.fail(f"ScaledObject {name}: expected one nats-jetstream trigger")
+                continue
+            md = trig[0]["metadata"]
+            not_strings = [k for k, v in md.items() if not isinstance(v, str)]
+            for k in not_strings:
+                self.fail(f"ScaledObject {name}: trigger metadata {k} is {type(md[k]).__name__}, not a string")
+            if not_strings:
+                continue
+            need = {"natsServerMonitoringEndpoint", "account", "stream", "consumer",
+                    "lagThreshold", "activationLagThreshold"}
+            if need - md.keys():
+                self.fail(f"ScaledObject {name}: trigger lacks {sorted(need - md.keys())}")
+                continue
+            if md["stream"] != STREAM:
+                self.fail(f"ScaledObject {name}: stream {md['stream']!r}, the services create {STREAM}")
+            if md["consumer"] != CONSUMERS.get(comp):
+                self.fail(f"ScaledObject {name} ({comp}): consumer {md['consumer']!r}, expected {CONSUMERS.get(comp)!r}")
+            if not re.fullmatch(r"[^/:\s]+:\d+", md["natsServerMonitoringEndpoint"]):
+                self.fail(f"ScaledObject {name}: natsServerMonitoringEndpoint must be host:port")
+            if not md["lagThreshold"].isdigit() or int(md["lagThreshold"]) < 1:
+                self.fail(f"ScaledObject {name}: lagThreshold {md['lagThreshold']!r} is not a positive integer")
+            if not md["activationLagThreshold"].isdigit():
+                self.fail(f"ScaledObject {name}: activationLagThreshold is not an integer")
+            if md.get("useHttps", "false") not in ("true", "false"):
+                self.fail(f"ScaledObject {name}: useHttps must be \"true\" or \"false\"")
+
+    def settings(self):
+        cms = self.of("ConfigMap")
+        if len(cms) != 1:
+            self.fail(f"expected one ConfigMap, found {len(cms)}")
+            return {}
+        data = cms[0].get("data") or {}
+        parsed = {}
+        for comp in COMPONENTS:
+            text = data.get(f"{comp}.toml")
+            if text is None:
+                self.fail(f"ConfigMap lacks {comp}.toml")
+                continue
+            try:
+                s = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as e:
+                self.fail(f"{comp}.toml does not parse: {e}")
+                continue
+            unknown = set(s) - SETTINGS_KEYS
+            if unknown:
+                self.fail(f"{comp}.toml has keys the services refuse: {sorted(unknown)}")
+            parsed[comp] = s
+        try:
+            json.loads(data.get("debate-config.json", ""))
+        except ValueError as e:
+            self.fail(f"debate-config.json does not parse: {e}")
+        return parsed
+
+    def pods(self, settings):
+        """Every pod template (Deployments) and bare pod (the helm test hook)."""
+        pods = [(f"Deployment/{self.name(d)}", self.component(d), d["spec"]["template"])
+                for d in self.of("Deployment")]
+        pods += [(f"Pod/{self.name(p)}", self.component(p), p) for p in self.of("Pod")]
+        for where, comp, pod in pods:
+            spec = pod["spec"]
+            psc = spec.get("securityContext") or {}
+            if spec.get("automountServiceAccountToken") is not False:
+                self.fail(f"{where}: the service-account token is mounted")
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                csc = c.get("securityContext") or {}
+                eff = lambda k: csc.get(k, psc.get(k))  # noqa: E731
+                if eff("runAsNonRoot") is not True:
+                    self.fail(f"{where}/{c['name']}: runAsNonRoot is not true")
+                if eff("runAsUser") in (None, 0):
+                    self.fail(f"{where}/{c['name']}: runAsUser is {eff('runAsUser')} (must be a non-zero uid)")
+                if csc.get("allowPrivilegeEscalation") is not False:
+                    self.fail(f"{where}/{c['name']}: allowPrivilegeEscalation is not false")
+                if csc.get("privileged"):
+                    self.fail(f"{where}/{c['name']}: privileged")
+                if csc.get("readOnlyRootFilesystem") is not True:
+                    self.fail(f"{where}/{c['name']}: the root filesystem is writable")
+                if "ALL" not in ((csc.get("capabilities") or {}).get("drop") or []):
+                    self.fail(f"{where}/{c['name']}: capabilities are not dropped (drop: [ALL])")
+                if (csc.get("capabilities") or {}).get("add"):
+                    self.fail(f"{where}/{c['name']}: adds capabilities")
+                seccomp = (eff("seccompProfile") or {}).get("type")
+                if seccomp != "RuntimeDefault":
+                    self.fail(f"{where}/{c['name']}: seccompProfile is {seccomp}, not RuntimeDefault")
+            if not where.startswith("Deployment/"):
+                continue
+            c = spec["containers"][0]
+            ports = {p.get("name"): p for p in c.get("ports", [])}
+            if "metrics" not in ports:
+                self.fail(f"{where}: no container port named metrics")
+            for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"),
+                                ("readinessProbe", "/readyz")):
+                got = (c.get(probe) or {}).get("httpGet") or {}
+                if got.get("path") != path or got.get("port") != "metrics":
+                    self.fail(f"{where}: {probe} is {got}, expected GET {path} on port metrics")
+            env = {e["name"]: e for e in c.get("env", [])}
+            if comp == "coordinator" and API_KEY_VARS & env.keys():
+                self.fail(f"{where}: the coordinator gets API keys {sorted(API_KEY_VARS & env.keys())}")
+            for var in API_KEY_VARS & env.keys():
+                if "value" in env[var]:
+                    self.fail(f"{where}: {var} is a literal value, not a secretKeyRef")
+            want = f"/etc/parley/{comp}.toml"
+            if (env.get("PARLEY_SETTINGS") or {}).get("value") != want:
+                self.fail(f"{where}: PARLEY_SETTINGS is not {want}")
+            mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+            if "/etc/parley" not in mounts or "/tmp" not in mounts:
+                self.fail(f"{where}: expected the config at /etc/parley and an emptyDir at /tmp")
+            if comp in settings:
+                drain = settings[comp].get("drain_secs", 20)
+                grace = spec.get("terminationGracePeriodSeconds", 30)
+                if grace <= drain:
+                    self.fail(f"{where}: terminationGracePeriodSeconds {grace} <= drain_secs {drain}")
+
+    def selectors(self):
+        pods = {self.component(d): d["spec"]["template"]["metadata"]["labels"]
+                for d in self.of("Deployment")}
+        test_pods = [p["metadata"].get("labels") or {} for p in self.of("Pod")]
+        services = {self.component(s): s for s in self.of("Service")}
+
+        def exactly(kind, name, selector, comp):
+            hits = [c for c, labels in pods.items() if selects(selector, labels)]
+            if hits != [comp]:
+                self.fail(f"{kind}/{name}: selects {hits}, expected [{comp}]")
+            if any(selects(selector, t) for t in test_pods):
+                self.fail(f"{kind}/{name}: selects the helm test pod")
+
+        for pdb in self.of("PodDisruptionBudget"):
+            exactly("PodDisruptionBudget", self.name(pdb), pdb["spec"]["selector"], self.component(pdb))
+        for svc in services.values():
+            exactly("Service", self.name(svc), {"matchLabels": svc["spec"]["selector"]}, self.component(svc))
+            if [p.get("targetPort") for p in svc["spec"]["ports"]] != ["metrics"]:
+                self.fail(f"Service/{self.name(svc)}: expected one port targeting metrics")
+        for np in self.of("NetworkPolicy"):
+            exactly("NetworkPolicy", self.name(np), np["spec"]["podSelector"], self.component(np))
+            if self.component(np) != "coordinator":
+                continue
+            # `helm test` reaches the coordinator's /readyz through its ingress rule.
+            for rule in np["spec"].get("ingress") or []:
+                peers = rule.get("from")
+                if peers is None:
+                    continue
+                if not any("podSelector" in p and "namespaceSelector" not in p
+                           and selects(p["podSelector"], t) for p in peers for t in test_pods):
+                    self.fail(f"NetworkPolicy/{self.name(np)}: the helm test pod cannot reach the metrics port")
+        for sm in self.of("ServiceMonitor"):
+            hits = sorted(c for c, s in services.items()
+                          if selects(sm["spec"]["selector"], s["metadata"]["labels"]))
+            if hits != sorted(COMPONENTS):
+                self.fail(f"ServiceMonitor/{self.name(sm)}: selects Services {hits}, expected all three")
+            if [e.get("port") for e in sm["spec"]["endpoints"]] != ["metrics"]:
+                self.fail(f"ServiceMonitor/{self.name(sm)}: expected the metrics port")
+        for pm in self.of("PodMonitor"):
+            hits = sorted(c for c, labels in pods.items() if selects(pm["spec"]["selector"], labels))
+            if hits != sorted(COMPONENTS):
+                self.fail(f"PodMonitor/{self.name(pm)}: selects pods of {hits}, expected all three")
+            if any(selects(pm["spec"]["selector"], t) for t in test_pods):
+                self.fail(f"PodMonitor/{self.name(pm)}: selects the helm test pod")
+
+    def secrets(self):
+        cms = json.dumps([d.get("data") for d in self.of("ConfigMap")])
+        for s in self.of("Secret"):
+            for k, v in (s.get("data") or {}).items():
+                if v and v in cms:
+                    self.fail(f"Secret key {k} also appears in a ConfigMap")
+        for marker in ("sk-test-", "hunter2"):
+            if marker in cms:
+                self.fail(f"a secret-looking value ({marker}...) is in a ConfigMap")
+
+    def run(self):
+        self.custom_resources()
+        self.workloads()
+        self.triggers()
+        settings = self.settings()
+        self.pods(settings)
+        self.selectors()
+        self.secrets()
+        return self.problems
+
+    def summary(self):
+        rows = []
+        for d in self.docs:
+            extra = ""
+            if d["kind"] == "Deployment":
+                spec = d["spec"]
+                extra = f" replicas={spec.get('replicas', '-')} grace={spec['template']['spec'].get('terminationGracePeriodSeconds')}s image={spec['template']['spec']['containers'][0]['image']}"
+            elif d["kind"] == "ScaledObject":
+                md = d["spec"]["triggers"][0]["metadata"]
+                extra = (f" {d['spec'].get('minReplicaCount')}..{d['spec'].get('maxReplicaCount')}"
+                         f" account={md.get('account')} stream={md.get('stream')} consumer={md.get('consumer')}"
+                         f" lagThreshold={md.get('lagThreshold')}")
+            elif d["kind"] == "HorizontalPodAutoscaler":
+                extra = f" {d['spec']['minReplicas']}..{d['spec']['maxReplicas']} cpu"
+            rows.append(f"    {d['kind']}/{d['metadata']['name']}{extra}")
+        return "\n".join(rows)
+
+
+def main(argv):
+    if argv[1:2] == ["--to-json"]:
+        json.dump([d for d in yaml.safe_load_all(sys.stdin) if d], sys.stdout)
+        return 0
+    if argv[1:2] == ["--checksums"]:
+        for d in load(argv[2]):
+            if d.get("kind") == "Deployment":
+                ann = d["spec"]["template"]["metadata"].get("annotations") or {}
+                print(d["metadata"]["name"], ann.get("checksum/config"), ann.get("checksum/secret", "-"))
+        return 0
+    failed = False
+    for path in argv[1:]:
+        c = Check(path)
+        problems = c.run()
+        status = "FAIL" if problems else "ok"
+        print(f"  {c.path}: {len(c.docs)} resources, {status}")
+        print(c.summary())
+        for p in problems:
+            print(f"    PROBLEM: {p}")
+        failed |= bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

