@@ -302,11 +302,8 @@ impl Actor for DebateActor {
                 for f in fields {
                     let r = &results[f];
                     if state.wants(r, None, Noise::Resuming) {
-                        effects.extend(
-                            state
-                                .machine
-                                .handle(Input::Result(bounded(r.clone())), now),
-                        );
+                        effects
+                            .extend(state.machine.handle(Input::Result(bounded(r.clone())), now));
                     }
                 }
                 // A dispatch the batch answered itself (or superseded) need not go out.

@@ -358,6 +358,31 @@ async fn drain(
     gave_up
 }
 
+/// How long the storage part of a submission or a status request may take before it is
+/// answered `unavailable`: under the 10 s a NATS client waits for a reply by default,
+/// although one Redis call may take up to `parley_cluster::redis_store::RESPONSE_TIMEOUT`
+/// (10 s, for large checkpoints). A submission cut short may have stored its spec without
+/// starting (as after any storage error); with an idempotency key, sending it again
+/// completes it. (Starting the debate's actor is not cut short: the debate exists then.)
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(7);
+
+/// `fut`'s reply, or `unavailable` when it takes longer than [`REQUEST_DEADLINE`].
+async fn within_deadline<T>(
+    fut: impl std::future::Future<Output = Result<T, ErrorReply>>,
+) -> Result<T, ErrorReply> {
+    tokio::time::timeout(REQUEST_DEADLINE, fut)
+        .await
+        .unwrap_or_else(|_| {
+            Err(err(
+                ErrorCode::Unavailable,
+                format!(
+                    "storage did not answer within {} s; try again",
+                    REQUEST_DEADLINE.as_secs()
+                ),
+            ))
+        })
+}
+
 /// The metric label of a request subject.
 fn subject_label(subject: &str) -> &'static str {
     match subject {
@@ -395,7 +420,7 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
             let subject = msg.subject.to_string();
             let reply = match subject.as_str() {
                 subjects::SUBMIT => Some(svc.submit(&msg.payload).await),
-                subjects::STATUS => Some(svc.status(&msg.payload).await),
+                subjects::STATUS => Some(within_deadline(svc.status(&msg.payload)).await),
                 subjects::RETRY => Some(svc.user_command(&msg.payload, Command::Retry).await),
                 subjects::CANCEL => Some(svc.user_command(&msg.payload, Command::Cancel).await),
                 s => svc.control(s).await,
@@ -590,7 +615,25 @@ impl Service {
 
     async fn submit(&self, payload: &[u8]) -> Reply {
         let spec = decode_submission(payload, &self.policy).map_err(ErrorReply::from)?;
+        let (id, start) = within_deadline(self.create(spec)).await?;
+        if start {
+            match self.adopt(&id, None).await {
+                // Another replica's scan may have been quicker: it runs the debate.
+                Ok(()) | Err(AdoptError::OwnedElsewhere) => {}
+                // The scan retries later.
+                Err(e) => tracing::warn!(debate = %id, error = %e, "cannot start the debate yet"),
+            }
+            tracing::info!(debate = %id, "debate accepted");
+        }
+        Ok(json!({ "debateId": id }))
+    }
 
+    /// Stores a submitted debate (every step create-if-absent); its id, and whether this
+    /// replica should start it (not when it has already started).
+    async fn create(
+        &self,
+        spec: parley_protocol::DebateSpec,
+    ) -> Result<(String, bool), ErrorReply> {
         let now = Utc::now();
         let mut id = new_debate_id(now);
         if let Some(key) = &spec.idempotency_key {
@@ -643,18 +686,11 @@ impl Service {
             let stored = self.store.state(&id).await.map_err(unavailable)?;
             if stored.is_some_and(|cp| cp.state.status != DebateStatus::Pending) {
                 // Already started (or settled): its owner, or the scan, takes care of it.
-                return Ok(json!({ "debateId": id }));
+                return Ok((id, false));
             }
         }
         self.store.mark_running(&id).await.map_err(unavailable)?;
-        match self.adopt(&id, None).await {
-            // Another replica's scan may have been quicker: it runs the debate.
-            Ok(()) | Err(AdoptError::OwnedElsewhere) => {}
-            // The scan retries later.
-            Err(e) => tracing::warn!(debate = %id, error = %e, "cannot start the debate yet"),
-        }
-        tracing::info!(debate = %id, "debate accepted");
-        Ok(json!({ "debateId": id }))
+        Ok((id, true))
     }
 
     async fn status(&self, payload: &[u8]) -> Reply {

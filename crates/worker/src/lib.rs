@@ -520,7 +520,13 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
     let tref: TaskRef = match serde_json::from_slice(&msg.payload) {
         Ok(t) => t,
         Err(e) => {
-            reject(msg, RejectReason::Invalid, "not a task reference", e.to_string()).await;
+            reject(
+                msg,
+                RejectReason::Invalid,
+                "not a task reference",
+                e.to_string(),
+            )
+            .await;
             return;
         }
     };
@@ -530,7 +536,13 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         return;
     }
     if let Err(e) = tref.validate() {
-        reject(msg, RejectReason::Invalid, "an invalid task reference", e.to_string()).await;
+        reject(
+            msg,
+            RejectReason::Invalid,
+            "an invalid task reference",
+            e.to_string(),
+        )
+        .await;
         return;
     }
     let msg = Arc::new(msg);
@@ -976,9 +988,7 @@ async fn store_result(shared: &Shared, result: &TaskResult) -> Option<Stored> {
     let mut backoff = Duration::from_millis(100);
     loop {
         // A call may wait out Redis's reconnection attempts: the drain does not.
-        let Some(stored) = until_hard_stop(shared, shared.store.store_result(result)).await else {
-            return None;
-        };
+        let stored = until_hard_stop(shared, shared.store.store_result(result)).await?;
         match stored {
             Ok(stored) => return Some(stored),
             Err(e) if tokio::time::Instant::now() + backoff < deadline => {
