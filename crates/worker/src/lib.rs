@@ -7,7 +7,8 @@
 //!
 //! # Delivery semantics (at least once, completed work never repeated)
 //! A task message is a [`TaskRef`]: the task's body is in Redis (claim check), so messages
-//! stay small whatever the debate's size. For each message the worker reads, in one round
+//! stay small whatever the debate's size. (A message that holds the whole task, from a
+//! coordinator of an older build, is run as it is: upgrade workers first.) For each message the worker reads, in one round
 //! trip, the task's successful result, this attempt's stored failure, the debate's cancel
 //! mark, whether the debate still exists, and the body. A task whose result is stored (or
 //! this attempt answered) is acked and skipped (no LLM call); so is a task of a cancelled
@@ -356,7 +357,14 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         let _ = msg.ack().await;
         return;
     }
-    let task: Task = match lookup.body.as_deref().map(serde_json::from_str::<Task>) {
+    // A coordinator of an older build put the whole task in the message (a rolling
+    // upgrade: workers first); it stored no body.
+    let body = lookup
+        .body
+        .as_deref()
+        .map(serde_json::from_str::<Task>)
+        .or_else(|| serde_json::from_slice::<Task>(&msg.payload).ok().map(Ok));
+    let task: Task = match body {
         Some(Ok(t))
             if t.id == tref.id && t.debate_id == tref.debate_id && t.attempt == tref.attempt =>
         {
