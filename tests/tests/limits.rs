@@ -823,3 +823,53 @@ async fn finished_debates_expire_after_the_retention() {
         .clone();
     assert!(events.max_bytes > 0 && events.max_age > Duration::ZERO);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_an_inline_task_of_an_older_coordinator() {
+    let c = Cluster::start().await;
+    let _coord = c.coordinator();
+    let _judge = c.worker("judge");
+    let id = c.submit(&spec("Design a changelog service")).await;
+    assert!(
+        until(Duration::from_secs(30), || async {
+            queued_tasks(&c).await == 3
+        })
+        .await
+    );
+    // Replace the three task references by the tasks themselves, as a coordinator of an
+    // older build published them (and stored no bodies).
+    let js = jetstream::new(c.client.clone());
+    js.get_stream("PARLEY_TASKS")
+        .await
+        .unwrap()
+        .purge()
+        .await
+        .unwrap();
+    let mut conn = redis(&c).await;
+    let key = format!("parley:{{{id}}}:tasks");
+    let bodies: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(bodies.len(), 3);
+    for (field, body) in &bodies {
+        let _: i64 = redis::cmd("HDEL")
+            .arg(&key)
+            .arg(field)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", format!("{field}/inline").as_str());
+        js.publish_with_headers("parley.tasks.agent", headers, body.clone().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let agent = c.worker("agent");
+    assert_complete(&c.wait_done(&id, Duration::from_secs(45)).await);
+    assert!(!agent.log().contains("is not stored"), "{}", agent.log());
+    assert_eq!(c.fake.request_count(), 22);
+}

@@ -175,3 +175,70 @@ async fn main() -> ExitCode {
     let result = run(config, token).await;
     parley_cluster::exit_service(result, telemetry)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<CoordinatorConfig, String> {
+        let mut argv = vec!["parley-coordinator"];
+        argv.extend_from_slice(args);
+        settings(&Args::parse_from(argv))
+    }
+
+    #[test]
+    fn retention_and_deadline_margin_are_layered_and_validated() {
+        let c = parse(&["--metrics-addr", "off"]).unwrap();
+        assert_eq!(c.retention, Some(DEFAULT_RETENTION));
+        assert_eq!(
+            c.task_deadline_margin,
+            Duration::from_secs(DEFAULT_TASK_DEADLINE_MARGIN_SECS)
+        );
+        let c = parse(&[
+            "--metrics-addr",
+            "off",
+            "--retention",
+            "2h",
+            "--task-deadline-margin-secs",
+            "7",
+        ])
+        .unwrap();
+        assert_eq!(c.retention, Some(Duration::from_secs(7200)));
+        assert_eq!(c.task_deadline_margin, Duration::from_secs(7));
+        let c = parse(&["--metrics-addr", "off", "--retention", "0"]).unwrap();
+        assert_eq!(c.retention, None, "0 keeps finished debates forever");
+
+        let dir =
+            std::env::temp_dir().join(format!("parley-coord-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("parley.toml");
+        std::fs::write(&file, "retention = 3600\ntask_deadline_margin_secs = 0\n").unwrap();
+        let e = parse(&[
+            "--metrics-addr",
+            "off",
+            "--settings",
+            file.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        assert!(e.contains("task_deadline_margin_secs"), "{e}");
+        std::fs::write(&file, "retention = \"a week\"\n").unwrap();
+        let e = parse(&[
+            "--metrics-addr",
+            "off",
+            "--settings",
+            file.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        assert!(e.contains("retention"), "{e}");
+        std::fs::write(&file, "retention = 3600\n").unwrap();
+        let c = parse(&[
+            "--metrics-addr",
+            "off",
+            "--settings",
+            file.to_str().unwrap(),
+        ])
+        .unwrap();
+        assert_eq!(c.retention, Some(Duration::from_secs(3600)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

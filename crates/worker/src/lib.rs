@@ -7,7 +7,8 @@
 //!
 //! # Delivery semantics (at least once, completed work never repeated)
 //! A task message is a [`TaskRef`]: the task's body is in Redis (claim check), so messages
-//! stay small whatever the debate's size. For each message the worker reads, in one round
+//! stay small whatever the debate's size. (A message that holds the whole task, from a
+//! coordinator of an older build, is run as it is: upgrade workers first.) For each message the worker reads, in one round
 //! trip, the task's successful result, this attempt's stored failure, the debate's cancel
 //! mark, whether the debate still exists, and the body. A task whose result is stored (or
 //! this attempt answered) is acked and skipped (no LLM call); so is a task of a cancelled
@@ -15,7 +16,7 @@
 //! dead letter. Otherwise the worker calls the LLM, sending progress acks every
 //! [`PROGRESS_EVERY`] so JetStream does not redeliver a long call; then it writes the result
 //! to Redis (first success wins; nothing is written once the debate is gone), THEN publishes
-//! a small [`TaskNotice`] on `parley.results.<debateId>`, THEN acks. A crash anywhere before
+//! a small [`ResultNotice`] on `parley.results.<debateId>`, THEN acks. A crash anywhere before
 //! the ack means the message is redelivered after `ack_wait`; a crash after the Redis write
 //! means the redelivery finds the result and skips the call. A failed call is a result too
 //! (an error outcome the coordinator applies its retry policy to).
@@ -23,16 +24,20 @@
 //! The last delivery (`MAX_DELIVER`) is never nak'ed into oblivion: the worker waits for
 //! Redis (up to [`STORE_PATIENCE`], progress acks going on), runs the task even if a claim
 //! is held or cannot be taken, and stores an error result when it cannot run it (a panic, a
-//! drain, a rate limit that handed the task back on every delivery). Only when Redis stays
-//! unreachable past its patience does it terminate the message and count it as an
-//! `abandoned` dead letter; the coordinator's task deadline then sends a new attempt. An
-//! undecodable payload is terminated and counted too.
+//! drain deadline reached on the last delivery, a rate limit that handed the task back on
+//! every delivery). A task handed back at the drain on an earlier delivery is just nak'ed:
+//! it is not a last-delivery failure. Only when Redis stays unreachable past its patience
+//! does it terminate the message and count it as an `abandoned` dead letter (an answer it
+//! got is stashed first); the coordinator's task deadline then sends a new attempt, which
+//! finds a stashed success.
 //!
 //! # Trust
-//! A task message is outside input until checked: it must decode, pass
-//! [`Task::validate`], and carry the dispatch token the coordinator derives from the
-//! debate's secret in Redis (`parley_cluster::dispatch`; secrets are cached per debate).
-//! Anything else is terminated (never redelivered) with a warning and
+//! A task message is outside input until checked: the reference must decode, pass
+//! [`TaskRef::validate`], and carry the dispatch token the coordinator derives from the
+//! debate's secret in Redis (`parley_cluster::dispatch`; secrets are cached per debate) —
+//! checked before the body is read; the body it names must be for the same task and
+//! attempt and pass [`Task::validate`]. A debate without a secret (unknown, or its keys
+//! expired after the retention) has no valid token. Anything else is terminated (never redelivered) with a warning and
 //! `parley_tasks_rejected_total{reason}`: a forged task runs no LLM call and writes no
 //! result. The endpoint and key of a call come from this worker's settings only (the
 //! operator's config and environment), never from the task; a model outside the
@@ -608,7 +613,14 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         let _ = msg.ack().await;
         return;
     }
-    let task: Task = match lookup.body.as_deref().map(serde_json::from_str::<Task>) {
+    // A coordinator of an older build put the whole task in the message (a rolling
+    // upgrade: workers first); it stored no body.
+    let body = lookup
+        .body
+        .as_deref()
+        .map(serde_json::from_str::<Task>)
+        .or_else(|| serde_json::from_slice::<Task>(&msg.payload).ok().map(Ok));
+    let task: Task = match body {
         Some(Ok(t))
             if t.id == tref.id && t.debate_id == tref.debate_id && t.attempt == tref.attempt =>
         {
