@@ -340,8 +340,11 @@ async fn a_thousand_bad_payloads_per_subject_then_a_good_debate() {
     worker.flush().await.unwrap();
     let (coordinator, _) = connect_watching(&c.nats_url_for("coordinator")).await;
     let js = async_nats::jetstream::new(coordinator);
-    let garbage_tasks = 200;
-    for k in 0..garbage_tasks {
+    // The tasks stream takes messages of at most 64 KiB (task messages are references):
+    // a larger garbage task is refused by JetStream itself and never reaches a worker.
+    let sent_tasks = 200;
+    let (mut garbage_tasks, mut too_large) = (0u32, 0u32);
+    for k in 0..sent_tasks {
         let body = match k % 3 {
             0 => random_bytes(&mut rng),
             1 => deep(&mut rng),
@@ -352,12 +355,19 @@ async fn a_thousand_bad_payloads_per_subject_then_a_good_debate() {
         } else {
             "parley.tasks.judge"
         };
-        js.publish(subject, body.into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        let len = body.len();
+        match js.publish(subject, body.into()).await.unwrap().await {
+            Ok(_) => garbage_tasks += 1,
+            Err(e) => {
+                assert!(
+                    len > 64 * 1024 && e.to_string().contains("message size exceeds"),
+                    "a garbage task of {len} bytes was refused by the stream: {e}"
+                );
+                too_large += 1;
+            }
+        }
     }
+    assert_eq!(garbage_tasks + too_large, sent_tasks);
 
     // A good debate still completes. (`unavailable` means "try again": on a loaded
     // machine Redis may miss its 500 ms response timeout; a client retries.)
@@ -428,7 +438,7 @@ async fn a_thousand_bad_payloads_per_subject_then_a_good_debate() {
     }
     let total: usize = counts.values().sum();
     table.push_str(&format!(
-        "  total bad requests {total}, all answered with an error; 1000 garbage notices and {garbage_tasks} garbage tasks refused; good debate completed\n"
+        "  total bad requests {total}, all answered with an error; 1000 garbage notices and {garbage_tasks} garbage tasks refused by workers ({too_large} larger than 64 KiB refused by the tasks stream); good debate completed\n"
     ));
     eprintln!("{table}");
     assert_eq!(total, 4 * PER_SUBJECT);
