@@ -361,6 +361,19 @@ pub fn resolve_problem(problem: Option<String>, file: Option<&Path>) -> Result<S
     }
 }
 
+/// Loads the local model once, before the debate (or evaluation) starts, and says which:
+/// a missing model file is a configuration error (exit 4) naming the path, not a failure of
+/// the first call.
+pub fn load_local_model(registry: &parley_llm::Registry) -> Result<(), CliError> {
+    let local = registry.local().map_err(|e| CliError::config(e.message))?;
+    eprintln!(
+        "Using local model {} ({})",
+        local.model().model_name(),
+        registry.settings().model_path.display()
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

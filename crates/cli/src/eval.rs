@@ -193,12 +193,7 @@ pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
         }
     }
     if uses_local {
-        let local = registry.local().map_err(|e| CliError::config(e.message))?;
-        eprintln!(
-            "Using local model {} ({})",
-            local.model().model_name(),
-            registry.settings().model_path.display()
-        );
+        crate::config::load_local_model(&registry)?;
     }
     let mut results = Vec::with_capacity(debates.len());
     for d in &debates {

@@ -199,12 +199,7 @@ fn registry_for(
         uses_local |= r.kind == "local";
     }
     if uses_local {
-        let local = registry.local().map_err(|e| CliError::config(e.message))?;
-        eprintln!(
-            "Using local model {} ({})",
-            local.model().model_name(),
-            registry.settings().model_path.display()
-        );
+        crate::config::load_local_model(&registry)?;
     }
     Ok(registry)
 }
