@@ -212,32 +212,22 @@ mod tests {
             std::env::temp_dir().join(format!("parley-coord-settings-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("parley.toml");
+        let parse_file = || {
+            parse(&[
+                "--metrics-addr",
+                "off",
+                "--settings",
+                file.to_str().unwrap(),
+            ])
+        };
         std::fs::write(&file, "retention = 3600\ntask_deadline_margin_secs = 0\n").unwrap();
-        let e = parse(&[
-            "--metrics-addr",
-            "off",
-            "--settings",
-            file.to_str().unwrap(),
-        ])
-        .unwrap_err();
+        let e = parse_file().unwrap_err();
         assert!(e.contains("task_deadline_margin_secs"), "{e}");
         std::fs::write(&file, "retention = \"a week\"\n").unwrap();
-        let e = parse(&[
-            "--metrics-addr",
-            "off",
-            "--settings",
-            file.to_str().unwrap(),
-        ])
-        .unwrap_err();
+        let e = parse_file().unwrap_err();
         assert!(e.contains("retention"), "{e}");
         std::fs::write(&file, "retention = 3600\n").unwrap();
-        let c = parse(&[
-            "--metrics-addr",
-            "off",
-            "--settings",
-            file.to_str().unwrap(),
-        ])
-        .unwrap();
+        let c = parse_file().unwrap();
         assert_eq!(c.retention, Some(Duration::from_secs(3600)));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -198,6 +198,19 @@ impl Check {
         self.0.push(SpecError::new(field, message));
     }
 
+    /// The fields every task message starts with: the schema version and the debate id.
+    pub(crate) fn envelope(&mut self, schema_version: u32, debate_id: &str) {
+        if schema_version != crate::SCHEMA_VERSION {
+            self.push(
+                "schemaVersion",
+                format!("unsupported schema version {schema_version}"),
+            );
+        }
+        if !crate::is_valid_debate_id(debate_id) {
+            self.push("debateId", "not a debate id");
+        }
+    }
+
     /// A string of at most `max` bytes.
     pub(crate) fn bytes(&mut self, field: &str, s: &str, max: usize) {
         if s.len() > max {

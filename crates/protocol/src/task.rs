@@ -183,15 +183,7 @@ impl Task {
     pub fn validate(&self) -> Result<(), crate::SpecErrors> {
         use crate::limits::*;
         let mut c = crate::spec::Check::default();
-        if self.schema_version != crate::SCHEMA_VERSION {
-            c.push(
-                "schemaVersion",
-                format!("unsupported schema version {}", self.schema_version),
-            );
-        }
-        if !crate::is_valid_debate_id(&self.debate_id) {
-            c.push("debateId", "not a debate id");
-        }
+        c.envelope(self.schema_version, &self.debate_id);
         c.id("agent.id", &self.agent.id);
         if let Some(t) = &self.target_agent_id {
             c.id("targetAgentId", t);
@@ -308,15 +300,7 @@ impl TaskRef {
     /// within the debate), the attempt and the token's size.
     pub fn validate(&self) -> Result<(), crate::SpecErrors> {
         let mut c = crate::spec::Check::default();
-        if self.schema_version != crate::SCHEMA_VERSION {
-            c.push(
-                "schemaVersion",
-                format!("unsupported schema version {}", self.schema_version),
-            );
-        }
-        if !crate::is_valid_debate_id(&self.debate_id) {
-            c.push("debateId", "not a debate id");
-        }
+        c.envelope(self.schema_version, &self.debate_id);
         if !is_task_id_of(&self.id, &self.debate_id) {
             c.push("id", "not a task id of this debate");
         }
