@@ -1,82 +1,86 @@
 //! Built-in role prompts and prompt builders.
 
+use std::sync::LazyLock;
+
 use parley_protocol::PeerText;
 
-/// The prompts that make a role.
+/// The prompts that make a role, read from its file in `prompts/<role>.md` (compiled in).
 #[derive(Debug, Clone, Copy)]
 pub struct RolePrompts {
     pub role: &'static str,
     pub system: &'static str,
     /// What this role looks at first, used in every task prompt.
     pub focus: &'static str,
+    /// The section headings a proposal of this role uses.
+    pub propose: &'static str,
+    /// The section headings a critique of this role uses.
+    pub critique: &'static str,
+    /// The section headings a refinement of this role uses.
+    pub refine: &'static str,
 }
 
-const ARCHITECT: RolePrompts = RolePrompts {
-    role: "architect",
-    system: "You are a senior software architect. You design systems that are modular, \
-scalable and maintainable, and you explain component boundaries, data flow, interfaces and \
-the reasons behind each choice. Be concrete and concise.",
-    focus: "architecture: components, boundaries, data flow, scalability and maintainability",
-};
-const PERFORMANCE: RolePrompts = RolePrompts {
-    role: "performance",
-    system: "You are a performance engineer. You reason about latency, throughput, memory, \
-contention and cost, you estimate the numbers, and you point out where a design will be \
-slow and how to measure it. Be concrete and concise.",
-    focus: "performance: latency, throughput, resource use, bottlenecks and how to measure them",
-};
-const SECURITY: RolePrompts = RolePrompts {
-    role: "security",
-    system: "You are a security engineer. You model threats, find weaknesses in \
-authentication, authorization, data handling and dependencies, and propose practical \
-mitigations. Be concrete and concise.",
-    focus: "security: threats, trust boundaries, secrets, authentication and data protection",
-};
-const TESTING: RolePrompts = RolePrompts {
-    role: "testing",
-    system: "You are a test and reliability engineer. You ask how each part will be \
-verified, which failures must be handled, and what tests, fault injection and observability \
-the design needs. Be concrete and concise.",
-    focus: "testability and reliability: test strategy, failure modes and observability",
-};
-const KISS: RolePrompts = RolePrompts {
-    role: "kiss",
-    system: "You are a pragmatic engineer who keeps things simple. You look for the \
-smallest design that solves the real problem, remove needless parts, and push back on \
-complexity that does not pay for itself. Be concrete and concise.",
-    focus: "simplicity: the smallest design that works, and complexity that can be removed",
-};
-const DATAMODELING: RolePrompts = RolePrompts {
-    role: "datamodeling",
-    system: "You are a data modeling engineer. You work out the entities, their identities \
-and relationships, the invariants the data must keep, and where each piece of data lives and \
-who owns it. You choose storage and schemas for the access patterns the problem implies, \
-and you plan for consistency, retention, migrations and schema evolution. Be concrete and \
-concise.",
-    focus: "data: entities and relationships, invariants, ownership, access patterns, \
-storage choices, consistency and schema evolution",
-};
-const GENERALIST: RolePrompts = RolePrompts {
-    role: "generalist",
-    system: "You are an experienced generalist software engineer. You weigh architecture, \
-performance, security, testing and simplicity together and look for a balanced, practical \
-solution. Be concrete and concise.",
-    focus: "the overall balance of the solution across all concerns",
-};
+/// One file per role: `## system`, `## focus`, `## propose`, `## critique`, `## refine`
+/// sections, in that order (the headings inside the outlines are `## ` lines too, so the
+/// five section names are matched exactly).
+const FILES: [(&str, &str); 7] = [
+    ("architect", include_str!("../prompts/architect.md")),
+    ("performance", include_str!("../prompts/performance.md")),
+    ("security", include_str!("../prompts/security.md")),
+    ("testing", include_str!("../prompts/testing.md")),
+    ("kiss", include_str!("../prompts/kiss.md")),
+    ("datamodeling", include_str!("../prompts/datamodeling.md")),
+    ("generalist", include_str!("../prompts/generalist.md")),
+];
+
+const SECTIONS: [&str; 5] = ["system", "focus", "propose", "critique", "refine"];
+
+/// Splits a role file into its five sections (missing ones are empty; a unit test checks
+/// every shipped file has all five).
+fn parse(role: &'static str, text: &'static str) -> RolePrompts {
+    let mut found: [&'static str; 5] = [""; 5];
+    let mut current: Option<(usize, usize)> = None; // (section, byte start of its body)
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let name = line.trim_end().strip_prefix("## ");
+        if let Some(k) = name.and_then(|n| SECTIONS.iter().position(|s| *s == n)) {
+            if let Some((prev, start)) = current {
+                found[prev] = text[start..offset].trim();
+            }
+            current = Some((k, offset + line.len()));
+        }
+        offset += line.len();
+    }
+    if let Some((prev, start)) = current {
+        found[prev] = text[start..].trim();
+    }
+    let [system, focus, propose, critique, refine] = found;
+    RolePrompts {
+        role,
+        system,
+        focus,
+        propose,
+        critique,
+        refine,
+    }
+}
+
+static ROLES: LazyLock<Vec<RolePrompts>> =
+    LazyLock::new(|| FILES.iter().map(|(r, t)| parse(r, t)).collect());
 
 /// The prompts for `role`; an unknown role gets the architect prompts (the coordinator
 /// warns about it when the debate starts).
 pub fn role_prompts(role: &str) -> &'static RolePrompts {
-    match role {
-        "performance" => &PERFORMANCE,
-        "security" => &SECURITY,
-        "testing" => &TESTING,
-        "kiss" => &KISS,
-        "generalist" => &GENERALIST,
-        "datamodeling" => &DATAMODELING,
-        _ => &ARCHITECT,
-    }
+    ROLES.iter().find(|p| p.role == role).unwrap_or(&ROLES[0])
 }
+
+/// Asked of every proposal and refinement: the section `parley eval` and the judge read to
+/// see which requirements a design claims to meet.
+const REQUIREMENTS_COVERAGE: &str = "## Requirements Coverage\n(each major requirement or \
+constraint of the problem, and the part of your design that meets it, or \"not met\" and why)";
+
+/// Keeps every role's answer about this problem, not about software in general.
+const GROUNDING: &str = "Tie every component, claim and trade-off to this problem and its \
+constraints; leave out generic advice the problem does not need.";
 
 fn problem_block(problem: &str, context: Option<&str>) -> String {
     match context.filter(|c| !c.trim().is_empty()) {
@@ -99,11 +103,12 @@ pub fn propose(
     history: Option<&str>,
 ) -> String {
     format!(
-        "{}{}\nPropose a solution from the perspective of {}. Give the key components, how they \
-work together, and the main risks. Use short sections and bullet points.",
+        "{}{}\nPropose a solution from the perspective of {}. {GROUNDING} Use these sections, \
+short paragraphs and bullet points:\n{}\n{REQUIREMENTS_COVERAGE}",
         problem_block(problem, context),
         history_block(history),
-        p.focus
+        p.focus,
+        p.propose
     )
 }
 
@@ -115,13 +120,14 @@ pub fn critique(
 ) -> String {
     format!(
         "{}{}\nHere is the proposal of {} ({}):\n{}\n\nCritique it from the perspective of {}. \
-List its strengths, its weaknesses, and specific improvements.",
+Raise only what matters for this problem, each point tied to it. Use these sections:\n{}",
         problem_block(problem, None),
         history_block(history),
         proposal.agent_id,
         proposal.agent_role,
         proposal.content,
-        p.focus
+        p.focus,
+        p.critique
     )
 }
 
@@ -144,12 +150,14 @@ pub fn refine(
     }
     format!(
         "{}{}\nYour proposal:\n{}\n{}\nRefine your proposal: address the valid points of the \
-critiques, keep what was right, and stay focused on {}. Give the complete refined proposal.",
+critiques, keep what was right, and stay focused on {}. Give the complete refined proposal \
+in these sections:\n{}\n{REQUIREMENTS_COVERAGE}",
         problem_block(problem, None),
         history_block(history),
         own.content,
         crit,
-        p.focus
+        p.focus,
+        p.refine
     )
 }
 
@@ -175,6 +183,54 @@ mod tests {
     }
 
     #[test]
+    fn every_role_file_has_all_five_sections_and_its_own_words() {
+        let mut systems = std::collections::BTreeSet::new();
+        for (role, _) in FILES {
+            let p = role_prompts(role);
+            for (name, text) in [
+                ("system", p.system),
+                ("focus", p.focus),
+                ("propose", p.propose),
+                ("critique", p.critique),
+                ("refine", p.refine),
+            ] {
+                assert!(!text.is_empty(), "{role}: empty {name} section");
+                assert!(
+                    !text.contains("<!--"),
+                    "{role}: {name} holds the file comment"
+                );
+            }
+            assert!(!p.focus.contains('\n'), "{role}: focus is one line");
+            for outline in [p.propose, p.critique, p.refine] {
+                assert!(
+                    outline.lines().all(|l| l.starts_with("## ")),
+                    "{role}: {outline}"
+                );
+            }
+            assert!(systems.insert(p.system), "{role} shares its system prompt");
+        }
+        assert!(parley_protocol::KNOWN_ROLES
+            .iter()
+            .all(|r| FILES.iter().any(|(f, _)| f == r)));
+    }
+
+    #[test]
+    fn proposals_and_refinements_ask_for_requirements_coverage_critiques_do_not() {
+        let p = role_prompts("security");
+        let own = PeerText {
+            agent_id: "a".into(),
+            agent_role: "security".into(),
+            content: "P".into(),
+        };
+        let prop = propose(p, "prob", None, None);
+        assert!(prop.contains("## Threat model"), "{prop}");
+        assert!(prop.ends_with(REQUIREMENTS_COVERAGE));
+        assert!(refine(p, "prob", &own, &[], None).contains("## Requirements Coverage"));
+        let crit = critique(p, "prob", &own, None);
+        assert!(crit.contains("## Critical risks") && !crit.contains("Requirements Coverage"));
+    }
+
+    #[test]
     fn refine_lists_each_critique() {
         let own = PeerText {
             agent_id: "a".into(),
@@ -193,7 +249,7 @@ mod tests {
                 content: "C2".into(),
             },
         ];
-        let s = refine(&ARCHITECT, "prob", &own, &cs, None);
+        let s = refine(role_prompts("architect"), "prob", &own, &cs, None);
         assert!(s.contains("Critique from b (security):\nC1"));
         assert!(s.contains("Critique from c (kiss):\nC2"));
         assert!(s.contains("prob"));

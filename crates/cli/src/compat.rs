@@ -6,8 +6,9 @@
 //!   one warning: Parley's agents do not call tools.
 //! - `debate.orchestratorType`: accepted with one line of information; Parley always runs its
 //!   own resumable state machine.
-//! - `debate.trace: "langfuse"`: accepted with a warning saying how to send Parley's OTLP
-//!   trace to Langfuse (Parley does not read the `LANGFUSE_*` variables itself).
+//! - `debate.trace: "langfuse"`: the CLI exports the debate's trace to Langfuse's OTLP
+//!   endpoint from the `LANGFUSE_*` variables (`main.rs`, `parley_telemetry::langfuse`);
+//!   without them, a warning naming the missing variable.
 //! - `debate.summarization.promptPath` and `agents[].summarization.promptPath`: honoured as
 //!   the summary prompt of every agent without its own `summaryPromptPath` (agent level
 //!   first), resolved relative to the config file like the other prompt paths.
@@ -15,11 +16,6 @@
 use serde_json::Value;
 
 use crate::CliError;
-
-/// How to point Parley's OTLP export at Langfuse.
-pub const LANGFUSE_HINT: &str = "Parley exports its trace over OTLP: to send it to Langfuse set \
-OTEL_EXPORTER_OTLP_ENDPOINT=$LANGFUSE_HOST/api/public/otel, OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf \
-and OTEL_EXPORTER_OTLP_HEADERS=\"Authorization=Basic <base64 of LANGFUSE_PUBLIC_KEY:LANGFUSE_SECRET_KEY>\"";
 
 /// Rewrites the dialectic-only keys of a parsed config file in place (see the module doc);
 /// `warn` gets one line per kind of key found.
@@ -39,7 +35,13 @@ pub fn accept_dialectic_keys(
         match debate.remove("trace") {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) if s == "langfuse" => {
-                warn(format!("debate.trace \"langfuse\": {LANGFUSE_HINT}"));
+                // `main` starts the export before the config is read (see `langfuse_wanted`);
+                // here only say why it could not.
+                if let Err(e) =
+                    parley_telemetry::langfuse::langfuse_export(|k| std::env::var(k).ok())
+                {
+                    warn(format!("debate.trace \"langfuse\": not exported: {e}"));
+                }
             }
             Some(other) => {
                 return Err(CliError::config(format!(

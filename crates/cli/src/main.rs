@@ -145,6 +145,9 @@ pub struct RunArgs {
     pub env_file: Option<PathBuf>,
 }
 
+/// With a Langfuse export, `true` puts each LLM call's prompt and completion on its span.
+const TRACE_CONTENT_ENV: &str = "PARLEY_TRACE_CONTENT";
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -169,7 +172,14 @@ fn main() -> ExitCode {
             return ExitCode::from(e.code);
         }
     }
-    let _telemetry = match telemetry() {
+    let config_file = match &cli.command {
+        Command::Run(a) => Some(a.config.as_deref()),
+        Command::Resume(a) => Some(a.config.as_deref()),
+        Command::Retry(a) => Some(a.saved.config.as_deref()),
+        _ => None,
+    };
+    let langfuse = config_file.is_some_and(langfuse_wanted);
+    let _telemetry = match telemetry(langfuse) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -248,11 +258,34 @@ async fn until_interrupted(
     }
 }
 
+/// Whether the debate config (`-c`, default `./debate-config.json`) says
+/// `debate.trace: "langfuse"`. A file that cannot be read or parsed says no: loading the
+/// config later reports it properly.
+fn langfuse_wanted(config: Option<&std::path::Path>) -> bool {
+    let path = config.unwrap_or(std::path::Path::new(config::DEFAULT_CONFIG));
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v.pointer("/debate/trace").and_then(|t| t.as_str()) == Some("langfuse"))
+}
+
 /// The CLI's telemetry: plain log lines on stderr (`PARLEY_LOG`, default `warn`), and the
 /// debate's spans over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (see
-/// `parley_telemetry`). The guard flushes the spans when `main` returns.
-fn telemetry() -> anyhow::Result<parley_telemetry::TelemetryGuard> {
+/// `parley_telemetry`) — or to Langfuse when the config asks for it (`debate.trace:
+/// "langfuse"`) and the `LANGFUSE_*` keys are set; then, and only then, `PARLEY_TRACE_CONTENT=true`
+/// also puts prompts and completions on the LLM spans. The guard flushes the spans when
+/// `main` returns.
+fn telemetry(langfuse: bool) -> anyhow::Result<parley_telemetry::TelemetryGuard> {
     let mut options = parley_telemetry::TelemetryOptions::from_env("parley")?;
+    if langfuse {
+        // A missing key is reported when the config is loaded (`compat`), as a warning.
+        if let Ok(export) = parley_telemetry::langfuse::langfuse_export(|k| std::env::var(k).ok()) {
+            options.otlp = Some(export);
+            let content = std::env::var(TRACE_CONTENT_ENV)
+                .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes"));
+            parley_llm::record_content_on_spans(content);
+        }
+    }
     if std::env::var_os(parley_telemetry::LOG_FILTER_ENV).is_none() {
         options.log_filter = "warn".into();
     }

@@ -155,6 +155,24 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
                 );
             }
         }
+        if !rd.dropped.is_empty() {
+            let _ = writeln!(
+                md,
+                "### Dropped critiques
+"
+            );
+            for d in &rd.dropped {
+                let _ = writeln!(
+                    md,
+                    "- {} of {}: gave up after {} attempt(s): {}",
+                    d.agent_id,
+                    d.target_agent_id,
+                    d.attempts,
+                    d.error.trim()
+                );
+            }
+            md.push('\n');
+        }
         if let Some(e) = &rd.evaluation {
             let _ = writeln!(
                 md,

@@ -41,10 +41,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use parley_protocol::{
     task_id, AgentConfig, Contribution, ContributionMetadata, ContributionType, DebateEvent,
-    DebateFailure, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary, EventKind,
-    Node, PeerText, Progress, RoundEvaluation, Solution, SummarizationConfig, SummaryMetadata,
-    Task, TaskError, TaskInput, TaskKind, TaskOutcome, TaskOutput, TaskResult, TerminationType,
-    SCHEMA_VERSION,
+    DebateFailure, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary,
+    DroppedCritique, EventKind, Node, OnAgentFailure, PeerText, Progress, RoundEvaluation,
+    Solution, SummarizationConfig, SummaryMetadata, Task, TaskError, TaskInput, TaskKind,
+    TaskOutcome, TaskOutput, TaskResult, TerminationType, SCHEMA_VERSION,
 };
 
 /// What drives the machine.
@@ -576,6 +576,12 @@ impl Machine {
         if !running {
             return;
         }
+        if planned.kind == TaskKind::Critique
+            && self.spec.debate.on_agent_failure == OnAgentFailure::Drop
+        {
+            self.drop_critique(planned, id, used, &err, now, fx);
+            return;
+        }
         let message = match &err.provider {
             Some(p) if !err.message.contains(p.as_str()) => format!("{p}: {}", err.message),
             _ => err.message.clone(),
@@ -600,6 +606,49 @@ impl Machine {
                 round: planned.round,
                 message,
             },
+        );
+    }
+
+    /// Gives up a critique whose budget is spent: recorded in its round and warned about;
+    /// its target refines with the critiques that did arrive.
+    fn drop_critique(
+        &mut self,
+        planned: &Planned,
+        id: &str,
+        attempts: u32,
+        err: &TaskError,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let (Some(i), Some(j)) = (planned.agent, planned.target) else {
+            return;
+        };
+        let agent_id = self.agents[i].id.clone();
+        let target_agent_id = self.agents[j].id.clone();
+        let Some(rd) = self
+            .state
+            .rounds
+            .iter_mut()
+            .find(|r| r.round_number == planned.round)
+        else {
+            return;
+        };
+        rd.dropped.push(DroppedCritique {
+            task_id: id.to_string(),
+            agent_id: agent_id.clone(),
+            target_agent_id: target_agent_id.clone(),
+            error: err.message.clone(),
+            attempts,
+            at: now,
+        });
+        self.warn(
+            fx,
+            now,
+            format!(
+                "round {}: dropped {agent_id}'s critique of {target_agent_id} after {attempts} \
+                 attempt(s) ({}); {target_agent_id} refines without it",
+                planned.round, err.message
+            ),
         );
     }
 
@@ -838,6 +887,7 @@ impl Machine {
                     let tid = &self.agents[j].id;
                     if rd.find(ContributionType::Proposal, tid, None).is_some()
                         && rd.find(ContributionType::Critique, id, Some(tid)).is_none()
+                        && !rd.dropped_critique(id, tid)
                     {
                         out.push(Planned {
                             round: r,
@@ -848,8 +898,10 @@ impl Machine {
                     }
                 }
                 let critiques_in = (0..n).filter(|&k| k != i).all(|k| {
-                    rd.find(ContributionType::Critique, &self.agents[k].id, Some(id))
+                    let critic = &self.agents[k].id;
+                    rd.find(ContributionType::Critique, critic, Some(id))
                         .is_some()
+                        || rd.dropped_critique(critic, id)
                 });
                 if has_proposal
                     && critiques_in
@@ -911,9 +963,11 @@ impl Machine {
             TaskKind::Propose => rd
                 .find(ContributionType::Proposal, agent.unwrap_or(""), None)
                 .is_some(),
-            TaskKind::Critique => rd
-                .find(ContributionType::Critique, agent.unwrap_or(""), target)
-                .is_some(),
+            TaskKind::Critique => {
+                rd.find(ContributionType::Critique, agent.unwrap_or(""), target)
+                    .is_some()
+                    || rd.dropped_critique(agent.unwrap_or(""), target.unwrap_or(""))
+            }
             TaskKind::Refine => rd
                 .find(ContributionType::Refinement, agent.unwrap_or(""), None)
                 .is_some(),

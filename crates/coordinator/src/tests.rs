@@ -515,7 +515,7 @@ fn budget_spent_fails_the_debate_at_that_node_and_retry_resumes_without_repeats(
         3,
         1,
         "fixed",
-        json!({"retry": {"default": {"attempts": 2}}}),
+        json!({"retry": {"default": {"attempts": 2}}, "onAgentFailure": "fail"}),
     ));
     r.apply(Input::Start);
     let broken = "a2";
@@ -577,6 +577,72 @@ fn budget_spent_fails_the_debate_at_that_node_and_retry_resumes_without_repeats(
     assert!(rerun
         .iter()
         .any(|t| t.kind == TaskKind::Critique && t.agent.id == broken));
+}
+
+#[test]
+fn a_critique_whose_budget_is_spent_is_dropped_and_the_debate_goes_on() {
+    let mut r = Run::new(spec(
+        3,
+        2,
+        "fixed",
+        json!({"retry": {"default": {"attempts": 2}}}),
+    ));
+    r.apply(Input::Start);
+    // a2's critique of a0 fails every attempt, in both rounds; everything else succeeds.
+    let broken =
+        |t: &Task| t.kind == TaskKind::Critique && t.agent.id == "a2" && t.id.ends_with("/a0");
+    loop {
+        r.drain(|t| {
+            Some(if broken(t) {
+                fail(t, ErrorKind::Server)
+            } else {
+                ok(t, "x")
+            })
+        });
+        let due: Vec<_> = r.retries.drain(..).collect();
+        if due.is_empty() {
+            break;
+        }
+        for (id, _) in due {
+            r.apply(Input::RetryDue(id));
+        }
+    }
+    let s = r.machine.state();
+    assert_eq!(s.status, DebateStatus::Completed, "{:?}", s.error);
+    assert!(s.final_solution.is_some());
+    for (i, rd) in s.rounds.iter().enumerate() {
+        assert_eq!(rd.dropped.len(), 1, "round {}", i + 1);
+        let d = &rd.dropped[0];
+        assert_eq!(
+            (d.agent_id.as_str(), d.target_agent_id.as_str()),
+            ("a2", "a0")
+        );
+        assert_eq!(d.attempts, 2);
+        assert!(d.error.contains("boom"), "{}", d.error);
+        // a0 refined with the one critique that arrived; every agent stayed in.
+        assert_eq!(
+            rd.contributions
+                .iter()
+                .filter(|c| c.kind == ContributionType::Refinement)
+                .count(),
+            3
+        );
+        assert!(rd
+            .find(ContributionType::Critique, "a1", Some("a0"))
+            .is_some());
+    }
+    // Two attempts per round, no more: a dropped critique is not dispatched again.
+    assert_eq!(r.tasks.iter().filter(|t| broken(t)).count(), 4);
+    let warned = s
+        .engine
+        .warnings
+        .iter()
+        .filter(|w| w.contains("dropped a2's critique of a0"))
+        .count();
+    assert_eq!(warned, 2, "{:?}", s.engine.warnings);
+    // The saved state round-trips with the dropped list.
+    let back: DebateState = serde_json::from_value(serde_json::to_value(s).unwrap()).unwrap();
+    assert_eq!(back.rounds[0].dropped, s.rounds[0].dropped);
 }
 
 #[test]

@@ -18,7 +18,7 @@ pub mod ratelimit;
 pub mod registry;
 
 pub use provider::{
-    add_usage, call_for_task, task_result, ChatMessage, ChatRequest, ChatResponse, LlmError,
-    Provider,
+    add_usage, call_for_task, record_content_on_spans, task_result, ChatMessage, ChatRequest,
+    ChatResponse, LlmError, Provider,
 };
 pub use registry::{ProviderSettings, Registry};

@@ -98,6 +98,17 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError>;
 }
 
+/// Whether LLM spans carry prompts and completions (see [`record_content_on_spans`]).
+static RECORD_CONTENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, put each LLM call's messages and reply on its span (as Langfuse's
+/// `langfuse.observation.input` / `output`). Off by default: prompts hold the user's
+/// problem and must not reach a trace backend nobody asked to send them to. Only the CLI
+/// turns it on, for a Langfuse export with `PARLEY_TRACE_CONTENT=true`.
+pub fn record_content_on_spans(on: bool) {
+    RECORD_CONTENT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Runs one LLM call for `task` with the task's agent settings, returning the text and the
 /// metadata a contribution records (tokens in + out, latency, model, provider).
 pub async fn call_for_task(
@@ -116,7 +127,8 @@ pub async fn call_for_task(
         timeout: Duration::from_millis(task.timeout_ms.max(1)),
         seed: Some(h.finish()),
     };
-    // GenAI semantic conventions; prompt and completion text are never recorded.
+    // GenAI semantic conventions; prompt and completion text only when
+    // `record_content_on_spans` turned it on (a Langfuse export that asked for it).
     let span = tracing::info_span!(
         "llm.call",
         otel.kind = "client",
@@ -129,12 +141,29 @@ pub async fn call_for_task(
         gen_ai.usage.output_tokens = tracing::field::Empty,
         error.type = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
+        langfuse.observation.input = tracing::field::Empty,
+        langfuse.observation.output = tracing::field::Empty,
     );
+    let content = RECORD_CONTENT.load(std::sync::atomic::Ordering::Relaxed);
+    if content {
+        let input: Vec<serde_json::Value> = req
+            .messages
+            .iter()
+            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+            .collect();
+        span.record(
+            "langfuse.observation.input",
+            serde_json::Value::Array(input).to_string().as_str(),
+        );
+    }
     let r = match provider.complete(&req).instrument(span.clone()).await {
         Ok(r) => {
             span.record("gen_ai.response.model", r.model.as_str());
             span.record("gen_ai.usage.input_tokens", r.prompt_tokens);
             span.record("gen_ai.usage.output_tokens", r.completion_tokens);
+            if content {
+                span.record("langfuse.observation.output", r.text.as_str());
+            }
             parley_telemetry::metrics().record_tokens(
                 provider.name(),
                 &r.model,

@@ -235,6 +235,23 @@ pub struct DebateSettings {
     /// Upper bound on concurrently running tasks of one debate (embedded mode).
     #[serde(default = "default_max_concurrency")]
     pub max_concurrency: usize,
+    /// What a critique whose retry budget is spent does (dialectic's `onAgentFailure`).
+    #[serde(default)]
+    pub on_agent_failure: OnAgentFailure,
+}
+
+/// What happens when a critique's retry budget is spent. A critique is one voice among
+/// N-1 for its target, so by default it is dropped with a warning (recorded in the round's
+/// `dropped` list and the report) and the target refines with the critiques that did
+/// arrive; every agent stays in the debate. `fail` ends the debate at the critique as any
+/// other node does. Proposals, refinements and judge tasks always fail the debate: without
+/// them a round or the synthesis has nothing to work on (`parley retry` continues it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnAgentFailure {
+    #[default]
+    Drop,
+    Fail,
 }
 
 fn default_rounds() -> u32 {
@@ -270,6 +287,7 @@ impl Default for DebateSettings {
             clarifications_max_iterations: default_clarifications_iterations(),
             retry: RetryPolicies::default(),
             max_concurrency: default_max_concurrency(),
+            on_agent_failure: OnAgentFailure::default(),
         }
     }
 }

@@ -122,7 +122,23 @@ pub struct DebateRound {
     pub summaries: BTreeMap<String, DebateSummary>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluation: Option<RoundEvaluation>,
+    /// Critiques given up after their retry budget (`debate.onAgentFailure: "drop"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedCritique>,
     pub timestamp: DateTime<Utc>,
+}
+
+/// A critique that was dropped instead of failing the debate: who would have critiqued
+/// whom, and why it did not arrive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DroppedCritique {
+    pub task_id: String,
+    pub agent_id: String,
+    pub target_agent_id: String,
+    pub error: String,
+    pub attempts: u32,
+    pub at: DateTime<Utc>,
 }
 
 impl DebateRound {
@@ -132,8 +148,16 @@ impl DebateRound {
             contributions: Vec::new(),
             summaries: BTreeMap::new(),
             evaluation: None,
+            dropped: Vec::new(),
             timestamp: now,
         }
+    }
+
+    /// Whether the critique by `agent_id` of `target`'s proposal was dropped.
+    pub fn dropped_critique(&self, agent_id: &str, target: &str) -> bool {
+        self.dropped
+            .iter()
+            .any(|d| d.agent_id == agent_id && d.target_agent_id == target)
     }
 
     pub fn find(

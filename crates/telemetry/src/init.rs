@@ -3,7 +3,9 @@
 use anyhow::{anyhow, bail, Context as _};
 use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
 use opentelemetry::{Key, KeyValue};
-use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithTonicConfig as _};
+use opentelemetry_otlp::{
+    Protocol, WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _,
+};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
@@ -55,7 +57,7 @@ pub enum OtlpProtocol {
 }
 
 /// Where and how spans are exported.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct OtlpExport {
     /// Transport.
     pub protocol: OtlpProtocol,
@@ -64,6 +66,30 @@ pub struct OtlpExport {
     /// [`OtlpProtocol::Grpc`] the collector's base URL (e.g. `http://127.0.0.1:4317`).
     /// `https://` uses TLS (rustls, system and bundled roots).
     pub endpoint: String,
+    /// Extra HTTP headers on every export (HTTP only; e.g. Langfuse's `Authorization`),
+    /// added to those of `OTEL_EXPORTER_OTLP_HEADERS`. Values are secrets: `Debug` hides them.
+    pub headers: Vec<(String, String)>,
+}
+
+impl OtlpExport {
+    pub fn new(protocol: OtlpProtocol, endpoint: impl Into<String>) -> Self {
+        Self {
+            protocol,
+            endpoint: endpoint.into(),
+            headers: Vec::new(),
+        }
+    }
+}
+
+impl fmt::Debug for OtlpExport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("OtlpExport")
+            .field("protocol", &self.protocol)
+            .field("endpoint", &self.endpoint)
+            .field("headers", &names)
+            .finish()
+    }
 }
 
 /// Log line format.
@@ -378,7 +404,7 @@ fn otlp_from_lookup(get: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Opti
     if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
         bail!("OTLP endpoint {endpoint:?}: expected an http:// or https:// URL");
     }
-    Ok(Some(OtlpExport { protocol, endpoint }))
+    Ok(Some(OtlpExport::new(protocol, endpoint)))
 }
 
 fn trace_filter(directives: &str) -> anyhow::Result<EnvFilter> {
@@ -424,11 +450,16 @@ fn span_exporter(
                 }
             }
         }
-        OtlpProtocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(otlp.endpoint.clone())
-            .build(),
+        OtlpProtocol::HttpProtobuf => {
+            let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .with_endpoint(otlp.endpoint.clone());
+            if !otlp.headers.is_empty() {
+                builder = builder.with_headers(otlp.headers.iter().cloned().collect());
+            }
+            builder.build()
+        }
     };
     exporter.with_context(|| format!("building the OTLP exporter for {}", otlp.endpoint))
 }
@@ -693,10 +724,7 @@ mod tests {
         );
         assert_eq!(
             o.otlp,
-            Some(OtlpExport {
-                protocol: OtlpProtocol::Grpc,
-                endpoint: "http://collector:4317".into()
-            })
+            Some(OtlpExport::new(OtlpProtocol::Grpc, "http://collector:4317"))
         );
 
         let o = env(&[
@@ -719,10 +747,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             o.otlp,
-            Some(OtlpExport {
-                protocol: OtlpProtocol::HttpProtobuf,
-                endpoint: "http://c:9999/custom".into()
-            }),
+            Some(OtlpExport::new(
+                OtlpProtocol::HttpProtobuf,
+                "http://c:9999/custom"
+            )),
             "the traces variables win and the traces endpoint is used as is"
         );
 
@@ -764,13 +792,13 @@ mod tests {
     fn unreachable(protocol: OtlpProtocol) -> TelemetryOptions {
         let mut o = options(LogFormat::Json);
         // Port 1 on loopback: connection refused.
-        o.otlp = Some(OtlpExport {
+        o.otlp = Some(OtlpExport::new(
             protocol,
-            endpoint: match protocol {
-                OtlpProtocol::Grpc => "http://127.0.0.1:1".into(),
-                OtlpProtocol::HttpProtobuf => "http://127.0.0.1:1/v1/traces".into(),
+            match protocol {
+                OtlpProtocol::Grpc => "http://127.0.0.1:1",
+                OtlpProtocol::HttpProtobuf => "http://127.0.0.1:1/v1/traces",
             },
-        });
+        ));
         o
     }
 

@@ -46,6 +46,7 @@
 
 pub mod http;
 mod init;
+pub mod langfuse;
 pub mod metrics;
 pub mod propagation;
 

@@ -117,6 +117,8 @@ struct Received {
     spans: Vec<ReceivedSpan>,
     /// Every request body as received (gRPC: the decoded request re-encoded).
     bodies: Vec<Vec<u8>>,
+    /// `Authorization` headers of the HTTP exports (a Langfuse export carries Basic auth).
+    authorizations: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -176,6 +178,8 @@ impl OtlpReceiver {
         let http_addr = http.local_addr()?;
         let app = Router::new()
             .route("/v1/traces", post(http_export))
+            // Langfuse's OTLP route (`$LANGFUSE_HOST/api/public/otel`).
+            .route("/api/public/otel/v1/traces", post(http_export))
             .with_state(shared.clone());
         let stop_http = stopped(stop.clone());
         tokio::spawn(async move {
@@ -270,6 +274,16 @@ impl OtlpReceiver {
                 .any(|b| b.windows(needle.len()).any(|w| w == needle))
     }
 
+    /// The `Authorization` header of every OTLP/HTTP export request, in arrival order.
+    pub fn authorizations(&self) -> Vec<String> {
+        self.shared.lock().authorizations.clone()
+    }
+
+    /// Base URL to give as `LANGFUSE_HOST`: exports then arrive on Langfuse's route.
+    pub fn langfuse_host(&self) -> String {
+        self.endpoint()
+    }
+
     /// Forgets every span and body received so far.
     pub fn clear(&self) {
         let mut received = self.shared.lock();
@@ -307,6 +321,12 @@ const JSON: &str = "application/json";
 
 async fn http_export(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     shared.record_body(body.to_vec());
+    if let Some(auth) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        shared.lock().authorizations.push(auth.to_string());
+    }
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

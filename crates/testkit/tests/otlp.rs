@@ -26,7 +26,7 @@ fn telemetry(
         log_filter: "off".into(),
         trace_filter: "info".into(),
         log_format: LogFormat::Json,
-        otlp: Some(OtlpExport { protocol, endpoint }),
+        otlp: Some(OtlpExport::new(protocol, endpoint)),
     }
     .build()
     .unwrap()
