@@ -574,3 +574,137 @@ async fn report_of_a_saved_debate_and_dialectic_judge_shape() {
     assert_eq!(out.status.code(), Some(4));
     assert!(stderr(&out).contains("missing.json"), "{}", stderr(&out));
 }
+
+/// A critique that keeps failing is dropped (dialectic's `onAgentFailure`, Parley's default
+/// `drop`): the debate completes, the state lists the dropped critiques in their round, the
+/// report and stderr say so, and the target refines with the critique that did arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_critique_that_keeps_failing_is_dropped_and_the_debate_completes() {
+    let fake = FakeLlm::start().await.unwrap();
+    // Every critique by the kiss agent (its critique prompt names its focus).
+    fake.add_fault(Fault::Status {
+        status: 500,
+        body: "critic down".into(),
+        matching: Match::PromptContains("Critique it from the perspective of simplicity".into()),
+        times: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &fake.base_url());
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    v["debate"]["retry"] = json!({"default": {"attempts": 2, "initialBackoffMs": 100}});
+    std::fs::write(&cfg, serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = parley(
+        dir.path(),
+        &[
+            "run",
+            "Design a cache",
+            "--rounds",
+            "1",
+            "--output",
+            "state.json",
+            "--report",
+            "r.md",
+        ],
+    )
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("dropped agent-kiss's critique of agent-architect"),
+        "{err}"
+    );
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["status"], "completed");
+    let round = &state["rounds"][0];
+    let dropped = round["dropped"].as_array().expect("dropped list");
+    let mut targets: Vec<&str> = dropped
+        .iter()
+        .map(|d| {
+            assert_eq!(d["agentId"], "agent-kiss");
+            assert_eq!(d["attempts"], 2);
+            assert!(d["error"].as_str().unwrap().contains("critic down"), "{d}");
+            d["targetAgentId"].as_str().unwrap()
+        })
+        .collect();
+    targets.sort();
+    assert_eq!(targets, ["agent-architect", "agent-security"]);
+    assert_eq!(count(round, "critique"), 4);
+    assert_eq!(count(round, "refinement"), 3);
+    let report = std::fs::read_to_string(dir.path().join("r.md")).unwrap();
+    assert!(report.contains("### Dropped critiques"), "{report}");
+    assert!(report.contains("agent-kiss of agent-security: gave up after 2 attempt(s)"));
+}
+
+/// `debate.trace: "langfuse"` sends the trace to Langfuse's OTLP route with Basic auth from
+/// the `LANGFUSE_*` keys; prompt text reaches the spans only with `PARLEY_TRACE_CONTENT=true`;
+/// without the keys the debate runs and a warning names the missing variable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langfuse_export_uses_the_keys_and_carries_prompts_only_when_asked() {
+    let fake = FakeLlm::start().await.unwrap();
+    let receiver = parley_testkit::OtlpReceiver::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), &fake.base_url());
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    v["debate"]["trace"] = json!("langfuse");
+    std::fs::write(&cfg, serde_json::to_vec(&v).unwrap()).unwrap();
+    let keys = |content: bool| {
+        let mut env = vec![
+            ("LANGFUSE_PUBLIC_KEY", "pk-lf-test".to_string()),
+            ("LANGFUSE_SECRET_KEY", "sk-lf-secret-4242".to_string()),
+            ("LANGFUSE_HOST", receiver.langfuse_host()),
+        ];
+        if content {
+            env.push(("PARLEY_TRACE_CONTENT", "true".to_string()));
+        }
+        env
+    };
+    let problem = "Design a ledger for 7311 tenants";
+    let out = parley_with_env(dir.path(), &["run", problem, "--rounds", "1"], &keys(false)).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        !err.contains("sk-lf-secret-4242") && !err.contains("langfuse"),
+        "{err}"
+    );
+    let calls = receiver.spans_named("llm.call");
+    assert_eq!(calls.len(), 13, "one span per LLM call");
+    assert!(calls
+        .iter()
+        .all(|c| c.attr("langfuse.observation.input").is_none()));
+    assert!(!receiver.raw_bodies_contain(b"7311 tenants"));
+    let auth = receiver.authorizations();
+    assert!(!auth.is_empty());
+    // base64("pk-lf-test:sk-lf-secret-4242")
+    assert!(
+        auth.iter()
+            .all(|a| a == "Basic cGstbGYtdGVzdDpzay1sZi1zZWNyZXQtNDI0Mg=="),
+        "{auth:?}"
+    );
+
+    receiver.clear();
+    let out = parley_with_env(dir.path(), &["run", problem, "--rounds", "1"], &keys(true)).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let calls = receiver.spans_named("llm.call");
+    assert_eq!(calls.len(), 13);
+    assert!(calls.iter().all(|c| {
+        c.attr("langfuse.observation.input")
+            .is_some_and(|i| i.contains("7311 tenants"))
+            && c.attr("langfuse.observation.output").is_some()
+    }));
+
+    receiver.clear();
+    let out = parley_with_env(
+        dir.path(),
+        &["run", problem, "--rounds", "1"],
+        &[("LANGFUSE_PUBLIC_KEY", "pk-lf-test".to_string())],
+    )
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("not exported") && err.contains("LANGFUSE_SECRET_KEY"),
+        "{err}"
+    );
+    assert_eq!(receiver.export_requests(), 0);
+}
