@@ -71,6 +71,27 @@ pub struct EvalArgs {
     /// Provider, model and prompt source of each evaluator, and each call's latency.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// Run the evaluator calls on a cluster's judge workers (`parley.evals.submit`) with
+    /// the operator's providers and rate limits, instead of from this machine. The URL may
+    /// carry `user:password@` or `token@`.
+    #[arg(long, value_name = "URL")]
+    pub nats_url: Option<String>,
+    /// NATS credentials file (`.creds` or NKey seed) for `--nats-url`.
+    #[arg(
+        long,
+        env = "PARLEY_NATS_CREDS",
+        value_name = "FILE",
+        requires = "nats_url"
+    )]
+    pub nats_creds: Option<PathBuf>,
+}
+
+/// One evaluator call's reply, wherever it ran.
+struct Reply {
+    text: String,
+    latency_ms: u64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
 }
 
 /// The metrics averaged, in table order: (label, JSON path under the reply).
@@ -161,6 +182,9 @@ pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
     let mut warn = |w: String| eprintln!("warning: {w}");
     let mut evaluators = load_config(&args.config, args.verbose, &mut warn)?;
     let debates = load_debates(&args.debate, &mut warn)?;
+    if let Some(url) = &args.nats_url {
+        return eval_on_cluster(&args, url, &evaluators, &debates).await;
+    }
     // Locally the user is the operator: an evaluator's `baseUrl` (its own or the config's
     // top-level one) is its endpoint, given to the registry (which never reads a
     // participant's `baseUrl` itself).
@@ -197,9 +221,128 @@ pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
     }
     let mut results = Vec::with_capacity(debates.len());
     for d in &debates {
-        results.push(evaluate(&registry, &evaluators, d, args.verbose).await);
+        let replies = call_locally(&registry, &evaluators, d).await;
+        results.push(score(&evaluators, d, replies, args.verbose));
     }
     write_results(&results, args.output.as_deref())
+}
+
+/// `--nats-url`: each debate's evaluator calls go to the judge workers in one
+/// `parley.evals.submit` request; scoring and output are the local path's.
+async fn eval_on_cluster(
+    args: &EvalArgs,
+    url: &str,
+    evaluators: &[Evaluator],
+    debates: &[DebateInput],
+) -> Result<(), CliError> {
+    use parley_protocol::{EvalCall, EvalReply, EvalRequest};
+    for e in evaluators.iter().filter(|e| e.agent.base_url.is_some()) {
+        eprintln!(
+            "warning: evaluator {}: baseUrl ignored: on a cluster the operator's configuration \
+             chooses endpoints",
+            e.agent.id
+        );
+    }
+    let endpoint = parley_cluster::NatsEndpoint::new(
+        url.to_string(),
+        args.nats_creds.clone(),
+        parley_cluster::nats::INBOX_CLIENT,
+    );
+    let client = parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(5))
+        .await
+        .map_err(|e| CliError::general(format!("{e:#}")))?;
+    let timeout_of = |e: &Evaluator| e.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+    // The workers' deadline per call, plus room for the queue and the reply.
+    let wait = Duration::from_millis(evaluators.iter().map(timeout_of).max().unwrap_or(0))
+        + Duration::from_secs(30);
+    let mut results = Vec::with_capacity(debates.len());
+    for d in debates {
+        let request = EvalRequest {
+            evaluators: evaluators
+                .iter()
+                .map(|e| EvalCall {
+                    id: e.agent.id.clone(),
+                    model: e.agent.model.clone(),
+                    provider: e.agent.provider.clone(),
+                    timeout_ms: timeout_of(e),
+                    system: e.system.clone(),
+                    user: render_user_prompt(&e.user_template, d),
+                })
+                .collect(),
+        };
+        let body = serde_json::to_vec(&request)
+            .map_err(|e| CliError::general(format!("encoding the request: {e}")))?;
+        let reply = request_evals(&client, body, wait).await?;
+        let reply: EvalReply = serde_json::from_value(reply).map_err(|e| {
+            CliError::general(format!(
+                "unreadable reply on {}: {e}",
+                parley_protocol::subjects::EVALS_SUBMIT
+            ))
+        })?;
+        let replies = evaluators
+            .iter()
+            .map(|e| {
+                let Some(o) = reply.results.iter().find(|o| o.id == e.agent.id) else {
+                    return Err("no result in the workers' reply".to_string());
+                };
+                match (&o.text, &o.error) {
+                    (Some(text), _) => Ok(Reply {
+                        text: text.clone(),
+                        latency_ms: o.latency_ms,
+                        prompt_tokens: o.prompt_tokens,
+                        completion_tokens: o.completion_tokens,
+                    }),
+                    (None, Some(err)) => Err(err.clone()),
+                    (None, None) => Err("an empty result".to_string()),
+                }
+            })
+            .collect();
+        results.push(score(evaluators, d, replies, args.verbose));
+    }
+    write_results(&results, args.output.as_deref())
+}
+
+/// Sends one evaluation request; a busy worker (`unavailable`) is asked again, up to 5
+/// times, a second apart. An `{"error": ...}` reply becomes an error naming the problem.
+async fn request_evals(
+    client: &async_nats::Client,
+    body: Vec<u8>,
+    wait: Duration,
+) -> Result<Value, CliError> {
+    use parley_protocol::subjects::EVALS_SUBMIT;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let request = async_nats::Request::new()
+            .payload(body.clone().into())
+            .timeout(Some(wait));
+        let reply = client
+            .send_request(EVALS_SUBMIT.to_string(), request)
+            .await
+            .map_err(|e| {
+                CliError::general(format!(
+                    "no reply on {EVALS_SUBMIT} ({e}): is a judge worker running?"
+                ))
+            })?;
+        let v: Value = serde_json::from_slice(&reply.payload)
+            .map_err(|e| CliError::general(format!("unreadable reply on {EVALS_SUBMIT}: {e}")))?;
+        let Some(err) = v.get("error") else {
+            return Ok(v);
+        };
+        let code = err["code"].as_str().unwrap_or("error");
+        let message = format!("{code}: {}", err["message"].as_str().unwrap_or(""));
+        if code == "unavailable" && attempt < 5 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        return Err(
+            if code.starts_with("invalid") || code == "payload_too_large" {
+                CliError::usage(message)
+            } else {
+                CliError::general(message)
+            },
+        );
+    }
 }
 
 /// Reads and checks the evaluator config; resolves the prompt files.
@@ -648,12 +791,12 @@ fn score_at(reply: &Value, path: &[&str], id: &str) -> Option<f64> {
     Some(c)
 }
 
-async fn evaluate(
+/// Runs every evaluator on `d` from this machine, all at once.
+async fn call_locally(
     registry: &Registry,
     evaluators: &[Evaluator],
     d: &DebateInput,
-    verbose: bool,
-) -> DebateResult {
+) -> Vec<Result<Reply, String>> {
     let calls = evaluators.iter().map(|e| {
         let req = ChatRequest {
             model: e.agent.model.clone(),
@@ -678,7 +821,28 @@ async fn evaluate(
         }
         .instrument(span)
     });
-    let replies = futures::future::join_all(calls).await;
+    futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| {
+            r.map(|r| Reply {
+                text: r.text,
+                latency_ms: r.latency_ms,
+                prompt_tokens: r.prompt_tokens,
+                completion_tokens: r.completion_tokens,
+            })
+            .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// Scores one debate from its evaluators' replies (in evaluator order).
+fn score(
+    evaluators: &[Evaluator],
+    d: &DebateInput,
+    replies: Vec<Result<Reply, String>>,
+    verbose: bool,
+) -> DebateResult {
     let mut sums: Vec<Vec<f64>> = vec![Vec::new(); METRICS.len()];
     let mut agents = Map::new();
     let mut skipped = Map::new();

@@ -13,11 +13,14 @@
 //! - [`task`]: [`Task`] and [`TaskResult`], what the coordinator sends to workers and gets
 //!   back, and the [`ResultNotice`] a worker publishes once a result is stored.
 //! - [`event`]: [`DebateEvent`], the progress stream of a debate.
+//! - [`evaluation`]: `parley.evals.submit`, evaluator calls run by the judge workers
+//!   ([`decode_eval_request`]).
 //! - [`subjects`]: NATS subjects, header names and error replies.
 //! - [`status`]: the replies of `parley.debates.status`: a summary view, and the full state
 //!   inline or in pages (so no reply outgrows NATS's `max_payload`).
 
 pub mod config;
+pub mod evaluation;
 pub mod event;
 pub mod spec;
 pub mod state;
@@ -27,6 +30,7 @@ pub mod submission;
 pub mod task;
 
 pub use config::*;
+pub use evaluation::*;
 pub use event::*;
 pub use spec::*;
 pub use state::*;

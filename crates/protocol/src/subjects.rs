@@ -6,6 +6,10 @@ pub const SUBMIT: &str = "parley.debates.submit";
 pub const STATUS: &str = "parley.debates.status";
 pub const RETRY: &str = "parley.debates.retry";
 pub const CANCEL: &str = "parley.debates.cancel";
+/// Evaluator calls for `parley eval --nats-url` (request/reply, served by judge workers).
+pub const EVALS_SUBMIT: &str = "parley.evals.submit";
+/// Queue group of the judge workers on [`EVALS_SUBMIT`].
+pub const JUDGE_WORKERS_QUEUE: &str = "parley-judge-workers";
 /// Queue group shared by coordinator replicas.
 pub const COORDINATOR_QUEUE: &str = "parley-coordinators";
 

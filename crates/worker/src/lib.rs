@@ -4,6 +4,8 @@
 //! - [`run`]: pulls tasks of one [`WorkerKind`] from its durable JetStream consumer and runs
 //!   them through a [`TaskExecutor`], at most `concurrency` at once.
 //! - [`cli`]: the flags both worker binaries take, and their `main`.
+//! - [`evals`]: judge workers also serve `parley.evals.submit` (evaluator calls for
+//!   `parley eval --nats-url`).
 //!
 //! # Delivery semantics (at least once, completed work never repeated)
 //! A task message is a [`TaskRef`]: the task's body is in Redis (claim check), so messages
@@ -71,6 +73,7 @@
 //! after the consumer's ack wait).
 
 pub mod cli;
+pub mod evals;
 pub mod stash;
 
 use std::collections::BTreeSet;
@@ -140,7 +143,7 @@ struct Shared {
     config: WorkerConfig,
     store: RedisStore,
     nats: async_nats::Client,
-    registry: Registry,
+    registry: Arc<Registry>,
     executor: Arc<dyn TaskExecutor>,
     /// Cancelled when the drain deadline passes: running tasks are nak'ed.
     hard_stop: CancellationToken,
@@ -173,11 +176,12 @@ pub async fn run(
     };
     let (nats, store, consumer, registry, stash) = started?;
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    let registry = Arc::new(registry);
     let shared = Arc::new(Shared {
         config,
         store,
         nats,
-        registry,
+        registry: registry.clone(),
         executor,
         hard_stop: CancellationToken::new(),
         stash,
@@ -191,6 +195,20 @@ pub async fn run(
         shared.config.kind,
         shutdown.clone(),
     ));
+    if shared.config.kind == WorkerKind::Judge {
+        let service = Arc::new(evals::EvalService {
+            nats: shared.nats.clone(),
+            registry,
+            slots: Arc::new(Semaphore::new(shared.config.concurrency.max(1))),
+            hard_stop: shared.hard_stop.clone(),
+        });
+        let (tracker, shutdown) = (tracker.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = evals::serve(service, tracker, shutdown).await {
+                tracing::error!(error = %e, "evaluation requests are not served");
+            }
+        });
+    }
     tracing::info!(
         kind = shared.config.kind.as_str(),
         concurrency = shared.config.concurrency,

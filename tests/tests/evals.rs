@@ -1,0 +1,132 @@
+//! `parley eval --nats-url`: evaluator calls run on the judge workers
+//! (`parley.evals.submit`), with the operator's endpoint and model allow-list, over the
+//! shipped NATS roles; a bad request is refused with its field named and the worker goes on.
+
+use parley_protocol::subjects::EVALS_SUBMIT;
+use parley_tests::{workspace_bin, Cluster};
+use serde_json::{json, Value};
+use std::path::Path;
+
+fn rubric(s: u32, overall: u32) -> Value {
+    let m = |n: u32| json!({"score": n, "reasoning": format!("because {n}")});
+    json!({
+        "evaluation": {
+            "functional_completeness": m(s),
+            "non_functional": {
+                "performance_scalability": m(s), "security": m(s),
+                "maintainability_evolvability": m(s), "regulatory_compliance": m(s),
+                "testability": m(s), "requirements_fulfillment": m(s)
+            }
+        },
+        "overall_summary": {"strengths": "s", "weaknesses": "w", "overall_score": overall}
+    })
+}
+
+fn write_debate(path: &Path) {
+    let debate = json!({
+        "id": "deb-20260101-000000-ABCD",
+        "problem": "Design a ledger service for 8123 merchants.",
+        "status": "completed",
+        "rounds": [],
+        "finalSolution": {"description": "An append-only replicated log.", "confidence": 70,
+                          "synthesizedBy": "judge-main"}
+    });
+    std::fs::write(path, serde_json::to_vec(&debate).unwrap()).unwrap();
+}
+
+async fn parley(dir: &Path, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(workspace_bin("parley"))
+        .current_dir(dir)
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"))
+        .output()
+        .await
+        .expect("run parley")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_runs_on_judge_workers_under_the_operators_allow_list() {
+    let cluster = Cluster::start_with_roles(json!({
+        "providers": {"openai-compatible": {"allowedModels": ["eval-a", "eval-b"]}}
+    }))
+    .await;
+    cluster.fake.set_responder(|req| match req.model.as_str() {
+        "eval-a" => rubric(6, 6).to_string(),
+        _ => rubric(8, 8).to_string(),
+    });
+    let _coordinator = cluster.coordinator();
+    let mut worker = cluster.worker("judge");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_debate(&d.join("debate.json"));
+    // No baseUrl: in cluster mode the CLI holds no endpoint; the workers' config does.
+    let cfg = json!({"agents": [
+        {"id": "e1", "name": "E1", "model": "eval-a", "provider": "openai-compatible"},
+        {"id": "e2", "name": "E2", "model": "eval-b", "provider": "openai-compatible"},
+        {"id": "e3", "name": "E3", "model": "eval-x", "provider": "openai-compatible"}
+    ]});
+    std::fs::write(d.join("eval.json"), cfg.to_string()).unwrap();
+    let url = cluster.nats_url_for("client");
+    let out = parley(
+        d,
+        &[
+            "eval",
+            "-c",
+            "eval.json",
+            "-d",
+            "debate.json",
+            "-o",
+            "out.json",
+            "--nats-url",
+            &url,
+        ],
+    )
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let result: Value =
+        serde_json::from_slice(&std::fs::read(d.join("out.json")).unwrap()).unwrap();
+    assert_eq!(result["overall_score"], json!(7.0), "{result}");
+    assert_eq!(
+        result["evaluation"]["non_functional"]["security"]["average_score"],
+        json!(7.0)
+    );
+    // The model outside the operator's allow-list was refused by the worker, not called.
+    let skipped = result["skipped_agents"]["e3"].as_str().unwrap_or_default();
+    assert!(skipped.contains("not allowed"), "{result}");
+    let requests = cluster.fake.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "{:?}",
+        requests.iter().map(|r| &r.model).collect::<Vec<_>>()
+    );
+    assert!(requests
+        .iter()
+        .all(|r| { r.temperature == Some(0.1) && r.prompt_text().contains("8123 merchants") }));
+
+    // Raw requests: an endpoint in the request is refused naming the field; the worker
+    // goes on serving.
+    let bad = json!({"evaluators": [{"id": "e1", "model": "eval-a", "timeoutMs": 1000,
+        "system": "s", "user": "u", "baseUrl": "http://attacker"}]});
+    let reply = cluster
+        .request(EVALS_SUBMIT, serde_json::to_vec(&bad).unwrap())
+        .await;
+    assert_eq!(reply["error"]["code"], "invalid_request", "{reply}");
+    assert!(reply["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("evaluators[0].baseUrl"));
+    let garbage = cluster.request(EVALS_SUBMIT, b"{not json".to_vec()).await;
+    assert_eq!(garbage["error"]["code"], "invalid_json");
+    let good = json!({"evaluators": [{"id": "e1", "model": "eval-a", "provider":
+        "openai-compatible", "timeoutMs": 10000, "system": "grade", "user": "the design"}]});
+    let reply = cluster
+        .request(EVALS_SUBMIT, serde_json::to_vec(&good).unwrap())
+        .await;
+    let text = reply["results"][0]["text"].as_str().expect("a reply text");
+    assert!(text.contains("overall_summary"), "{reply}");
+    assert!(worker.is_running());
+}
