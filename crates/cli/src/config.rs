@@ -28,23 +28,7 @@ fn default_agent(role: &str) -> AgentConfig {
         "datamodeling" => "Data Modeling Engineer",
         _ => "Generalist",
     };
-    AgentConfig {
-        id: format!("agent-{role}"),
-        name: name.into(),
-        role: role.into(),
-        model: DEFAULT_MODEL.into(),
-        provider: None,
-        temperature: 0.5,
-        base_url: None,
-        max_tokens: None,
-        system_prompt_path: None,
-        summary_prompt_path: None,
-        clarification_prompt_path: None,
-        system_prompt: None,
-        summary_prompt: None,
-        summarization: None,
-        enabled: None,
-    }
+    AgentConfig::new(format!("agent-{role}"), name, role, DEFAULT_MODEL, 0.5)
 }
 
 /// Built-in defaults: two agents (architect, performance), a generalist judge, one round.

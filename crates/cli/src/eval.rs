@@ -459,21 +459,16 @@ pub(crate) fn load_config(
             },
         };
         let agent = AgentConfig {
-            id: id.clone(),
-            name: string("name")?.unwrap_or_else(|| id.clone()),
-            role: "evaluator".into(),
-            model,
             provider: string("provider")?,
-            temperature: EVAL_TEMPERATURE,
             base_url: string("baseUrl")?.or_else(|| base_url.clone()),
-            max_tokens: None,
-            system_prompt_path: None,
-            summary_prompt_path: None,
-            clarification_prompt_path: None,
-            system_prompt: None,
-            summary_prompt: None,
-            summarization: None,
             enabled: Some(true),
+            ..AgentConfig::new(
+                id.clone(),
+                string("name")?.unwrap_or_else(|| id.clone()),
+                "evaluator",
+                model,
+                EVAL_TEMPERATURE,
+            )
         };
         let (system, sys_src) = prompt(
             base_dir,

@@ -64,6 +64,34 @@ fn default_temperature() -> f64 {
 }
 
 impl AgentConfig {
+    /// A participant with only its identity, model and temperature set; every optional
+    /// setting (provider, endpoint, prompts, ...) unset, to be filled in by the caller.
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        role: impl Into<String>,
+        model: impl Into<String>,
+        temperature: f64,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            role: role.into(),
+            model: model.into(),
+            provider: None,
+            temperature,
+            base_url: None,
+            max_tokens: None,
+            system_prompt_path: None,
+            summary_prompt_path: None,
+            clarification_prompt_path: None,
+            system_prompt: None,
+            summary_prompt: None,
+            summarization: None,
+            enabled: None,
+        }
+    }
+
     pub fn is_enabled(&self) -> bool {
         self.enabled.unwrap_or(true)
     }

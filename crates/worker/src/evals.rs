@@ -120,21 +120,14 @@ async fn run_call(registry: &Registry, call: &EvalCall) -> EvalOutcome {
         completion_tokens: 0,
     };
     let agent = AgentConfig {
-        id: call.id.clone(),
-        name: call.id.clone(),
-        role: "evaluator".into(),
-        model: call.model.clone(),
         provider: call.provider.clone(),
-        temperature: EVAL_TEMPERATURE,
-        base_url: None,
-        max_tokens: None,
-        system_prompt_path: None,
-        summary_prompt_path: None,
-        clarification_prompt_path: None,
-        system_prompt: None,
-        summary_prompt: None,
-        summarization: None,
-        enabled: Some(true),
+        ..AgentConfig::new(
+            &call.id,
+            &call.id,
+            "evaluator",
+            &call.model,
+            EVAL_TEMPERATURE,
+        )
     };
     let timeout = Duration::from_millis(call.timeout_ms.max(1));
     let req = ChatRequest {
