@@ -152,10 +152,7 @@ mod tests {
             for (key, said) in [
                 ("\"tools\"", "tools and toolCallLimit accepted but not used"),
                 ("\"orchestratorType\"", "Parley always runs its own"),
-                (
-                    "\"trace\"",
-                    "OTEL_EXPORTER_OTLP_ENDPOINT=$LANGFUSE_HOST/api/public/otel",
-                ),
+                ("\"trace\"", "debate.trace \"langfuse\": not exported"),
             ] {
                 assert_eq!(
                     text.contains(key),

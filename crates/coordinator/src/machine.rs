@@ -378,6 +378,19 @@ impl Machine {
                     .take()
                     .map(|e| e.task_id)
                     .filter(|t| !t.is_empty());
+                // A critique dropped while its target has not refined yet can still be
+                // used: it runs again too (the drop stays recorded where the target went on
+                // without it).
+                for rd in &mut self.state.rounds {
+                    let refined: BTreeSet<&str> = rd
+                        .contributions
+                        .iter()
+                        .filter(|c| c.kind == ContributionType::Refinement)
+                        .map(|c| c.agent_id.as_str())
+                        .collect();
+                    rd.dropped
+                        .retain(|d| refined.contains(d.target_agent_id.as_str()));
+                }
                 // Also every dispatched task without an output: after a restart nothing is
                 // in flight, yet an attempt may be out, or its failure stored and not read.
                 let unanswered: Vec<String> = self

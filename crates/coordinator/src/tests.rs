@@ -646,6 +646,50 @@ fn a_critique_whose_budget_is_spent_is_dropped_and_the_debate_goes_on() {
 }
 
 #[test]
+fn retry_runs_again_a_critique_dropped_before_its_target_refined() {
+    let mut r = Run::new(spec(
+        3,
+        1,
+        "fixed",
+        json!({"retry": {"default": {"attempts": 2}}}),
+    ));
+    r.apply(Input::Start);
+    // a2's critiques are dropped; then a0's refinement fails the debate.
+    let broken = |t: &Task| {
+        (t.kind == TaskKind::Critique && t.agent.id == "a2")
+            || (t.kind == TaskKind::Refine && t.agent.id == "a0")
+    };
+    loop {
+        r.drain(|t| {
+            Some(if broken(t) {
+                fail(t, ErrorKind::Server)
+            } else {
+                ok(t, "x")
+            })
+        });
+        let due: Vec<_> = r.retries.drain(..).collect();
+        if due.is_empty() {
+            break;
+        }
+        for (id, _) in due {
+            r.apply(Input::RetryDue(id));
+        }
+    }
+    assert_eq!(r.machine.state().status, DebateStatus::Failed);
+    assert!(!r.machine.state().rounds[0].dropped.is_empty());
+    r.apply(Input::Retry);
+    r.drain(|t| Some(ok(t, "x")));
+    let s = r.machine.state();
+    assert_eq!(s.status, DebateStatus::Completed, "{:?}", s.error);
+    let rd = &s.rounds[0];
+    // a0 had not refined: a2's critique of a0 ran again and a0 refined with it.
+    assert!(rd
+        .find(ContributionType::Critique, "a2", Some("a0"))
+        .is_some());
+    assert!(!rd.dropped.iter().any(|d| d.target_agent_id == "a0"));
+}
+
+#[test]
 fn auth_errors_fail_at_once_without_retry() {
     let mut r = Run::new(spec(2, 1, "fixed", json!({})));
     r.apply(Input::Start);
