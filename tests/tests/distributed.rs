@@ -310,6 +310,9 @@ async fn failing_agent_fails_the_node_and_retry_completes() {
     let mut s = spec("Design a cache");
     s["debate"]["retry"] =
         json!({"default": {"attempts": 2, "initialBackoffMs": 100, "maxBackoffMs": 100}});
+    // A failing critique fails the node too (the default drops it; see the CLI's
+    // `a_critique_that_keeps_failing_is_dropped_and_the_debate_completes`).
+    s["debate"]["onAgentFailure"] = json!("fail");
     let id = c.submit(&s).await;
     let failed = c
         .wait_status(&id, Duration::from_secs(45), |s| {
