@@ -42,6 +42,7 @@ fn default_agent(role: &str) -> AgentConfig {
         clarification_prompt_path: None,
         system_prompt: None,
         summary_prompt: None,
+        clarification_prompt: None,
         summarization: None,
         enabled: None,
     }
@@ -209,6 +210,16 @@ pub fn resolve_prompts(
             src.summary_path = Some(path);
         }
     }
+    if let Some(rel) = agent.clarification_prompt_path.clone() {
+        if let Some((text, _)) = read_prompt(
+            base,
+            &rel,
+            &format!("agent {}: clarification prompt", agent.id),
+            warn,
+        ) {
+            agent.clarification_prompt = Some(text);
+        }
+    }
     src
 }
 
@@ -260,6 +271,8 @@ pub fn take_endpoints(loaded: &mut LoadedConfig) -> Endpoints {
 pub struct Overrides {
     pub roles: Option<Vec<String>>,
     pub rounds: Option<u32>,
+    /// `--clarify`: turn the clarification phase on (`debate.interactiveClarifications`).
+    pub clarify: bool,
 }
 
 /// Builds the debate spec: config + overrides + resolved prompts.
@@ -296,6 +309,9 @@ pub fn build_spec(
     }
     if let Some(r) = overrides.rounds {
         debate.rounds = r;
+    }
+    if overrides.clarify {
+        debate.interactive_clarifications = true;
     }
     let mut sources = PromptSources::default();
     for a in agents.iter_mut().filter(|a| a.is_enabled()) {

@@ -329,6 +329,7 @@ pub(crate) fn load_config(
             clarification_prompt_path: None,
             system_prompt: None,
             summary_prompt: None,
+            clarification_prompt: None,
             summarization: None,
             enabled: Some(true),
         };

@@ -6,6 +6,8 @@ pub const SUBMIT: &str = "parley.debates.submit";
 pub const STATUS: &str = "parley.debates.status";
 pub const RETRY: &str = "parley.debates.retry";
 pub const CANCEL: &str = "parley.debates.cancel";
+/// Answers to a debate's clarification questions (`parley_protocol::AnswerRequest`).
+pub const ANSWER: &str = "parley.debates.answer";
 /// Queue group shared by coordinator replicas.
 pub const COORDINATOR_QUEUE: &str = "parley-coordinators";
 
