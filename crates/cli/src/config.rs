@@ -478,7 +478,7 @@ mod tests {
         std::fs::write(
             &path,
             r#"{"agents": [
-                {"id":"a1","name":"A","role":"architect","model":"m","systemPromptPath":"prompts/arch.md"},
+                {"id":"a1","name":"A","role":"architect","model":"m","systemPromptPath":"prompts/arch.md","clarificationPromptPath":"prompts/arch.md"},
                 {"id":"a2","name":"B","role":"security","model":"m","systemPromptPath":"prompts/empty.md"},
                 {"id":"a3","name":"C","role":"kiss","model":"m","systemPromptPath":"prompts/missing.md","summaryPromptPath":"prompts/arch.md"}
             ]}"#,
@@ -496,6 +496,12 @@ mod tests {
         );
         assert_eq!(spec.agents[1].system_prompt, None);
         assert_eq!(spec.agents[2].system_prompt, None);
+        assert_eq!(
+            spec.agents[0].clarification_prompt.as_deref(),
+            Some("You are Arch."),
+            "clarificationPromptPath is read into the spec as text"
+        );
+        assert_eq!(spec.agents[1].clarification_prompt, None);
         assert_eq!(
             spec.agents[2].summary_prompt.as_deref(),
             Some("You are Arch.")
@@ -553,11 +559,13 @@ mod tests {
         let o = Overrides {
             roles: Some(vec!["performance".into(), "security".into()]),
             rounds: Some(2),
+            clarify: true,
         };
         let spec = build_spec(loaded, "P".into(), &o, &mut |_| {}).unwrap();
         let roles: Vec<_> = spec.agents.iter().map(|a| a.role.as_str()).collect();
         assert_eq!(roles, ["performance", "security"]);
         assert_eq!(spec.debate.rounds, 2);
+        assert!(spec.debate.interactive_clarifications, "--clarify turns them on");
         let loaded = LoadedConfig {
             file: DebateConfigFile::default(),
             base_dir: ".".into(),
@@ -565,6 +573,7 @@ mod tests {
         let o = Overrides {
             roles: Some(vec!["astronaut".into()]),
             rounds: None,
+            clarify: false,
         };
         let e = build_spec(loaded, "P".into(), &o, &mut |_| {})
             .err()

@@ -28,7 +28,7 @@ pub mod trace;
 
 pub use driver::{run_debate, run_debate_until, Driven, TaskRunner};
 pub use machine::{AnswerError, Effect, Expectation, Input, Machine};
-pub use store::{FileStore, LoadError};
+pub use store::{answer_saved, AnswerSavedError, FileStore, LoadError};
 
 #[cfg(test)]
 mod clarify_tests;
