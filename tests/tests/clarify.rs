@@ -117,15 +117,24 @@ async fn a_debate_waits_for_answers_across_a_takeover_and_completes_with_them() 
         )
         .await;
     assert_eq!(summary["status"], "awaiting_clarifications");
-    assert_eq!(summary["questions"][0]["items"][0]["question"], "How many users?");
+    assert_eq!(
+        summary["questions"][0]["items"][0]["question"],
+        "How many users?"
+    );
 
     // Errors change nothing: an unknown question, JSON garbage, an unknown debate.
     let (code, msg) = error_of(
-        &answer(&c, json!({"debateId": id, "answers": [{"id": "agent-kiss-q1", "answer": "x"}]}))
-            .await,
+        &answer(
+            &c,
+            json!({"debateId": id, "answers": [{"id": "agent-kiss-q1", "answer": "x"}]}),
+        )
+        .await,
     );
     assert_eq!(code, "invalid_request");
-    assert!(msg.contains("agent-kiss-q1") && msg.contains("agent-architect-q1"), "{msg}");
+    assert!(
+        msg.contains("agent-kiss-q1") && msg.contains("agent-architect-q1"),
+        "{msg}"
+    );
     let r = c
         .request("parley.debates.answer", b"{not json".to_vec())
         .await;
@@ -184,7 +193,14 @@ async fn a_debate_waits_for_answers_across_a_takeover_and_completes_with_them() 
     let url = c.nats_url_for("client");
     let out = parley_cli(
         dir.path(),
-        &["answer", &id, "--answers", "answers.json", "--nats-url", &url],
+        &[
+            "answer",
+            &id,
+            "--answers",
+            "answers.json",
+            "--nats-url",
+            &url,
+        ],
     )
     .await;
     let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -235,7 +251,12 @@ async fn a_debate_waits_for_answers_across_a_takeover_and_completes_with_them() 
         .collect();
     assert_eq!(later.len(), 13);
     for p in &later {
-        for a in ["About 10k users", "Yes, through Okta", "Around 500 rps", "Which cloud?"] {
+        for a in [
+            "About 10k users",
+            "Yes, through Okta",
+            "Around 500 rps",
+            "Which cloud?",
+        ] {
             assert!(p.contains(a), "a prompt lacks {a:?}:\n{p}");
         }
     }
@@ -250,7 +271,11 @@ async fn a_debate_waits_for_answers_across_a_takeover_and_completes_with_them() 
     );
     assert_eq!(code, "conflict");
     assert!(msg.contains("completed"), "{msg}");
-    let out = parley_cli(dir.path(), &["answer", &id, "--answers", "more.json", "--nats-url", &url]).await;
+    let out = parley_cli(
+        dir.path(),
+        &["answer", &id, "--answers", "more.json", "--nats-url", &url],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not waiting"));
 }
@@ -279,7 +304,16 @@ async fn submit_wait_answers_each_iteration() {
     // Without answers and without a terminal: refused before anything is submitted.
     let out = parley_cli(
         dir.path(),
-        &["submit", "Design a URL shortener", "--config", "cli.json", "--clarify", "--wait", "--nats-url", &url],
+        &[
+            "submit",
+            "Design a URL shortener",
+            "--config",
+            "cli.json",
+            "--clarify",
+            "--wait",
+            "--nats-url",
+            &url,
+        ],
     )
     .await;
     assert_eq!(out.status.code(), Some(2));
@@ -351,9 +385,10 @@ async fn the_clarification_timeout_answers_na() {
     let asked = evs
         .iter()
         .position(|e| match &e.kind {
-            parley_protocol::EventKind::ClarificationsRequested { questions, iteration } => {
-                *iteration == 1 && questions.iter().map(|g| g.items.len()).sum::<usize>() == 3
-            }
+            parley_protocol::EventKind::ClarificationsRequested {
+                questions,
+                iteration,
+            } => *iteration == 1 && questions.iter().map(|g| g.items.len()).sum::<usize>() == 3,
             _ => false,
         })
         .expect("a clarificationsRequested event");
@@ -366,7 +401,10 @@ async fn the_clarification_timeout_answers_na() {
             )
         })
         .expect("a clarificationsAnswered event");
-    assert_eq!(evs[asked].status, parley_protocol::DebateStatus::AwaitingClarifications);
+    assert_eq!(
+        evs[asked].status,
+        parley_protocol::DebateStatus::AwaitingClarifications
+    );
     assert!(asked < answered);
     assert!(evs.last().unwrap().is_final());
 }

@@ -311,7 +311,10 @@ async fn a_thousand_bad_payloads_per_subject_then_a_good_debate() {
         ("parley.debates.status", debate_refs(&mut rng, PER_SUBJECT)),
         ("parley.debates.retry", debate_refs(&mut rng, PER_SUBJECT)),
         ("parley.debates.cancel", debate_refs(&mut rng, PER_SUBJECT)),
-        ("parley.debates.answer", answer_requests(&mut rng, PER_SUBJECT)),
+        (
+            "parley.debates.answer",
+            answer_requests(&mut rng, PER_SUBJECT),
+        ),
     ];
     for (subject, payloads) in subjects {
         let sent = payloads.len();

@@ -155,7 +155,10 @@ mod tests {
     fn the_shapes_agents_reply_in_are_read() {
         let q = |s: &str| parse_questions(s);
         let two = Some(vec!["Scale?".to_string(), "Budget?".to_string()]);
-        assert_eq!(q(r#"{"questions": [{"text": "Scale?"}, {"text": "Budget?"}]}"#), two);
+        assert_eq!(
+            q(r#"{"questions": [{"text": "Scale?"}, {"text": "Budget?"}]}"#),
+            two
+        );
         assert_eq!(q(r#"["Scale?", "Budget?"]"#), two);
         assert_eq!(
             q(r#"{"questions": [{"id": "1", "question": "Scale?"}, {"question": "Budget?"}]}"#),

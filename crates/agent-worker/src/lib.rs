@@ -100,13 +100,7 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
                 .proposal
                 .as_ref()
                 .ok_or("refine task without the agent's proposal")?;
-            roles::refine(
-                prompts,
-                problem,
-                p,
-                &i.critiques,
-                i.history.as_deref(),
-            )
+            roles::refine(prompts, problem, p, &i.critiques, i.history.as_deref())
         }
         TaskKind::Summarize => {
             let t = i

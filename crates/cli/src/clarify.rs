@@ -168,7 +168,10 @@ pub fn questions_text(pending: &[AgentClarifications], iteration: u32) -> String
     );
     let mut n = 0;
     for g in pending {
-        out.push_str(&format!("\n{} ({}, {}):\n", g.agent_name, g.agent_id, g.role));
+        out.push_str(&format!(
+            "\n{} ({}, {}):\n",
+            g.agent_name, g.agent_id, g.role
+        ));
         for item in &g.items {
             n += 1;
             out.push_str(&format!("  {n}. {}  [{}]\n", item.question, item.id));
@@ -191,7 +194,10 @@ fn stdin_lines() -> &'static Mutex<mpsc::UnboundedReceiver<String>> {
                 match stdin.read_line(&mut line) {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
-                        if tx.send(line.trim_end_matches(['\n', '\r']).to_string()).is_err() {
+                        if tx
+                            .send(line.trim_end_matches(['\n', '\r']).to_string())
+                            .is_err()
+                        {
                             break;
                         }
                     }
@@ -258,8 +264,11 @@ mod tests {
         assert_eq!(map["b-q2"], "");
         let list = load(&tmp("b.json", r#"[{"id": "a-q1", "answer": "yes"}]"#)).unwrap();
         assert_eq!(list["a-q1"], "yes");
-        let wrapped =
-            load(&tmp("c.json", r#"{"answers": [{"id": "a-q1", "answer": "y"}]}"#)).unwrap();
+        let wrapped = load(&tmp(
+            "c.json",
+            r#"{"answers": [{"id": "a-q1", "answer": "y"}]}"#,
+        ))
+        .unwrap();
         assert_eq!(wrapped["a-q1"], "y");
         for (name, text, expect) in [
             ("d.json", r#"{"a-q1": 3}"#, "a-q1"),
@@ -268,7 +277,11 @@ mod tests {
         ] {
             let e = load(&tmp(name, text)).unwrap_err();
             assert_eq!(e.code, 2);
-            assert!(e.message.contains("--answers") && e.message.contains(expect), "{}", e.message);
+            assert!(
+                e.message.contains("--answers") && e.message.contains(expect),
+                "{}",
+                e.message
+            );
         }
     }
 

@@ -565,7 +565,10 @@ mod tests {
         let roles: Vec<_> = spec.agents.iter().map(|a| a.role.as_str()).collect();
         assert_eq!(roles, ["performance", "security"]);
         assert_eq!(spec.debate.rounds, 2);
-        assert!(spec.debate.interactive_clarifications, "--clarify turns them on");
+        assert!(
+            spec.debate.interactive_clarifications,
+            "--clarify turns them on"
+        );
         let loaded = LoadedConfig {
             file: DebateConfigFile::default(),
             base_dir: ".".into(),

@@ -189,14 +189,11 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
     let stopped = format!(
         "stopped waiting; debate {id} goes on in the cluster (`parley watch {id}`, `parley status {id}`)"
     );
-    let asking = spec
-        .debate
-        .interactive_clarifications
-        .then_some(Asking {
-            answers: &answers,
-            interrupt,
-            on_interrupt: &stopped,
-        });
+    let asking = spec.debate.interactive_clarifications.then_some(Asking {
+        answers: &answers,
+        interrupt,
+        on_interrupt: &stopped,
+    });
     let state = unless_interrupted(interrupt, &stopped, async {
         follow(&client, &id, asking).await?;
         fetch_state(&client, &id).await
@@ -219,7 +216,11 @@ pub async fn answer(args: AnswerArgs, interrupt: &CancellationToken) -> Result<(
         interrupt,
         on_interrupt: &stopped,
     };
-    let sent = unless_interrupted(interrupt, &stopped, send_answers(&client, id, &asking, true));
+    let sent = unless_interrupted(
+        interrupt,
+        &stopped,
+        send_answers(&client, id, &asking, true),
+    );
     let reply = sent.await?;
     if let Some(v) = reply {
         println!("{v}");

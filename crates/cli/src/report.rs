@@ -60,7 +60,13 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
             let _ = writeln!(md, "### {} ({}, {})\n", g.agent_name, g.agent_id, g.role);
             for i in &g.items {
                 let answer = i.answer.as_deref().unwrap_or("(not answered yet)");
-                let _ = writeln!(md, "- **Q ({}):** {}\n  **A:** {}", i.id, i.question.trim(), answer.trim());
+                let _ = writeln!(
+                    md,
+                    "- **Q ({}):** {}\n  **A:** {}",
+                    i.id,
+                    i.question.trim(),
+                    answer.trim()
+                );
             }
             md.push('\n');
         }

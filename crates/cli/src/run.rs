@@ -88,7 +88,10 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
     if spec.debate.interactive_clarifications {
         answers.require()?;
     } else if args.answers.is_some() {
-        warn("--answers is ignored: this debate asks no clarification questions (use --clarify)".into());
+        warn(
+            "--answers is ignored: this debate asks no clarification questions (use --clarify)"
+                .into(),
+        );
     }
     let registry = registry_for(&spec, endpoints, limits)?;
     let machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
@@ -98,7 +101,15 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         report: args.report,
         verbose: args.verbose,
     };
-    drive(machine, Input::Start, registry, &outputs, &answers, interrupt).await
+    drive(
+        machine,
+        Input::Start,
+        registry,
+        &outputs,
+        &answers,
+        interrupt,
+    )
+    .await
 }
 
 /// Which way a saved debate continues.

@@ -74,7 +74,9 @@ fn responder(r: &RecordedRequest) -> String {
                 {"text": "How many users?"}, {"text": "how many  users?"}, {"text": "Which cloud?"}
             ]})
             .to_string(),
-            ("model-arch", true) => json!({"questions": [{"text": "Peak requests per second?"}]}).to_string(),
+            ("model-arch", true) => {
+                json!({"questions": [{"text": "Peak requests per second?"}]}).to_string()
+            }
             ("model-sec", false) => {
                 "Here:\n```json\n[\"Is there single sign-on?\"]\n```".to_string()
             }
@@ -189,8 +191,16 @@ async fn answers_from_a_file_reach_every_later_prompt_and_the_report() {
     assert_eq!(
         items,
         [
-            ("agent-architect-q1".into(), "How many users?".into(), "About 10k users".into()),
-            ("agent-architect-q2".into(), "Which cloud?".into(), "NA".into()),
+            (
+                "agent-architect-q1".into(),
+                "How many users?".into(),
+                "About 10k users".into()
+            ),
+            (
+                "agent-architect-q2".into(),
+                "Which cloud?".into(),
+                "NA".into()
+            ),
             (
                 "agent-architect-q3".into(),
                 "Peak requests per second?".into(),
@@ -198,7 +208,10 @@ async fn answers_from_a_file_reach_every_later_prompt_and_the_report() {
             ),
         ]
     );
-    assert_eq!(groups[1]["items"][0]["question"], "Is there single sign-on?");
+    assert_eq!(
+        groups[1]["items"][0]["question"],
+        "Is there single sign-on?"
+    );
     // Kiss's prose is a warning, not a failure.
     let warnings = state["engine"]["warnings"].as_array().unwrap();
     assert!(
@@ -211,7 +224,12 @@ async fn answers_from_a_file_reach_every_later_prompt_and_the_report() {
     assert_eq!(clarify_requests(&fake).len(), 9);
     assert_later_prompts_carry(
         &fake,
-        &["About 10k users", "Yes, through Okta", "Around 500 rps", "Which cloud?"],
+        &[
+            "About 10k users",
+            "Yes, through Okta",
+            "Around 500 rps",
+            "Which cloud?",
+        ],
     );
     // A follow-up prompt showed the earlier answers.
     let follow_ups: Vec<String> = clarify_requests(&fake)
@@ -237,10 +255,9 @@ async fn without_a_terminal_or_an_answers_file_it_exits_2_naming_answers() {
     assert!(err.contains("--answers"), "{err}");
     assert_eq!(fake.request_count(), 0, "nothing ran");
     // The config's own setting asks too.
-    let mut cfg: Value = serde_json::from_slice(
-        &std::fs::read(dir.path().join("debate-config.json")).unwrap(),
-    )
-    .unwrap();
+    let mut cfg: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("debate-config.json")).unwrap())
+            .unwrap();
     cfg["debate"]["interactiveClarifications"] = json!(true);
     std::fs::write(dir.path().join("debate-config.json"), cfg.to_string()).unwrap();
     let out = parley(dir.path(), &["run", "Design a URL shortener"]).await;
@@ -360,7 +377,10 @@ async fn answers_typed_on_a_terminal_and_ctrl_c_while_waiting_then_resume_asks_a
             && shown.contains("3. Is there single sign-on?  [agent-security-q1]"),
         "{shown}"
     );
-    assert!(!shown.contains("Kiss (agent-kiss"), "kiss asked nothing: {shown}");
+    assert!(
+        !shown.contains("Kiss (agent-kiss"),
+        "kiss asked nothing: {shown}"
+    );
     sigint(run.child.id().unwrap());
     assert_eq!(run.exit_code().await, Some(130), "{}", run.output());
     let out = run.output();
@@ -370,8 +390,13 @@ async fn answers_typed_on_a_terminal_and_ctrl_c_while_waiting_then_resume_asks_a
     let id = out[at + "parley resume ".len()..][..26].to_string();
     let saved = checkpoint(dir.path(), &id);
     assert_eq!(saved["status"], "awaiting_clarifications");
-    assert_eq!(saved["clarifications"][0]["items"][0]["id"], "agent-architect-q1");
-    assert!(saved["clarifications"][0]["items"][0].get("answer").is_none());
+    assert_eq!(
+        saved["clarifications"][0]["items"][0]["id"],
+        "agent-architect-q1"
+    );
+    assert!(saved["clarifications"][0]["items"][0]
+        .get("answer")
+        .is_none());
     assert_eq!(clarify_requests(&fake).len(), 3);
 
     // Resume asks the same questions again, with no new call; the answers are typed
@@ -394,7 +419,12 @@ async fn answers_typed_on_a_terminal_and_ctrl_c_while_waiting_then_resume_asks_a
         .collect();
     assert_eq!(
         answers,
-        ["About 10k users", "NA", "Around 500 rps", "Yes, through Okta"]
+        [
+            "About 10k users",
+            "NA",
+            "Around 500 rps",
+            "Yes, through Okta"
+        ]
     );
     assert_eq!(clarify_requests(&fake).len(), 9);
     assert_later_prompts_carry(

@@ -524,12 +524,11 @@ impl Actor for DebateActor {
                     return Ok(());
                 }
                 let r = state.apply(&myself, Input::Answers(answers)).await;
-                let remaining = parley_protocol::pending_clarifications(
-                    &state.machine.state().clarifications,
-                )
-                .iter()
-                .map(|g| g.items.len())
-                .sum();
+                let remaining =
+                    parley_protocol::pending_clarifications(&state.machine.state().clarifications)
+                        .iter()
+                        .map(|g| g.items.len())
+                        .sum();
                 let _ = reply.send(
                     r.as_ref()
                         .map(|_| remaining)
@@ -820,7 +819,10 @@ async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateSt
     }
     publish_best_effort(deps, id, &events).await;
     let status = machine.state().status;
-    if !matches!(status, DebateStatus::Running | DebateStatus::Pending) {
+    if !matches!(
+        status,
+        DebateStatus::Running | DebateStatus::Pending | DebateStatus::AwaitingClarifications
+    ) {
         store.unmark_running(id).await.map_err(|e| e.to_string())?;
         if let Some(ttl) = deps.retention {
             store

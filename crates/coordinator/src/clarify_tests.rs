@@ -75,14 +75,21 @@ fn ask_wait_answer_follow_up_then_round_one_with_the_answers_in_every_prompt() {
     assert!(r.tasks.iter().all(|t| t.input.max_questions == Some(5)));
     assert!(r.tasks.iter().all(|t| t.validate().is_ok()));
     reply_clarify(&mut r, |a, _| match a {
-        "a0" => vec!["Which cache size?", "  which   CACHE size? ", "Read/write ratio?"],
+        "a0" => vec![
+            "Which cache size?",
+            "  which   CACHE size? ",
+            "Read/write ratio?",
+        ],
         _ => vec![],
     });
     let s = r.machine.state();
     assert_eq!(s.status, DebateStatus::AwaitingClarifications);
     assert_eq!(s.clarification_iterations, 1);
     assert!(r.machine.in_flight().next().is_none(), "nothing in flight");
-    assert!(r.machine.next_deadline().is_none(), "no deadline while waiting");
+    assert!(
+        r.machine.next_deadline().is_none(),
+        "no deadline while waiting"
+    );
     assert!(r.machine.is_settled());
     assert_eq!(s.engine.awaiting_since, Some(now()));
     // De-duplicated per agent; an agent with nothing to ask has no group.
@@ -96,7 +103,10 @@ fn ask_wait_answer_follow_up_then_round_one_with_the_answers_in_every_prompt() {
         .collect();
     assert_eq!(
         items,
-        [("a0-q1", "Which cache size?"), ("a0-q2", "Read/write ratio?")]
+        [
+            ("a0-q1", "Which cache size?"),
+            ("a0-q2", "Read/write ratio?")
+        ]
     );
     let req = requested(&r);
     assert_eq!(req.len(), 1);
@@ -252,8 +262,10 @@ fn a_malformed_reply_means_the_agent_asks_nothing_with_a_warning() {
     assert_eq!(s.clarifications.len(), 1);
     assert_eq!(s.clarifications[0].agent_id, "a1");
     assert!(
-        s.engine.warnings.iter().any(|w| w.contains("/1/clarify/a0")
-            && w.contains("not the JSON")),
+        s.engine
+            .warnings
+            .iter()
+            .any(|w| w.contains("/1/clarify/a0") && w.contains("not the JSON")),
         "{:?}",
         s.engine.warnings
     );
@@ -264,14 +276,20 @@ fn a_malformed_reply_means_the_agent_asks_nothing_with_a_warning() {
 fn bad_answers_are_refused_and_change_nothing() {
     let mut r = Run::new(clarify_spec(1, json!({})));
     // Not waiting yet.
-    let e = r.machine.check_answers(&[answer("a0-q1", "x")]).unwrap_err();
+    let e = r
+        .machine
+        .check_answers(&[answer("a0-q1", "x")])
+        .unwrap_err();
     assert!(matches!(e, AnswerError::NotWaiting { .. }), "{e}");
     assert!(e.to_string().contains("pending"), "{e}");
     assert!(e.is_conflict());
     r.apply(Input::Start);
     reply_clarify(&mut r, |_, _| vec!["Scale?", "Budget?"]);
     let before = r.machine.state().clone();
-    let e = r.machine.check_answers(&[answer("zz-q9", "x")]).unwrap_err();
+    let e = r
+        .machine
+        .check_answers(&[answer("zz-q9", "x")])
+        .unwrap_err();
     assert!(
         e.to_string().contains("zz-q9") && e.to_string().contains("a0-q1"),
         "{e}"
@@ -350,7 +368,9 @@ fn the_timeout_answers_na_and_the_debate_goes_on() {
 fn a_waiting_debate_is_a_checkpoint_in_dialectics_shape_and_resumes_at_the_questions() {
     let mut r = Run::new(clarify_spec(2, json!({"clarificationsMaxIterations": 1})));
     r.apply(Input::Start);
-    reply_clarify(&mut r, |a, _| vec![if a == "a0" { "Scale?" } else { "Budget?" }]);
+    reply_clarify(&mut r, |a, _| {
+        vec![if a == "a0" { "Scale?" } else { "Budget?" }]
+    });
     let json = serde_json::to_value(r.machine.state()).unwrap();
     assert_eq!(json["status"], "awaiting_clarifications");
     assert_eq!(json["clarificationIterations"], 1);
@@ -401,15 +421,15 @@ fn a_resume_while_asking_sends_only_the_missing_clarify_task_again_as_itself() {
     assert_eq!(again[0].id, "deb-20260102-030405-abcdef/1/clarify/a1");
     assert_eq!(again[0].attempt, 1);
     // The first agent's reply again (a duplicate delivery) is finished, not applied twice.
-    assert_eq!(
-        m.expects(&first.id, 1, true),
-        crate::Expectation::Finished
-    );
+    assert_eq!(m.expects(&first.id, 1, true), crate::Expectation::Finished);
 }
 
 #[test]
 fn a_failing_clarify_task_is_retried_then_fails_the_debate_at_clarification() {
-    let mut r = Run::new(clarify_spec(1, json!({"retry": {"default": {"attempts": 2, "initialBackoffMs": 100}}})));
+    let mut r = Run::new(clarify_spec(
+        1,
+        json!({"retry": {"default": {"attempts": 2, "initialBackoffMs": 100}}}),
+    ));
     r.apply(Input::Start);
     let t = r.queue.pop_front().unwrap();
     r.apply(Input::Result(crate::tests::fail(&t, ErrorKind::Server)));
@@ -439,18 +459,20 @@ fn cancel_while_waiting_cancels() {
     reply_clarify(&mut r, |_, _| vec!["Scale?"]);
     r.apply(Input::Cancel);
     assert_eq!(r.machine.state().status, DebateStatus::Cancelled);
-    let e = r.machine.check_answers(&[answer("a0-q1", "x")]).unwrap_err();
+    let e = r
+        .machine
+        .check_answers(&[answer("a0-q1", "x")])
+        .unwrap_err();
     assert!(e.to_string().contains("cancelled"), "{e}");
 }
 
 #[test]
 fn a_requested_event_stays_small_whatever_the_questions() {
-    let mut r = Run::new(clarify_spec(
-        12,
-        json!({"clarificationsMaxPerAgent": 20}),
-    ));
+    let mut r = Run::new(clarify_spec(12, json!({"clarificationsMaxPerAgent": 20})));
     r.apply(Input::Start);
-    let long: Vec<String> = (0..20).map(|i| format!("{i} {}", "é".repeat(600))).collect();
+    let long: Vec<String> = (0..20)
+        .map(|i| format!("{i} {}", "é".repeat(600)))
+        .collect();
     let queued: Vec<Task> = r.queue.drain(..).collect();
     for t in queued {
         let qs: Vec<&str> = long.iter().map(String::as_str).collect();
@@ -462,5 +484,9 @@ fn a_requested_event_stays_small_whatever_the_questions() {
     assert!(bytes < 64 * 1024, "{bytes} bytes");
     // The state keeps each question up to the limit.
     let q = &r.machine.state().clarifications[0].items[0].question;
-    assert_eq!(q.chars().count(), limits::MAX_QUESTION_CHARS + 1, "cut with …");
+    assert_eq!(
+        q.chars().count(),
+        limits::MAX_QUESTION_CHARS + 1,
+        "cut with …"
+    );
 }

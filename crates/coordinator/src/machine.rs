@@ -57,11 +57,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use parley_protocol::{
     answered_clarifications, limits, pending_clarifications, task_id, AgentClarifications,
-    AgentConfig, Answer, ClarificationItem, Contribution, ContributionMetadata, ContributionType, DebateEvent,
-    DebateFailure, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary, EventKind,
-    Node, PeerText, Progress, RoundEvaluation, Solution, SummarizationConfig, SummaryMetadata,
-    Task, TaskError, TaskInput, TaskKind, TaskOutcome, TaskOutput, TaskResult, TerminationType,
-    SCHEMA_VERSION,
+    AgentConfig, Answer, ClarificationItem, Contribution, ContributionMetadata, ContributionType,
+    DebateEvent, DebateFailure, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary,
+    EventKind, Node, PeerText, Progress, RoundEvaluation, Solution, SummarizationConfig,
+    SummaryMetadata, Task, TaskError, TaskInput, TaskKind, TaskOutcome, TaskOutput, TaskResult,
+    TerminationType, SCHEMA_VERSION,
 };
 
 /// What drives the machine.
@@ -503,7 +503,9 @@ impl Machine {
             Input::Abort(reason) => {
                 if !matches!(
                     self.state.status,
-                    DebateStatus::Running | DebateStatus::Pending
+                    DebateStatus::Running
+                        | DebateStatus::Pending
+                        | DebateStatus::AwaitingClarifications
                 ) {
                     return fx;
                 }
@@ -726,7 +728,11 @@ impl Machine {
             return;
         }
         // Clarification iterations all belong before round 1.
-        let node_round = if p.kind == TaskKind::Clarify { 0 } else { p.round };
+        let node_round = if p.kind == TaskKind::Clarify {
+            0
+        } else {
+            p.round
+        };
         self.enter(fx, now, node_round, p.kind.node());
         self.last_node = Some(p.kind.node());
         // A new attempt only after a failure; an attempt still outstanding (dispatched
@@ -755,7 +761,6 @@ impl Machine {
             },
         );
         fx.push(Effect::Dispatch(task));
-    }
     }
 
     /// Whether this debate has a clarification phase.
@@ -861,10 +866,7 @@ impl Machine {
 
     /// When an operator's clarification timeout of `timeout` runs out for a debate waiting
     /// for answers (`None`: it is not waiting).
-    pub fn clarification_deadline(
-        &self,
-        timeout: std::time::Duration,
-    ) -> Option<DateTime<Utc>> {
+    pub fn clarification_deadline(&self, timeout: std::time::Duration) -> Option<DateTime<Utc>> {
         if self.state.status != DebateStatus::AwaitingClarifications {
             return None;
         }

@@ -65,9 +65,9 @@ use chrono::Utc;
 use futures::StreamExt;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::{
-    decode_answer_request, decode_debate_ref, decode_submission, Answer, is_valid_debate_id, new_debate_id, preview, split_pages,
-    DebateStatus, ResultNotice, StatusPage, StatusRequest, StatusSummary, StatusView,
-    SubmissionPolicy, TaskRef,
+    decode_answer_request, decode_debate_ref, decode_submission, is_valid_debate_id, new_debate_id,
+    preview, split_pages, Answer, DebateStatus, ResultNotice, StatusPage, StatusRequest,
+    StatusSummary, StatusView, SubmissionPolicy, TaskRef,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef, RactorErr};

@@ -13,7 +13,12 @@ pub(crate) fn now() -> chrono::DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
 }
 
-pub(crate) fn spec(n: usize, rounds: u32, termination: &str, extra: serde_json::Value) -> DebateSpec {
+pub(crate) fn spec(
+    n: usize,
+    rounds: u32,
+    termination: &str,
+    extra: serde_json::Value,
+) -> DebateSpec {
     let roles = ["architect", "performance", "security", "testing", "kiss"];
     let agents: Vec<_> = (0..n)
         .map(|i| json!({"id": format!("a{i}"), "name": format!("A{i}"), "role": roles[i % 5], "model": "m", "temperature": 0.3}))

@@ -240,11 +240,9 @@ fn filter_items(
 ) -> Vec<AgentClarifications> {
     all.iter()
         .filter_map(|g| {
-            let items: Vec<ClarificationItem> = g.items.iter().filter(|i| keep(i)).cloned().collect();
-            (!items.is_empty()).then(|| AgentClarifications {
-                items,
-                ..g.clone()
-            })
+            let items: Vec<ClarificationItem> =
+                g.items.iter().filter(|i| keep(i)).cloned().collect();
+            (!items.is_empty()).then(|| AgentClarifications { items, ..g.clone() })
         })
         .collect()
 }

@@ -243,7 +243,10 @@ impl AnswerRequest {
             c.push("debateId", "not a debate id (deb-YYYYMMDD-HHMMSS-xxxxxx)");
         }
         if self.answers.is_empty() {
-            c.push("answers", "no answers: send at least one {\"id\", \"answer\"}");
+            c.push(
+                "answers",
+                "no answers: send at least one {\"id\", \"answer\"}",
+            );
         }
         if self.answers.len() > limits::MAX_ANSWERS {
             c.push(
@@ -263,7 +266,10 @@ impl AnswerRequest {
                 c.push(&field, "must not be empty");
             }
             if !seen.insert(a.id.as_str()) {
-                c.push(&field, format!("question {:?} answered twice", preview(&a.id, 80)));
+                c.push(
+                    &field,
+                    format!("question {:?} answered twice", preview(&a.id, 80)),
+                );
             }
             c.chars(
                 &format!("answers[{i}].answer"),
@@ -308,7 +314,8 @@ mod tests {
     #[test]
     fn answer_requests_are_bounded_and_name_the_field() {
         let id = "deb-20200101-000000-aaaaaa";
-        let ok = json!({"debateId": id, "answers": [{"id": "a-q1", "answer": "yes"}, {"id": "a-q2"}]});
+        let ok =
+            json!({"debateId": id, "answers": [{"id": "a-q1", "answer": "yes"}, {"id": "a-q2"}]});
         let r = decode_answer_request(ok.to_string().as_bytes()).unwrap();
         assert_eq!(r.answers[1].answer, "");
         let empty = json!({"debateId": id, "answers": []});
@@ -316,7 +323,10 @@ mod tests {
         assert!(e.message.contains("answers"), "{e}");
         let twice = json!({"debateId": id, "answers": [{"id": "a-q1"}, {"id": "a-q1"}]});
         let e = decode_answer_request(twice.to_string().as_bytes()).unwrap_err();
-        assert!(e.message.contains("answers[1].id") && e.message.contains("twice"), "{e}");
+        assert!(
+            e.message.contains("answers[1].id") && e.message.contains("twice"),
+            "{e}"
+        );
         let long = json!({"debateId": id, "answers": [{"id": "a-q1", "answer": "x".repeat(limits::MAX_ANSWER_CHARS + 1)}]});
         let e = decode_answer_request(long.to_string().as_bytes()).unwrap_err();
         assert!(e.message.contains("answers[0].answer"), "{e}");

@@ -244,7 +244,10 @@ impl Task {
         for (name, text) in [
             ("agent.systemPrompt", &self.agent.system_prompt),
             ("agent.summaryPrompt", &self.agent.summary_prompt),
-            ("agent.clarificationPrompt", &self.agent.clarification_prompt),
+            (
+                "agent.clarificationPrompt",
+                &self.agent.clarification_prompt,
+            ),
         ] {
             if let Some(t) = text {
                 c.chars(name, t, MAX_PROMPT_CHARS);
@@ -254,7 +257,10 @@ impl Task {
             c.push("input.critiques", "more critiques than agents");
         }
         if self.input.clarifications.len() > MAX_AGENTS_TOTAL {
-            c.push("input.clarifications", "more clarification groups than agents");
+            c.push(
+                "input.clarifications",
+                "more clarification groups than agents",
+            );
         }
         let items: usize = self
             .input
