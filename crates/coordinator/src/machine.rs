@@ -852,9 +852,12 @@ impl Machine {
             }
         }
         if !unknown.is_empty() {
+            // Enough to name the problem: an error reply stays small.
+            unknown.truncate(10);
             let open = pending_clarifications(&self.state.clarifications)
                 .iter()
                 .flat_map(|g| g.items.iter().map(|i| i.id.clone()))
+                .take(50)
                 .collect();
             return Err(AnswerError::Unknown { unknown, open });
         }
