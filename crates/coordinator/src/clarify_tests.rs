@@ -188,6 +188,25 @@ fn ask_wait_answer_follow_up_then_round_one_with_the_answers_in_every_prompt() {
 }
 
 #[test]
+fn question_groups_keep_the_agent_order_whoever_replies_first() {
+    let mut r = Run::new(clarify_spec(3, json!({})));
+    r.apply(Input::Start);
+    let mut queued: Vec<Task> = r.queue.drain(..).collect();
+    queued.reverse();
+    for t in queued {
+        r.apply(Input::Result(asks(&t, &["Why?"], None)));
+    }
+    let order: Vec<&str> = r
+        .machine
+        .state()
+        .clarifications
+        .iter()
+        .map(|g| g.agent_id.as_str())
+        .collect();
+    assert_eq!(order, ["a0", "a1", "a2"]);
+}
+
+#[test]
 fn the_iteration_limit_ends_the_phase_after_the_answers() {
     let mut r = Run::new(clarify_spec(
         2,

@@ -1526,13 +1526,25 @@ impl Machine {
         {
             Some(p) => p,
             None => {
-                self.state.clarifications.push(AgentClarifications {
-                    agent_id: agent.id.clone(),
-                    agent_name: agent.name.clone(),
-                    role: agent.role.clone(),
-                    items: Vec::new(),
-                });
-                self.state.clarifications.len() - 1
+                // Groups stay in agent order, whichever agent replied first.
+                let order = |id: &str| self.agents.iter().position(|a| a.id == id);
+                let mine = order(&agent.id);
+                let at = self
+                    .state
+                    .clarifications
+                    .iter()
+                    .position(|g| order(&g.agent_id) > mine)
+                    .unwrap_or(self.state.clarifications.len());
+                self.state.clarifications.insert(
+                    at,
+                    AgentClarifications {
+                        agent_id: agent.id.clone(),
+                        agent_name: agent.name.clone(),
+                        role: agent.role.clone(),
+                        items: Vec::new(),
+                    },
+                );
+                at
             }
         };
         let group = &mut self.state.clarifications[pos];
