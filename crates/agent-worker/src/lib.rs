@@ -1,4 +1,5 @@
-//! The agent worker: turns agent tasks (propose, critique, refine, summarize) into LLM calls.
+//! The agent worker: turns agent tasks (clarify, propose, critique, refine, summarize) into
+//! LLM calls.
 //!
 //! # Layout
 //! - [`roles`]: the built-in role prompts (architect, performance, security, testing, kiss,
