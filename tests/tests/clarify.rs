@@ -408,3 +408,81 @@ async fn the_clarification_timeout_answers_na() {
     assert!(asked < answered);
     assert!(evs.last().unwrap().is_final());
 }
+
+/// `parley submit --clarify --wait` on a terminal asks each iteration's questions as they
+/// come (typed answers, Enter alone for NA) and prints the solution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_wait_asks_on_a_terminal() {
+    let c = Cluster::start().await;
+    c.fake.set_responder(responder);
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = spec("unused");
+    cfg.as_object_mut().unwrap().remove("problem");
+    cfg["debate"]["rounds"] = json!(1);
+    std::fs::write(dir.path().join("cli.json"), cfg.to_string()).unwrap();
+    let wait = Duration::from_secs(60);
+    let mut cmd = tokio::process::Command::new(workspace_bin("parley"));
+    cmd.current_dir(dir.path())
+        .args([
+            "submit",
+            "Design a URL shortener",
+            "--config",
+            "cli.json",
+            "--clarify",
+            "--wait",
+            "--output",
+            "state.json",
+            "--nats-url",
+            &c.nats.url(),
+        ])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("PARLEY_NATS_URL");
+    let mut cli = parley_testkit::OnPty::spawn(cmd).unwrap();
+    cli.wait_for("1. How many users? >", wait).await.unwrap();
+    assert!(
+        cli.output()
+            .contains("3. Is there single sign-on?  [agent-security-q1]"),
+        "{}",
+        cli.output()
+    );
+    cli.type_lines(&["About 10k users", "", "Yes, through Okta"])
+        .unwrap();
+    cli.wait_for("1. Peak requests per second? >", wait)
+        .await
+        .unwrap();
+    cli.type_lines(&["Around 500 rps"]).unwrap();
+    assert_eq!(
+        cli.exit_code(wait).await.unwrap(),
+        Some(0),
+        "{}",
+        cli.output()
+    );
+    assert!(
+        cli.output().contains("with the answers"),
+        "{}",
+        cli.output()
+    );
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let answers: Vec<&str> = state["clarifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["items"].as_array().unwrap())
+        .map(|i| i["answer"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            "About 10k users",
+            "NA",
+            "Around 500 rps",
+            "Yes, through Okta"
+        ]
+    );
+    assert_no_completed_call_repeated(&c.fake);
+}

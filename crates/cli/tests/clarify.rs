@@ -3,13 +3,11 @@
 //! with Ctrl-C while it waits and continued with `parley resume` — and the fake server's
 //! later prompts carry the answers.
 
-use std::io::{Read as _, Write as _};
 use std::path::Path;
 use std::process::{Output, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use parley_testkit::{FakeLlm, RecordedRequest};
+use parley_testkit::{FakeLlm, OnPty, RecordedRequest};
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
@@ -17,6 +15,8 @@ const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
 const CLARIFY: &str = "{\"questions\": [{\"text\": \"your question\"}]}";
 /// Follow-up iterations list the earlier questions.
 const FOLLOW_UP: &str = "Questions already asked and their answers";
+/// How long a pseudo-terminal test waits for a prompt or an exit.
+const WAIT: Duration = Duration::from_secs(60);
 
 fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(PARLEY);
@@ -265,90 +265,6 @@ async fn without_a_terminal_or_an_answers_file_it_exits_2_naming_answers() {
     assert!(stderr(&out).contains("--answers"));
 }
 
-/// A process on a pseudo-terminal (stdin, stdout and stderr), its output collected.
-struct OnPty {
-    child: tokio::process::Child,
-    master: std::fs::File,
-    output: Arc<Mutex<String>>,
-}
-
-impl OnPty {
-    fn spawn(dir: &Path, args: &[&str]) -> OnPty {
-        use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
-        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-        grantpt(&master).unwrap();
-        unlockpt(&master).unwrap();
-        let name = ptsname(&master, Vec::new()).unwrap();
-        let slave = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(name.to_str().unwrap())
-            .unwrap();
-        let child = command(dir, args)
-            .stdin(Stdio::from(slave.try_clone().unwrap()))
-            .stdout(Stdio::from(slave.try_clone().unwrap()))
-            .stderr(Stdio::from(slave))
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let master = std::fs::File::from(master);
-        let output = Arc::new(Mutex::new(String::new()));
-        let mut reader = master.try_clone().unwrap();
-        let sink = output.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            // Ends with an error (EIO) once the child has exited and closed the terminal.
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        OnPty {
-            child,
-            master,
-            output,
-        }
-    }
-
-    fn output(&self) -> String {
-        self.output.lock().unwrap().clone()
-    }
-
-    /// Waits until the output holds `text` (at most 60 s).
-    async fn wait_for(&self, text: &str) {
-        for _ in 0..600 {
-            if self.output().contains(text) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("no {text:?} in:\n{}", self.output());
-    }
-
-    /// Types `lines`, each ended by Enter.
-    fn type_lines(&mut self, lines: &[&str]) {
-        for l in lines {
-            self.master.write_all(l.as_bytes()).unwrap();
-            self.master.write_all(b"\n").unwrap();
-        }
-        self.master.flush().unwrap();
-    }
-
-    async fn exit_code(&mut self) -> Option<i32> {
-        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
-            .await
-            .expect("parley did not exit")
-            .unwrap();
-        // Let the reader drain the last output.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        status.code()
-    }
-}
-
 fn sigint(pid: u32) {
     let status = std::process::Command::new("kill")
         .args(["-INT", &pid.to_string()])
@@ -365,9 +281,13 @@ async fn answers_typed_on_a_terminal_and_ctrl_c_while_waiting_then_resume_asks_a
     write_config(dir.path(), &fake.base_url());
 
     // The questions are shown grouped by agent and numbered; Ctrl-C while they wait.
-    let mut run = OnPty::spawn(dir.path(), &["run", "Design a URL shortener", "--clarify"]);
-    run.wait_for("Enter alone answers NA").await;
-    run.wait_for("1. How many users? >").await;
+    let mut run = OnPty::spawn(command(
+        dir.path(),
+        &["run", "Design a URL shortener", "--clarify"],
+    ))
+    .unwrap();
+    run.wait_for("Enter alone answers NA", WAIT).await.unwrap();
+    run.wait_for("1. How many users? >", WAIT).await.unwrap();
     let shown = run.output();
     assert!(
         shown.contains("Architect (agent-architect, architect):")
@@ -382,7 +302,12 @@ async fn answers_typed_on_a_terminal_and_ctrl_c_while_waiting_then_resume_asks_a
         "kiss asked nothing: {shown}"
     );
     sigint(run.child.id().unwrap());
-    assert_eq!(run.exit_code().await, Some(130), "{}", run.output());
+    assert_eq!(
+        run.exit_code(WAIT).await.unwrap(),
+        Some(130),
+        "{}",
+        run.output()
+    );
     let out = run.output();
     let at = out
         .find("parley resume deb-")
@@ -401,13 +326,23 @@ async fn answers_typed_on_a_terminal_and_ctrl_c_while_waiting_then_resume_asks_a
 
     // Resume asks the same questions again, with no new call; the answers are typed
     // (Enter alone for NA), then the follow-up.
-    let mut resume = OnPty::spawn(dir.path(), &["resume", &id]);
-    resume.wait_for("1. How many users? >").await;
+    let mut resume = OnPty::spawn(command(dir.path(), &["resume", &id])).unwrap();
+    resume.wait_for("1. How many users? >", WAIT).await.unwrap();
     assert_eq!(clarify_requests(&fake).len(), 3, "no call repeated");
-    resume.type_lines(&["About 10k users", "", "Yes, through Okta"]);
-    resume.wait_for("Peak requests per second? >").await;
-    resume.type_lines(&["Around 500 rps"]);
-    assert_eq!(resume.exit_code().await, Some(0), "{}", resume.output());
+    resume
+        .type_lines(&["About 10k users", "", "Yes, through Okta"])
+        .unwrap();
+    resume
+        .wait_for("Peak requests per second? >", WAIT)
+        .await
+        .unwrap();
+    resume.type_lines(&["Around 500 rps"]).unwrap();
+    assert_eq!(
+        resume.exit_code(WAIT).await.unwrap(),
+        Some(0),
+        "{}",
+        resume.output()
+    );
     let state = checkpoint(dir.path(), &id);
     assert_eq!(state["status"], "completed");
     let answers: Vec<&str> = state["clarifications"]
