@@ -259,6 +259,33 @@ fn debate_refs(rng: &mut StdRng, n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Bad answer requests (`parley.debates.answer`): the bad `{"debateId"}` shapes (no
+/// `answers`), and answers that are too many, too long, twice the same, or for a debate
+/// that does not exist.
+fn answer_requests(rng: &mut StdRng, n: usize) -> Vec<Vec<u8>> {
+    let id = "deb-20200101-000000-abcdef";
+    debate_refs(rng, n)
+        .into_iter()
+        .enumerate()
+        .map(|(k, bad_ref)| match k % 20 {
+            8 => json!({"debateId": format!("deb-20200101-000000-{:06}", rng.gen_range(0..999_999)),
+                        "answers": [{"id": "agent-a-q1", "answer": "x"}]})
+            .to_string()
+            .into_bytes(),
+            9 => json!({"debateId": id, "answers": (0..241).map(|i| json!({"id": format!("a-q{i}")})).collect::<Vec<_>>()})
+                .to_string()
+                .into_bytes(),
+            18 => json!({"debateId": id, "answers": [{"id": "a-q1", "answer": "x".repeat(4_001)}]})
+                .to_string()
+                .into_bytes(),
+            19 => json!({"debateId": id, "answers": [{"id": "a-q1"}, {"id": "a-q1"}]})
+                .to_string()
+                .into_bytes(),
+            _ => bad_ref,
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_bad_payloads_per_subject_then_a_good_debate() {
     let c = Cluster::start_with_roles(json!({})).await;
@@ -279,11 +306,15 @@ async fn a_thousand_bad_payloads_per_subject_then_a_good_debate() {
     let mut rng = StdRng::seed_from_u64(SEED);
 
     let mut counts: BTreeMap<(&str, String), usize> = BTreeMap::new();
-    let subjects: [(&'static str, Vec<Vec<u8>>); 4] = [
+    let subjects: [(&'static str, Vec<Vec<u8>>); 5] = [
         ("parley.debates.submit", submissions(&mut rng, PER_SUBJECT)),
         ("parley.debates.status", debate_refs(&mut rng, PER_SUBJECT)),
         ("parley.debates.retry", debate_refs(&mut rng, PER_SUBJECT)),
         ("parley.debates.cancel", debate_refs(&mut rng, PER_SUBJECT)),
+        (
+            "parley.debates.answer",
+            answer_requests(&mut rng, PER_SUBJECT),
+        ),
     ];
     for (subject, payloads) in subjects {
         let sent = payloads.len();
@@ -441,5 +472,5 @@ async fn a_thousand_bad_payloads_per_subject_then_a_good_debate() {
         "  total bad requests {total}, all answered with an error; 1000 garbage notices and {garbage_tasks} garbage tasks refused by workers ({too_large} larger than 64 KiB refused by the tasks stream); good debate completed\n"
     ));
     eprintln!("{table}");
-    assert_eq!(total, 4 * PER_SUBJECT);
+    assert_eq!(total, 5 * PER_SUBJECT);
 }

@@ -1,18 +1,23 @@
-//! The agent worker: turns agent tasks (propose, critique, refine, summarize) into LLM calls.
+//! The agent worker: turns agent tasks (clarify, propose, critique, refine, summarize) into
+//! LLM calls.
 //!
 //! # Layout
 //! - [`roles`]: the built-in role prompts (architect, performance, security, testing, kiss,
 //!   generalist) and the prompt builders for each task kind.
+//! - [`clarify`]: the clarification prompt, the JSON schema of its reply
+//!   ([`questions_schema`]) and the lenient parser of the reply ([`parse_questions`]).
 //! - [`execute`]: runs one [`Task`] against a provider and returns its [`TaskResult`].
 //! - [`service`]: the NATS service (`parley-agent-worker` binary): the shared consume loop of
 //!   `parley-worker` running this crate's `execute`.
 
+pub mod clarify;
 pub mod roles;
 pub mod service;
 
 use parley_llm::{call_for_task, task_result, ChatMessage, LlmError, Provider};
 use parley_protocol::{Task, TaskKind, TaskOutput, TaskResult};
 
+pub use clarify::{parse_questions, questions_schema};
 pub use roles::{role_prompts, RolePrompts};
 
 /// Runs one agent task: builds the prompt for its kind and calls the provider.
@@ -33,12 +38,25 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
         (TaskKind::Summarize, Some(max)) => content.chars().take(max).collect(),
         _ => content,
     };
+    let mut warnings = Vec::new();
+    let mut questions = Vec::new();
+    if task.kind == TaskKind::Clarify {
+        match parse_questions(&content) {
+            Some(qs) => questions = qs,
+            None => warnings.push(format!(
+                "the clarification reply is not the JSON asked for; agent {} asks nothing (reply began: {:?})",
+                task.agent.id,
+                parley_protocol::preview(&content, 120)
+            )),
+        }
+    }
     Ok(TaskOutput {
         content,
         metadata,
         solution: None,
         confidence: None,
-        warnings: Vec::new(),
+        warnings,
+        questions,
     })
 }
 
@@ -52,10 +70,22 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
         .filter(|s| !s.trim().is_empty())
         .unwrap_or_else(|| prompts.system.to_string());
     let i = &task.input;
+    // Every prompt after the clarification phase states the answers with the problem.
+    let problem = parley_protocol::problem_with_clarifications(&task.problem, &i.clarifications);
+    let problem = problem.as_ref();
     let user = match task.kind {
+        TaskKind::Clarify => clarify::prompt(
+            prompts,
+            task.agent.clarification_prompt.as_deref(),
+            &task.problem,
+            task.context.as_deref(),
+            &i.clarifications,
+            i.max_questions
+                .unwrap_or(parley_protocol::DebateSettings::default().clarifications_max_per_agent),
+        ),
         TaskKind::Propose => roles::propose(
             prompts,
-            &task.problem,
+            problem,
             task.context.as_deref(),
             i.history.as_deref(),
         ),
@@ -64,20 +94,14 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
                 .proposal
                 .as_ref()
                 .ok_or("critique task without the proposal to critique")?;
-            roles::critique(prompts, &task.problem, p, i.history.as_deref())
+            roles::critique(prompts, problem, p, i.history.as_deref())
         }
         TaskKind::Refine => {
             let p = i
                 .proposal
                 .as_ref()
                 .ok_or("refine task without the agent's proposal")?;
-            roles::refine(
-                prompts,
-                &task.problem,
-                p,
-                &i.critiques,
-                i.history.as_deref(),
-            )
+            roles::refine(prompts, problem, p, &i.critiques, i.history.as_deref())
         }
         TaskKind::Summarize => {
             let t = i

@@ -193,6 +193,16 @@ pub fn resolve_prompts(
             src.summary_path = Some(path);
         }
     }
+    if let Some(rel) = agent.clarification_prompt_path.clone() {
+        if let Some((text, _)) = read_prompt(
+            base,
+            &rel,
+            &format!("agent {}: clarification prompt", agent.id),
+            warn,
+        ) {
+            agent.clarification_prompt = Some(text);
+        }
+    }
     src
 }
 
@@ -244,6 +254,8 @@ pub fn take_endpoints(loaded: &mut LoadedConfig) -> Endpoints {
 pub struct Overrides {
     pub roles: Option<Vec<String>>,
     pub rounds: Option<u32>,
+    /// `--clarify`: turn the clarification phase on (`debate.interactiveClarifications`).
+    pub clarify: bool,
 }
 
 /// Builds the debate spec: config + overrides + resolved prompts.
@@ -280,6 +292,9 @@ pub fn build_spec(
     }
     if let Some(r) = overrides.rounds {
         debate.rounds = r;
+    }
+    if overrides.clarify {
+        debate.interactive_clarifications = true;
     }
     let mut sources = PromptSources::default();
     for a in agents.iter_mut().filter(|a| a.is_enabled()) {
@@ -446,7 +461,7 @@ mod tests {
         std::fs::write(
             &path,
             r#"{"agents": [
-                {"id":"a1","name":"A","role":"architect","model":"m","systemPromptPath":"prompts/arch.md"},
+                {"id":"a1","name":"A","role":"architect","model":"m","systemPromptPath":"prompts/arch.md","clarificationPromptPath":"prompts/arch.md"},
                 {"id":"a2","name":"B","role":"security","model":"m","systemPromptPath":"prompts/empty.md"},
                 {"id":"a3","name":"C","role":"kiss","model":"m","systemPromptPath":"prompts/missing.md","summaryPromptPath":"prompts/arch.md"}
             ]}"#,
@@ -464,6 +479,12 @@ mod tests {
         );
         assert_eq!(spec.agents[1].system_prompt, None);
         assert_eq!(spec.agents[2].system_prompt, None);
+        assert_eq!(
+            spec.agents[0].clarification_prompt.as_deref(),
+            Some("You are Arch."),
+            "clarificationPromptPath is read into the spec as text"
+        );
+        assert_eq!(spec.agents[1].clarification_prompt, None);
         assert_eq!(
             spec.agents[2].summary_prompt.as_deref(),
             Some("You are Arch.")
@@ -521,11 +542,16 @@ mod tests {
         let o = Overrides {
             roles: Some(vec!["performance".into(), "security".into()]),
             rounds: Some(2),
+            clarify: true,
         };
         let spec = build_spec(loaded, "P".into(), &o, &mut |_| {}).unwrap();
         let roles: Vec<_> = spec.agents.iter().map(|a| a.role.as_str()).collect();
         assert_eq!(roles, ["performance", "security"]);
         assert_eq!(spec.debate.rounds, 2);
+        assert!(
+            spec.debate.interactive_clarifications,
+            "--clarify turns them on"
+        );
         let loaded = LoadedConfig {
             file: DebateConfigFile::default(),
             base_dir: ".".into(),
@@ -533,6 +559,7 @@ mod tests {
         let o = Overrides {
             roles: Some(vec!["astronaut".into()]),
             rounds: None,
+            clarify: false,
         };
         let e = build_spec(loaded, "P".into(), &o, &mut |_| {})
             .err()

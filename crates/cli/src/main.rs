@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`config`]: `debate-config.json`, defaults, prompt files, the problem text.
+//! - [`clarify`]: answering clarification questions on the terminal or from `--answers F`.
 //! - [`run`]: `parley run`, the embedded debate; `parley resume` / `retry` of a saved one.
 //! - [`remote`]: `parley submit / watch / status / retry / cancel` against a cluster.
 //! - [`progress`]: the progress display on stderr.
@@ -11,6 +12,7 @@
 //! - [`eval`]: `parley eval`, evaluator agents scoring saved debates.
 //! - [`envfile`]: `--env-file F` / `./.env` for `run` and `eval`.
 
+mod clarify;
 mod compat;
 mod config;
 mod envfile;
@@ -98,6 +100,8 @@ enum Command {
     Retry(RetryArgs),
     /// Cancel a debate.
     Cancel(remote::DebateArgs),
+    /// Answer a cluster debate's clarification questions (on the terminal, or --answers F).
+    Answer(remote::AnswerArgs),
     /// Write the Markdown report of a saved debate.
     Report(report_cmd::ReportArgs),
     /// Score saved debates with evaluator agents (dialectic's `eval`).
@@ -143,6 +147,15 @@ pub struct RunArgs {
     /// variables already set are kept.
     #[arg(long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
+    /// Before round 1 the agents ask clarification questions and the debate waits for the
+    /// answers (`debate.interactiveClarifications`).
+    #[arg(long)]
+    pub clarify: bool,
+    /// Answers to the clarification questions: a JSON object mapping question ids to
+    /// answers (unanswered questions: NA). Without it the questions are asked on the
+    /// terminal.
+    #[arg(long, value_name = "FILE")]
+    pub answers: Option<PathBuf>,
 }
 
 /// With a Langfuse export, `true` puts each LLM call's prompt and completion on its span.
@@ -231,6 +244,7 @@ fn main() -> ExitCode {
                 )
                 .await
             }
+            Command::Answer(args) => remote::answer(args, interrupt).await,
             Command::Report(args) => report_cmd::report(args),
             Command::Eval(args) => until_interrupted(interrupt, eval::eval(args)).await,
         }

@@ -32,6 +32,17 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
                 }
                 let _ = writeln!(err, "warning: {message}");
             }
+            EventKind::ClarificationsRequested { questions, .. } => {
+                if tty {
+                    let _ = write!(err, "\r\x1b[K");
+                }
+                let n: usize = questions.iter().map(|g| g.items.len()).sum();
+                let _ = writeln!(
+                    err,
+                    "debate {} waits for answers to {n} clarification question(s)",
+                    e.debate_id
+                );
+            }
             EventKind::TaskFailed {
                 task_id,
                 error,

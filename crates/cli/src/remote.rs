@@ -15,10 +15,15 @@
 //! status request with the first page of a snapshot, and the CLI fetches the other pages
 //! and reassembles the state (`parley status`, `submit --wait`, `watch`).
 //!
+//! Clarifications: `parley answer <id>` prints the questions a debate waits on and sends
+//! the answers (typed, or `--answers F`) on `parley.debates.answer`; `submit --clarify
+//! --wait` does the same each time the debate asks (a `clarificationsRequested` event that
+//! is the latest one), with the questions read from the debate's status.
+//!
 //! Credentials: `--nats-url nats://user:password@host:4222` (or `TOKEN@host`), or
 //! `--nats-creds FILE` (`.creds` / NKey seed; `PARLEY_NATS_CREDS`). With the shipped NATS
 //! roles the CLI is a `client`: it may send requests on `parley.debates.submit|status|
-//! retry|cancel` and read a debate's events through an ephemeral ordered consumer whose
+//! retry|cancel|answer` and read a debate's events through an ephemeral ordered consumer whose
 //! create subject names the debate's events subject.
 
 use std::time::Duration;
@@ -30,7 +35,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Overrides};
-use crate::{progress, report, CliError, RunArgs};
+use crate::{clarify, progress, report, CliError, RunArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct NatsArgs {
@@ -62,6 +67,17 @@ pub struct DebateArgs {
     pub debate_id: String,
     #[command(flatten)]
     pub nats: NatsArgs,
+}
+
+/// `parley answer`.
+#[derive(clap::Args, Debug)]
+pub struct AnswerArgs {
+    #[command(flatten)]
+    pub debate: DebateArgs,
+    /// Answers: a JSON object mapping question ids to answers (unanswered questions: NA).
+    /// Without it the questions are asked on the terminal.
+    #[arg(long, value_name = "FILE")]
+    pub answers: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -143,9 +159,15 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
     let overrides = Overrides {
         roles: r.agents.clone(),
         rounds: r.rounds,
+        clarify: r.clarify,
     };
     let mut spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
     spec.idempotency_key = args.idempotency_key.clone();
+    // `--wait` answers the questions as they come: a file or a terminal is needed.
+    let answers = clarify::Answers::choose(r.answers.as_deref())?;
+    if args.wait && spec.debate.interactive_clarifications {
+        answers.require()?;
+    }
     let client = unless_interrupted(interrupt, "interrupted", connect(&args.nats)).await?;
     let body = serde_json::to_vec(&spec).map_err(|e| CliError::general(e.to_string()))?;
     let submitted = request(&client, subjects::SUBMIT, body);
@@ -167,12 +189,98 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
     let stopped = format!(
         "stopped waiting; debate {id} goes on in the cluster (`parley watch {id}`, `parley status {id}`)"
     );
+    let asking = spec.debate.interactive_clarifications.then_some(Asking {
+        answers: &answers,
+        interrupt,
+        on_interrupt: &stopped,
+    });
     let state = unless_interrupted(interrupt, &stopped, async {
-        follow(&client, &id).await?;
+        follow(&client, &id, asking).await?;
         fetch_state(&client, &id).await
     })
     .await?;
     finish(&spec, &state, r)
+}
+
+/// `parley answer <id>`: the questions the debate waits on, answered (typed or from a
+/// file) and sent on `parley.debates.answer`.
+pub async fn answer(args: AnswerArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
+    let id = args.debate.debate_id.as_str();
+    id_request(id)?;
+    let answers = clarify::Answers::choose(args.answers.as_deref())?;
+    answers.require()?;
+    let client = unless_interrupted(interrupt, "interrupted", connect(&args.debate.nats)).await?;
+    let stopped = format!("interrupted; debate {id} still waits (`parley answer {id}`)");
+    let asking = Asking {
+        answers: &answers,
+        interrupt,
+        on_interrupt: &stopped,
+    };
+    let sent = unless_interrupted(
+        interrupt,
+        &stopped,
+        send_answers(&client, id, &asking, true),
+    );
+    let reply = sent.await?;
+    if let Some(v) = reply {
+        println!("{v}");
+    }
+    Ok(())
+}
+
+/// How `follow` answers clarification questions.
+#[derive(Clone, Copy)]
+struct Asking<'a> {
+    answers: &'a clarify::Answers,
+    interrupt: &'a CancellationToken,
+    on_interrupt: &'a str,
+}
+
+/// Reads the debate's open questions from its status, asks for the answers and sends them.
+/// `None` when the debate is not waiting (someone answered meanwhile) — an error instead
+/// when `must_wait`.
+async fn send_answers(
+    client: &async_nats::Client,
+    id: &str,
+    asking: &Asking<'_>,
+    must_wait: bool,
+) -> Result<Option<Value>, CliError> {
+    let state = fetch_state(client, id).await?;
+    if state.status != DebateStatus::AwaitingClarifications {
+        if must_wait {
+            return Err(CliError::general(format!(
+                "debate {id} is {}: it is not waiting for answers to clarification questions",
+                state.status.as_str()
+            )));
+        }
+        return Ok(None);
+    }
+    let pending = parley_protocol::pending_clarifications(&state.clarifications);
+    let given = asking
+        .answers
+        .collect(
+            &pending,
+            state.clarification_iterations,
+            asking.interrupt,
+            asking.on_interrupt,
+        )
+        .await?;
+    let body = serde_json::to_vec(&parley_protocol::AnswerRequest {
+        debate_id: id.to_string(),
+        answers: given,
+    })
+    .map_err(|e| CliError::general(e.to_string()))?;
+    // A takeover in progress answers `unavailable` for a few seconds: ask again.
+    let mut tries = 0;
+    loop {
+        match request(client, subjects::ANSWER, body.clone()).await {
+            Err(e) if e.message.starts_with("unavailable") && tries < 30 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            r => return r.map(Some),
+        }
+    }
 }
 
 pub async fn watch(args: DebateArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
@@ -182,7 +290,7 @@ pub async fn watch(args: DebateArgs, interrupt: &CancellationToken) -> Result<()
         format!("stopped watching; debate {id} goes on in the cluster (`parley watch {id}`)");
     let state = unless_interrupted(interrupt, &stopped, async {
         let client = connect(&args.nats).await?;
-        follow(&client, id).await?;
+        follow(&client, id, None).await?;
         fetch_state(&client, id).await
     })
     .await?;
@@ -291,7 +399,11 @@ async fn quick_status(client: &async_nats::Client, id: &str) -> Option<DebateSta
 /// state: a final event that is the latest one, or — when its events are gone — a status
 /// saying it ended (checked at the start when no event is left, and after every
 /// [`QUIET_CHECK`] without an event).
-async fn follow(client: &async_nats::Client, id: &str) -> Result<(), CliError> {
+async fn follow(
+    client: &async_nats::Client,
+    id: &str,
+    asking: Option<Asking<'_>>,
+) -> Result<(), CliError> {
     let js = jetstream::new(client.clone());
     // No stream info request (a client may not list the stream's subjects): the consumer
     // is created directly, named, so its create subject carries the events filter the
@@ -376,9 +488,20 @@ async fn follow(client: &async_nats::Client, id: &str) -> Result<(), CliError> {
         // A final event followed by more (a retried debate) is not the end.
         let latest = msg.info().map(|i| i.pending == 0).unwrap_or(true);
         let last = event.is_final() && latest;
+        let asks = latest
+            && matches!(
+                event.kind,
+                parley_protocol::EventKind::ClarificationsRequested { .. }
+            );
         let _ = tx.send(event);
         if last {
             break;
+        }
+        if let (true, Some(asking)) = (asks, asking.as_ref()) {
+            if let Some(reply) = send_answers(client, id, asking, false).await? {
+                let left = reply["remaining"].as_u64().unwrap_or(0);
+                eprintln!("Sent the answers; {left} question(s) left");
+            }
         }
     }
     drop(tx);

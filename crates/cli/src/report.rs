@@ -54,6 +54,23 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
     if let Some(c) = &state.context {
         let _ = writeln!(md, "## Context\n\n{}\n", c.trim());
     }
+    if !state.clarifications.is_empty() {
+        let _ = writeln!(md, "## Clarifications\n");
+        for g in &state.clarifications {
+            let _ = writeln!(md, "### {} ({}, {})\n", g.agent_name, g.agent_id, g.role);
+            for i in &g.items {
+                let answer = i.answer.as_deref().unwrap_or("(not answered yet)");
+                let _ = writeln!(
+                    md,
+                    "- **Q ({}):** {}\n  **A:** {}",
+                    i.id,
+                    i.question.trim(),
+                    answer.trim()
+                );
+            }
+            md.push('\n');
+        }
+    }
     let prompt_source = |id: &str| {
         state
             .prompt_sources

@@ -24,7 +24,7 @@ use parley_protocol::{new_debate_id, DebateSpec, DebateStatus, ErrorKind, Provid
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Overrides};
-use crate::{progress, report, CliError, RunArgs};
+use crate::{clarify, progress, report, CliError, RunArgs};
 
 /// Where embedded debates are checkpointed.
 pub const DEBATES_DIR: &str = "./debates";
@@ -50,6 +50,10 @@ pub struct SavedArgs {
     /// Per-round latency and token summary, and each agent's prompt source.
     #[arg(long)]
     pub verbose: bool,
+    /// Answers to the debate's clarification questions (JSON: question id → answer);
+    /// without it they are asked on the terminal.
+    #[arg(long, value_name = "FILE")]
+    pub answers: Option<PathBuf>,
 }
 
 /// What to write when the debate ends, and the config to name in a resume command.
@@ -76,8 +80,19 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
     let overrides = Overrides {
         roles: args.agents.clone(),
         rounds: args.rounds,
+        clarify: args.clarify,
     };
     let spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
+    // Before any call: with clarifications, answers must be had (a file or a terminal).
+    let answers = clarify::Answers::choose(args.answers.as_deref())?;
+    if spec.debate.interactive_clarifications {
+        answers.require()?;
+    } else if args.answers.is_some() {
+        warn(
+            "--answers is ignored: this debate asks no clarification questions (use --clarify)"
+                .into(),
+        );
+    }
     let registry = registry_for(&spec, endpoints, limits)?;
     let machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
     let outputs = Outputs {
@@ -86,7 +101,15 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         report: args.report,
         verbose: args.verbose,
     };
-    drive(machine, Input::Start, registry, &outputs, interrupt).await
+    drive(
+        machine,
+        Input::Start,
+        registry,
+        &outputs,
+        &answers,
+        interrupt,
+    )
+    .await
 }
 
 /// Which way a saved debate continues.
@@ -118,7 +141,15 @@ pub async fn continue_saved(
     let status = state.status;
     let wrong = |what: String| Err(CliError::usage(format!("debate {id} {what}")));
     match (how, status) {
-        (Continue::Resume, DebateStatus::Running | DebateStatus::Pending) => {}
+        (
+            Continue::Resume,
+            DebateStatus::Running | DebateStatus::Pending | DebateStatus::AwaitingClarifications,
+        ) => {}
+        (Continue::Retry, DebateStatus::AwaitingClarifications) => {
+            return wrong(format!(
+                "is waiting for answers to its clarification questions; continue it with `parley resume {id}`"
+            ))
+        }
         (Continue::Retry, DebateStatus::Failed) => {}
         (Continue::Resume, DebateStatus::Failed) => {
             return wrong(format!(
@@ -148,6 +179,10 @@ pub async fn continue_saved(
     } else {
         (config::Endpoints::default(), Default::default())
     };
+    let answers = clarify::Answers::choose(args.answers.as_deref())?;
+    if status == DebateStatus::AwaitingClarifications {
+        answers.require()?;
+    }
     let registry = registry_for(&spec, endpoints, limits)?;
     let done: usize = state
         .rounds
@@ -174,7 +209,7 @@ pub async fn continue_saved(
         report: args.report,
         verbose: args.verbose,
     };
-    drive(machine, input, registry, &outputs, interrupt).await
+    drive(machine, input, registry, &outputs, &answers, interrupt).await
 }
 
 /// Every participant's provider must be usable before anything runs.
@@ -204,12 +239,16 @@ fn registry_for(
     Ok(registry)
 }
 
-/// Runs the machine to its end (or an interrupt), then reports like `parley run`.
+/// Runs the machine to its end (or an interrupt), then reports like `parley run`. When the
+/// debate stops to wait for clarification answers (its checkpoint is saved then), the
+/// answers are asked for (`answers`), recorded in the checkpoint
+/// ([`parley_coordinator::answer_saved`]) and the debate goes on.
 async fn drive(
-    machine: Machine,
-    input: Input,
+    mut machine: Machine,
+    mut input: Input,
     registry: Arc<Registry>,
     outputs: &Outputs,
+    answers: &clarify::Answers,
     interrupt: &CancellationToken,
 ) -> Result<(), CliError> {
     if interrupt.is_cancelled() {
@@ -222,32 +261,62 @@ async fn drive(
     let id = machine.id().to_string();
     let store = FileStore::new(DEBATES_DIR);
     let saved = display_path(&store.path_of(&id));
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let display = tokio::spawn(progress::show(rx));
-    let runner = Arc::new(EmbeddedRunner { registry });
-    let result = run_debate_until(
-        machine,
-        input,
-        runner,
-        Some(store),
-        tx,
-        interrupt,
-        INTERRUPT_GRACE,
-    )
-    .await;
-    let _ = display.await;
-    let driven = result.map_err(|e| CliError::general(e.to_string()))?;
+    let runner: Arc<EmbeddedRunner> = Arc::new(EmbeddedRunner { registry });
+    let config = outputs
+        .config
+        .as_deref()
+        .map(|p| format!(" --config {}", shell_word(p)))
+        .unwrap_or_default();
+    let driven = loop {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let display = tokio::spawn(progress::show(rx));
+        let result = run_debate_until(
+            machine,
+            input,
+            runner.clone(),
+            Some(store.clone()),
+            tx,
+            interrupt,
+            INTERRUPT_GRACE,
+        )
+        .await;
+        let _ = display.await;
+        let driven = result.map_err(|e| CliError::general(e.to_string()))?;
+        if driven.interrupted || driven.state.status != DebateStatus::AwaitingClarifications {
+            break driven;
+        }
+        // Waiting for answers, with the checkpoint saved: Ctrl-C here loses nothing.
+        if std::io::stderr().is_terminal() {
+            eprintln!();
+        }
+        let pending = parley_protocol::pending_clarifications(&driven.state.clarifications);
+        let on_interrupt = format!(
+            "debate {id} is waiting for answers to its clarification questions (saved to {saved});              continue it with `parley resume {id}{config}`"
+        );
+        let given = answers
+            .collect(
+                &pending,
+                driven.state.clarification_iterations,
+                interrupt,
+                &on_interrupt,
+            )
+            .await?;
+        let (next, events) = parley_coordinator::answer_saved(&store, &id, given)
+            .map_err(|e| CliError::general(format!("debate {id}: {e}")))?;
+        for e in &events {
+            if let parley_protocol::EventKind::ClarificationsAnswered { remaining, .. } = e.kind {
+                eprintln!("Recorded the answers; {remaining} question(s) left");
+            }
+        }
+        machine = next;
+        input = Input::Resume;
+    };
     if driven.interrupted && std::io::stderr().is_terminal() {
         eprintln!();
     }
     eprintln!("Saved debate to {saved}");
     let state = driven.state;
     if driven.interrupted {
-        let config = outputs
-            .config
-            .as_deref()
-            .map(|p| format!(" --config {}", shell_word(p)))
-            .unwrap_or_default();
         return Err(CliError::interrupted(format!(
             "debate {id} interrupted with {} task(s) unfinished; continue it with `parley resume {id}{config}`",
             driven.abandoned.len()

@@ -19,6 +19,7 @@
 //! task_deadline_margin_secs = 300      # coordinator: added to each task's timeout
 //! max_tokens = 16384                   # coordinator: cap on a participant's maxTokens
 //! max_pending_requests = 256           # coordinator: requests handled at once
+//! clarification_timeout_secs = 3600    # coordinator: unanswered clarification questions become "NA" (default: wait forever)
 //! ```
 //!
 //! Environment variables and flags are read by clap (`env` on each flag), so they arrive
@@ -112,6 +113,7 @@ pub struct SettingsFile {
     pub nats_creds: Option<PathBuf>,
     pub max_tokens: Option<u32>,
     pub max_pending_requests: Option<usize>,
+    pub clarification_timeout_secs: Option<u64>,
 }
 
 impl SettingsFile {

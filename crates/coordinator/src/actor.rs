@@ -26,6 +26,13 @@
 //! - Every dispatched task carries a dispatch token (`parley_cluster::dispatch`) derived
 //!   from the debate's secret, loaded (or created, for a debate from an older build) when
 //!   the actor starts; workers run no task without a valid one.
+//! - A debate waiting for clarification answers (`awaiting_clarifications`) keeps its actor,
+//!   its lease and its place in `parley:running`, with nothing in flight and no deadline:
+//!   a takeover adopts it like any running debate and it goes on waiting.
+//!   [`DebateMsg::Answer`] checks and applies answers; with
+//!   [`Deps::clarification_timeout`], a tick past the timeout (counted from
+//!   `engine.awaitingSince` in the checkpoint, so a takeover does not restart it) answers
+//!   every open question `"NA"`.
 //! - When a debate is no longer running (completed, failed, cancelled) the actor removes it
 //!   from `parley:running`, sets its keys to expire after the `retention`, releases the
 //!   lease and stops. `retry` adopts it again (and its keys stop expiring).
@@ -97,6 +104,8 @@ pub struct Deps {
     pub retention: Option<Duration>,
     /// Failed adoptions (see the module docs) after which a debate is failed.
     pub max_actor_failures: u32,
+    /// How long a debate waits for clarification answers (`None`: as long as it takes).
+    pub clarification_timeout: Option<Duration>,
 }
 
 /// Failed adoptions after which a debate is failed, by default.
@@ -124,6 +133,21 @@ pub enum DebateMsg {
     },
     /// This attempt's message exhausted its deliveries unanswered (dead letter).
     Lost { task_id: String, attempt: u32 },
+    /// The user's answers to clarification questions; the reply is the number of
+    /// questions still open.
+    Answer {
+        answers: Vec<parley_protocol::Answer>,
+        reply: RpcReplyPort<Result<usize, AnswerRefusal>>,
+    },
+}
+
+/// Why an actor did not apply answers.
+#[derive(Debug)]
+pub enum AnswerRefusal {
+    /// The debate refuses them (not waiting, unknown or answered questions).
+    Refused(crate::AnswerError),
+    /// The actor could not apply them now (releasing the debate, a checkpoint failed).
+    Other(String),
 }
 
 pub struct DebateArgs {
@@ -157,7 +181,9 @@ pub struct DebateActorState {
 
 fn metrics_status(status: DebateStatus) -> parley_telemetry::DebateStatus {
     match status {
-        DebateStatus::Pending | DebateStatus::Running => parley_telemetry::DebateStatus::Running,
+        DebateStatus::Pending | DebateStatus::Running | DebateStatus::AwaitingClarifications => {
+            parley_telemetry::DebateStatus::Running
+        }
         DebateStatus::Completed => parley_telemetry::DebateStatus::Completed,
         DebateStatus::Failed => parley_telemetry::DebateStatus::Failed,
         DebateStatus::Cancelled => parley_telemetry::DebateStatus::Cancelled,
@@ -197,8 +223,12 @@ impl Actor for DebateActor {
         };
         let status = cp.state.status;
         if args.follow_up.is_none()
-            && status != DebateStatus::Running
-            && status != DebateStatus::Pending
+            && !matches!(
+                status,
+                DebateStatus::Running
+                    | DebateStatus::Pending
+                    | DebateStatus::AwaitingClarifications
+            )
         {
             // A stale entry of the running set (the debate settled meanwhile).
             store.unmark_running(&args.id).await?;
@@ -249,8 +279,14 @@ impl Actor for DebateActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if state.stopping {
-            if let DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) = msg {
-                let _ = reply.send(Err(RELEASING.into()));
+            match msg {
+                DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) => {
+                    let _ = reply.send(Err(RELEASING.into()));
+                }
+                DebateMsg::Answer { reply, .. } => {
+                    let _ = reply.send(Err(AnswerRefusal::Other(RELEASING.into())));
+                }
+                _ => {}
             }
             return Ok(());
         }
@@ -265,8 +301,14 @@ impl Actor for DebateActor {
             {
                 tracing::warn!(debate = %id, "lease lost; stopping");
                 myself.stop(Some("lease lost".into()));
-                if let DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) = msg {
-                    let _ = reply.send(Err(RELEASING.into()));
+                match msg {
+                    DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) => {
+                        let _ = reply.send(Err(RELEASING.into()));
+                    }
+                    DebateMsg::Answer { reply, .. } => {
+                        let _ = reply.send(Err(AnswerRefusal::Other(RELEASING.into())));
+                    }
+                    _ => {}
                 }
                 return Ok(());
             }
@@ -377,6 +419,18 @@ impl Actor for DebateActor {
                     Some(false) => {}
                 }
                 state.renewed_at = std::time::Instant::now();
+                // Nobody answered the clarification questions in time: "NA" for each.
+                if let Some(timeout) = state.deps.clarification_timeout {
+                    if state
+                        .machine
+                        .clarification_deadline(timeout)
+                        .is_some_and(|d| d <= Utc::now())
+                    {
+                        tracing::info!(debate = %id, "clarification timeout; answering NA");
+                        state.apply(&myself, Input::ClarificationTimeout).await?;
+                        return Ok(());
+                    }
+                }
                 let in_flight: Vec<String> =
                     state.machine.in_flight().map(str::to_string).collect();
                 if in_flight.is_empty() {
@@ -462,6 +516,24 @@ impl Actor for DebateActor {
             DebateMsg::Cancel(reply) => {
                 let r = state.apply(&myself, Input::Cancel).await;
                 let _ = reply.send(r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+                r?;
+            }
+            DebateMsg::Answer { answers, reply } => {
+                if let Err(e) = state.machine.check_answers(&answers) {
+                    let _ = reply.send(Err(AnswerRefusal::Refused(e)));
+                    return Ok(());
+                }
+                let r = state.apply(&myself, Input::Answers(answers)).await;
+                let remaining =
+                    parley_protocol::pending_clarifications(&state.machine.state().clarifications)
+                        .iter()
+                        .map(|g| g.items.len())
+                        .sum();
+                let _ = reply.send(
+                    r.as_ref()
+                        .map(|_| remaining)
+                        .map_err(|e| AnswerRefusal::Other(e.to_string())),
+                );
                 r?;
             }
         }
@@ -650,7 +722,9 @@ impl DebateActorState {
             ack.await?;
         }
         let status = self.machine.state().status;
-        if status == DebateStatus::Running {
+        if status == DebateStatus::AwaitingClarifications {
+            // Suspended, not settled: the actor keeps the debate (and its lease) and waits.
+        } else if status == DebateStatus::Running {
             // A retried debate needs an owner again if this replica dies, and its keys
             // no longer expire.
             if matches!(input_kind, InputKind::Retry) && before != DebateStatus::Running {
@@ -745,7 +819,10 @@ async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateSt
     }
     publish_best_effort(deps, id, &events).await;
     let status = machine.state().status;
-    if !matches!(status, DebateStatus::Running | DebateStatus::Pending) {
+    if !matches!(
+        status,
+        DebateStatus::Running | DebateStatus::Pending | DebateStatus::AwaitingClarifications
+    ) {
         store.unmark_running(id).await.map_err(|e| e.to_string())?;
         if let Some(ttl) = deps.retention {
             store

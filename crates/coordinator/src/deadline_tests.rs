@@ -51,6 +51,7 @@ fn ok(task: &Task) -> TaskResult {
             solution: None,
             confidence: None,
             warnings: vec![],
+            questions: vec![],
         }),
     }
 }

@@ -27,9 +27,11 @@ pub mod store;
 pub mod trace;
 
 pub use driver::{run_debate, run_debate_until, Driven, TaskRunner};
-pub use machine::{Effect, Expectation, Input, Machine};
-pub use store::{FileStore, LoadError};
+pub use machine::{AnswerError, Effect, Expectation, Input, Machine};
+pub use store::{answer_saved, AnswerSavedError, FileStore, LoadError};
 
+#[cfg(test)]
+mod clarify_tests;
 #[cfg(test)]
 mod deadline_tests;
 #[cfg(test)]

@@ -16,6 +16,22 @@
 //! budget lasts, else the node fails. Deadlines are not checkpointed: a resume re-dispatches
 //! what was in flight and starts their clocks again.
 //!
+//! # Clarifications
+//! With `debate.interactiveClarifications` (and a non-zero `clarificationsMaxPerAgent` and
+//! `clarificationsMaxIterations`), round 1 waits for a clarification phase. Each iteration
+//! asks every agent once (`Clarify(i, k)`, task id round = iteration k); once every agent
+//! has replied, its new questions (de-duplicated per agent against everything it asked
+//! before, cut to `clarificationsMaxPerAgent`) are either none — the phase ends and round 1
+//! opens — or the debate suspends: status `awaiting_clarifications`, nothing in flight, no
+//! deadline, a `clarificationsRequested` event. [`Input::Answers`] (checked first with
+//! [`Machine::check_answers`]; an empty answer is `"NA"`) records answers; when every
+//! question is answered the next iteration starts (agents see the earlier questions and
+//! answers), up to `clarificationsMaxIterations`, then round 1 opens.
+//! [`Input::ClarificationTimeout`] answers every open question `"NA"`. The phase's progress
+//! lives in the state (`clarifications`, `clarificationIterations`, `engine`), so a
+//! suspended debate is a checkpoint like any other. Every later task carries the answered
+//! clarifications ([`TaskInput::clarifications`](parley_protocol::TaskInput)).
+//!
 //! # Scheduling
 //! The machine keeps no phase cursor. After every input it re-derives, from the
 //! [`DebateState`] alone, which tasks have their inputs and no output yet, and dispatches
@@ -40,8 +56,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use parley_protocol::{
-    task_id, AgentConfig, Contribution, ContributionMetadata, ContributionType, DebateEvent,
-    DebateFailure, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary,
+    answered_clarifications, limits, pending_clarifications, task_id, AgentClarifications,
+    AgentConfig, Answer, ClarificationItem, Contribution, ContributionMetadata, ContributionType,
+    DebateEvent, DebateFailure, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary,
     DroppedCritique, EventKind, Node, OnAgentFailure, PeerText, Progress, RoundEvaluation,
     Solution, SummarizationConfig, SummaryMetadata, Task, TaskError, TaskInput, TaskKind,
     TaskOutcome, TaskOutput, TaskResult, TerminationType, SCHEMA_VERSION,
@@ -77,6 +94,38 @@ pub enum Input {
     /// The driver cannot advance the debate (its actor keeps failing): fail it with this
     /// reason. `retry` resumes it like any failed debate.
     Abort(String),
+    /// The user's answers to clarification questions (check them first with
+    /// [`Machine::check_answers`]: answers that do not pass change nothing).
+    Answers(Vec<Answer>),
+    /// Nobody answered in time (the operator's clarification timeout): every open
+    /// question is answered `"NA"` and the debate goes on.
+    ClarificationTimeout,
+}
+
+/// Why answers to clarification questions were refused (nothing was recorded).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("debate {id} is {status}; only a debate in awaiting_clarifications takes answers")]
+    NotWaiting { id: String, status: &'static str },
+    #[error("no answers given")]
+    Empty,
+    #[error("question {0:?} is answered twice in this request")]
+    Duplicate(String),
+    #[error("unknown question id(s) {unknown:?}; the open questions are {open:?}")]
+    Unknown {
+        unknown: Vec<String>,
+        open: Vec<String>,
+    },
+    #[error("question(s) {0:?} already answered")]
+    AlreadyAnswered(Vec<String>),
+}
+
+impl AnswerError {
+    /// A conflict with the debate's state (not waiting, already answered), as opposed to
+    /// a bad request.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::NotWaiting { .. } | Self::AlreadyAnswered(_))
+    }
 }
 
 /// The longest task timeout a deadline counts (a larger `timeoutMs` is treated as this).
@@ -152,6 +201,8 @@ impl Machine {
             context: spec.context.clone(),
             status: DebateStatus::Pending,
             current_round: 0,
+            clarifications: Vec::new(),
+            clarification_iterations: 0,
             rounds: Vec::new(),
             judge_summary: None,
             final_solution: None,
@@ -336,8 +387,40 @@ impl Machine {
                         );
                     }
                 }
-                // Clarifications are not part of this engine yet: a pass-through node.
+                // Without clarifications a pass-through node.
                 self.enter(&mut fx, now, 0, Node::Clarification);
+                if self.clarify_enabled() {
+                    self.state.clarification_iterations = 1;
+                }
+            }
+            Input::Answers(answers) => {
+                if self.check_answers(&answers).is_err() {
+                    return fx;
+                }
+                self.record_answers(answers, now, &mut fx);
+            }
+            Input::ClarificationTimeout => {
+                if self.state.status != DebateStatus::AwaitingClarifications {
+                    return fx;
+                }
+                let open: Vec<Answer> = pending_clarifications(&self.state.clarifications)
+                    .iter()
+                    .flat_map(|g| &g.items)
+                    .map(|i| Answer {
+                        id: i.id.clone(),
+                        answer: String::new(),
+                    })
+                    .collect();
+                self.warn(
+                    &mut fx,
+                    now,
+                    format!(
+                        "no answer to {} clarification question(s) in time; recorded as {}",
+                        open.len(),
+                        parley_protocol::NO_ANSWER
+                    ),
+                );
+                self.record_answers(open, now, &mut fx);
             }
             Input::Result(result) => self.on_result(result, now, &mut fx),
             Input::RetryDue(task_id) => {
@@ -433,7 +516,9 @@ impl Machine {
             Input::Abort(reason) => {
                 if !matches!(
                     self.state.status,
-                    DebateStatus::Running | DebateStatus::Pending
+                    DebateStatus::Running
+                        | DebateStatus::Pending
+                        | DebateStatus::AwaitingClarifications
                 ) {
                     return fx;
                 }
@@ -670,6 +755,12 @@ impl Machine {
         if self.state.status != DebateStatus::Running {
             return;
         }
+        if !self.clarifications_settled() {
+            self.advance_clarifications(now, fx);
+            if !self.clarifications_settled() {
+                return;
+            }
+        }
         loop {
             let changed = self.open_rounds_and_carry_over(now, fx);
             if !changed {
@@ -688,39 +779,219 @@ impl Machine {
             return;
         }
         for p in self.plan() {
-            let id = self.task_id_of(&p);
-            if self.in_flight.contains_key(&id) || self.backing_off.contains(&id) {
-                continue;
-            }
-            self.enter(fx, now, p.round, p.kind.node());
-            self.last_node = Some(p.kind.node());
-            // A new attempt only after a failure; an attempt still outstanding (dispatched
-            // before a resume) goes out again as itself.
-            let last = self.attempts(&id);
-            let outstanding = last > 0 && self.state.engine.failed_attempts.get(&id) != Some(&last);
-            let attempt = if outstanding { last } else { last + 1 };
-            self.state.engine.attempts.insert(id.clone(), attempt);
-            let task = self.build_task(&p, id.clone(), attempt);
-            self.in_flight.insert(id.clone(), p.clone());
-            if let Some(deadline) = self
-                .deadline_budget(&id)
-                .and_then(|b| now.checked_add_signed(b))
-            {
-                self.deadlines.insert(id.clone(), deadline);
-            }
-            let agent_id = task.agent.id.clone();
-            self.emit(
-                fx,
-                now,
-                EventKind::TaskDispatched {
-                    task_id: id,
-                    node: p.kind.node(),
-                    agent_id,
-                    attempt,
-                },
-            );
-            fx.push(Effect::Dispatch(task));
+            self.dispatch(p, now, fx);
         }
+    }
+
+    /// Dispatches `p` unless it is in flight or backing off.
+    fn dispatch(&mut self, p: Planned, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+        let id = self.task_id_of(&p);
+        if self.in_flight.contains_key(&id) || self.backing_off.contains(&id) {
+            return;
+        }
+        // Clarification iterations all belong before round 1.
+        let node_round = if p.kind == TaskKind::Clarify {
+            0
+        } else {
+            p.round
+        };
+        self.enter(fx, now, node_round, p.kind.node());
+        self.last_node = Some(p.kind.node());
+        // A new attempt only after a failure; an attempt still outstanding (dispatched
+        // before a resume) goes out again as itself.
+        let last = self.attempts(&id);
+        let outstanding = last > 0 && self.state.engine.failed_attempts.get(&id) != Some(&last);
+        let attempt = if outstanding { last } else { last + 1 };
+        self.state.engine.attempts.insert(id.clone(), attempt);
+        let task = self.build_task(&p, id.clone(), attempt);
+        self.in_flight.insert(id.clone(), p.clone());
+        if let Some(deadline) = self
+            .deadline_budget(&id)
+            .and_then(|b| now.checked_add_signed(b))
+        {
+            self.deadlines.insert(id.clone(), deadline);
+        }
+        let agent_id = task.agent.id.clone();
+        self.emit(
+            fx,
+            now,
+            EventKind::TaskDispatched {
+                task_id: id,
+                node: p.kind.node(),
+                agent_id,
+                attempt,
+            },
+        );
+        fx.push(Effect::Dispatch(task));
+    }
+
+    /// Whether this debate has a clarification phase.
+    fn clarify_enabled(&self) -> bool {
+        let d = &self.spec.debate;
+        d.interactive_clarifications
+            && d.clarifications_max_per_agent > 0
+            && d.clarifications_max_iterations > 0
+    }
+
+    /// The clarification phase is over (or there is none): round 1 may open. A debate
+    /// with rounds already open (a checkpoint of an older build) never goes back to it.
+    fn clarifications_settled(&self) -> bool {
+        !self.clarify_enabled()
+            || self.state.engine.clarifications_done
+            || !self.state.rounds.is_empty()
+    }
+
+    /// The clarification phase while running: ask the agents that have not replied in
+    /// this iteration; once all have, suspend for answers or end the phase.
+    fn advance_clarifications(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+        if self.state.clarification_iterations == 0 {
+            self.state.clarification_iterations = 1;
+        }
+        let k = self.state.clarification_iterations;
+        let missing: Vec<usize> = (0..self.agents.len())
+            .filter(|&i| {
+                !self
+                    .state
+                    .engine
+                    .clarification_replies
+                    .contains(&self.agents[i].id)
+            })
+            .collect();
+        if !missing.is_empty() {
+            for i in missing {
+                let p = Planned {
+                    round: k,
+                    kind: TaskKind::Clarify,
+                    agent: Some(i),
+                    target: None,
+                };
+                self.dispatch(p, now, fx);
+            }
+            return;
+        }
+        let pending = pending_clarifications(&self.state.clarifications);
+        if pending.is_empty() {
+            self.state.engine.clarifications_done = true;
+            self.state.engine.clarification_replies.clear();
+            return;
+        }
+        self.state.status = DebateStatus::AwaitingClarifications;
+        self.state.engine.awaiting_since = Some(now);
+        let questions = clip_questions(pending);
+        self.emit(
+            fx,
+            now,
+            EventKind::ClarificationsRequested {
+                iteration: k,
+                questions,
+            },
+        );
+    }
+
+    /// Checks answers against the debate without recording anything: it must be waiting,
+    /// and each id must name one of its questions not answered yet, once.
+    pub fn check_answers(&self, answers: &[Answer]) -> Result<(), AnswerError> {
+        if self.state.status != DebateStatus::AwaitingClarifications {
+            return Err(AnswerError::NotWaiting {
+                id: self.state.id.clone(),
+                status: self.state.status.as_str(),
+            });
+        }
+        if answers.is_empty() {
+            return Err(AnswerError::Empty);
+        }
+        let mut seen = BTreeSet::new();
+        let mut unknown = Vec::new();
+        let mut answered = Vec::new();
+        for a in answers {
+            if !seen.insert(a.id.as_str()) {
+                return Err(AnswerError::Duplicate(a.id.clone()));
+            }
+            match self.item(&a.id) {
+                None => unknown.push(parley_protocol::preview(&a.id, 80)),
+                Some(i) if i.answer.is_some() => answered.push(a.id.clone()),
+                Some(_) => {}
+            }
+        }
+        if !unknown.is_empty() {
+            // Enough to name the problem: an error reply stays small.
+            unknown.truncate(10);
+            let open = pending_clarifications(&self.state.clarifications)
+                .iter()
+                .flat_map(|g| g.items.iter().map(|i| i.id.clone()))
+                .take(50)
+                .collect();
+            return Err(AnswerError::Unknown { unknown, open });
+        }
+        if !answered.is_empty() {
+            return Err(AnswerError::AlreadyAnswered(answered));
+        }
+        Ok(())
+    }
+
+    /// When an operator's clarification timeout of `timeout` runs out for a debate waiting
+    /// for answers (`None`: it is not waiting).
+    pub fn clarification_deadline(&self, timeout: std::time::Duration) -> Option<DateTime<Utc>> {
+        if self.state.status != DebateStatus::AwaitingClarifications {
+            return None;
+        }
+        let since = self.state.engine.awaiting_since?;
+        let t = chrono::Duration::from_std(timeout).unwrap_or_else(|_| chrono::Duration::days(1));
+        since.checked_add_signed(t)
+    }
+
+    fn item(&self, id: &str) -> Option<&ClarificationItem> {
+        self.state
+            .clarifications
+            .iter()
+            .flat_map(|g| &g.items)
+            .find(|i| i.id == id)
+    }
+
+    /// Records checked answers; once no question is open, the next iteration (or round 1).
+    fn record_answers(&mut self, answers: Vec<Answer>, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+        let answered = answers.len();
+        for a in answers {
+            let text = a.answer.trim();
+            let text = if text.is_empty() {
+                parley_protocol::NO_ANSWER.to_string()
+            } else {
+                parley_protocol::preview(text, limits::MAX_ANSWER_CHARS)
+            };
+            if let Some(item) = self
+                .state
+                .clarifications
+                .iter_mut()
+                .flat_map(|g| g.items.iter_mut())
+                .find(|i| i.id == a.id)
+            {
+                item.answer = Some(text);
+            }
+        }
+        let remaining: usize = pending_clarifications(&self.state.clarifications)
+            .iter()
+            .map(|g| g.items.len())
+            .sum();
+        let iteration = self.state.clarification_iterations;
+        if remaining == 0 {
+            self.state.engine.awaiting_since = None;
+            self.state.engine.clarification_replies.clear();
+            self.state.status = DebateStatus::Running;
+            if iteration < self.spec.debate.clarifications_max_iterations {
+                self.state.clarification_iterations = iteration + 1;
+            } else {
+                self.state.engine.clarifications_done = true;
+            }
+        }
+        self.emit(
+            fx,
+            now,
+            EventKind::ClarificationsAnswered {
+                iteration,
+                answered,
+                remaining,
+            },
+        );
     }
 
     /// Opens the next round when its time has come and fills in carried-over proposals.
@@ -967,6 +1238,12 @@ impl Machine {
     }
 
     fn is_done(&self, p: &Planned) -> bool {
+        if p.kind == TaskKind::Clarify {
+            let agent = p.agent.map(|i| self.agents[i].id.as_str()).unwrap_or("");
+            return self.state.engine.clarifications_done
+                || p.round < self.state.clarification_iterations
+                || self.state.engine.clarification_replies.contains(agent);
+        }
         let Some(rd) = self.round(p.round) else {
             return false;
         };
@@ -988,6 +1265,7 @@ impl Machine {
             TaskKind::Evaluate => rd.evaluation.is_some(),
             TaskKind::JudgeSummarize => self.state.judge_summary.is_some(),
             TaskKind::Synthesize => self.state.final_solution.is_some(),
+            TaskKind::Clarify => false,
         }
     }
 
@@ -1010,6 +1288,7 @@ impl Machine {
         let mut parts = rest.split('/');
         let round: u32 = parts.next()?.parse().ok()?;
         let kind = match parts.next()? {
+            "clarify" => TaskKind::Clarify,
             "propose" => TaskKind::Propose,
             "critique" => TaskKind::Critique,
             "refine" => TaskKind::Refine,
@@ -1021,7 +1300,12 @@ impl Machine {
         };
         let who = parts.next()?;
         let target = parts.next();
-        if parts.next().is_some() || round == 0 || round as usize > self.state.rounds.len() {
+        let last_round = if kind == TaskKind::Clarify {
+            self.state.clarification_iterations as usize
+        } else {
+            self.state.rounds.len()
+        };
+        if parts.next().is_some() || round == 0 || round as usize > last_round {
             return None;
         }
         let index = |id: &str| self.agents.iter().position(|a| a.id == id);
@@ -1180,8 +1464,12 @@ impl Machine {
                     None => self.final_transcript(),
                 });
             }
+            (TaskKind::Clarify, _) => {
+                input.max_questions = Some(self.spec.debate.clarifications_max_per_agent);
+            }
             _ => {}
         }
+        input.clarifications = answered_clarifications(&self.state.clarifications);
         let node = p.kind.node();
         Task {
             schema_version: SCHEMA_VERSION,
@@ -1213,6 +1501,7 @@ impl Machine {
             metadata: out.metadata,
         };
         match p.kind {
+            TaskKind::Clarify => self.record_questions(&exec, out.questions, now, fx),
             TaskKind::Propose => {
                 if r >= 2 {
                     self.warn(
@@ -1276,6 +1565,92 @@ impl Machine {
                 self.state.final_solution = Some(solution);
                 self.state.synthesis_metadata = Some(out.metadata);
             }
+        }
+    }
+
+    /// Adds an agent's clarification questions: trimmed, cut to
+    /// [`limits::MAX_QUESTION_CHARS`], without repeats of its earlier ones, at most
+    /// `clarificationsMaxPerAgent`; marks its reply of this iteration as in.
+    fn record_questions(
+        &mut self,
+        agent: &AgentConfig,
+        questions: Vec<String>,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let max = self.spec.debate.clarifications_max_per_agent as usize;
+        let norm = |q: &str| {
+            q.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_lowercase()
+        };
+        let pos = match self
+            .state
+            .clarifications
+            .iter()
+            .position(|g| g.agent_id == agent.id)
+        {
+            Some(p) => p,
+            None => {
+                // Groups stay in agent order, whichever agent replied first.
+                let order = |id: &str| self.agents.iter().position(|a| a.id == id);
+                let mine = order(&agent.id);
+                let at = self
+                    .state
+                    .clarifications
+                    .iter()
+                    .position(|g| order(&g.agent_id) > mine)
+                    .unwrap_or(self.state.clarifications.len());
+                self.state.clarifications.insert(
+                    at,
+                    AgentClarifications {
+                        agent_id: agent.id.clone(),
+                        agent_name: agent.name.clone(),
+                        role: agent.role.clone(),
+                        items: Vec::new(),
+                    },
+                );
+                at
+            }
+        };
+        let group = &mut self.state.clarifications[pos];
+        let mut seen: BTreeSet<String> = group.items.iter().map(|i| norm(&i.question)).collect();
+        let mut added = 0;
+        let mut over = 0;
+        for q in questions {
+            let q = parley_protocol::preview(q.trim(), limits::MAX_QUESTION_CHARS);
+            if q.is_empty() || !seen.insert(norm(&q)) {
+                continue;
+            }
+            if added == max {
+                over += 1;
+                continue;
+            }
+            let n = group.items.len() + 1;
+            group.items.push(ClarificationItem {
+                id: format!("{}-q{n}", agent.id),
+                question: q,
+                answer: None,
+            });
+            added += 1;
+        }
+        if group.items.is_empty() {
+            self.state.clarifications.remove(pos);
+        }
+        self.state
+            .engine
+            .clarification_replies
+            .insert(agent.id.clone());
+        if over > 0 {
+            self.warn(
+                fx,
+                now,
+                format!(
+                    "agent {}: asked {} more clarification question(s) than clarificationsMaxPerAgent ({max}); kept the first {max}",
+                    agent.id, over
+                ),
+            );
         }
     }
 
@@ -1399,6 +1774,7 @@ impl Machine {
             .unwrap_or(match self.state.status {
                 DebateStatus::Completed => Node::Completed,
                 DebateStatus::Failed => Node::Failed,
+                DebateStatus::AwaitingClarifications => Node::Clarification,
                 _ => self.last_node.unwrap_or(Node::RoundManager),
             });
         let mut active: Vec<String> = self
@@ -1417,4 +1793,20 @@ impl Machine {
             active_agents: active,
         }
     }
+}
+
+/// Bytes of question text a `clarificationsRequested` event carries in all; each question
+/// gets an equal share (at least [`MIN_EVENT_QUESTION_BYTES`]), cut with `…`.
+const EVENT_QUESTIONS_BYTES: usize = 32 * 1024;
+const MIN_EVENT_QUESTION_BYTES: usize = 64;
+
+/// The open questions as an event carries them: every one, texts cut to share
+/// [`EVENT_QUESTIONS_BYTES`].
+fn clip_questions(mut groups: Vec<AgentClarifications>) -> Vec<AgentClarifications> {
+    let n: usize = groups.iter().map(|g| g.items.len()).sum();
+    let share = (EVENT_QUESTIONS_BYTES / n.max(1)).max(MIN_EVENT_QUESTION_BYTES);
+    for item in groups.iter_mut().flat_map(|g| g.items.iter_mut()) {
+        item.question = parley_protocol::clip_text(&item.question, share);
+    }
+    groups
 }

@@ -53,6 +53,11 @@ struct Args {
     /// Requests handled at once; more are answered `unavailable` [default: 256].
     #[arg(long, env = "PARLEY_MAX_PENDING_REQUESTS")]
     max_pending_requests: Option<usize>,
+    /// Seconds a debate waits for answers to its clarification questions; then every open
+    /// question is answered "NA" and the debate goes on (at least 1) [default: wait
+    /// forever].
+    #[arg(long, env = "PARLEY_CLARIFICATION_TIMEOUT_SECS")]
+    clarification_timeout_secs: Option<u64>,
 }
 
 /// The coordinator's settings, layered and validated (every problem at once).
@@ -110,6 +115,10 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         ),
         1,
     );
+    let clarification_timeout_secs = args
+        .clarification_timeout_secs
+        .or(file.clarification_timeout_secs)
+        .map(|secs| at_least(&mut problems, "clarification_timeout_secs", secs, 1));
     let providers = match args.config.clone().or(file.config.clone()) {
         Some(path) => operator_providers(&path).unwrap_or_else(|e| {
             problems.push("config", e);
@@ -133,6 +142,7 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         providers,
     };
     config.max_pending_requests = max_pending_requests;
+    config.clarification_timeout = clarification_timeout_secs.map(Duration::from_secs);
     Ok(config)
 }
 
@@ -229,6 +239,15 @@ mod tests {
         std::fs::write(&file, "retention = 3600\n").unwrap();
         let c = parse_file().unwrap();
         assert_eq!(c.retention, Some(Duration::from_secs(3600)));
+        assert_eq!(c.clarification_timeout, None, "no timeout by default");
+        std::fs::write(&file, "clarification_timeout_secs = 90\n").unwrap();
+        assert_eq!(
+            parse_file().unwrap().clarification_timeout,
+            Some(Duration::from_secs(90))
+        );
+        std::fs::write(&file, "clarification_timeout_secs = 0\n").unwrap();
+        let e = parse_file().unwrap_err();
+        assert!(e.contains("clarification_timeout_secs"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

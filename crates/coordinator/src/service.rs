@@ -1,7 +1,15 @@
 //! The coordinator as a NATS service.
 //!
-//! - `parley.debates.submit|status|retry|cancel`: request/reply, queue group
+//! - `parley.debates.submit|status|retry|cancel|answer`: request/reply, queue group
 //!   `parley-coordinators` (one replica answers each request).
+//! - `parley.debates.answer` (`AnswerRequest`): answers to a debate's clarification
+//!   questions. Checked against the debate's checkpoint first (waiting, known ids, not yet
+//!   answered: else a clear error and nothing changes), then applied by the debate's actor
+//!   (here, by adoption when nobody owns it, or by the owner through
+//!   `parley.control.<id>.answer`). A debate waiting for answers keeps its actor (and
+//!   lease) but has nothing in flight; it survives crashes and takeovers like any other.
+//!   With [`CoordinatorConfig::clarification_timeout`] its actor answers every open
+//!   question `"NA"` once the debate has waited that long (counted from the checkpoint).
 //! - `parley.results.>`: every replica listens; a notification goes to the local actor of
 //!   that debate, if any.
 //! - `parley.control.<id>.<retry|cancel>`: every replica listens; only the owner of the
@@ -57,9 +65,9 @@ use chrono::Utc;
 use futures::StreamExt;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::{
-    decode_debate_ref, decode_submission, is_valid_debate_id, new_debate_id, preview, split_pages,
-    DebateStatus, ResultNotice, StatusPage, StatusRequest, StatusSummary, StatusView,
-    SubmissionPolicy, TaskRef,
+    decode_answer_request, decode_debate_ref, decode_submission, is_valid_debate_id, new_debate_id,
+    preview, split_pages, Answer, DebateStatus, ResultNotice, StatusPage, StatusRequest,
+    StatusSummary, StatusView, SubmissionPolicy, TaskRef,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef, RactorErr};
@@ -109,6 +117,9 @@ pub struct CoordinatorConfig {
     pub policy: SubmissionPolicy,
     /// Requests handled at once; past it a request is answered `unavailable`.
     pub max_pending_requests: usize,
+    /// How long a debate waits for clarification answers before open questions are
+    /// answered `"NA"`; `None`: as long as it takes.
+    pub clarification_timeout: Option<Duration>,
 }
 
 impl CoordinatorConfig {
@@ -129,6 +140,7 @@ impl CoordinatorConfig {
             drain: DEFAULT_DRAIN,
             policy: SubmissionPolicy::default(),
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
+            clarification_timeout: None,
         }
     }
 }
@@ -187,6 +199,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         task_deadline_margin: config.task_deadline_margin,
         retention: config.retention,
         max_actor_failures: config.max_actor_failures,
+        clarification_timeout: config.clarification_timeout,
     });
     let (sup, sup_join) = Actor::spawn(None, Supervisor, deps)
         .await
@@ -211,6 +224,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         subjects::STATUS,
         subjects::RETRY,
         subjects::CANCEL,
+        subjects::ANSWER,
     ] {
         let sub = nats
             .queue_subscribe(subject, subjects::COORDINATOR_QUEUE.into())
@@ -390,6 +404,7 @@ fn subject_label(subject: &str) -> &'static str {
         subjects::STATUS => "status",
         subjects::RETRY => "retry",
         subjects::CANCEL => "cancel",
+        subjects::ANSWER => "answer",
         _ => "control",
     }
 }
@@ -423,7 +438,8 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
                 subjects::STATUS => Some(within_deadline(svc.status(&msg.payload)).await),
                 subjects::RETRY => Some(svc.user_command(&msg.payload, Command::Retry).await),
                 subjects::CANCEL => Some(svc.user_command(&msg.payload, Command::Cancel).await),
-                s => svc.control(s).await,
+                subjects::ANSWER => Some(svc.answer(&msg.payload).await),
+                s => svc.control(s, &msg.payload).await,
             };
             let Some(reply) = reply else { return };
             let body = match reply {
@@ -852,7 +868,7 @@ impl Service {
                 };
                 match self.adopt(&id, Some(follow_up)).await {
                     Ok(()) => return Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
-                    Err(AdoptError::OwnedElsewhere) => match self.forward(&id, cmd).await {
+                    Err(AdoptError::OwnedElsewhere) => match self.forward_command(&id, cmd).await {
                         Err(e)
                             if cmd == Command::Cancel && e.error.code == ErrorCode::Unavailable =>
                         {
@@ -931,10 +947,63 @@ impl Service {
         }
     }
 
+    /// `parley.debates.answer`: checked against the checkpoint, then applied by the
+    /// debate's actor (see the module docs).
+    async fn answer(&self, payload: &[u8]) -> Reply {
+        let req = decode_answer_request(payload).map_err(ErrorReply::from)?;
+        let id = req.debate_id.clone();
+        let (spec, cp) = within_deadline(async {
+            let spec = self.store.spec(&id).await.map_err(unavailable)?;
+            let cp = self.store.state(&id).await.map_err(unavailable)?;
+            Ok::<_, ErrorReply>((spec, cp))
+        })
+        .await?;
+        let (Some(spec), Some(cp)) = (spec, cp) else {
+            return Err(self.not_found(&id));
+        };
+        Machine::from_checkpoint(spec, cp.state)
+            .check_answers(&req.answers)
+            .map_err(answer_refused)?;
+        let mut last = err(
+            ErrorCode::Unavailable,
+            format!("debate {id} is busy; try again"),
+        );
+        for _ in 0..20 {
+            if let Some(actor) = self.actor(&id).await {
+                match ask_answer(&actor, &id, req.answers.clone()).await {
+                    Err(e) if e.error.message == crate::actor::RELEASING => last = e,
+                    r => return r,
+                }
+            } else {
+                match self
+                    .adopt(&id, Some(Input::Answers(req.answers.clone())))
+                    .await
+                {
+                    Ok(()) => return Ok(json!({ "debateId": id, "accepted": "answer" })),
+                    Err(AdoptError::OwnedElsewhere) => {
+                        let body = Bytes::copy_from_slice(payload);
+                        match self.forward(&id, "answer", body).await {
+                            Err(e) if e.error.code == ErrorCode::Unavailable => last = e,
+                            r => return r,
+                        }
+                    }
+                    Err(AdoptError::Failed(e)) => return Err(err(ErrorCode::Unavailable, e)),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(last)
+    }
+
     /// Hands a user command to the replica that owns the debate.
-    async fn forward(&self, id: &str, cmd: Command) -> Reply {
-        let subject = format!("{CONTROL_PREFIX}.{id}.{}", cmd.as_str());
-        let req = self.nats.request(subject, Bytes::new());
+    async fn forward_command(&self, id: &str, cmd: Command) -> Reply {
+        self.forward(id, cmd.as_str(), Bytes::new()).await
+    }
+
+    /// Sends `parley.control.<id>.<op>` with `body` to the replica that owns the debate.
+    async fn forward(&self, id: &str, op: &str, body: Bytes) -> Reply {
+        let subject = format!("{CONTROL_PREFIX}.{id}.{op}");
+        let req = self.nats.request(subject, body);
         match tokio::time::timeout(Duration::from_secs(2), req).await {
             Ok(Ok(msg)) => serde_json::from_slice::<Value>(&msg.payload)
                 .map_err(|e| err(ErrorCode::Internal, e.to_string()))
@@ -950,7 +1019,7 @@ impl Service {
     }
 
     /// `parley.control.<id>.<op>`: answered only by the owner (None = not ours, stay quiet).
-    async fn control(&self, subject: &str) -> Option<Reply> {
+    async fn control(&self, subject: &str, payload: &[u8]) -> Option<Reply> {
         let rest = subject.strip_prefix(CONTROL_PREFIX)?.strip_prefix('.')?;
         let (id, op) = rest.rsplit_once('.')?;
         if !is_valid_debate_id(id) {
@@ -959,6 +1028,20 @@ impl Service {
         let cmd = match op {
             "retry" => Command::Retry,
             "cancel" => Command::Cancel,
+            "answer" => {
+                let actor = self.actor(id).await?;
+                let req = match decode_answer_request(payload) {
+                    Ok(r) if r.debate_id == id => r,
+                    Ok(_) => {
+                        return Some(Err(err(
+                            ErrorCode::InvalidRequest,
+                            "the answer names another debate than its subject",
+                        )))
+                    }
+                    Err(e) => return Some(Err(e.into())),
+                };
+                return Some(ask_answer(&actor, id, req.answers).await);
+            }
             _ => return None,
         };
         let actor = self.actor(id).await?;
@@ -969,6 +1052,43 @@ impl Service {
 impl PartialEq for Command {
     fn eq(&self, other: &Self) -> bool {
         self.as_str() == other.as_str()
+    }
+}
+
+/// The error reply for answers the debate refuses.
+fn answer_refused(e: crate::AnswerError) -> ErrorReply {
+    let code = if e.is_conflict() {
+        ErrorCode::Conflict
+    } else {
+        ErrorCode::InvalidRequest
+    };
+    err(code, e.to_string())
+}
+
+/// Hands answers to the debate's actor; the reply says how many questions remain open.
+async fn ask_answer(actor: &ActorRef<DebateMsg>, id: &str, answers: Vec<Answer>) -> Reply {
+    let r = actor
+        .call(
+            |reply| DebateMsg::Answer { answers, reply },
+            Some(Duration::from_secs(10)),
+        )
+        .await;
+    match r {
+        Ok(CallResult::Success(Ok(remaining))) => Ok(json!({
+            "debateId": id,
+            "accepted": "answer",
+            "remaining": remaining,
+        })),
+        Ok(CallResult::Success(Err(crate::actor::AnswerRefusal::Refused(e)))) => {
+            Err(answer_refused(e))
+        }
+        Ok(CallResult::Success(Err(crate::actor::AnswerRefusal::Other(e)))) => {
+            Err(err(ErrorCode::Unavailable, e))
+        }
+        _ => Err(err(
+            ErrorCode::Unavailable,
+            format!("debate {id} did not answer; try again"),
+        )),
     }
 }
 

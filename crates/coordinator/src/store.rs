@@ -128,3 +128,45 @@ impl FileStore {
         Ok((spec, state))
     }
 }
+
+/// Why answers could not be applied to a saved debate.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerSavedError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Refused(#[from] crate::AnswerError),
+    #[error(transparent)]
+    Save(#[from] StoreError),
+}
+
+/// Applies `answers` to an embedded debate waiting for clarification answers in `store`
+/// (the library entry point of `parley run --clarify`, and of anything else that answers
+/// an embedded debate, such as a web page): loads the checkpoint, checks the answers
+/// ([`crate::Machine::check_answers`]: a refusal changes nothing), records them and saves
+/// the checkpoint before returning, so the answers survive a crash from then on.
+///
+/// Returns the debate's machine and the events of the transition. The debate goes on when
+/// the caller drives the machine with [`crate::Input::Resume`] (e.g.
+/// [`crate::run_debate_until`]): the next clarification iteration's tasks, or round 1's,
+/// are dispatched then. Answering only some of the open questions keeps the debate waiting
+/// (its status stays `awaiting_clarifications`).
+pub fn answer_saved(
+    store: &FileStore,
+    id: &str,
+    answers: Vec<parley_protocol::Answer>,
+) -> Result<(crate::Machine, Vec<parley_protocol::DebateEvent>), AnswerSavedError> {
+    let (spec, state) = store.load(id)?;
+    let mut machine = crate::Machine::from_checkpoint(spec, state);
+    machine.check_answers(&answers)?;
+    let events = machine
+        .handle(crate::Input::Answers(answers), chrono::Utc::now())
+        .into_iter()
+        .filter_map(|e| match e {
+            crate::Effect::Emit(event) => Some(event),
+            _ => None,
+        })
+        .collect();
+    store.save_with_spec(machine.state(), machine.spec())?;
+    Ok((machine, events))
+}

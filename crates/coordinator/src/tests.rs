@@ -9,11 +9,16 @@ use serde_json::json;
 
 use crate::{Effect, Input, Machine};
 
-fn now() -> chrono::DateTime<Utc> {
+pub(crate) fn now() -> chrono::DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
 }
 
-fn spec(n: usize, rounds: u32, termination: &str, extra: serde_json::Value) -> DebateSpec {
+pub(crate) fn spec(
+    n: usize,
+    rounds: u32,
+    termination: &str,
+    extra: serde_json::Value,
+) -> DebateSpec {
     let roles = ["architect", "performance", "security", "testing", "kiss"];
     let agents: Vec<_> = (0..n)
         .map(|i| json!({"id": format!("a{i}"), "name": format!("A{i}"), "role": roles[i % 5], "model": "m", "temperature": 0.3}))
@@ -33,7 +38,7 @@ fn spec(n: usize, rounds: u32, termination: &str, extra: serde_json::Value) -> D
     .unwrap()
 }
 
-fn ok(task: &Task, content: &str) -> TaskResult {
+pub(crate) fn ok(task: &Task, content: &str) -> TaskResult {
     let mut out = TaskOutput {
         content: content.to_string(),
         metadata: ContributionMetadata {
@@ -45,6 +50,7 @@ fn ok(task: &Task, content: &str) -> TaskResult {
         solution: None,
         confidence: None,
         warnings: vec![],
+        questions: vec![],
     };
     match task.kind {
         TaskKind::Synthesize => {
@@ -59,7 +65,7 @@ fn ok(task: &Task, content: &str) -> TaskResult {
     result(task, TaskOutcome::Ok(out))
 }
 
-fn result(task: &Task, outcome: TaskOutcome) -> TaskResult {
+pub(crate) fn result(task: &Task, outcome: TaskOutcome) -> TaskResult {
     TaskResult {
         schema_version: SCHEMA_VERSION,
         task_id: task.id.clone(),
@@ -70,7 +76,7 @@ fn result(task: &Task, outcome: TaskOutcome) -> TaskResult {
     }
 }
 
-fn fail(task: &Task, kind: ErrorKind) -> TaskResult {
+pub(crate) fn fail(task: &Task, kind: ErrorKind) -> TaskResult {
     result(
         task,
         TaskOutcome::Error(TaskError {
@@ -84,16 +90,16 @@ fn fail(task: &Task, kind: ErrorKind) -> TaskResult {
 
 /// Runs a machine to rest, answering each dispatched task (FIFO) with `answer`.
 /// Returns every dispatched task and every event.
-struct Run {
-    machine: Machine,
-    tasks: Vec<Task>,
-    events: Vec<DebateEvent>,
-    retries: Vec<(String, u64)>,
-    queue: VecDeque<Task>,
+pub(crate) struct Run {
+    pub(crate) machine: Machine,
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) events: Vec<DebateEvent>,
+    pub(crate) retries: Vec<(String, u64)>,
+    pub(crate) queue: VecDeque<Task>,
 }
 
 impl Run {
-    fn new(spec: DebateSpec) -> Self {
+    pub(crate) fn new(spec: DebateSpec) -> Self {
         Self {
             machine: Machine::new("deb-20260102-030405-abcdef".into(), spec, now()),
             tasks: vec![],
@@ -102,7 +108,7 @@ impl Run {
             queue: VecDeque::new(),
         }
     }
-    fn apply(&mut self, input: Input) {
+    pub(crate) fn apply(&mut self, input: Input) {
         for fx in self.machine.handle(input, now()) {
             match fx {
                 Effect::Dispatch(t) => {
@@ -116,23 +122,23 @@ impl Run {
             }
         }
     }
-    fn drain(&mut self, mut answer: impl FnMut(&Task) -> Option<TaskResult>) {
+    pub(crate) fn drain(&mut self, mut answer: impl FnMut(&Task) -> Option<TaskResult>) {
         while let Some(t) = self.queue.pop_front() {
             if let Some(r) = answer(&t) {
                 self.apply(Input::Result(r));
             }
         }
     }
-    fn run_ok(spec: DebateSpec) -> Self {
+    pub(crate) fn run_ok(spec: DebateSpec) -> Self {
         let mut r = Self::new(spec);
         r.apply(Input::Start);
         r.drain(|t| Some(ok(t, &format!("text of {}", t.id))));
         r
     }
-    fn count(&self, kind: TaskKind) -> usize {
+    pub(crate) fn count(&self, kind: TaskKind) -> usize {
         self.tasks.iter().filter(|t| t.kind == kind).count()
     }
-    fn nodes(&self) -> Vec<(u32, Node)> {
+    pub(crate) fn nodes(&self) -> Vec<(u32, Node)> {
         self.events
             .iter()
             .filter_map(|e| match &e.kind {

@@ -54,6 +54,7 @@ fn answer(task: &Task) -> TaskResult {
             solution,
             confidence: None,
             warnings: vec![],
+            questions: vec![],
         }),
     }
 }

@@ -50,6 +50,7 @@ fn result(task: &str, attempt: u32, ok: bool) -> TaskResult {
                 solution: None,
                 confidence: None,
                 warnings: vec![],
+                questions: vec![],
             })
         } else {
             TaskOutcome::Error(TaskError {

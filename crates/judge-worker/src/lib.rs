@@ -38,11 +38,13 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
             "judge task without a transcript",
         )
     })?;
+    // The judge sees the answered clarifications with the problem.
+    let problem =
+        parley_protocol::problem_with_clarifications(&task.problem, &task.input.clarifications);
+    let problem = problem.as_ref();
     let user = match task.kind {
-        TaskKind::Synthesize => {
-            prompts::synthesize(&task.problem, task.context.as_deref(), transcript)
-        }
-        TaskKind::Evaluate => prompts::evaluate(&task.problem, transcript),
+        TaskKind::Synthesize => prompts::synthesize(problem, task.context.as_deref(), transcript),
+        TaskKind::Evaluate => prompts::evaluate(problem, transcript),
         TaskKind::JudgeSummarize => {
             let max = task.input.max_length.unwrap_or(2500);
             let user = match task
@@ -54,7 +56,7 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
                 Some(custom) => {
                     format!("{custom}\n\nKeep it under {max} characters.\n\n{transcript}")
                 }
-                None => prompts::summarize(&task.problem, transcript, max),
+                None => prompts::summarize(problem, transcript, max),
             };
             let (content, metadata) = call_for_task(
                 provider,
@@ -69,6 +71,7 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
                 solution: None,
                 confidence: None,
                 warnings: vec![],
+                questions: vec![],
             });
         }
         other => {
@@ -103,6 +106,7 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
         solution: None,
         confidence: None,
         warnings: vec![],
+        questions: vec![],
     };
     match task.kind {
         TaskKind::Evaluate => {

@@ -53,6 +53,10 @@ pub struct AgentConfig {
     pub system_prompt: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary_prompt: Option<String>,
+    /// The clarification prompt text (from `clarificationPromptPath`); none: the role's
+    /// built-in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clarification_prompt: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summarization: Option<SummarizationConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,6 +91,7 @@ impl AgentConfig {
             clarification_prompt_path: None,
             system_prompt: None,
             summary_prompt: None,
+            clarification_prompt: None,
             summarization: None,
             enabled: None,
         }

@@ -75,6 +75,21 @@ pub enum EventKind {
     },
     DebateResumed,
     DebateCancelled,
+    /// The agents asked questions: the debate waits for answers
+    /// (`awaiting_clarifications`). `questions` holds the questions still unanswered,
+    /// grouped by agent (texts may be cut to keep the event small; the state has them whole).
+    #[serde(rename_all = "camelCase")]
+    ClarificationsRequested {
+        iteration: u32,
+        questions: Vec<crate::AgentClarifications>,
+    },
+    /// Answers were recorded; `remaining` questions still wait (0: the debate goes on).
+    #[serde(rename_all = "camelCase")]
+    ClarificationsAnswered {
+        iteration: u32,
+        answered: usize,
+        remaining: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

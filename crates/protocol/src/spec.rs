@@ -64,6 +64,17 @@ pub mod limits {
     pub const MAX_SUMMARY_LENGTH: usize = 100_000;
     pub const MAX_CLARIFICATIONS_PER_AGENT: u32 = 20;
     pub const MAX_CLARIFICATION_ITERATIONS: u32 = 10;
+    /// Questions a debate can hold: every enabled agent asking its most in every iteration.
+    pub const MAX_CLARIFICATION_ITEMS: usize =
+        MAX_AGENTS * (MAX_CLARIFICATIONS_PER_AGENT * MAX_CLARIFICATION_ITERATIONS) as usize;
+    /// Characters kept of one clarification question (a longer one is cut).
+    pub const MAX_QUESTION_CHARS: usize = 500;
+    /// Characters of one answer to a clarification question.
+    pub const MAX_ANSWER_CHARS: usize = 4_000;
+    /// Answers in one `parley.debates.answer` request.
+    pub const MAX_ANSWERS: usize = MAX_AGENTS * MAX_CLARIFICATIONS_PER_AGENT as usize;
+    /// Bytes in one `parley.debates.answer` request.
+    pub const MAX_ANSWER_REQUEST_BYTES: usize = 256 * 1024;
     /// Characters of provider error text kept in a debate's state and events.
     pub const MAX_ERROR_TEXT_CHARS: usize = 300;
     /// Bytes of an error reply's message.
@@ -181,6 +192,7 @@ pub fn preview(s: &str, max: usize) -> String {
 
 /// Node kinds a `debate.retry.nodes` entry may name.
 pub const RETRY_NODES: &[&str] = &[
+    "clarification",
     "proposal",
     "critique",
     "refinement",
@@ -527,6 +539,7 @@ fn validate_agent(field: &str, a: &AgentConfig, policy: &SubmissionPolicy, c: &m
     for (name, text) in [
         ("systemPrompt", &a.system_prompt),
         ("summaryPrompt", &a.summary_prompt),
+        ("clarificationPrompt", &a.clarification_prompt),
     ] {
         if let Some(t) = text {
             c.chars(&format!("{field}.{name}"), t, MAX_PROMPT_CHARS);

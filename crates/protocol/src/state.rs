@@ -13,6 +13,11 @@ use crate::{default_schema_version, PromptSources};
 pub enum DebateStatus {
     Pending,
     Running,
+    /// Suspended before round 1 until the user answers the agents' clarification
+    /// questions: no task is outstanding and no deadline runs (dialectic's
+    /// `suspendedAtNode: "clarification"`).
+    #[serde(rename = "awaiting_clarifications")]
+    AwaitingClarifications,
     Completed,
     Failed,
     Cancelled,
@@ -26,6 +31,7 @@ impl DebateStatus {
         match self {
             Self::Pending => "pending",
             Self::Running => "running",
+            Self::AwaitingClarifications => "awaiting_clarifications",
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
@@ -216,6 +222,93 @@ impl Solution {
     }
 }
 
+/// One question an agent asked before round 1, and the user's answer (`"NA"` when the user
+/// gave none). `answer` is absent while the question waits for one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClarificationItem {
+    /// `<agentId>-q<n>`: unique in the debate, stable across restarts.
+    pub id: String,
+    pub question: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+}
+
+/// One agent's clarification questions (dialectic's `clarifications[]` entry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentClarifications {
+    pub agent_id: String,
+    pub agent_name: String,
+    pub role: String,
+    pub items: Vec<ClarificationItem>,
+}
+
+/// The answer written for a question the user left empty (or did not answer in time).
+pub const NO_ANSWER: &str = "NA";
+
+/// The groups of `all` reduced to their answered items (groups left empty are dropped):
+/// what prompts and reports show.
+pub fn answered_clarifications(all: &[AgentClarifications]) -> Vec<AgentClarifications> {
+    filter_items(all, |i| i.answer.is_some())
+}
+
+/// The groups of `all` reduced to the questions still waiting for an answer.
+pub fn pending_clarifications(all: &[AgentClarifications]) -> Vec<AgentClarifications> {
+    filter_items(all, |i| i.answer.is_none())
+}
+
+fn filter_items(
+    all: &[AgentClarifications],
+    keep: impl Fn(&ClarificationItem) -> bool,
+) -> Vec<AgentClarifications> {
+    all.iter()
+        .filter_map(|g| {
+            let items: Vec<ClarificationItem> =
+                g.items.iter().filter(|i| keep(i)).cloned().collect();
+            (!items.is_empty()).then(|| AgentClarifications { items, ..g.clone() })
+        })
+        .collect()
+}
+
+/// Answered clarifications as prompt text (empty when there are none): one block per agent,
+/// each question followed by its answer.
+pub fn clarifications_text(all: &[AgentClarifications]) -> String {
+    let mut out = String::new();
+    for g in all {
+        let answered: Vec<&ClarificationItem> =
+            g.items.iter().filter(|i| i.answer.is_some()).collect();
+        if answered.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("Asked by {} ({}):\n", g.agent_name, g.role));
+        for i in answered {
+            out.push_str(&format!(
+                "- Q: {}\n  A: {}\n",
+                i.question,
+                i.answer.as_deref().unwrap_or(NO_ANSWER)
+            ));
+        }
+    }
+    out
+}
+
+/// The problem as prompts state it: followed by the answered clarifications, when any.
+pub fn problem_with_clarifications<'a>(
+    problem: &'a str,
+    clarifications: &[AgentClarifications],
+) -> std::borrow::Cow<'a, str> {
+    let text = clarifications_text(clarifications);
+    if text.is_empty() {
+        std::borrow::Cow::Borrowed(problem)
+    } else {
+        std::borrow::Cow::Owned(format!(
+            "{problem}\n\nClarifications (questions the agents asked before the debate, with the \
+             user's answers; NA = no answer):\n{text}"
+        ))
+    }
+}
+
 /// Where and why a debate failed; `retry` resumes from here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -261,6 +354,16 @@ pub struct EngineRecord {
     /// them again (deduplicated by message id) and a crash in between loses none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::DebateEvent>,
+    /// Agents whose clarification task of the current iteration has come back.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub clarification_replies: std::collections::BTreeSet<String>,
+    /// The clarification phase is over: round 1 may open.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clarifications_done: bool,
+    /// When the debate started waiting for answers (an operator's clarification timeout
+    /// counts from here, across restarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaiting_since: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -274,6 +377,12 @@ pub struct DebateState {
     pub context: Option<String>,
     pub status: DebateStatus,
     pub current_round: u32,
+    /// Questions the agents asked before round 1, with the user's answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clarifications: Vec<AgentClarifications>,
+    /// Clarification iterations started (each asks every agent once).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub clarification_iterations: u32,
     pub rounds: Vec<DebateRound>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub judge_summary: Option<DebateSummary>,
@@ -288,6 +397,10 @@ pub struct DebateState {
     pub engine: EngineRecord,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl DebateState {

@@ -142,6 +142,9 @@ pub struct StatusSummary {
     pub version: u64,
     /// Bytes of the full state JSON (what `view: full` returns, inline or in pages).
     pub state_bytes: u64,
+    /// While `awaiting_clarifications`: the questions waiting for an answer, by agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub questions: Vec<crate::AgentClarifications>,
 }
 
 impl StatusSummary {
@@ -160,6 +163,7 @@ impl StatusSummary {
             updated_at: state.updated_at,
             version,
             state_bytes: state_bytes as u64,
+            questions: crate::pending_clarifications(&state.clarifications),
         }
     }
 }

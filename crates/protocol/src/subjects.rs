@@ -10,6 +10,8 @@ pub const CANCEL: &str = "parley.debates.cancel";
 pub const EVALS_SUBMIT: &str = "parley.evals.submit";
 /// Queue group of the judge workers on [`EVALS_SUBMIT`].
 pub const JUDGE_WORKERS_QUEUE: &str = "parley-judge-workers";
+/// Answers to a debate's clarification questions (`parley_protocol::AnswerRequest`).
+pub const ANSWER: &str = "parley.debates.answer";
 /// Queue group shared by coordinator replicas.
 pub const COORDINATOR_QUEUE: &str = "parley-coordinators";
 

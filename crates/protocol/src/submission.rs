@@ -216,10 +216,136 @@ pub fn decode_debate_ref(payload: &[u8]) -> Result<String, Rejection> {
     Ok(r.debate_id)
 }
 
+/// One answer to a clarification question: the question's id and the text (empty: the
+/// user has no answer, recorded as [`crate::NO_ANSWER`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Answer {
+    pub id: String,
+    #[serde(default)]
+    pub answer: String,
+}
+
+/// `parley.debates.answer`: answers to some or all of a waiting debate's questions.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnswerRequest {
+    pub debate_id: String,
+    pub answers: Vec<Answer>,
+}
+
+impl AnswerRequest {
+    /// Checks sizes and shapes (not whether the questions exist: that is the debate's
+    /// business), reporting every problem with its field.
+    pub fn validate(&self) -> Result<(), SpecErrors> {
+        let mut c = crate::spec::Check::default();
+        if !is_valid_debate_id(&self.debate_id) {
+            c.push("debateId", "not a debate id (deb-YYYYMMDD-HHMMSS-xxxxxx)");
+        }
+        if self.answers.is_empty() {
+            c.push(
+                "answers",
+                "no answers: send at least one {\"id\", \"answer\"}",
+            );
+        }
+        if self.answers.len() > limits::MAX_ANSWERS {
+            c.push(
+                "answers",
+                format!(
+                    "{} answers, the limit is {}",
+                    self.answers.len(),
+                    limits::MAX_ANSWERS
+                ),
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, a) in self.answers.iter().enumerate().take(limits::MAX_ANSWERS) {
+            let field = format!("answers[{i}].id");
+            c.label(&field, &a.id, limits::MAX_ID_BYTES + 16);
+            if a.id.is_empty() {
+                c.push(&field, "must not be empty");
+            }
+            if !seen.insert(a.id.as_str()) {
+                c.push(
+                    &field,
+                    format!("question {:?} answered twice", preview(&a.id, 80)),
+                );
+            }
+            c.chars(
+                &format!("answers[{i}].answer"),
+                &a.answer,
+                limits::MAX_ANSWER_CHARS,
+            );
+        }
+        c.into_result()
+    }
+}
+
+/// Decodes and checks an answer request (`parley.debates.answer`): size, JSON, shape
+/// (unknown fields refused), ids and text sizes. Never panics, whatever the bytes.
+pub fn decode_answer_request(payload: &[u8]) -> Result<AnswerRequest, Rejection> {
+    if payload.len() > limits::MAX_ANSWER_REQUEST_BYTES {
+        return Err(Rejection::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "request is {} bytes, the limit is {}",
+                payload.len(),
+                limits::MAX_ANSWER_REQUEST_BYTES
+            ),
+        ));
+    }
+    let v: Value = serde_json::from_slice(payload)
+        .map_err(|e| Rejection::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
+    let r: AnswerRequest = serde_json::from_value(v).map_err(|e| {
+        Rejection::new(
+            ErrorCode::InvalidRequest,
+            format!("expected {{\"debateId\": ..., \"answers\": [{{\"id\", \"answer\"}}]}}: {e}"),
+        )
+    })?;
+    r.validate()?;
+    Ok(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn answer_requests_are_bounded_and_name_the_field() {
+        let id = "deb-20200101-000000-aaaaaa";
+        let ok =
+            json!({"debateId": id, "answers": [{"id": "a-q1", "answer": "yes"}, {"id": "a-q2"}]});
+        let r = decode_answer_request(ok.to_string().as_bytes()).unwrap();
+        assert_eq!(r.answers[1].answer, "");
+        let empty = json!({"debateId": id, "answers": []});
+        let e = decode_answer_request(empty.to_string().as_bytes()).unwrap_err();
+        assert!(e.message.contains("answers"), "{e}");
+        let twice = json!({"debateId": id, "answers": [{"id": "a-q1"}, {"id": "a-q1"}]});
+        let e = decode_answer_request(twice.to_string().as_bytes()).unwrap_err();
+        assert!(
+            e.message.contains("answers[1].id") && e.message.contains("twice"),
+            "{e}"
+        );
+        let long = json!({"debateId": id, "answers": [{"id": "a-q1", "answer": "x".repeat(limits::MAX_ANSWER_CHARS + 1)}]});
+        let e = decode_answer_request(long.to_string().as_bytes()).unwrap_err();
+        assert!(e.message.contains("answers[0].answer"), "{e}");
+        let extra = json!({"debateId": id, "answers": [{"id": "a-q1", "answr": "typo"}]});
+        let e = decode_answer_request(extra.to_string().as_bytes()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidRequest, "{e}");
+        let bad_id = json!({"debateId": "../x", "answers": [{"id": "a-q1"}]});
+        let e = decode_answer_request(bad_id.to_string().as_bytes()).unwrap_err();
+        assert!(e.message.contains("debateId"), "{e}");
+        let big = vec![b' '; limits::MAX_ANSWER_REQUEST_BYTES + 1];
+        assert_eq!(
+            decode_answer_request(&big).unwrap_err().code,
+            ErrorCode::PayloadTooLarge
+        );
+        assert_eq!(
+            decode_answer_request(b"\xff").unwrap_err().code,
+            ErrorCode::InvalidJson
+        );
+    }
 
     fn agent(id: &str) -> Value {
         json!({"id": id, "name": "A", "role": "architect", "model": "m"})

@@ -48,6 +48,9 @@ impl std::fmt::Display for Node {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum TaskKind {
+    /// Before round 1: an agent's clarification questions about the problem. Its task id's
+    /// round is the clarification iteration (1-based).
+    Clarify,
     Propose,
     Critique,
     Refine,
@@ -77,6 +80,7 @@ impl WorkerKind {
 impl TaskKind {
     pub fn node(self) -> Node {
         match self {
+            Self::Clarify => Node::Clarification,
             Self::Propose => Node::Proposal,
             Self::Critique => Node::Critique,
             Self::Refine => Node::Refinement,
@@ -87,12 +91,15 @@ impl TaskKind {
     }
     pub fn worker(self) -> WorkerKind {
         match self {
-            Self::Propose | Self::Critique | Self::Refine | Self::Summarize => WorkerKind::Agent,
+            Self::Clarify | Self::Propose | Self::Critique | Self::Refine | Self::Summarize => {
+                WorkerKind::Agent
+            }
             Self::Evaluate | Self::JudgeSummarize | Self::Synthesize => WorkerKind::Judge,
         }
     }
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Clarify => "clarify",
             Self::Propose => "propose",
             Self::Critique => "critique",
             Self::Refine => "refine",
@@ -146,6 +153,13 @@ pub struct TaskInput {
     /// Summaries are cut to this many characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_length: Option<usize>,
+    /// The clarifications answered so far (every task after the clarification phase; a
+    /// follow-up clarification task sees the earlier questions and answers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clarifications: Vec<crate::AgentClarifications>,
+    /// Clarify: the most questions the agent may ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_questions: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -230,6 +244,10 @@ impl Task {
         for (name, text) in [
             ("agent.systemPrompt", &self.agent.system_prompt),
             ("agent.summaryPrompt", &self.agent.summary_prompt),
+            (
+                "agent.clarificationPrompt",
+                &self.agent.clarification_prompt,
+            ),
         ] {
             if let Some(t) = text {
                 c.chars(name, t, MAX_PROMPT_CHARS);
@@ -237,6 +255,27 @@ impl Task {
         }
         if self.input.critiques.len() > MAX_AGENTS_TOTAL {
             c.push("input.critiques", "more critiques than agents");
+        }
+        if self.input.clarifications.len() > MAX_AGENTS_TOTAL {
+            c.push(
+                "input.clarifications",
+                "more clarification groups than agents",
+            );
+        }
+        let items: usize = self
+            .input
+            .clarifications
+            .iter()
+            .map(|g| g.items.len())
+            .sum();
+        if items > MAX_CLARIFICATION_ITEMS {
+            c.push(
+                "input.clarifications",
+                format!("{items} questions, the limit is {MAX_CLARIFICATION_ITEMS}"),
+            );
+        }
+        if let Some(m) = self.input.max_questions {
+            c.range("input.maxQuestions", m, 0..=MAX_CLARIFICATIONS_PER_AGENT);
         }
         if let Some(t) = &self.dispatch_token {
             c.label("dispatchToken", t, MAX_LABEL_BYTES + 64);
@@ -323,6 +362,10 @@ pub struct TaskOutput {
     /// Evaluate: the judge's confidence (0–100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f64>,
+    /// Clarify: the questions the agent asks (none when its reply held none or could not
+    /// be read; a warning then says which).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub questions: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }

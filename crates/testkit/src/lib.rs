@@ -8,6 +8,7 @@
 //!   loopback ports with private data directories; kill and restart them to test crashes.
 //! - [`process`]: [`ChildProcess`] for our own binaries ([`workspace_bin`] finds them),
 //!   plus [`free_port`], [`wait_until`] and [`wait_until_async`].
+//! - [`pty`]: [`OnPty`], a process on a pseudo-terminal, for interactive commands.
 //!
 //! Every process and server is killed when its handle is dropped, and its temporary
 //! directory removed. Logs go to files, never to the test's terminal; when a test panics,
@@ -16,9 +17,11 @@
 pub mod fake_llm;
 pub mod otlp;
 pub mod process;
+pub mod pty;
 pub mod servers;
 
 pub use fake_llm::{FakeLlm, Fault, Latency, Match, RateLimit, RecordedRequest};
 pub use otlp::{OtlpReceiver, ReceivedEvent, ReceivedSpan, SpanStatus};
 pub use process::{free_port, wait_until, wait_until_async, workspace_bin, ChildProcess};
+pub use pty::OnPty;
 pub use servers::{NatsServer, RedisServer};
