@@ -44,6 +44,8 @@ fn default_agent(role: &str) -> AgentConfig {
         summary_prompt: None,
         summarization: None,
         enabled: None,
+        tools: Vec::new(),
+        tool_call_limit: None,
     }
 }
 
@@ -260,6 +262,8 @@ pub fn take_endpoints(loaded: &mut LoadedConfig) -> Endpoints {
 pub struct Overrides {
     pub roles: Option<Vec<String>>,
     pub rounds: Option<u32>,
+    /// The `--context DIR` snapshot.
+    pub context_files: Option<parley_protocol::ContextFiles>,
 }
 
 /// Builds the debate spec: config + overrides + resolved prompts.
@@ -306,6 +310,7 @@ pub fn build_spec(
         schema_version: SCHEMA_VERSION,
         problem,
         context: None,
+        context_files: overrides.context_files.clone(),
         agents,
         judge,
         debate,
@@ -537,6 +542,7 @@ mod tests {
         let o = Overrides {
             roles: Some(vec!["performance".into(), "security".into()]),
             rounds: Some(2),
+            ..Default::default()
         };
         let spec = build_spec(loaded, "P".into(), &o, &mut |_| {}).unwrap();
         let roles: Vec<_> = spec.agents.iter().map(|a| a.role.as_str()).collect();
@@ -548,7 +554,7 @@ mod tests {
         };
         let o = Overrides {
             roles: Some(vec!["astronaut".into()]),
-            rounds: None,
+            ..Default::default()
         };
         let e = build_spec(loaded, "P".into(), &o, &mut |_| {})
             .err()

@@ -331,6 +331,8 @@ pub(crate) fn load_config(
             summary_prompt: None,
             summarization: None,
             enabled: Some(true),
+            tools: Vec::new(),
+            tool_call_limit: None,
         };
         let (system, sys_src) = prompt(
             base_dir,
@@ -665,6 +667,7 @@ async fn evaluate(
             max_tokens: None,
             timeout: e.timeout,
             seed: None,
+            tools: Default::default(),
         };
         let span = tracing::info_span!(
             "eval.evaluator",

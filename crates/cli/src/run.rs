@@ -76,6 +76,11 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
     let overrides = Overrides {
         roles: args.agents.clone(),
         rounds: args.rounds,
+        context_files: args
+            .context
+            .as_deref()
+            .map(crate::context_dir::snapshot)
+            .transpose()?,
     };
     let spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
     let registry = registry_for(&spec, endpoints, limits)?;
@@ -224,7 +229,10 @@ async fn drive(
     let saved = display_path(&store.path_of(&id));
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let display = tokio::spawn(progress::show(rx));
-    let runner = Arc::new(EmbeddedRunner { registry });
+    let runner = Arc::new(EmbeddedRunner {
+        registry,
+        context_files: spec.context_files.clone().map(Arc::new),
+    });
     let result = run_debate_until(
         machine,
         input,

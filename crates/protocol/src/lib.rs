@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`config`]: the dialectic-compatible debate configuration (`agents`, `judge`, `debate`)
 //!   and the per-provider limits operators set.
+//! - [`context_files`]: [`ContextFiles`], the `--context DIR` snapshot a spec carries for
+//!   the agents' tools (and where it is stored so tasks need not copy it).
 //! - [`spec`]: [`DebateSpec`], the immutable description of one debate, its limits
 //!   ([`limits`]) and validation ([`DebateSpec::validate_with`] under the operator's
 //!   [`SubmissionPolicy`]).
@@ -18,6 +20,7 @@
 //!   inline or in pages (so no reply outgrows NATS's `max_payload`).
 
 pub mod config;
+pub mod context_files;
 pub mod event;
 pub mod spec;
 pub mod state;
@@ -27,6 +30,7 @@ pub mod submission;
 pub mod task;
 
 pub use config::*;
+pub use context_files::*;
 pub use event::*;
 pub use spec::*;
 pub use state::*;
