@@ -455,7 +455,7 @@ mod tests {
         assert!(list.contains("README.md (27 bytes)") && list.contains("src/main.rs"), "{list}");
         assert_eq!(
             b.call("list_files", r#"{"prefix":"src/"}"#).unwrap().trim(),
-            "src/main.rs (28 bytes)"
+            "src/main.rs (27 bytes)"
         );
         assert_eq!(
             b.call("file_read", r#"{"path":"./src/main.rs","startLine":2,"endLine":2}"#)
