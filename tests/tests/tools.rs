@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use parley_tests::*;
 use parley_testkit::FakeToolCall;
+use parley_tests::*;
 use serde_json::json;
 
 const MARKER: &str = "MARKER-c1d2: shard the cache by tenant";
@@ -22,7 +22,10 @@ async fn workers_serve_file_read_from_the_submitted_snapshot() {
         .set_latency(Latency::Fixed(Duration::from_millis(200)));
     c.fake.set_tool_caller(|r| {
         if r.tool_outputs().is_empty() {
-            vec![FakeToolCall::new("file_read", r#"{"path":"docs/design.md"}"#)]
+            vec![FakeToolCall::new(
+                "file_read",
+                r#"{"path":"docs/design.md"}"#,
+            )]
         } else {
             Vec::new()
         }
@@ -95,7 +98,10 @@ async fn workers_serve_file_read_from_the_submitted_snapshot() {
         bodies_seen += bodies.len();
         for b in &bodies {
             assert!(!b.contains(MARKER), "a task body copies the snapshot: {b}");
-            assert!(b.contains("\"tools\""), "the agent's tools travel with the task: {b}");
+            assert!(
+                b.contains("\"tools\""),
+                "the agent's tools travel with the task: {b}"
+            );
         }
         if bodies_seen >= 4 {
             break;

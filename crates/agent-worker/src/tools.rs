@@ -452,17 +452,26 @@ mod tests {
         let f = files();
         let b = Toolbox::new(&t, Some(&f));
         let list = b.call("list_files", "{}").unwrap();
-        assert!(list.contains("README.md (27 bytes)") && list.contains("src/main.rs"), "{list}");
+        assert!(
+            list.contains("README.md (27 bytes)") && list.contains("src/main.rs"),
+            "{list}"
+        );
         assert_eq!(
             b.call("list_files", r#"{"prefix":"src/"}"#).unwrap().trim(),
             "src/main.rs (27 bytes)"
         );
         assert_eq!(
-            b.call("file_read", r#"{"path":"./src/main.rs","startLine":2,"endLine":2}"#)
-                .unwrap(),
+            b.call(
+                "file_read",
+                r#"{"path":"./src/main.rs","startLine":2,"endLine":2}"#
+            )
+            .unwrap(),
             "    serve();"
         );
-        assert!(b.call("file_read", r#"{"path":"README.md"}"#).unwrap().contains("Redis"));
+        assert!(b
+            .call("file_read", r#"{"path":"README.md"}"#)
+            .unwrap()
+            .contains("Redis"));
     }
 
     #[test]
@@ -503,7 +512,10 @@ mod tests {
         let f = files();
         let b = Toolbox::new(&t, Some(&f));
         let r = b.call("context_search", r#"{"query":"REDIS"}"#).unwrap();
-        assert!(r.contains("history:1: Earlier I proposed a Redis cache."), "{r}");
+        assert!(
+            r.contains("history:1: Earlier I proposed a Redis cache."),
+            "{r}"
+        );
         assert!(r.contains("README.md:2: The cache is Redis."), "{r}");
         let r = b.call("context_search", r#"{"query":"waf"}"#).unwrap();
         assert!(r.contains("proposal of a2:2: and a WAF"), "{r}");
@@ -532,7 +544,11 @@ mod tests {
             .call("file_read", r#"{"path":"big.txt"}"#)
             .unwrap();
         assert!(r.len() < MAX_RESULT_BYTES + 200);
-        assert!(r.contains("cut at 16384 of 49152 bytes"), "{}", &r[r.len() - 100..]);
+        assert!(
+            r.contains("cut at 16384 of 49152 bytes"),
+            "{}",
+            &r[r.len() - 100..]
+        );
     }
 
     #[test]

@@ -70,8 +70,7 @@ fn walk(
         } else {
             path.clone()
         };
-        let meta =
-            std::fs::metadata(&target).map_err(|e| format!("cannot read {rel}: {e}"))?;
+        let meta = std::fs::metadata(&target).map_err(|e| format!("cannot read {rel}: {e}"))?;
         if meta.is_dir() {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if !link && !SKIPPED_DIRS.contains(&name) {
@@ -179,7 +178,11 @@ mod tests {
         let e = snapshot(d.path()).unwrap_err();
         assert_eq!(e.code, 2);
         assert!(e.message.contains("--context") && e.message.contains("x is a symbolic link"));
-        assert!(e.message.contains("outside the context directory"), "{}", e.message);
+        assert!(
+            e.message.contains("outside the context directory"),
+            "{}",
+            e.message
+        );
         // A linked directory out of it too.
         let d = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), d.path().join("out")).unwrap();

@@ -84,7 +84,9 @@ fn two_agents_one_round_on_the_local_model() {
     assert_eq!(warnings.len(), 3, "{warnings:?}");
     assert!(warnings.iter().all(|w| w.contains("/agent-kiss")
         && w.contains("provider local has no function calling; its tools (file_read, list_files) were skipped")));
-    assert!(contributions.iter().all(|c| c["metadata"].get("toolCalls").is_none()));
+    assert!(contributions
+        .iter()
+        .all(|c| c["metadata"].get("toolCalls").is_none()));
     for c in contributions {
         assert!(!c["content"].as_str().unwrap().trim().is_empty(), "{c}");
         let m = &c["metadata"];

@@ -65,7 +65,10 @@ fn state(dir: &Path) -> Value {
 }
 
 fn contributions(state: &Value) -> Vec<Value> {
-    state["rounds"][0]["contributions"].as_array().unwrap().clone()
+    state["rounds"][0]["contributions"]
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 /// The user prompt of a Chat Completions request (its first user message).
@@ -96,7 +99,14 @@ async fn agents_read_a_context_file_through_a_tool_call() {
     write_context(dir.path());
     let out = parley(
         dir.path(),
-        &["run", "Design a product cache", "--context", "ctx", "-o", "state.json"],
+        &[
+            "run",
+            "Design a product cache",
+            "--context",
+            "ctx",
+            "-o",
+            "state.json",
+        ],
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -151,8 +161,10 @@ async fn agents_read_a_context_file_through_a_tool_call() {
         let calls = c["metadata"]["toolCalls"].as_array().unwrap();
         assert_eq!(
             calls,
-            &vec![json!({"tool": "file_read", "arguments": r#"{"path":"src/cache.rs"}"#,
-                         "resultBytes": MARKER.len() + 10, "ok": true})],
+            &vec![
+                json!({"tool": "file_read", "arguments": r#"{"path":"src/cache.rs"}"#,
+                         "resultBytes": MARKER.len() + 10, "ok": true})
+            ],
             "{c}"
         );
     }
@@ -180,7 +192,9 @@ async fn agents_read_a_context_file_through_a_tool_call() {
         .unwrap();
     let checkpoint: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join(saved)).unwrap()).unwrap();
-    let files = checkpoint["spec"]["contextFiles"]["files"].as_array().unwrap();
+    let files = checkpoint["spec"]["contextFiles"]["files"]
+        .as_array()
+        .unwrap();
     let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
     assert_eq!(paths, ["README.md", "src/cache.rs"]);
 }
@@ -195,7 +209,14 @@ async fn the_loop_stops_at_the_tool_call_limit() {
     write_context(dir.path());
     let out = parley(
         dir.path(),
-        &["run", "Design a product cache", "--context", "ctx", "-o", "state.json"],
+        &[
+            "run",
+            "Design a product cache",
+            "--context",
+            "ctx",
+            "-o",
+            "state.json",
+        ],
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -204,8 +225,7 @@ async fn the_loop_stops_at_the_tool_call_limit() {
         let mine: Vec<&RecordedRequest> = reqs.iter().filter(|r| r.model == model).collect();
         // 3 tasks × (3 calls + 1 final request).
         assert_eq!(mine.len(), 12, "{model}");
-        let finals: Vec<&&RecordedRequest> =
-            mine.iter().filter(|r| !r.may_call_tools()).collect();
+        let finals: Vec<&&RecordedRequest> = mine.iter().filter(|r| !r.may_call_tools()).collect();
         assert_eq!(finals.len(), 3, "{model}");
         for f in finals {
             assert_eq!(f.body["tool_choice"], "none");
@@ -219,7 +239,9 @@ async fn the_loop_stops_at_the_tool_call_limit() {
     for c in contributions(&s) {
         let calls = c["metadata"]["toolCalls"].as_array().unwrap();
         assert_eq!(calls.len(), 3, "{c}");
-        assert!(calls.iter().all(|k| k["tool"] == "list_files" && k["ok"] == true));
+        assert!(calls
+            .iter()
+            .all(|k| k["tool"] == "list_files" && k["ok"] == true));
         assert!(!c["content"].as_str().unwrap().is_empty());
     }
 }
@@ -246,7 +268,14 @@ async fn bad_tool_calls_get_an_error_result_and_the_debate_goes_on() {
     write_context(dir.path());
     let out = parley(
         dir.path(),
-        &["run", "Design a product cache", "--context", "ctx", "-o", "state.json"],
+        &[
+            "run",
+            "Design a product cache",
+            "--context",
+            "ctx",
+            "-o",
+            "state.json",
+        ],
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -258,11 +287,31 @@ async fn bad_tool_calls_get_an_error_result_and_the_debate_goes_on() {
     assert_eq!(followups.len(), 6);
     for r in &followups {
         let o: Vec<String> = r.tool_outputs().into_iter().map(|(_, t)| t).collect();
-        assert!(o[0].starts_with("error: the arguments are not valid JSON"), "{}", o[0]);
-        assert!(o[1].starts_with("error: path \"../outside.txt\""), "{}", o[1]);
-        assert!(o[2].starts_with("error: path \"/etc/hostname\""), "{}", o[2]);
-        assert!(o[3].starts_with("error: unknown tool \"shell\""), "{}", o[3]);
-        assert!(o[4].contains(&format!("src/cache.rs:2: {MARKER}")), "{}", o[4]);
+        assert!(
+            o[0].starts_with("error: the arguments are not valid JSON"),
+            "{}",
+            o[0]
+        );
+        assert!(
+            o[1].starts_with("error: path \"../outside.txt\""),
+            "{}",
+            o[1]
+        );
+        assert!(
+            o[2].starts_with("error: path \"/etc/hostname\""),
+            "{}",
+            o[2]
+        );
+        assert!(
+            o[3].starts_with("error: unknown tool \"shell\""),
+            "{}",
+            o[3]
+        );
+        assert!(
+            o[4].contains(&format!("src/cache.rs:2: {MARKER}")),
+            "{}",
+            o[4]
+        );
         assert!(o.iter().all(|t| !t.contains("not for agents")));
     }
     let s = state(dir.path());
@@ -271,7 +320,10 @@ async fn bad_tool_calls_get_an_error_result_and_the_debate_goes_on() {
         let calls = c["metadata"]["toolCalls"].as_array().unwrap();
         let ok: Vec<bool> = calls.iter().map(|k| k["ok"].as_bool().unwrap()).collect();
         assert_eq!(ok, [false, false, false, false, true], "{c}");
-        assert!(calls[0]["error"].as_str().unwrap().contains("not valid JSON"));
+        assert!(calls[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON"));
         assert_eq!(calls[1]["arguments"], r#"{"path":"../outside.txt"}"#);
     }
 }
@@ -333,7 +385,13 @@ async fn snapshot_refusals_and_config_errors_name_the_problem() {
         err.contains("agents[0].tools[1].name: unknown tool \"shell_exec\""),
         "{err}"
     );
-    assert!(err.contains("context_search, file_read, list_files"), "{err}");
-    assert!(err.contains("agents[1].toolCallLimit: 51 is out of range 1..=50"), "{err}");
+    assert!(
+        err.contains("context_search, file_read, list_files"),
+        "{err}"
+    );
+    assert!(
+        err.contains("agents[1].toolCallLimit: 51 is out of range 1..=50"),
+        "{err}"
+    );
     assert_eq!(fake.request_count(), 0);
 }

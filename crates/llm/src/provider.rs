@@ -125,9 +125,13 @@ pub async fn call_for_task(
     task: &parley_protocol::Task,
     messages: Vec<ChatMessage>,
 ) -> Result<(String, parley_protocol::ContributionMetadata), LlmError> {
-    let (text, _, meta) =
-        call_for_task_with_tools(provider, task, messages, crate::tools::ToolRequest::default())
-            .await?;
+    let (text, _, meta) = call_for_task_with_tools(
+        provider,
+        task,
+        messages,
+        crate::tools::ToolRequest::default(),
+    )
+    .await?;
     Ok((text, meta))
 }
 

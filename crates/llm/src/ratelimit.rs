@@ -636,7 +636,11 @@ impl crate::Provider for RateLimited {
     ) -> Result<crate::ChatResponse, crate::LlmError> {
         let (key, rates) = rates_for(&self.limits, self.inner.name(), &req.model);
         let limited = rates.is_limited();
-        let chars: usize = req.messages.iter().map(|m| m.content.chars().count()).sum::<usize>()
+        let chars: usize = req
+            .messages
+            .iter()
+            .map(|m| m.content.chars().count())
+            .sum::<usize>()
             + req
                 .tools
                 .exchanges

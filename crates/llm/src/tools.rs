@@ -106,7 +106,8 @@ pub(crate) fn extend_chat_body(body: &mut Value, t: &ToolRequest) {
                 .collect();
             messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
             for o in &ex.outputs {
-                messages.push(json!({"role": "tool", "tool_call_id": o.call_id, "content": o.output}));
+                messages
+                    .push(json!({"role": "tool", "tool_call_id": o.call_id, "content": o.output}));
             }
         }
         if let Some(note) = &t.closing_note {
@@ -175,7 +176,12 @@ fn capped(s: &str, max: usize) -> String {
 
 /// A call from its parts, if it has a name; `arguments` may be a JSON text or (some
 /// servers) an object.
-fn call(id: Option<&Value>, name: Option<&Value>, arguments: Option<&Value>, n: usize) -> Option<ToolCall> {
+fn call(
+    id: Option<&Value>,
+    name: Option<&Value>,
+    arguments: Option<&Value>,
+    n: usize,
+) -> Option<ToolCall> {
     let name = name.and_then(Value::as_str).filter(|s| !s.is_empty())?;
     let arguments = match arguments {
         Some(Value::String(s)) => s.clone(),
@@ -218,7 +224,14 @@ pub(crate) fn responses_tool_calls(v: &Value) -> Vec<ToolCall> {
         .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
         .take(MAX_CALLS_PER_REPLY)
         .enumerate()
-        .filter_map(|(n, i)| call(i.get("call_id").or(i.get("id")), i.get("name"), i.get("arguments"), n))
+        .filter_map(|(n, i)| {
+            call(
+                i.get("call_id").or(i.get("id")),
+                i.get("name"),
+                i.get("arguments"),
+                n,
+            )
+        })
         .collect()
 }
 

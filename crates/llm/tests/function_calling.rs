@@ -6,9 +6,7 @@
 use std::time::Duration;
 
 use parley_llm::openai::{Api, OpenAiClient};
-use parley_llm::tools::{
-    ToolChoice, ToolDefinition, ToolExchange, ToolOutput, ToolRequest,
-};
+use parley_llm::tools::{ToolChoice, ToolDefinition, ToolExchange, ToolOutput, ToolRequest};
 use parley_llm::{ChatMessage, ChatRequest, Provider};
 use parley_testkit::{FakeLlm, FakeToolCall};
 use serde_json::json;
@@ -87,7 +85,10 @@ async fn round_trip(api: Api) {
         }
         Api::Responses => {
             assert_eq!(reqs[0].path, "/v1/responses");
-            assert_eq!(reqs[0].body["tools"][0]["parameters"]["required"][0], "path");
+            assert_eq!(
+                reqs[0].body["tools"][0]["parameters"]["required"][0],
+                "path"
+            );
             let input = &reqs[1].body["input"];
             assert_eq!(input[1]["type"], "function_call");
             assert_eq!(input[1]["call_id"], call.id.as_str());
@@ -125,7 +126,10 @@ async fn without_tools_a_request_has_no_tool_fields() {
         Api::ChatCompletions,
     )
     .unwrap();
-    let r = client.complete(&request(ToolRequest::default())).await.unwrap();
+    let r = client
+        .complete(&request(ToolRequest::default()))
+        .await
+        .unwrap();
     assert!(r.tool_calls.is_empty() && !r.text.is_empty());
     let body = &llm.requests()[0].body;
     assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());

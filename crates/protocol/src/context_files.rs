@@ -52,7 +52,10 @@ pub fn snapshot_path_problem(path: &str) -> Option<String> {
     if path.starts_with('/') || path.contains('\\') || path.contains(':') {
         return Some("must be a relative path with / separators".into());
     }
-    if path.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+    if path
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
         return Some("must not have empty, . or .. components".into());
     }
     None
@@ -168,7 +171,8 @@ mod tests {
         ] {
             let p = problems(&files(&[bad]));
             assert!(
-                p.iter().any(|e| e.starts_with("contextFiles.files[0].path")),
+                p.iter()
+                    .any(|e| e.starts_with("contextFiles.files[0].path")),
                 "{bad:?}: {p:?}"
             );
         }

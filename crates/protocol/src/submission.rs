@@ -374,7 +374,11 @@ mod tests {
             "contextFiles.files[2].path",
             "contextFiles.files[3].path",
         ] {
-            assert!(r.message.contains(field), "{field} missing in {}", r.message);
+            assert!(
+                r.message.contains(field),
+                "{field} missing in {}",
+                r.message
+            );
         }
         assert!(!r.message.contains("files[0]"), "{}", r.message);
         // A tool entry with another key is refused (a typo is not ignored).
@@ -387,7 +391,10 @@ mod tests {
         v["contextFiles"] = json!({"files": [{"path": "src/a.rs", "content": "fn a() {}"}]});
         let s = decode_submission(v.to_string().as_bytes(), &SubmissionPolicy::default()).unwrap();
         assert_eq!(s.agents[0].tool_call_limit(), 50);
-        assert_eq!(s.agents[1].tool_call_limit(), crate::DEFAULT_TOOL_CALL_LIMIT);
+        assert_eq!(
+            s.agents[1].tool_call_limit(),
+            crate::DEFAULT_TOOL_CALL_LIMIT
+        );
         assert!(s.context_files.unwrap().get("src/a.rs").is_some());
     }
 

@@ -229,7 +229,13 @@ impl Task {
         if self.agent.tools.len() > crate::TOOL_NAMES.len() {
             c.push("agent.tools", "more entries than there are tools");
         }
-        for (i, t) in self.agent.tools.iter().enumerate().take(crate::TOOL_NAMES.len() + 1) {
+        for (i, t) in self
+            .agent
+            .tools
+            .iter()
+            .enumerate()
+            .take(crate::TOOL_NAMES.len() + 1)
+        {
             if !crate::TOOL_NAMES.contains(&t.name.as_str()) {
                 c.push(format!("agent.tools[{i}].name"), "unknown tool");
             }

@@ -89,8 +89,8 @@ use parley_cluster::redis_store::{Stored, TaskLookup};
 use parley_cluster::{streams, RedisStore};
 use parley_llm::{Provider, ProviderSettings, Registry};
 use parley_protocol::{
-    preview, subjects, ContextFiles, ErrorKind, ResultNotice, Task, TaskError, TaskOutcome, TaskRef, TaskResult,
-    WorkerKind, SCHEMA_VERSION,
+    preview, subjects, ContextFiles, ErrorKind, ResultNotice, Task, TaskError, TaskOutcome,
+    TaskRef, TaskResult, WorkerKind, SCHEMA_VERSION,
 };
 use parley_telemetry::{DeadLetterReason, RejectReason};
 use tokio::sync::Semaphore;

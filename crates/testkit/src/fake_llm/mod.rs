@@ -502,9 +502,13 @@ async fn handle(
                 }
             };
             let reply = match endpoint {
-                _ if !calls.is_empty() => {
-                    wire::tool_call_reply(endpoint == Endpoint::Chat, &record.model, n, &calls, &prompt)
-                }
+                _ if !calls.is_empty() => wire::tool_call_reply(
+                    endpoint == Endpoint::Chat,
+                    &record.model,
+                    n,
+                    &calls,
+                    &prompt,
+                ),
                 Endpoint::Chat => wire::chat_completion(&record.model, n, &text, &prompt),
                 Endpoint::Responses => wire::response(&record.model, n, &text, &prompt),
             };
