@@ -15,15 +15,20 @@ const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
 const MARKER: &str = "MARKER-7f3a: evict with a clock sweep";
 
 async fn parley(dir: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(PARLEY)
-        .current_dir(dir)
+    parley_with_env(dir, args, &[]).await
+}
+
+async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    let mut cmd = tokio::process::Command::new(PARLEY);
+    cmd.current_dir(dir)
         .args(args)
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENROUTER_API_KEY")
-        .env("PARLEY_MODEL_DIR", dir.join("no-models"))
-        .output()
-        .await
-        .expect("run parley")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().await.expect("run parley")
 }
 
 fn stderr(o: &Output) -> String {
