@@ -173,22 +173,24 @@ async fn agents_read_a_context_file_through_a_tool_call() {
             "{c}"
         );
     }
-    // Usage of both calls is summed: the proposal of agent-a against its two requests.
-    let a: Vec<&&RecordedRequest> = agent_reqs.iter().filter(|r| r.model == "model-a").collect();
-    let first = a[0];
-    let second = a
-        .iter()
-        .find(|r| !r.tool_outputs().is_empty() && user_prompt(r) == user_prompt(first))
-        .unwrap();
+    // Usage of both calls is summed: each task's two requests (same user prompt) against
+    // its contribution, per agent.
     let rough = |r: &RecordedRequest| (r.prompt_text().chars().count() as u64 / 4).max(1);
-    let proposal = cs
-        .iter()
-        .find(|c| c["type"] == "proposal" && c["agentId"] == "agent-a")
-        .unwrap();
-    assert_eq!(
-        proposal["metadata"]["promptTokens"].as_u64().unwrap(),
-        rough(first) + rough(second)
-    );
+    for (agent, model) in [("agent-a", "model-a"), ("agent-b", "model-b")] {
+        let mut by_prompt: std::collections::BTreeMap<String, u64> = Default::default();
+        for r in agent_reqs.iter().filter(|r| r.model == model) {
+            *by_prompt.entry(user_prompt(r)).or_default() += rough(r);
+        }
+        let mut sums: Vec<u64> = by_prompt.into_values().collect();
+        let mut recorded: Vec<u64> = cs
+            .iter()
+            .filter(|c| c["agentId"] == agent)
+            .map(|c| c["metadata"]["promptTokens"].as_u64().unwrap())
+            .collect();
+        sums.sort_unstable();
+        recorded.sort_unstable();
+        assert_eq!(recorded, sums, "{agent}");
+    }
     // The snapshot travels in the checkpoint's spec (text files only), not as a path.
     let err = stderr(&out);
     let saved = err
