@@ -151,7 +151,6 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
     };
     let mut spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
     spec.idempotency_key = args.idempotency_key.clone();
-    let client = unless_interrupted(interrupt, "interrupted", connect(&args.nats)).await?;
     let body = serde_json::to_vec(&spec).map_err(|e| CliError::general(e.to_string()))?;
     if body.len() > parley_protocol::limits::MAX_SUBMISSION_BYTES {
         let files = spec
@@ -171,6 +170,7 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
             parley_protocol::limits::MAX_SUBMISSION_BYTES
         )));
     }
+    let client = unless_interrupted(interrupt, "interrupted", connect(&args.nats)).await?;
     let submitted = request(&client, subjects::SUBMIT, body);
     let reply = unless_interrupted(
         interrupt,

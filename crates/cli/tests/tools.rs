@@ -370,6 +370,36 @@ async fn snapshot_refusals_and_config_errors_name_the_problem() {
     assert!(err.contains("cap of 262144 bytes per file"), "{err}");
     std::fs::remove_file(ctx.join("dump.sql")).unwrap();
 
+    // Within the snapshot's caps, but over one cluster submission: refused before sending.
+    for i in 0..5 {
+        std::fs::write(ctx.join(format!("part{i}.txt")), "y".repeat(250 * 1024)).unwrap();
+    }
+    let out = parley(
+        dir.path(),
+        &[
+            "submit",
+            "P",
+            "--context",
+            "ctx",
+            "--nats-url",
+            "nats://127.0.0.1:1",
+        ],
+    )
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("over the cap of 1000000 bytes for one cluster submission"),
+        "{err}"
+    );
+    assert!(
+        err.contains("bytes of it are the --context snapshot's files"),
+        "{err}"
+    );
+    for i in 0..5 {
+        std::fs::remove_file(ctx.join(format!("part{i}.txt"))).unwrap();
+    }
+
     // Not a directory.
     let out = run("nope").await;
     assert_eq!(out.status.code(), Some(2));
