@@ -350,6 +350,17 @@ pub async fn run_with_tools(
             Some(t) => add_usage(t, &meta),
             None => total = Some(meta),
         }
+        if !may_call && text.trim().is_empty() {
+            // A provider that ignored `tool_choice: "none"`: worth another attempt.
+            return Err(LlmError::new(
+                parley_protocol::ErrorKind::Malformed,
+                provider.name(),
+                format!(
+                    "the model gave no answer after its {limit} tool calls (it kept asking for \
+                     tools)"
+                ),
+            ));
+        }
         if calls.is_empty() || !may_call {
             let mut meta = total.unwrap_or_default();
             meta.tool_calls = records;
@@ -549,6 +560,61 @@ mod tests {
             "{}",
             &r[r.len() - 100..]
         );
+    }
+
+    /// A provider that asks for a tool on every reply, whatever `tool_choice` says.
+    #[derive(Debug, Default)]
+    struct Insistent {
+        calls: std::sync::Mutex<Vec<parley_llm::ChatRequest>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Provider for Insistent {
+        fn name(&self) -> &str {
+            "insistent"
+        }
+        fn supports_tools(&self) -> bool {
+            true
+        }
+        async fn complete(
+            &self,
+            req: &parley_llm::ChatRequest,
+        ) -> Result<parley_llm::ChatResponse, LlmError> {
+            self.calls.lock().unwrap().push(req.clone());
+            Ok(parley_llm::ChatResponse {
+                text: String::new(),
+                prompt_tokens: 10,
+                completion_tokens: 1,
+                model: "m".into(),
+                latency_ms: 1,
+                rate_limit_reset: None,
+                tool_calls: vec![ToolCall {
+                    id: "c".into(),
+                    name: "list_files".into(),
+                    arguments: "{}".into(),
+                }],
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_model_that_ignores_the_limit_gets_a_retryable_error() {
+        let mut t = task(ALL);
+        t.agent.tool_call_limit = Some(2);
+        let p = Insistent::default();
+        let f = files();
+        let e = run_with_tools(&p, &t, vec![ChatMessage::user("q")], Some(&f))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, parley_protocol::ErrorKind::Malformed);
+        assert!(e.message.contains("after its 2 tool calls"), "{e}");
+        let calls = p.calls.lock().unwrap();
+        // Two calls with tools allowed, then the final request without.
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls[1].tools.exchanges.len(), 1);
+        assert_eq!(calls[2].tools.choice, ToolChoice::None);
+        assert_eq!(calls[2].tools.exchanges.len(), 2);
+        assert!(calls[2].tools.closing_note.is_some());
     }
 
     #[test]
