@@ -5,7 +5,7 @@
 //! - `list_files {prefix?}`: the snapshot's paths (with sizes), optionally under a prefix.
 //! - `file_read {path, startLine?, endLine?}`: one snapshot file, or a range of its lines
 //!   (1-based, inclusive); the result is cut to [`MAX_RESULT_BYTES`].
-//! - `context_search {query}`: a case-insensitive search over the debate history the task
+//! - `context_search {term}` (dialectic's argument; `query` is accepted too): a case-insensitive search over the debate history the task
 //!   carries (the agent's history or summary, the proposal and critiques it works on) and
 //!   the snapshot's files; returns up to [`MAX_SEARCH_HITS`] short excerpts, each naming
 //!   where it was found.
@@ -73,8 +73,8 @@ fn definition(name: &str) -> Option<ToolDefinition> {
              and the context directory's files for a term, case-insensitively; returns short \
              excerpts with where each was found.",
             json!({"type": "object", "properties": {
-                "query": {"type": "string", "description": "The text to look for."}
-            }, "required": ["query"], "additionalProperties": false}),
+                "term": {"type": "string", "description": "The text to look for."}
+            }, "required": ["term"], "additionalProperties": false}),
         ),
         _ => return None,
     };
@@ -199,10 +199,13 @@ impl<'a> Toolbox<'a> {
     }
 
     fn context_search(&self, args: &Args) -> Result<String, String> {
-        args.only(&["query"])?;
-        let query = args
-            .string("query")?
-            .ok_or("missing argument \"query\" (the text to look for)")?;
+        args.only(&["term", "query"])?;
+        let query = match args.string("term")? {
+            Some(t) => t,
+            None => args
+                .string("query")?
+                .ok_or("missing argument \"term\" (the text to look for)")?,
+        };
         let query = query.trim().to_lowercase();
         if query.is_empty() {
             return Err("the query is empty".into());
@@ -528,13 +531,15 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("README.md:2: The cache is Redis."), "{r}");
-        let r = b.call("context_search", r#"{"query":"waf"}"#).unwrap();
+        let r = b.call("context_search", r#"{"term":"waf"}"#).unwrap();
         assert!(r.contains("proposal of a2:2: and a WAF"), "{r}");
         assert!(b
             .call("context_search", r#"{"query":"kafka"}"#)
             .unwrap()
             .starts_with("no match"));
         assert!(b.call("context_search", r#"{"query":"  "}"#).is_err());
+        let e = b.call("context_search", "{}").unwrap_err();
+        assert!(e.contains("missing argument \"term\""), "{e}");
         // Without a snapshot the history is still searched.
         let r = Toolbox::new(&t, None)
             .call("context_search", r#"{"query":"mtls"}"#)
