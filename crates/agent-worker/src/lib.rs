@@ -7,33 +7,73 @@
 //! - [`clarify`]: the clarification prompt, the JSON schema of its reply
 //!   ([`questions_schema`]) and the lenient parser of the reply ([`parse_questions`]).
 //! - [`execute`]: runs one [`Task`] against a provider and returns its [`TaskResult`].
+//! - [`tools`]: `list_files`, `file_read`, `context_search` over the debate's context
+//!   snapshot and history, and the tool-calling loop bounded by `toolCallLimit`.
 //! - [`service`]: the NATS service (`parley-agent-worker` binary): the shared consume loop of
 //!   `parley-worker` running this crate's `execute`.
 
 pub mod clarify;
 pub mod roles;
 pub mod service;
+pub mod tools;
 
 use parley_llm::{call_for_task, task_result, ChatMessage, LlmError, Provider};
-use parley_protocol::{Task, TaskKind, TaskOutput, TaskResult};
+use parley_protocol::{ContextFiles, Task, TaskKind, TaskOutput, TaskResult};
 
 pub use clarify::{parse_questions, questions_schema};
 pub use roles::{role_prompts, RolePrompts};
 
-/// Runs one agent task: builds the prompt for its kind and calls the provider.
-pub async fn execute(task: &Task, provider: &dyn Provider, worker: &str) -> TaskResult {
-    task_result(task, worker, run(task, provider).await)
+/// Runs one agent task: builds the prompt for its kind and calls the provider. `files` is
+/// the debate's context snapshot (`--context DIR`), read by the agent's tools.
+///
+/// Proposals, critiques and refinements of an agent with `tools` go through the
+/// tool-calling loop ([`tools::run_with_tools`]); summaries never call tools. A provider
+/// without function calling (the local model) answers without them, and the contribution
+/// carries one warning saying the tools were skipped.
+pub async fn execute(
+    task: &Task,
+    provider: &dyn Provider,
+    worker: &str,
+    files: Option<&ContextFiles>,
+) -> TaskResult {
+    task_result(task, worker, run(task, provider, files).await)
 }
 
-async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmError> {
-    let messages = build_messages(task).map_err(|m| {
+async fn run(
+    task: &Task,
+    provider: &dyn Provider,
+    files: Option<&ContextFiles>,
+) -> Result<TaskOutput, LlmError> {
+    let mut messages = build_messages(task).map_err(|m| {
         LlmError::new(
             parley_protocol::ErrorKind::InvalidRequest,
             provider.name(),
             m,
         )
     })?;
-    let (content, metadata) = call_for_task(provider, task, messages).await?;
+    let mut warnings = Vec::new();
+    let wants_tools = !task.agent.tools.is_empty()
+        && matches!(
+            task.kind,
+            TaskKind::Propose | TaskKind::Critique | TaskKind::Refine
+        );
+    let (content, metadata) = if wants_tools && provider.supports_tools() {
+        if let Some(system) = messages.first_mut() {
+            system.content.push_str(TOOLS_NOTE);
+        }
+        tools::run_with_tools(provider, task, messages, files).await?
+    } else {
+        if wants_tools {
+            let names: Vec<&str> = task.agent.tools.iter().map(|t| t.name.as_str()).collect();
+            warnings.push(format!(
+                "agent {}: provider {} has no function calling; its tools ({}) were skipped",
+                task.agent.id,
+                provider.name(),
+                names.join(", ")
+            ));
+        }
+        call_for_task(provider, task, messages).await?
+    };
     let content = match (task.kind, task.input.max_length) {
         (TaskKind::Summarize, Some(max)) => content.chars().take(max).collect(),
         _ => content,
@@ -59,6 +99,10 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
         questions,
     })
 }
+
+/// Added to the system prompt when tools are offered.
+const TOOLS_NOTE: &str = "\n\nYou may call the tools you are given to consult the files of the \
+     context directory the user provided and the debate so far; cite what you found.";
 
 /// The chat messages for an agent task; an error names what the task lacks.
 pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_llm::Provider;
-use parley_protocol::{Task, TaskResult, WorkerKind};
+use parley_protocol::{ContextFiles, Task, TaskResult, WorkerKind};
 use parley_worker::{TaskExecutor, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -14,8 +14,14 @@ pub struct AgentExecutor;
 
 #[async_trait]
 impl TaskExecutor for AgentExecutor {
-    async fn execute(&self, task: &Task, provider: &dyn Provider, worker: &str) -> TaskResult {
-        crate::execute(task, provider, worker).await
+    async fn execute(
+        &self,
+        task: &Task,
+        provider: &dyn Provider,
+        worker: &str,
+        files: Option<&ContextFiles>,
+    ) -> TaskResult {
+        crate::execute(task, provider, worker, files).await
     }
 }
 

@@ -46,7 +46,10 @@ async fn one(latency: Latency, label: &str, runs: usize) {
             base_url: Some(fake.base_url()),
             ..ProviderSettings::default()
         }));
-        let runner = Arc::new(EmbeddedRunner { registry });
+        let runner = Arc::new(EmbeddedRunner {
+            registry,
+            context_files: None,
+        });
         let machine = Machine::new(
             parley_protocol::new_debate_id(Utc::now()),
             spec(),

@@ -2,8 +2,9 @@
 //! strict parse of `debate-config.json` (`parley_protocol::DebateConfigFile` rejects unknown
 //! keys, so a typo is still an error):
 //!
-//! - `agents[].tools`, `agents[].toolCallLimit` (and the judge's): accepted and ignored with
-//!   one warning: Parley's agents do not call tools.
+//! - `judge.tools`, `judge.toolCallLimit`: accepted and ignored with one warning: the judge
+//!   calls no tools. (An agent's `tools` and `toolCallLimit` are real settings of
+//!   `parley_protocol::AgentConfig`, used with `--context DIR`.)
 //! - `debate.orchestratorType`: accepted with one line of information; Parley always runs its
 //!   own resumable state machine.
 //! - `debate.trace: "langfuse"`: the CLI exports the debate's trace to Langfuse's OTLP
@@ -60,11 +61,13 @@ pub fn accept_dialectic_keys(
         let Some(a) = agent.as_object_mut() else {
             return;
         };
-        let tools = a.remove("tools");
-        let limit = a.remove("toolCallLimit");
-        if tools.is_some() || limit.is_some() {
-            let id = a.get("id").and_then(Value::as_str).unwrap_or("?");
-            with_tools.push(id.to_string());
+        if !is_agent {
+            let tools = a.remove("tools");
+            let limit = a.remove("toolCallLimit");
+            if tools.is_some() || limit.is_some() {
+                let id = a.get("id").and_then(Value::as_str).unwrap_or("?");
+                with_tools.push(id.to_string());
+            }
         }
         let own = a
             .get_mut("summarization")
@@ -91,7 +94,7 @@ pub fn accept_dialectic_keys(
     }
     if !with_tools.is_empty() {
         warn(format!(
-            "{}: tools and toolCallLimit accepted but not used: Parley's agents do not call tools",
+            "judge {}: tools and toolCallLimit accepted but not used: the judge calls no tools",
             with_tools.join(", ")
         ));
     }
@@ -149,9 +152,22 @@ mod tests {
             .unwrap_or_else(|e| panic!("{}: {}", f.display(), e.message));
             assert!(!spec.agents.is_empty());
             let text = std::fs::read_to_string(f).unwrap();
+            // An agent's tools are real settings now: they reach the spec.
+            let declares_tools = text.contains("\"tools\"");
+            assert_eq!(
+                declares_tools,
+                spec.agents.iter().any(|a| !a.tools.is_empty()),
+                "{}",
+                f.display()
+            );
+            assert!(
+                warnings.iter().all(|w| !w.contains("tools")),
+                "{}: {warnings:?}",
+                f.display()
+            );
             for (key, said) in [
-                ("\"tools\"", "tools and toolCallLimit accepted but not used"),
                 ("\"orchestratorType\"", "Parley always runs its own"),
+                // (The test runs without LANGFUSE_* variables: the export is not started.)
                 ("\"trace\"", "debate.trace \"langfuse\": not exported"),
             ] {
                 assert_eq!(
@@ -189,12 +205,27 @@ mod tests {
         assert_eq!(summary("fx-sec").trim(), "Agent summary fixture prompt.");
         assert_eq!(summary("fx-perf").trim(), "Own summary fixture prompt.");
         assert_eq!(spec.judge.summary_prompt, None);
-        assert!(
-            warnings.iter().any(|w| w.starts_with("fx-arch: tools")),
-            "{warnings:?}"
-        );
+        let arch = &spec.agents[0];
+        let names: Vec<&str> = arch.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["context_search", "file_read", "list_files"]);
+        assert_eq!(arch.tool_call_limit, Some(5));
         let src = &spec.prompt_sources.agents[0];
         assert_eq!(src.summary_source.as_deref(), Some("file"));
+    }
+
+    /// The judge calls no tools: its `tools` are accepted with a warning and dropped.
+    #[test]
+    fn judge_tools_are_dropped_with_a_warning() {
+        let mut v = serde_json::json!({
+            "agents": [{"id": "a", "tools": [{"name": "file_read"}], "toolCallLimit": 3}],
+            "judge": {"id": "j", "tools": [{"name": "file_read"}]}
+        });
+        let mut warnings = Vec::new();
+        super::accept_dialectic_keys(&mut v, &mut |w| warnings.push(w)).unwrap();
+        assert_eq!(v["agents"][0]["toolCallLimit"], 3);
+        assert!(v["judge"].get("tools").is_none());
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("judge j"), "{warnings:?}");
     }
 
     #[test]

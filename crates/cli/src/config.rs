@@ -256,6 +256,8 @@ pub struct Overrides {
     pub rounds: Option<u32>,
     /// `--clarify`: turn the clarification phase on (`debate.interactiveClarifications`).
     pub clarify: bool,
+    /// The `--context DIR` snapshot.
+    pub context_files: Option<parley_protocol::ContextFiles>,
 }
 
 /// Builds the debate spec: config + overrides + resolved prompts.
@@ -305,6 +307,7 @@ pub fn build_spec(
         schema_version: SCHEMA_VERSION,
         problem,
         context: None,
+        context_files: overrides.context_files.clone(),
         agents,
         judge,
         debate,
@@ -543,6 +546,7 @@ mod tests {
             roles: Some(vec!["performance".into(), "security".into()]),
             rounds: Some(2),
             clarify: true,
+            ..Default::default()
         };
         let spec = build_spec(loaded, "P".into(), &o, &mut |_| {}).unwrap();
         let roles: Vec<_> = spec.agents.iter().map(|a| a.role.as_str()).collect();
@@ -558,8 +562,7 @@ mod tests {
         };
         let o = Overrides {
             roles: Some(vec!["astronaut".into()]),
-            rounds: None,
-            clarify: false,
+            ..Default::default()
         };
         let e = build_spec(loaded, "P".into(), &o, &mut |_| {})
             .err()

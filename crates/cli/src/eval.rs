@@ -803,6 +803,7 @@ async fn call_locally(
             max_tokens: None,
             timeout: e.timeout,
             seed: None,
+            tools: Default::default(),
         };
         let span = tracing::info_span!(
             "eval.evaluator",

@@ -5,12 +5,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use parley_coordinator::TaskRunner;
 use parley_llm::Registry;
-use parley_protocol::{Task, TaskResult, WorkerKind};
+use parley_protocol::{ContextFiles, Task, TaskResult, WorkerKind};
 
 /// Runs tasks in this process: the agent and judge workers' logic over the provider
-/// registry (the embedded mode's [`TaskRunner`]).
+/// registry (the embedded mode's [`TaskRunner`]). One runner serves one debate.
 pub struct EmbeddedRunner {
     pub registry: Arc<Registry>,
+    /// The debate's context snapshot (its spec's `contextFiles`), read by agents' tools.
+    pub context_files: Option<Arc<ContextFiles>>,
 }
 
 #[async_trait]
@@ -22,7 +24,13 @@ impl TaskRunner for EmbeddedRunner {
         };
         match task.kind.worker() {
             WorkerKind::Agent => {
-                parley_agent_worker::execute(&task, provider.as_ref(), "embedded").await
+                parley_agent_worker::execute(
+                    &task,
+                    provider.as_ref(),
+                    "embedded",
+                    self.context_files.as_deref(),
+                )
+                .await
             }
             WorkerKind::Judge => {
                 parley_judge_worker::execute(&task, provider.as_ref(), "embedded").await

@@ -9,12 +9,14 @@
 //! - [`report`]: the final solution text and the Markdown report.
 //! - [`report_cmd`]: `parley report`, the Markdown report of a saved debate.
 //! - [`compat`]: dialectic config keys accepted before the strict parse.
+//! - [`context_dir`]: `--context DIR`, the directory snapshot the agents' tools read.
 //! - [`eval`]: `parley eval`, evaluator agents scoring saved debates.
 //! - [`envfile`]: `--env-file F` / `./.env` for `run` and `eval`.
 
 mod clarify;
 mod compat;
 mod config;
+mod context_dir;
 mod envfile;
 mod eval;
 mod progress;
@@ -156,6 +158,10 @@ pub struct RunArgs {
     /// terminal.
     #[arg(long, value_name = "FILE")]
     pub answers: Option<PathBuf>,
+    /// A directory whose text files the agents' tools (`list_files`, `file_read`,
+    /// `context_search`) may read: snapshotted now (256 KiB per file, 2 MiB, 1000 files).
+    #[arg(long, value_name = "DIR")]
+    pub context: Option<PathBuf>,
 }
 
 /// With a Langfuse export, `true` puts each LLM call's prompt and completion on its span.

@@ -160,6 +160,11 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
         roles: r.agents.clone(),
         rounds: r.rounds,
         clarify: r.clarify,
+        context_files: r
+            .context
+            .as_deref()
+            .map(crate::context_dir::snapshot)
+            .transpose()?,
     };
     let mut spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
     spec.idempotency_key = args.idempotency_key.clone();
@@ -168,8 +173,26 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
     if args.wait && spec.debate.interactive_clarifications {
         answers.require()?;
     }
-    let client = unless_interrupted(interrupt, "interrupted", connect(&args.nats)).await?;
     let body = serde_json::to_vec(&spec).map_err(|e| CliError::general(e.to_string()))?;
+    if body.len() > parley_protocol::limits::MAX_SUBMISSION_BYTES {
+        let files = spec
+            .context_files
+            .as_ref()
+            .map(|f| {
+                format!(
+                    " ({} bytes of it are the --context snapshot's files; point --context at a \
+                     smaller directory)",
+                    f.total_bytes()
+                )
+            })
+            .unwrap_or_default();
+        return Err(CliError::usage(format!(
+            "the submission is {} bytes, over the cap of {} bytes for one cluster submission{files}",
+            body.len(),
+            parley_protocol::limits::MAX_SUBMISSION_BYTES
+        )));
+    }
+    let client = unless_interrupted(interrupt, "interrupted", connect(&args.nats)).await?;
     let submitted = request(&client, subjects::SUBMIT, body);
     let reply = unless_interrupted(
         interrupt,

@@ -81,6 +81,11 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         roles: args.agents.clone(),
         rounds: args.rounds,
         clarify: args.clarify,
+        context_files: args
+            .context
+            .as_deref()
+            .map(crate::context_dir::snapshot)
+            .transpose()?,
     };
     let spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
     // Before any call: with clarifications, answers must be had (a file or a terminal).
@@ -261,7 +266,10 @@ async fn drive(
     let id = machine.id().to_string();
     let store = FileStore::new(DEBATES_DIR);
     let saved = display_path(&store.path_of(&id));
-    let runner: Arc<EmbeddedRunner> = Arc::new(EmbeddedRunner { registry });
+    let runner: Arc<EmbeddedRunner> = Arc::new(EmbeddedRunner {
+        registry,
+        context_files: spec.context_files.clone().map(Arc::new),
+    });
     let config = outputs
         .config
         .as_deref()

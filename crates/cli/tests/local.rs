@@ -1,5 +1,7 @@
 //! A real embedded debate on the local model: 2 agents × 1 round with `provider: local`.
 //! The model file comes from `scripts/fetch-model.sh` (the test command runs it first).
+//! One agent has tools and a `--context` directory is given: the local model has no
+//! function calling, so its tasks run without tools, each with one warning.
 
 use std::path::Path;
 
@@ -33,8 +35,14 @@ fn two_agents_one_round_on_the_local_model() {
     ensure_model();
     let dir = tempfile::tempdir().unwrap();
     let agent = |id: &str, role: &str| json!({"id": id, "name": id, "role": role, "model": "smollm2", "provider": "local", "temperature": 0.7, "maxTokens": 48});
+    let tooled = |mut a: Value| {
+        a["tools"] = json!([{"name": "file_read"}, {"name": "list_files"}]);
+        a
+    };
+    std::fs::create_dir_all(dir.path().join("ctx")).unwrap();
+    std::fs::write(dir.path().join("ctx/notes.md"), "cache notes\n").unwrap();
     let cfg = json!({
-        "agents": [agent("agent-architect", "architect"), agent("agent-kiss", "kiss")],
+        "agents": [agent("agent-architect", "architect"), tooled(agent("agent-kiss", "kiss"))],
         "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "smollm2", "provider": "local", "temperature": 0.2, "maxTokens": 64},
         "debate": {"rounds": 1}
     });
@@ -46,6 +54,8 @@ fn two_agents_one_round_on_the_local_model() {
             "Design a simple key-value cache for a web service",
             "--output",
             "state.json",
+            "--context",
+            "ctx",
         ])
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENROUTER_API_KEY")
@@ -63,6 +73,20 @@ fn two_agents_one_round_on_the_local_model() {
     assert_eq!(state["status"], "completed");
     let contributions = state["rounds"][0]["contributions"].as_array().unwrap();
     assert_eq!(contributions.len(), 2 + 2 + 2);
+    // The kiss agent's proposal, critique and refinement: one warning each, no tool calls.
+    let warnings: Vec<&str> = state["engine"]["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|w| w.contains("no function calling"))
+        .collect();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(warnings.iter().all(|w| w.contains("/agent-kiss")
+        && w.contains("provider local has no function calling; its tools (file_read, list_files) were skipped")));
+    assert!(contributions
+        .iter()
+        .all(|c| c["metadata"].get("toolCalls").is_none()));
     for c in contributions {
         assert!(!c["content"].as_str().unwrap().trim().is_empty(), "{c}");
         let m = &c["metadata"];

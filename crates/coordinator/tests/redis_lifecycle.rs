@@ -28,6 +28,7 @@ fn spec() -> DebateSpec {
         schema_version: SCHEMA_VERSION,
         problem: "p".into(),
         context: None,
+        context_files: None,
         agents: vec![agent("a"), agent("b")],
         judge: agent("j"),
         debate: Default::default(),

@@ -14,7 +14,14 @@ pub struct JudgeExecutor;
 
 #[async_trait]
 impl TaskExecutor for JudgeExecutor {
-    async fn execute(&self, task: &Task, provider: &dyn Provider, worker: &str) -> TaskResult {
+    async fn execute(
+        &self,
+        task: &Task,
+        provider: &dyn Provider,
+        worker: &str,
+        _files: Option<&parley_protocol::ContextFiles>,
+    ) -> TaskResult {
+        // The judge calls no tools.
         crate::execute(task, provider, worker).await
     }
 }

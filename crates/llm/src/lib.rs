@@ -8,6 +8,8 @@
 //! - [`local`]: the in-process SmolLM2 model (see `parley-local`).
 //! - [`ratelimit`]: GCRA rate limits per provider/model, in Redis (cluster-wide, one Lua
 //!   script, server time) or in-process, and the [`ratelimit::RateLimited`] provider wrapper.
+//! - [`tools`]: function calling in both wire APIs: tool definitions, the calls a reply
+//!   asks for, the results sent back.
 //! - [`registry`]: picks and caches the provider for an agent's config; reads API keys from
 //!   the environment and reports a missing key as a configuration error naming the variable.
 
@@ -16,9 +18,10 @@ pub mod openai;
 pub mod provider;
 pub mod ratelimit;
 pub mod registry;
+pub mod tools;
 
 pub use provider::{
-    add_usage, call_for_task, record_content_on_spans, task_result, ChatMessage, ChatRequest,
-    ChatResponse, LlmError, Provider,
+    add_usage, call_for_task, call_for_task_with_tools, record_content_on_spans, task_result,
+    ChatMessage, ChatRequest, ChatResponse, LlmError, Provider,
 };
 pub use registry::{ProviderSettings, Registry};

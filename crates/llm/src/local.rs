@@ -82,6 +82,7 @@ impl Provider for LocalProvider {
             model: self.model.model_name().to_string(),
             latency_ms: started.elapsed().as_millis() as u64,
             rate_limit_reset: None,
+            tool_calls: Vec::new(),
         })
     }
 }

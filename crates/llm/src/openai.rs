@@ -236,6 +236,14 @@ impl OpenAiClient {
         } else {
             parse_responses(&v)
         };
+        let tool_calls = if req.tools.definitions.is_empty() {
+            Vec::new()
+        } else if chat {
+            crate::tools::chat_tool_calls(&v)
+        } else {
+            crate::tools::responses_tool_calls(&v)
+        };
+        let parsed = parsed.or_else(|| (!tool_calls.is_empty()).then(|| usage_only(&v, chat)));
         let (text, pt, ct) = parsed.ok_or_else(|| {
             LlmError::new(
                 ErrorKind::Malformed,
@@ -255,6 +263,7 @@ impl OpenAiClient {
             model,
             latency_ms,
             rate_limit_reset: exhausted_until(&headers),
+            tool_calls,
         })
     }
 
@@ -463,6 +472,7 @@ fn chat_body(req: &ChatRequest) -> Value {
     if let Some(m) = req.max_tokens {
         body["max_tokens"] = json!(m);
     }
+    crate::tools::extend_chat_body(&mut body, &req.tools);
     body
 }
 
@@ -486,7 +496,19 @@ fn responses_body(req: &ChatRequest) -> Value {
     if let Some(m) = req.max_tokens {
         body["max_output_tokens"] = json!(m);
     }
+    crate::tools::extend_responses_body(&mut body, &req.tools);
     body
+}
+
+/// A reply with tool calls and no text: its usage, with an empty text.
+fn usage_only(v: &Value, chat: bool) -> (String, u64, u64) {
+    let (p, c) = if chat {
+        ("/usage/prompt_tokens", "/usage/completion_tokens")
+    } else {
+        ("/usage/input_tokens", "/usage/output_tokens")
+    };
+    let n = |ptr: &str| v.pointer(ptr).and_then(Value::as_u64).unwrap_or(0);
+    (String::new(), n(p), n(c))
 }
 
 fn parse_chat(v: &Value) -> Option<(String, u64, u64)> {
@@ -545,6 +567,10 @@ fn parse_responses(v: &Value) -> Option<(String, u64, u64)> {
 impl Provider for OpenAiClient {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn supports_tools(&self) -> bool {
+        true
     }
 
     async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {

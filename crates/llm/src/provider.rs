@@ -37,6 +37,8 @@ pub struct ChatRequest {
     pub timeout: Duration,
     /// Sampling seed where the provider supports one (the local model does).
     pub seed: Option<u64>,
+    /// Function calling: tools offered and earlier calls (empty: a plain completion).
+    pub tools: crate::tools::ToolRequest,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +51,8 @@ pub struct ChatResponse {
     /// The provider said its allowance is used up (`x-ratelimit-remaining-* = 0`) until
     /// this much later (`x-ratelimit-reset-*`).
     pub rate_limit_reset: Option<Duration>,
+    /// The tool calls the model asked for (empty for a final answer).
+    pub tool_calls: Vec<crate::tools::ToolCall>,
 }
 
 /// A failed call, classified. Messages never contain API keys.
@@ -95,6 +99,11 @@ impl LlmError {
 pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Provider name as configured (`openai`, `openrouter`, `openai-compatible`, `local`).
     fn name(&self) -> &str;
+    /// Whether the provider does function calling (`ChatRequest::tools`); one that does
+    /// not ignores them.
+    fn supports_tools(&self) -> bool {
+        false
+    }
     async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError>;
 }
 
@@ -116,6 +125,30 @@ pub async fn call_for_task(
     task: &parley_protocol::Task,
     messages: Vec<ChatMessage>,
 ) -> Result<(String, parley_protocol::ContributionMetadata), LlmError> {
+    let (text, _, meta) = call_for_task_with_tools(
+        provider,
+        task,
+        messages,
+        crate::tools::ToolRequest::default(),
+    )
+    .await?;
+    Ok((text, meta))
+}
+
+/// [`call_for_task`] offering tools: also returns the calls the model asked for.
+pub async fn call_for_task_with_tools(
+    provider: &dyn Provider,
+    task: &parley_protocol::Task,
+    messages: Vec<ChatMessage>,
+    tools: crate::tools::ToolRequest,
+) -> Result<
+    (
+        String,
+        Vec<crate::tools::ToolCall>,
+        parley_protocol::ContributionMetadata,
+    ),
+    LlmError,
+> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     task.id.hash(&mut h);
@@ -126,6 +159,7 @@ pub async fn call_for_task(
         max_tokens: task.agent.max_tokens,
         timeout: Duration::from_millis(task.timeout_ms.max(1)),
         seed: Some(h.finish()),
+        tools,
     };
     // GenAI semantic conventions; prompt and completion text only when
     // `record_content_on_spans` turned it on (a Langfuse export that asked for it).
@@ -186,8 +220,9 @@ pub async fn call_for_task(
         completion_tokens: Some(r.completion_tokens),
         provider: Some(provider.name().to_string()),
         carried_over: false,
+        tool_calls: Vec::new(),
     };
-    Ok((r.text, meta))
+    Ok((r.text, r.tool_calls, meta))
 }
 
 /// Adds the cost of a second call (e.g. a stricter retry) to `into`.

@@ -626,13 +626,28 @@ impl crate::Provider for RateLimited {
         self.inner.name()
     }
 
+    fn supports_tools(&self) -> bool {
+        self.inner.supports_tools()
+    }
+
     async fn complete(
         &self,
         req: &crate::ChatRequest,
     ) -> Result<crate::ChatResponse, crate::LlmError> {
         let (key, rates) = rates_for(&self.limits, self.inner.name(), &req.model);
         let limited = rates.is_limited();
-        let chars: usize = req.messages.iter().map(|m| m.content.chars().count()).sum();
+        let chars: usize = req
+            .messages
+            .iter()
+            .map(|m| m.content.chars().count())
+            .sum::<usize>()
+            + req
+                .tools
+                .exchanges
+                .iter()
+                .flat_map(|e| &e.outputs)
+                .map(|o| o.output.chars().count())
+                .sum::<usize>();
         let estimate = estimate_tokens(chars) + u64::from(req.max_tokens.unwrap_or(512));
         let mut waited = Duration::ZERO;
         let mut throttled = 0;

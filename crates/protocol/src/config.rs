@@ -61,6 +61,28 @@ pub struct AgentConfig {
     pub summarization: Option<SummarizationConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Tools the agent may call during its tasks (dialectic's `tools: [{name}]`), see
+    /// [`TOOL_NAMES`]. The judge calls none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolRef>,
+    /// Most tool calls in one task (dialectic's `toolCallLimit`, default
+    /// [`DEFAULT_TOOL_CALL_LIMIT`], at most [`crate::limits::MAX_TOOL_CALL_LIMIT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_limit: Option<u32>,
+}
+
+/// The tools an agent may name in `tools`: a search over the debate history and the
+/// context snapshot, reading one snapshot file, listing the snapshot's paths.
+pub const TOOL_NAMES: &[&str] = &["context_search", "file_read", "list_files"];
+
+/// `toolCallLimit` when the config sets none (dialectic's default).
+pub const DEFAULT_TOOL_CALL_LIMIT: u32 = 10;
+
+/// One entry of an agent's `tools` list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolRef {
+    pub name: String,
 }
 
 fn default_temperature() -> f64 {
@@ -94,11 +116,18 @@ impl AgentConfig {
             clarification_prompt: None,
             summarization: None,
             enabled: None,
+            tools: Vec::new(),
+            tool_call_limit: None,
         }
     }
 
     pub fn is_enabled(&self) -> bool {
         self.enabled.unwrap_or(true)
+    }
+
+    /// The tool call limit in effect (`toolCallLimit` or the default).
+    pub fn tool_call_limit(&self) -> u32 {
+        self.tool_call_limit.unwrap_or(DEFAULT_TOOL_CALL_LIMIT)
     }
 }
 

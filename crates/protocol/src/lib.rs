@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`config`]: the dialectic-compatible debate configuration (`agents`, `judge`, `debate`)
 //!   and the per-provider limits operators set.
+//! - [`context_files`]: [`ContextFiles`], the `--context DIR` snapshot a spec carries for
+//!   the agents' tools (and where it is stored so tasks need not copy it).
 //! - [`spec`]: [`DebateSpec`], the immutable description of one debate, its limits
 //!   ([`limits`]) and validation ([`DebateSpec::validate_with`] under the operator's
 //!   [`SubmissionPolicy`]).
@@ -20,6 +22,7 @@
 //!   inline or in pages (so no reply outgrows NATS's `max_payload`).
 
 pub mod config;
+pub mod context_files;
 pub mod evaluation;
 pub mod event;
 pub mod spec;
@@ -30,6 +33,7 @@ pub mod submission;
 pub mod task;
 
 pub use config::*;
+pub use context_files::*;
 pub use evaluation::*;
 pub use event::*;
 pub use spec::*;

@@ -79,6 +79,16 @@ pub mod limits {
     pub const MAX_ERROR_TEXT_CHARS: usize = 300;
     /// Bytes of an error reply's message.
     pub const MAX_REPLY_MESSAGE_BYTES: usize = 4_096;
+    /// Largest `toolCallLimit`.
+    pub const MAX_TOOL_CALL_LIMIT: u32 = 50;
+    /// Bytes of one file of a context snapshot (`--context DIR`).
+    pub const MAX_CONTEXT_FILE_BYTES: usize = 256 * 1024;
+    /// Bytes of all the files of a context snapshot together.
+    pub const MAX_CONTEXT_TOTAL_BYTES: usize = 2 * 1024 * 1024;
+    /// Files in a context snapshot.
+    pub const MAX_CONTEXT_FILES: usize = 1_000;
+    /// Bytes of one path in a context snapshot.
+    pub const MAX_CONTEXT_PATH_BYTES: usize = 1_024;
 }
 
 /// Where an agent's system/summary prompt came from.
@@ -116,6 +126,9 @@ pub struct DebateSpec {
     pub problem: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// The snapshot of `--context DIR` the agents' tools read (never a path to open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_files: Option<crate::ContextFiles>,
     pub agents: Vec<AgentConfig>,
     pub judge: AgentConfig,
     #[serde(default)]
@@ -319,6 +332,9 @@ impl DebateSpec {
         c.chars("problem", &self.problem, MAX_PROBLEM_CHARS);
         if let Some(ctx) = &self.context {
             c.chars("context", ctx, MAX_CONTEXT_CHARS);
+        }
+        if let Some(files) = &self.context_files {
+            files.check("contextFiles", &mut c);
         }
         if let Some(key) = &self.idempotency_key {
             if key.is_empty() {
@@ -526,6 +542,35 @@ fn validate_agent(field: &str, a: &AgentConfig, policy: &SubmissionPolicy, c: &m
     }
     if let Some(m) = a.max_tokens {
         c.range(&format!("{field}.maxTokens"), m, 1..=policy.max_tokens);
+    }
+    if let Some(l) = a.tool_call_limit {
+        c.range(
+            &format!("{field}.toolCallLimit"),
+            l,
+            1..=MAX_TOOL_CALL_LIMIT,
+        );
+    }
+    if a.tools.len() > crate::TOOL_NAMES.len() {
+        c.push(
+            format!("{field}.tools"),
+            format!(
+                "{} entries; there are {} tools",
+                a.tools.len(),
+                crate::TOOL_NAMES.len()
+            ),
+        );
+    }
+    for (i, t) in a.tools.iter().enumerate().take(crate::TOOL_NAMES.len() + 1) {
+        if !crate::TOOL_NAMES.contains(&t.name.as_str()) {
+            c.push(
+                format!("{field}.tools[{i}].name"),
+                format!(
+                    "unknown tool {:?} (expected one of: {})",
+                    preview(&t.name, 40),
+                    crate::TOOL_NAMES.join(", ")
+                ),
+            );
+        }
     }
     for (name, path) in [
         ("systemPromptPath", &a.system_prompt_path),

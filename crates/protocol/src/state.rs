@@ -73,6 +73,28 @@ pub struct ContributionMetadata {
     /// Set on round ≥ 2 proposals that carry over the previous refinement (no LLM call).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub carried_over: bool,
+    /// The tool calls the agent made for this contribution, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallRecord>,
+}
+
+/// One tool call of a contribution: which tool, its arguments as the model sent them (cut
+/// to [`ToolCallRecord::MAX_ARGUMENTS_CHARS`]), the size of the result given back, and
+/// whether it was an error (with the error text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallRecord {
+    pub tool: String,
+    pub arguments: String,
+    pub result_bytes: usize,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ToolCallRecord {
+    /// Characters of the arguments kept in a record.
+    pub const MAX_ARGUMENTS_CHARS: usize = 500;
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -482,6 +482,49 @@ mod tests {
     }
 
     #[test]
+    fn tools_and_context_files_are_checked_at_the_edge() {
+        let mut v = spec();
+        v["agents"][0]["tools"] = json!([{"name": "file_read"}, {"name": "rm_rf"}]);
+        v["agents"][1]["toolCallLimit"] = json!(0);
+        v["contextFiles"] = json!({"files": [
+            {"path": "ok.md", "content": "x"},
+            {"path": "../etc/passwd", "content": "x"},
+            {"path": "/abs", "content": "x"},
+            {"path": "nul\u{0}name", "content": "x"}
+        ]});
+        let r = reject(&v);
+        for field in [
+            "agents[0].tools[1].name: unknown tool \"rm_rf\"",
+            "agents[1].toolCallLimit: 0 is out of range 1..=50",
+            "contextFiles.files[1].path",
+            "contextFiles.files[2].path",
+            "contextFiles.files[3].path",
+        ] {
+            assert!(
+                r.message.contains(field),
+                "{field} missing in {}",
+                r.message
+            );
+        }
+        assert!(!r.message.contains("files[0]"), "{}", r.message);
+        // A tool entry with another key is refused (a typo is not ignored).
+        let mut v = spec();
+        v["agents"][0]["tools"] = json!([{"nmae": "file_read"}]);
+        assert!(reject(&v).message.contains("nmae"));
+        let mut v = spec();
+        v["agents"][0]["tools"] = json!([{"name": "list_files"}]);
+        v["agents"][0]["toolCallLimit"] = json!(50);
+        v["contextFiles"] = json!({"files": [{"path": "src/a.rs", "content": "fn a() {}"}]});
+        let s = decode_submission(v.to_string().as_bytes(), &SubmissionPolicy::default()).unwrap();
+        assert_eq!(s.agents[0].tool_call_limit(), 50);
+        assert_eq!(
+            s.agents[1].tool_call_limit(),
+            crate::DEFAULT_TOOL_CALL_LIMIT
+        );
+        assert!(s.context_files.unwrap().get("src/a.rs").is_some());
+    }
+
+    #[test]
     fn garbage_gets_the_right_codes() {
         let p = SubmissionPolicy::default();
         assert_eq!(

@@ -237,6 +237,23 @@ impl Task {
         if self.agent.max_tokens == Some(0) {
             c.push("agent.maxTokens", "must be at least 1");
         }
+        if let Some(l) = self.agent.tool_call_limit {
+            c.range("agent.toolCallLimit", l, 1..=MAX_TOOL_CALL_LIMIT);
+        }
+        if self.agent.tools.len() > crate::TOOL_NAMES.len() {
+            c.push("agent.tools", "more entries than there are tools");
+        }
+        for (i, t) in self
+            .agent
+            .tools
+            .iter()
+            .enumerate()
+            .take(crate::TOOL_NAMES.len() + 1)
+        {
+            if !crate::TOOL_NAMES.contains(&t.name.as_str()) {
+                c.push(format!("agent.tools[{i}].name"), "unknown tool");
+            }
+        }
         c.chars("problem", &self.problem, MAX_PROBLEM_CHARS);
         if let Some(ctx) = &self.context {
             c.chars("context", ctx, MAX_CONTEXT_CHARS);

@@ -20,7 +20,7 @@ pub mod process;
 pub mod pty;
 pub mod servers;
 
-pub use fake_llm::{FakeLlm, Fault, Latency, Match, RateLimit, RecordedRequest};
+pub use fake_llm::{FakeLlm, FakeToolCall, Fault, Latency, Match, RateLimit, RecordedRequest};
 pub use otlp::{OtlpReceiver, ReceivedEvent, ReceivedSpan, SpanStatus};
 pub use process::{free_port, wait_until, wait_until_async, workspace_bin, ChildProcess};
 pub use pty::OnPty;

@@ -140,6 +140,7 @@ async fn run_call(registry: &Registry, call: &EvalCall) -> EvalOutcome {
         max_tokens: None,
         timeout,
         seed: None,
+        tools: Default::default(),
     };
     let span = tracing::info_span!(
         "eval.evaluator",

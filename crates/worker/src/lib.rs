@@ -59,6 +59,11 @@
 //! so it extends the task's deadline. On the last delivery the error is stored instead,
 //! saying the task was handed back on every delivery.
 //!
+//! Context snapshots (`--context DIR`): an agent task whose agent has `tools` gets the
+//! debate's [`ContextFiles`] from the debate's spec as stored in Redis (written once by the
+//! coordinator, never changed), read by the debate id of the verified task and cached per
+//! debate; task bodies never copy the snapshot. A worker never opens a path from a message.
+//!
 //! Each delivery runs in a `task` span whose parent is the coordinator's node span (W3C
 //! trace context in the message headers); metrics: see `parley_telemetry::Metrics`.
 //!
@@ -87,8 +92,8 @@ use parley_cluster::redis_store::{Stored, TaskLookup};
 use parley_cluster::{streams, RedisStore};
 use parley_llm::{Provider, ProviderSettings, Registry};
 use parley_protocol::{
-    preview, subjects, ErrorKind, ResultNotice, Task, TaskError, TaskOutcome, TaskRef, TaskResult,
-    WorkerKind, SCHEMA_VERSION,
+    preview, subjects, ContextFiles, ErrorKind, ResultNotice, Task, TaskError, TaskOutcome,
+    TaskRef, TaskResult, WorkerKind, SCHEMA_VERSION,
 };
 use parley_telemetry::{DeadLetterReason, RejectReason};
 use tokio::sync::Semaphore;
@@ -110,7 +115,14 @@ const PULL_GRACE: Duration = Duration::from_millis(500);
 /// Runs one task against a provider: the agent or judge worker's logic.
 #[async_trait]
 pub trait TaskExecutor: Send + Sync + 'static {
-    async fn execute(&self, task: &Task, provider: &dyn Provider, worker: &str) -> TaskResult;
+    /// `files` is the debate's context snapshot, read for agent tasks whose agent has tools.
+    async fn execute(
+        &self,
+        task: &Task,
+        provider: &dyn Provider,
+        worker: &str,
+        files: Option<&ContextFiles>,
+    ) -> TaskResult;
 }
 
 #[derive(Debug, Clone)]
@@ -156,7 +168,13 @@ struct Shared {
     lost: Mutex<Vec<String>>,
     /// Dispatch secrets by debate id (they never change); emptied when it grows large.
     secrets: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Context snapshots by debate id (from the immutable stored spec); emptied when it
+    /// grows past [`SNAPSHOT_CACHE`].
+    snapshots: std::sync::Mutex<std::collections::HashMap<String, Arc<Option<ContextFiles>>>>,
 }
+
+/// Debates whose context snapshots are cached at most (each up to the snapshot cap).
+const SNAPSHOT_CACHE: usize = 16;
 
 /// Debates whose secrets are cached at most.
 const SECRET_CACHE: usize = 10_000;
@@ -188,6 +206,7 @@ pub async fn run(
         running: Mutex::new(BTreeSet::new()),
         lost: Mutex::new(Vec::new()),
         secrets: Default::default(),
+        snapshots: Default::default(),
     });
     let tracker = TaskTracker::new();
     tokio::spawn(report_queue(
@@ -1049,17 +1068,62 @@ fn hand_back_delay(result: &TaskResult, last_delivery: bool) -> Option<Duration>
     }
 }
 
+/// The context snapshot of `debate_id`'s spec: from the cache, else from Redis.
+async fn snapshot_of(
+    shared: &Shared,
+    debate_id: &str,
+) -> parley_cluster::redis_store::Result<Arc<Option<ContextFiles>>> {
+    if let Some(s) = shared
+        .snapshots
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(debate_id)
+    {
+        return Ok(s.clone());
+    }
+    let files = Arc::new(
+        shared
+            .store
+            .spec(debate_id)
+            .await?
+            .and_then(|s| s.context_files),
+    );
+    let mut cache = shared.snapshots.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() >= SNAPSHOT_CACHE {
+        cache.clear();
+    }
+    cache.insert(debate_id.to_string(), files.clone());
+    Ok(files)
+}
+
 async fn execute(shared: &Shared, task: &Task) -> TaskResult {
     let worker = shared.config.name.as_str();
     let provider = match shared.registry.provider_for(&task.agent) {
         Ok(p) => p,
         Err(e) => return parley_llm::task_result(task, worker, Err(e)),
     };
+    let files = if task.kind.worker() == WorkerKind::Agent && !task.agent.tools.is_empty() {
+        match snapshot_of(shared, &task.debate_id).await {
+            Ok(f) => f,
+            Err(e) => {
+                return error_result(
+                    task,
+                    worker,
+                    ErrorKind::Network,
+                    format!("cannot read the debate's context snapshot from Redis: {e}"),
+                )
+            }
+        }
+    } else {
+        Arc::new(None)
+    };
     let timeout = Duration::from_millis(task.timeout_ms.max(1));
     let started = std::time::Instant::now();
     match tokio::time::timeout(
         timeout,
-        shared.executor.execute(task, provider.as_ref(), worker),
+        shared
+            .executor
+            .execute(task, provider.as_ref(), worker, files.as_ref().as_ref()),
     )
     .await
     {

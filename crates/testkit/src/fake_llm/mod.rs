@@ -10,7 +10,10 @@
 //! 2. body not a JSON object, or `"stream": true` (streaming is not supported) → 400;
 //! 3. rate limit (only requests that got this far count toward the window) → 429;
 //! 4. the first matching [`Fault`] with runs left;
-//! 5. otherwise a normal reply (from the responder, or the default text).
+//! 5. otherwise a normal reply (from the responder, or the default text) — or, when the
+//!    request offers `tools` (and `tool_choice` is not `"none"`) and the tool caller set
+//!    with [`FakeLlm::set_tool_caller`] asks for calls, a reply with those tool calls
+//!    (Chat Completions `message.tool_calls`, Responses `function_call` output items).
 //!
 //! Steps 4 and 5 wait for the configured [`Latency`] first. Knob changes apply to
 //! requests that arrive after the change.
@@ -67,9 +70,45 @@ impl RecordedRequest {
     pub fn prompt_text(&self) -> String {
         wire::prompt_text(&self.body)
     }
+
+    /// The names of the tools the request offers (`tools[]`, either wire shape).
+    pub fn tool_names(&self) -> Vec<String> {
+        wire::tool_names(&self.body)
+    }
+
+    /// Whether the request lets the model call tools: it offers some and its
+    /// `tool_choice` is not `"none"`.
+    pub fn may_call_tools(&self) -> bool {
+        !self.tool_names().is_empty()
+            && self.body.get("tool_choice").and_then(Value::as_str) != Some("none")
+    }
+
+    /// The tool results the request sends back, as (call id, output): Chat `role: "tool"`
+    /// messages and Responses `function_call_output` items.
+    pub fn tool_outputs(&self) -> Vec<(String, String)> {
+        wire::tool_outputs(&self.body)
+    }
+}
+
+/// A tool call the fake LLM answers with (see [`FakeLlm::set_tool_caller`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeToolCall {
+    pub name: String,
+    /// The arguments text, sent as is (it need not be valid JSON).
+    pub arguments: String,
+}
+
+impl FakeToolCall {
+    pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
 }
 
 type Responder = Arc<dyn Fn(&RecordedRequest) -> String + Send + Sync>;
+type ToolCaller = Arc<dyn Fn(&RecordedRequest) -> Vec<FakeToolCall> + Send + Sync>;
 
 /// A running fake LLM server on `127.0.0.1`. Stops (stops accepting, closes idle
 /// connections, releases hung requests with 503) when dropped.
@@ -100,6 +139,8 @@ struct Knobs {
     /// How many requests were answered 429.
     rate_limited: usize,
     responder: Option<Responder>,
+    /// Decides the tool calls of replies to requests that may call tools.
+    tool_caller: Option<ToolCaller>,
     /// When false, `/v1/responses` answers 404.
     responses_api: bool,
     /// Numbers the normal replies (`#<n>` in the default text, ids).
@@ -163,6 +204,7 @@ impl FakeLlm {
                 window: RateWindow::default(),
                 rate_limited: 0,
                 responder: None,
+                tool_caller: None,
                 responses_api: true,
                 replies: 0,
             }),
@@ -242,6 +284,16 @@ impl FakeLlm {
     /// lock, so it may call back into this `FakeLlm`.
     pub fn set_responder(&self, f: impl Fn(&RecordedRequest) -> String + Send + Sync + 'static) {
         self.knobs().responder = Some(Arc::new(f));
+    }
+
+    /// Answers requests that may call tools (they offer `tools`, `tool_choice` is not
+    /// `"none"`) with the calls `f` returns; an empty list means a normal text reply. Called
+    /// outside the server's lock.
+    pub fn set_tool_caller(
+        &self,
+        f: impl Fn(&RecordedRequest) -> Vec<FakeToolCall> + Send + Sync + 'static,
+    ) {
+        self.knobs().tool_caller = Some(Arc::new(f));
     }
 
     /// Turns the Responses API route on or off; off answers `/v1/responses` with 404 so
@@ -351,7 +403,7 @@ async fn handle(
         _ => None,
     };
 
-    let (plan, record, responder) = {
+    let (plan, record, responder, tool_caller) = {
         let mut k = lock(&shared.state);
         let plan = k.decide(endpoint, &body, &model, &prompt, received_at);
         let record = RecordedRequest {
@@ -364,7 +416,7 @@ async fn handle(
             status: plan.status(),
         };
         k.requests.push(record.clone());
-        (plan, record, k.responder.clone())
+        (plan, record, k.responder.clone(), k.tool_caller.clone())
     };
 
     match plan {
@@ -437,11 +489,26 @@ async fn handle(
             if sleep_or_shutdown(&shared, delay).await {
                 return stopped();
             }
-            let text = match responder {
-                Some(f) => f(&record),
-                None => wire::default_reply(&record.model, n, &prompt),
+            let calls = match tool_caller {
+                Some(f) if record.may_call_tools() => f(&record),
+                _ => Vec::new(),
+            };
+            let text = if !calls.is_empty() {
+                String::new()
+            } else {
+                match responder {
+                    Some(f) => f(&record),
+                    None => wire::default_reply(&record.model, n, &prompt),
+                }
             };
             let reply = match endpoint {
+                _ if !calls.is_empty() => wire::tool_call_reply(
+                    endpoint == Endpoint::Chat,
+                    &record.model,
+                    n,
+                    &calls,
+                    &prompt,
+                ),
                 Endpoint::Chat => wire::chat_completion(&record.model, n, &text, &prompt),
                 Endpoint::Responses => wire::response(&record.model, n, &text, &prompt),
             };

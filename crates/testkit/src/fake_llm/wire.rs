@@ -150,6 +150,113 @@ pub(crate) fn response(model: &str, n: u64, text: &str, prompt: &str) -> Value {
     })
 }
 
+/// The names of the tools a request offers: Chat `tools[].function.name`, Responses
+/// `tools[].name`.
+pub(crate) fn tool_names(body: &Value) -> Vec<String> {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            t.pointer("/function/name")
+                .or_else(|| t.get("name"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// The tool results a request sends back, as (call id, output).
+pub(crate) fn tool_outputs(body: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for m in body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if m.get("role").and_then(Value::as_str) == Some("tool") {
+            let id = m.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
+            let text = m.get("content").and_then(Value::as_str).unwrap_or("");
+            out.push((id.to_string(), text.to_string()));
+        }
+    }
+    for i in body
+        .get("input")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if i.get("type").and_then(Value::as_str) == Some("function_call_output") {
+            let id = i.get("call_id").and_then(Value::as_str).unwrap_or("");
+            let text = i.get("output").and_then(Value::as_str).unwrap_or("");
+            out.push((id.to_string(), text.to_string()));
+        }
+    }
+    out
+}
+
+/// A reply asking for tool calls (`chat`: Chat Completions, else Responses API).
+pub(crate) fn tool_call_reply(
+    chat: bool,
+    model: &str,
+    n: u64,
+    calls: &[super::FakeToolCall],
+    prompt: &str,
+) -> Value {
+    let prompt_tokens = rough_tokens(prompt);
+    let completion_tokens: u64 = calls.iter().map(|c| rough_tokens(&c.arguments)).sum();
+    if chat {
+        let calls: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                json!({"id": format!("call_fake_{n}_{i}"), "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments}})
+            })
+            .collect();
+        json!({
+            "id": format!("chatcmpl-fake-{n}"),
+            "object": "chat.completion",
+            "created": unix_now(),
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": { "role": "assistant", "content": null, "tool_calls": calls },
+                "finish_reason": "tool_calls"
+            }],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens
+            }
+        })
+    } else {
+        let items: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                json!({"type": "function_call", "id": format!("fc_fake_{n}_{i}"),
+                       "call_id": format!("call_fake_{n}_{i}"), "name": c.name,
+                       "arguments": c.arguments, "status": "completed"})
+            })
+            .collect();
+        json!({
+            "id": format!("resp_fake_{n}"),
+            "object": "response",
+            "created_at": unix_now(),
+            "status": "completed",
+            "model": model,
+            "output": items,
+            "usage": {
+                "input_tokens": prompt_tokens,
+                "output_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens
+            }
+        })
+    }
+}
+
 /// An OpenAI-style error body.
 pub(crate) fn error_body(message: &str, kind: &str, code: &str) -> String {
     json!({ "error": { "message": message, "type": kind, "param": null, "code": code } })

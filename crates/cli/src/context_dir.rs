@@ -1,0 +1,219 @@
+//! `--context DIR`: the snapshot of a directory the agents' tools read.
+//!
+//! Read on this machine, once, before the debate starts; the snapshot travels in the
+//! debate's spec (`contextFiles`), so an embedded run, a resume and every cluster worker
+//! read the same files and nothing opens a path later.
+//!
+//! What is taken: every regular file under DIR, recursively, in path order, by its path
+//! relative to DIR with `/` separators. Skipped: `.git` directories, files that are not text
+//! (a NUL byte, or not UTF-8), and symbolic links to directories (no cycles). A symbolic link
+//! to a file is taken when its target is inside DIR; a link whose target is outside DIR is
+//! refused with an error naming it. Caps (from `parley_protocol::limits`): 256 KiB per file,
+//! 2 MiB in all, 1,000 files; past one, an error names the cap, the file and the flag.
+
+use std::path::{Component, Path, PathBuf};
+
+use parley_protocol::{limits, snapshot_path_problem, ContextFile, ContextFiles};
+
+use crate::CliError;
+
+/// Directories never taken.
+const SKIPPED_DIRS: &[&str] = &[".git"];
+
+/// Snapshots `dir` (see the module doc); errors are usage errors naming the problem.
+pub fn snapshot(dir: &Path) -> Result<ContextFiles, CliError> {
+    let err = |m: String| CliError::usage(format!("--context {}: {m}", dir.display()));
+    let meta = std::fs::metadata(dir).map_err(|e| err(format!("cannot read it: {e}")))?;
+    if !meta.is_dir() {
+        return Err(err("not a directory".into()));
+    }
+    let root = dir
+        .canonicalize()
+        .map_err(|e| err(format!("cannot resolve it: {e}")))?;
+    let mut files = Vec::new();
+    let mut total = 0usize;
+    walk(&root, &root, &mut files, &mut total).map_err(err)?;
+    files.sort_by(|a: &ContextFile, b| a.path.cmp(&b.path));
+    Ok(ContextFiles { files })
+}
+
+fn walk(
+    root: &Path,
+    dir: &Path,
+    files: &mut Vec<ContextFile>,
+    total: &mut usize,
+) -> Result<(), String> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    entries.sort();
+    for path in entries {
+        let rel = relative(root, &path)?;
+        let link = std::fs::symlink_metadata(&path)
+            .map_err(|e| format!("cannot read {rel}: {e}"))?
+            .file_type()
+            .is_symlink();
+        let target = if link {
+            let t = path
+                .canonicalize()
+                .map_err(|e| format!("{rel} is a symbolic link that cannot be resolved: {e}"))?;
+            if !t.starts_with(root) {
+                return Err(format!(
+                    "{rel} is a symbolic link to {}, outside the context directory; \
+                     links out of the directory are refused",
+                    t.display()
+                ));
+            }
+            t
+        } else {
+            path.clone()
+        };
+        let meta = std::fs::metadata(&target).map_err(|e| format!("cannot read {rel}: {e}"))?;
+        if meta.is_dir() {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !link && !SKIPPED_DIRS.contains(&name) {
+                walk(root, &path, files, total)?;
+            }
+            continue;
+        }
+        if !meta.is_file() {
+            continue;
+        }
+        if meta.len() > limits::MAX_CONTEXT_FILE_BYTES as u64 {
+            return Err(format!(
+                "{rel} is {} bytes, over the cap of {} bytes per file; point --context at a \
+                 smaller directory",
+                meta.len(),
+                limits::MAX_CONTEXT_FILE_BYTES
+            ));
+        }
+        let bytes = std::fs::read(&target).map_err(|e| format!("cannot read {rel}: {e}"))?;
+        if bytes.len() > limits::MAX_CONTEXT_FILE_BYTES {
+            return Err(format!(
+                "{rel} is {} bytes, over the cap of {} bytes per file",
+                bytes.len(),
+                limits::MAX_CONTEXT_FILE_BYTES
+            ));
+        }
+        if bytes.contains(&0) {
+            continue;
+        }
+        let Ok(content) = String::from_utf8(bytes) else {
+            continue;
+        };
+        if let Some(p) = snapshot_path_problem(&rel) {
+            return Err(format!("the path {rel:?} cannot be taken: {p}"));
+        }
+        *total += content.len();
+        if *total > limits::MAX_CONTEXT_TOTAL_BYTES {
+            return Err(format!(
+                "the text files add up to more than the cap of {} bytes (reached at {rel}); \
+                 point --context at a smaller directory",
+                limits::MAX_CONTEXT_TOTAL_BYTES
+            ));
+        }
+        if files.len() >= limits::MAX_CONTEXT_FILES {
+            return Err(format!(
+                "more than the cap of {} text files (reached at {rel}); point --context at a \
+                 smaller directory",
+                limits::MAX_CONTEXT_FILES
+            ));
+        }
+        files.push(ContextFile { path: rel, content });
+    }
+    Ok(())
+}
+
+/// `path` relative to `root`, `/`-separated; an error for a name that is not UTF-8.
+fn relative(root: &Path, path: &Path) -> Result<String, String> {
+    let rel = path
+        .strip_prefix(root)
+        .map_err(|_| format!("{} is outside the context directory", path.display()))?;
+    let mut parts = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(s) => parts.push(
+                s.to_str()
+                    .ok_or_else(|| format!("{} has a name that is not UTF-8", path.display()))?
+                    .to_string(),
+            ),
+            _ => return Err(format!("{} is not a plain relative path", rel.display())),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_text_files_by_relative_path_and_skips_the_rest() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("src/deep")).unwrap();
+        std::fs::create_dir_all(d.path().join(".git")).unwrap();
+        std::fs::write(d.path().join("README.md"), "# hi\n").unwrap();
+        std::fs::write(d.path().join("src/deep/a.rs"), "fn a() {}\n").unwrap();
+        std::fs::write(d.path().join("logo.png"), [0x89, b'P', 0, 1]).unwrap();
+        std::fs::write(d.path().join("latin1.txt"), [b'c', 0xe9]).unwrap();
+        std::fs::write(d.path().join(".git/HEAD"), "ref").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(d.path().join("README.md"), d.path().join("link.md")).unwrap();
+        let s = snapshot(d.path()).unwrap();
+        let paths: Vec<&str> = s.files.iter().map(|f| f.path.as_str()).collect();
+        #[cfg(unix)]
+        assert_eq!(paths, ["README.md", "link.md", "src/deep/a.rs"]);
+        assert_eq!(s.get("src/deep/a.rs").unwrap().content, "fn a() {}\n");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_out_of_the_directory_is_refused() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "s3cr3t").unwrap();
+        let d = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.txt"), d.path().join("x")).unwrap();
+        let e = snapshot(d.path()).unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(e.message.contains("--context") && e.message.contains("x is a symbolic link"));
+        assert!(
+            e.message.contains("outside the context directory"),
+            "{}",
+            e.message
+        );
+        // A linked directory out of it too.
+        let d = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("out")).unwrap();
+        assert!(snapshot(d.path()).unwrap_err().message.contains("outside"));
+    }
+
+    #[test]
+    fn caps_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("big.txt"),
+            "x".repeat(limits::MAX_CONTEXT_FILE_BYTES + 1),
+        )
+        .unwrap();
+        let e = snapshot(d.path()).unwrap_err();
+        assert!(
+            e.message.contains("big.txt") && e.message.contains("262144 bytes per file"),
+            "{}",
+            e.message
+        );
+        let d = tempfile::tempdir().unwrap();
+        for i in 0..9 {
+            std::fs::write(
+                d.path().join(format!("f{i}.txt")),
+                "x".repeat(limits::MAX_CONTEXT_FILE_BYTES),
+            )
+            .unwrap();
+        }
+        let e = snapshot(d.path()).unwrap_err();
+        assert!(e.message.contains("cap of 2097152 bytes"), "{}", e.message);
+        let e = snapshot(&d.path().join("f0.txt")).unwrap_err();
+        assert!(e.message.contains("not a directory"), "{}", e.message);
+    }
+}
