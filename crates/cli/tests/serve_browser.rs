@@ -1,0 +1,205 @@
+//! The web page in a real headless Chromium (Debian packages `chromium` and
+//! `chromium-driver`; `scripts/test.sh` installs them), driven over WebDriver: a debate
+//! started from the form shows its contributions while it runs and its final solution when
+//! it ends, and a model's reply holding HTML is shown as text, never run.
+//!
+//! Screenshots of the live view and of the finished debate are saved under
+//! `target/test-artifacts/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use parley_testkit::{browser_available, free_port, Browser, ChildProcess, FakeLlm, Latency};
+use serde_json::json;
+
+const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
+
+/// `target/test-artifacts` (the test runs from `target/<profile>/deps`).
+fn artifacts() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    target.join("test-artifacts")
+}
+
+/// What the model replies: HTML and script in the simplicity advocate's texts, Markdown in
+/// the judge's solution.
+const HOSTILE: &str = "Keep it simple: one process first. <script>window.__pwned = 1</script> \
+<img src=x onerror=\"window.__pwned = 2\"> <b>not bold</b> and **really bold**.";
+
+fn reply(model: &str, prompt: &str) -> String {
+    match model {
+        "model-judge" => json!({
+            "description": "## Plan\n\nPut a **token bucket** per API key in Redis, refilled by a Lua script.\n\n\
+                            1. Check the bucket on every request.\n2. Return `429` with `Retry-After` when empty.\n\n\
+                            See [the RFC](https://www.rfc-editor.org/rfc/rfc6585) and [not this](javascript:alert(1)).\n\n\
+                            ```\nlocal tokens = redis.call('GET', KEYS[1])\n```",
+            "tradeoffs": ["Redis becomes a dependency of every request."],
+            "recommendations": ["Shadow-mode the limits for a week before enforcing them."],
+            "unfulfilledMajorRequirements": [],
+            "openQuestions": ["Which endpoints are exempt?"],
+            "confidence": 78
+        })
+        .to_string(),
+        "model-kiss" => HOSTILE.to_string(),
+        _ if prompt.contains("critique") || prompt.contains("Critique") => format!(
+            "{model}: the proposal is sound, but it should say how the limits are configured per tenant \
+             and what happens when Redis is unreachable."
+        ),
+        _ => format!(
+            "{model}: use a **token bucket** per client.\n\n- Refill continuously\n- Keep the state in Redis\n- \
+             Answer `429` with `Retry-After`"
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them: apt-get install chromium chromium-driver)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(900)));
+    fake.set_responder(|r| reply(&r.model, &r.prompt_text()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = parley_tests::spec("");
+    let obj = cfg.as_object_mut().unwrap();
+    obj.remove("problem");
+    obj.insert("baseUrl".into(), json!(fake.base_url()));
+    std::fs::write(
+        dir.path().join("debate-config.json"),
+        serde_json::to_vec_pretty(&cfg).unwrap(),
+    )
+    .unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(PARLEY);
+    cmd.current_dir(dir.path())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env("PARLEY_MODEL_DIR", dir.path().join("no-models"));
+    let serve = ChildProcess::spawn(cmd, "serve").unwrap();
+    assert!(
+        serve
+            .wait_for_log_line("Parley is serving", Duration::from_secs(30))
+            .is_some(),
+        "{}",
+        serve.log()
+    );
+    let base = format!("http://127.0.0.1:{port}/");
+
+    let b = Browser::start().await.unwrap();
+    b.set_window(1440, 1000).await.unwrap();
+    b.goto(&base).await.unwrap();
+    let problem = b.wait_for("#problem", Duration::from_secs(15)).await.unwrap();
+    b.type_text(
+        &problem,
+        "Design a rate limiter for a public REST API: per-key quotas, bursts, and clear errors.",
+    )
+    .await
+    .unwrap();
+    let start = b.wait_for("#start", Duration::from_secs(5)).await.unwrap();
+    b.click(&start).await.unwrap();
+
+    // Contributions appear while the debate runs.
+    let live = b
+        .wait_until(
+            "const s = document.getElementById('status');
+             const n = document.querySelectorAll('#rounds .contrib .md.body').length;
+             return s && s.textContent === 'running' && n >= 3 && document.querySelectorAll('#timeline .bar').length >= 3 ? n : 0;",
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert!(live.as_u64().unwrap_or(0) >= 3);
+    // Wait for critiques to be underway so the live view shows the dataflow.
+    let _ = b
+        .wait_until(
+            "return document.querySelectorAll('#rounds details.crit').length >= 2 && document.getElementById('status').textContent === 'running';",
+            Duration::from_secs(30),
+        )
+        .await;
+    b.screenshot(&artifacts().join("serve-live.png")).await.unwrap();
+
+    // The final solution, rendered from Markdown.
+    b.wait_for("#solution", Duration::from_secs(90)).await.unwrap();
+    let status = b
+        .wait_until(
+            "const s = document.getElementById('status'); return s && s.textContent === 'completed' ? s.textContent : '';",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, "completed");
+    let solution = b.wait_for("#solution", Duration::from_secs(5)).await.unwrap();
+    let text = b.text(&solution).await.unwrap();
+    assert!(text.contains("token bucket"), "{text}");
+    assert!(text.contains("Shadow-mode the limits"), "{text}");
+    assert!(text.contains("Which endpoints are exempt?"), "{text}");
+    assert!(text.contains("78"), "{text}");
+    let md = b
+        .execute(
+            "const s = document.getElementById('solution');
+             return {
+               heading: !!s.querySelector('.md h4, .md h3'),
+               strong: (s.querySelector('.md strong') || {}).textContent || '',
+               items: s.querySelectorAll('.md ol li').length,
+               code: (s.querySelector('.md pre code') || {}).textContent || '',
+               links: [...s.querySelectorAll('a')].map(a => a.getAttribute('href')),
+             };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(md["heading"], true, "{md}");
+    assert_eq!(md["strong"], "token bucket", "{md}");
+    assert_eq!(md["items"], 2, "{md}");
+    assert!(md["code"].as_str().unwrap().contains("redis.call"), "{md}");
+    assert_eq!(
+        md["links"],
+        json!(["https://www.rfc-editor.org/rfc/rfc6585"]),
+        "only http(s) links: {md}"
+    );
+
+    // The hostile reply is text: nothing ran, no element was made from it.
+    let safety = b
+        .execute(
+            "const kiss = [...document.querySelectorAll('#rounds .agent-col[data-agent=\"agent-kiss\"] .contrib.proposal .body')];
+             return {
+               pwned: window.__pwned === undefined ? null : window.__pwned,
+               scripts: document.querySelectorAll('#view script').length,
+               imgs: document.querySelectorAll('#view img').length,
+               bolds: document.querySelectorAll('#view b').length,
+               text: kiss.map(k => k.textContent).join('\\n'),
+             };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(safety["pwned"], serde_json::Value::Null, "{safety}");
+    assert_eq!(safety["scripts"], 0, "{safety}");
+    assert_eq!(safety["imgs"], 0, "{safety}");
+    assert_eq!(safety["bolds"], 0, "{safety}");
+    let shown = safety["text"].as_str().unwrap();
+    assert!(
+        shown.contains("<script>window.__pwned = 1</script>") && shown.contains("<img src=x"),
+        "the reply is not shown as text: {shown}"
+    );
+
+    // The list on the left has it, completed.
+    let list = b.wait_for("#debate-list a.current", Duration::from_secs(10)).await.unwrap();
+    let entry = b.text(&list).await.unwrap();
+    assert!(entry.contains("Design a rate limiter") && entry.contains("completed"), "{entry}");
+
+    b.execute("window.scrollTo(0, 0);", vec![]).await.unwrap();
+    b.set_window(1440, 1800).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.screenshot(&artifacts().join("serve-finished.png")).await.unwrap();
+    drop(serve);
+}
