@@ -38,7 +38,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "URL")]
     pub nats_url: Option<String>,
     /// NATS credentials file for --nats-url: a `.creds` file or an NKey seed file.
-    #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE", requires = "nats_url")]
+    #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<PathBuf>,
     /// Debate configuration: the form's defaults and the settings of every debate
     /// (default ./debate-config.json).

@@ -123,7 +123,7 @@ impl ClusterBackend {
             .map_err(|e| ApiError::internal(format!("unreadable state of debate {id}: {e}")))
     }
 
-    async fn events_stream(&self) -> Result<jetstream::stream::Stream, ApiError> {
+    async fn events_stream(&self) -> Result<jetstream::stream::Stream<()>, ApiError> {
         jetstream::new(self.client.clone())
             .get_stream_no_info(subjects::EVENTS_STREAM)
             .await

@@ -510,7 +510,7 @@ impl Backend for EmbeddedBackend {
                         last = e.seq;
                         return Some((e, (live, rx, last, buf)));
                     }
-                    rx.borrow_and_update();
+                    let _ = rx.borrow_and_update();
                     buf.extend(
                         lock(&live.events)
                             .iter()
