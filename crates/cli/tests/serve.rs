@@ -137,7 +137,10 @@ async fn read_events(
         req = req.header("Last-Event-ID", a.to_string());
     }
     let mut res = req.send().await.unwrap();
-    assert_eq!(res.status(), 200, "{url}");
+    if res.status() != 200 {
+        let status = res.status();
+        panic!("{url}: {status}: {}", res.text().await.unwrap_or_default());
+    }
     assert_eq!(
         res.headers()["content-type"].to_str().unwrap(),
         "text/event-stream"
@@ -644,6 +647,10 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
         .await;
     let (failed_seq, failed) = events.last().unwrap().clone();
     assert_eq!(failed["type"], "debateFailed", "{failed}");
+    // A failed debate's state has an `error` field: it is the state, not an error reply.
+    let state = s.state(&failing).await;
+    assert_eq!(state["status"], "failed", "{state}");
+    assert_eq!(state["error"]["node"], "synthesis", "{state}");
     c.fake.clear_faults();
     let (status, v) = s.post(&format!("/api/debates/{failing}/retry"), json!({})).await;
     assert_eq!(status, 200, "{v}");

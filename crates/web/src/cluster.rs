@@ -23,7 +23,7 @@ use async_nats::jetstream;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
-use parley_protocol::subjects::{self, ErrorCode};
+use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::{DebateState, StatusPage};
 use serde_json::{json, Value};
 
@@ -37,6 +37,10 @@ use crate::backend::{
 pub const ANSWER_SUBJECT: &str = "parley.debates.answer";
 /// How long a request waits for a coordinator.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts of a retry or cancel that a coordinator answered `unavailable`.
+const COMMAND_ATTEMPTS: u32 = 4;
+/// Wait between those attempts.
+const COMMAND_BACKOFF: Duration = Duration::from_millis(500);
 /// Debates whose problem the list fetches per call, at most (the rest show theirs once
 /// fetched by a later call).
 const PROBLEMS_PER_LIST: usize = 24;
@@ -79,11 +83,10 @@ impl ClusterBackend {
         .map_err(|e| ApiError::unavailable(format!("request on {subject} failed: {e}")))?;
         let v: Value = serde_json::from_slice(&reply.payload)
             .map_err(|e| ApiError::internal(format!("unreadable reply on {subject}: {e}")))?;
-        if let Some(err) = v.get("error") {
-            let code: ErrorCode =
-                serde_json::from_value(err["code"].clone()).unwrap_or(ErrorCode::Internal);
-            let message = err["message"].as_str().unwrap_or("").to_string();
-            return Err(ApiError::new(code, message));
+        // An error reply is `{"error": {"code", "message"}}`; a failed debate's state or
+        // summary also has an `error` field (where it failed), without a `code`.
+        if let Ok(reply) = serde_json::from_value::<ErrorReply>(v.clone()) {
+            return Err(ApiError::new(reply.error.code, reply.error.message));
         }
         Ok(v)
     }
@@ -91,6 +94,23 @@ impl ClusterBackend {
     async fn by_id(&self, subject: &str, id: &str) -> Result<Value, ApiError> {
         self.request(subject, json!({ "debateId": id }).to_string().into_bytes())
             .await
+    }
+
+    /// A retry or cancel. A coordinator answers `unavailable` ("did not answer; try
+    /// again") when the command reached a debate's actor while it was stopping (e.g. right
+    /// after the debate failed); the command was not applied, so it is sent again, up to
+    /// [`COMMAND_ATTEMPTS`] times.
+    async fn command(&self, subject: &str, id: &str) -> Result<Value, ApiError> {
+        let mut attempt = 1;
+        loop {
+            match self.by_id(subject, id).await {
+                Err(e) if e.code == ErrorCode::Unavailable && attempt < COMMAND_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(COMMAND_BACKOFF).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The state JSON: the status reply itself, or its snapshot's pages put together.
@@ -313,11 +333,11 @@ impl Backend for ClusterBackend {
     }
 
     async fn retry(&self, id: &str) -> Result<Value, ApiError> {
-        self.by_id(subjects::RETRY, id).await
+        self.command(subjects::RETRY, id).await
     }
 
     async fn cancel(&self, id: &str) -> Result<Value, ApiError> {
-        self.by_id(subjects::CANCEL, id).await
+        self.command(subjects::CANCEL, id).await
     }
 
     async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError> {
