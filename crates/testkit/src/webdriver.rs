@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Context as _};
 use serde_json::{json, Value};
 
 /// The key under which WebDriver returns an element reference.
-const ELEMENT_KEY: &str = "element-6066-11e4-a52f-4a6e7dc2b5c2";
+const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// Chromium's flags for a headless run in a container.
 pub const CHROMIUM_FLAGS: &[&str] = &[

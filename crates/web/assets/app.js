@@ -779,14 +779,25 @@
       const order = this.agentIds();
       lanes.sort((a, b) => (order.indexOf(a) + 1 || 99) - (order.indexOf(b) + 1 || 99));
       const rows = lanes.map((agent) => {
+        // Calls of one agent that overlap go on separate rows, so concurrency shows.
+        const mine = tasks.filter((x) => x.agent === agent).sort((a, b) => a.start - b.start);
+        const rowEnds = [];
+        const placed = mine.map((t) => {
+          const end = t.end || now;
+          let row = rowEnds.findIndex((e) => e <= t.start);
+          if (row < 0) { row = rowEnds.length; rowEnds.push(end); } else rowEnds[row] = end;
+          return [t, row];
+        });
         const track = el('div', { class: 'track' });
-        for (const t of tasks.filter((x) => x.agent === agent)) {
+        track.style.height = `${Math.max(1, rowEnds.length) * 18 + 4}px`;
+        for (const [t, row] of placed) {
           const end = t.end || now;
           const kind = ['proposal', 'critique', 'refinement', 'synthesis', 'evaluation', 'summarization'].includes(t.node) ? t.node : 'other';
           const cls = `bar ${kind}${t.state === 'running' || t.state === 'retrying' ? ' running' : ''}${t.state === 'failed' ? ' failed' : ''}`;
           const what = `${phaseName(t.node).replace(/s$/, '')} · round ${t.round}${t.target ? ` · of ${this.agentName(t.target)}` : ''}`;
           const detail = t.state === 'done' ? ` · ${fmtMs(t.latency)} · ${fmtInt(t.tokens)} tokens` : t.state === 'failed' ? ` · failed: ${t.error || ''}` : ' · running';
           const bar = el('div', { class: cls, title: what + detail });
+          bar.style.top = `${3 + row * 18}px`;
           bar.style.left = `${(100 * (t.start - t0)) / span}%`;
           bar.style.width = `${Math.max(0.4, (100 * (end - t.start)) / span)}%`;
           track.append(bar);
@@ -828,10 +839,10 @@
       return [body, btn];
     }
 
-    metrics(c) {
+    metrics(c, short) {
       const m = c.metadata || {};
       if (m.carriedOver) return 'carried over';
-      return `${fmtInt(m.tokensUsed)} tok · ${fmtMs(m.latencyMs)}${m.model ? ` · ${m.model}` : ''}`;
+      return `${fmtInt(m.tokensUsed)} tok · ${fmtMs(m.latencyMs)}${m.model && !short ? ` · ${m.model}` : ''}`;
     }
 
     waiting(text, active) {
@@ -856,7 +867,13 @@
           // proposal
           const prop = find('proposal');
           const propBox = el('div', { class: 'contrib proposal' }, el('div', { class: 'kind' }, 'Proposal', prop ? el('span', { class: 'metrics', text: this.metrics(prop) }) : null));
-          if (prop) propBox.append(...this.contribBody(`${n}/p/${a}`, prop.content));
+          if (prop && prop.metadata && prop.metadata.carriedOver) {
+            const key = `${n}/p/${a}`;
+            const d = el('details', { class: 'carried', open: this.open.has(key) },
+              el('summary', null, `Round ${n - 1}'s refinement, carried over`), markdown(prop.content, 'md body'));
+            d.addEventListener('toggle', () => { if (d.open) this.open.add(key); else this.open.delete(key); });
+            propBox.append(d);
+          } else if (prop) propBox.append(...this.contribBody(`${n}/p/${a}`, prop.content));
           else propBox.append(this.runningTask(n, 'proposal', a) ? this.waiting('Writing the proposal…', true) : this.waiting(ended ? 'No proposal' : 'Waiting to start'));
           col.append(propBox);
           // critiques received
@@ -866,7 +883,9 @@
           for (const c of received) {
             const key = `${n}/c/${c.agentId}/${a}`;
             const d = el('details', { class: 'crit', open: this.open.has(key) },
-              el('summary', null, el('span', { text: `From ${this.agentName(c.agentId)}` }), el('span', { class: 'metrics', text: this.metrics(c) })),
+              el('summary', null,
+                el('span', { class: 'from' }, `From ${this.agentName(c.agentId)}`, el('span', { class: 'preview', text: firstLine(c.content.replace(/[#*`_>]/g, ''), 150) })),
+                el('span', { class: 'metrics', text: this.metrics(c, true) })),
               markdown(c.content, 'md body'));
             d.addEventListener('toggle', () => { if (d.open) this.open.add(key); else this.open.delete(key); });
             crit.append(d);
