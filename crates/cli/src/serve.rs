@@ -32,7 +32,12 @@ pub struct ServeArgs {
     #[arg(long, env = "PARLEY_SERVE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Bearer token the API requires (at least 16 characters); the page asks for it.
-    #[arg(long, env = "PARLEY_SERVE_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "PARLEY_SERVE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub auth_token: Option<String>,
     /// Front this cluster over NATS instead of running debates in this process.
     #[arg(long, value_name = "URL")]
@@ -100,15 +105,20 @@ impl SpecSource for ConfigSpecs {
             rounds: request.rounds,
         };
         let mut warn = |w: String| tracing::warn!("{w}");
-        config::build_spec(self.loaded(), request.problem.clone(), &overrides, &mut warn)
-            .map_err(|e| {
-                // The form's field, not the CLI flag.
-                let message = match e.message.strip_prefix("--agents: ") {
-                    Some(rest) => format!("roles: {rest}"),
-                    None => e.message,
-                };
-                ApiError::invalid(message)
-            })
+        config::build_spec(
+            self.loaded(),
+            request.problem.clone(),
+            &overrides,
+            &mut warn,
+        )
+        .map_err(|e| {
+            // The form's field, not the CLI flag.
+            let message = match e.message.strip_prefix("--agents: ") {
+                Some(rest) => format!("roles: {rest}"),
+                None => e.message,
+            };
+            ApiError::invalid(message)
+        })
     }
 }
 

@@ -114,7 +114,14 @@ impl Serve {
         timeout: Duration,
         stop: impl Fn(&Value) -> bool,
     ) -> Vec<(u64, Value)> {
-        read_events(&self.http, &self.url(&format!("/api/debates/{id}/events")), after, timeout, stop).await
+        read_events(
+            &self.http,
+            &self.url(&format!("/api/debates/{id}/events")),
+            after,
+            timeout,
+            stop,
+        )
+        .await
     }
 
     async fn state(&self, id: &str) -> Value {
@@ -219,7 +226,10 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
         .map(|a| a["role"].as_str().unwrap())
         .collect();
     assert_eq!(roles, ["architect", "security", "kiss"]);
-    assert!(!cfg.to_string().contains(&fake.base_url()), "endpoints never leave the server");
+    assert!(
+        !cfg.to_string().contains(&fake.base_url()),
+        "endpoints never leave the server"
+    );
 
     let id = s
         .submit(json!({"problem": "Design a rate limiter for a public API"}))
@@ -236,13 +246,19 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
         .iter()
         .filter(|(_, e)| e["type"] == "taskCompleted")
         .count();
-    assert_eq!(completed, fake.request_count(), "one taskCompleted per LLM call");
+    assert_eq!(
+        completed,
+        fake.request_count(),
+        "one taskCompleted per LLM call"
+    );
     assert_eq!(fake.request_count(), 22);
 
     // A reconnect with Last-Event-ID gets exactly the events after it; so does ?after=.
     let mid = last_seq / 2;
     let rest = s
-        .events_until(&id, Some(mid), Duration::from_secs(10), |e| e["seq"] == *last_seq)
+        .events_until(&id, Some(mid), Duration::from_secs(10), |e| {
+            e["seq"] == *last_seq
+        })
         .await;
     assert_contiguous(&rest, mid + 1);
     assert_eq!(rest.len() as u64, last_seq - mid);
@@ -262,9 +278,10 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     assert_eq!(state["status"], "completed");
     assert_eq!(contributions(&state), 24);
     assert!(state.get("spec").is_none());
-    let file: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join(format!("debates/{id}.json"))).unwrap())
-            .unwrap();
+    let file: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join(format!("debates/{id}.json"))).unwrap(),
+    )
+    .unwrap();
     assert_eq!(file["finalSolution"], state["finalSolution"]);
 
     // Report and state downloads.
@@ -275,7 +292,10 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/markdown"));
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/markdown"));
     assert_eq!(
         r.headers()["content-disposition"].to_str().unwrap(),
         format!("attachment; filename=\"{id}.md\"")
@@ -283,7 +303,10 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     let md = r.text().await.unwrap();
     assert!(md.starts_with(&format!("# Debate {id}")), "{md}");
     assert!(md.contains("Fake synthesized solution"), "{md}");
-    assert!(md.contains("| agent-security | Security | security | model-sec |"), "{md}");
+    assert!(
+        md.contains("| agent-security | Security | security | model-sec |"),
+        "{md}"
+    );
     let r = s
         .http
         .get(s.url(&format!("/api/debates/{id}/state")))
@@ -303,11 +326,16 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     assert_eq!(item["id"], id.as_str());
     assert_eq!(item["status"], "completed");
     assert_eq!(item["problem"], "Design a rate limiter for a public API");
-    assert_eq!((item["round"].as_u64(), item["rounds"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(
+        (item["round"].as_u64(), item["rounds"].as_u64()),
+        (Some(2), Some(2))
+    );
 
     // Roles and rounds from the form.
     let id2 = s
-        .submit(json!({"problem": "Design a queue", "roles": ["architect", "testing"], "rounds": 1}))
+        .submit(
+            json!({"problem": "Design a queue", "roles": ["architect", "testing"], "rounds": 1}),
+        )
         .await;
     s.events_until(&id2, None, Duration::from_secs(60), is_final)
         .await;
@@ -336,9 +364,13 @@ async fn embedded_cancel_and_retry() {
     // Cancel: a debate whose calls take long.
     fake.set_latency(Latency::Fixed(Duration::from_secs(3)));
     let id = s.submit(json!({"problem": "Design a slow thing"})).await;
-    s.events_until(&id, None, Duration::from_secs(20), |e| e["type"] == "taskDispatched")
+    s.events_until(&id, None, Duration::from_secs(20), |e| {
+        e["type"] == "taskDispatched"
+    })
+    .await;
+    let (status, v) = s
+        .post(&format!("/api/debates/{id}/cancel"), json!({}))
         .await;
-    let (status, v) = s.post(&format!("/api/debates/{id}/cancel"), json!({})).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["status"], "cancelled");
     let events = s
@@ -347,9 +379,17 @@ async fn embedded_cancel_and_retry() {
     assert_contiguous(&events, 1);
     assert_eq!(events.last().unwrap().1["type"], "debateCancelled");
     assert_eq!(s.state(&id).await["status"], "cancelled");
-    let (status, v) = s.post(&format!("/api/debates/{id}/cancel"), json!({})).await;
+    let (status, v) = s
+        .post(&format!("/api/debates/{id}/cancel"), json!({}))
+        .await;
     assert_eq!(status, 409, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("already cancelled"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already cancelled"),
+        "{v}"
+    );
     let (status, _) = s.post(&format!("/api/debates/{id}/retry"), json!({})).await;
     assert_eq!(status, 409);
 
@@ -395,7 +435,12 @@ async fn embedded_cancel_and_retry() {
         );
     }
     assert_eq!(ok.len(), 22);
-    let (status, _) = s.post(&format!("/api/debates/{id}/answers"), json!({"answers": [{"id": "q1", "answer": "yes"}]})).await;
+    let (status, _) = s
+        .post(
+            &format!("/api/debates/{id}/answers"),
+            json!({"answers": [{"id": "q1", "answer": "yes"}]}),
+        )
+        .await;
     assert_eq!(status, 409, "no debate waits for answers in this build");
 }
 
@@ -407,7 +452,9 @@ async fn embedded_debate_continues_and_its_stream_resumes_after_a_server_restart
     write_config(dir.path(), Some(&fake.base_url()));
     let port = free_port();
     let mut s = Serve::start_on(dir.path(), port, &[]);
-    let id = s.submit(json!({"problem": "Design a restartable service"})).await;
+    let id = s
+        .submit(json!({"problem": "Design a restartable service"}))
+        .await;
     let seen = s
         .events_until(&id, None, Duration::from_secs(30), |e| {
             e["type"] == "taskCompleted" && e["node"] == "critique"
@@ -418,7 +465,10 @@ async fn embedded_debate_continues_and_its_stream_resumes_after_a_server_restart
 
     // Stop (SIGTERM: the calls in flight get their grace, the checkpoint is saved), start.
     s.proc.terminate();
-    assert!(s.proc.wait_exit(Duration::from_secs(20)).is_some(), "serve did not stop");
+    assert!(
+        s.proc.wait_exit(Duration::from_secs(20)).is_some(),
+        "serve did not stop"
+    );
     let s = Serve::start_on(dir.path(), port, &[]);
     assert!(
         s.proc
@@ -433,7 +483,10 @@ async fn embedded_debate_continues_and_its_stream_resumes_after_a_server_restart
         })
         .await;
     assert_contiguous(&rest, last_seen + 1);
-    assert!(rest.iter().any(|(_, e)| e["type"] == "debateResumed"), "{rest:?}");
+    assert!(
+        rest.iter().any(|(_, e)| e["type"] == "debateResumed"),
+        "{rest:?}"
+    );
     let state = s.state(&id).await;
     assert_eq!(state["status"], "completed");
     assert_eq!(contributions(&state), 24);
@@ -488,19 +541,36 @@ async fn the_api_refuses_what_it_must() {
     assert_eq!(r.status(), 400);
     // Bad fields, each named.
     let (status, v) = s
-        .post("/api/debates", json!({"problem": " ", "rounds": 50, "roles": ["astronaut"]}))
+        .post(
+            "/api/debates",
+            json!({"problem": " ", "rounds": 50, "roles": ["astronaut"]}),
+        )
         .await;
     assert_eq!(status, 400);
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(msg.contains("problem") && msg.contains("rounds"), "{msg}");
     let (status, v) = s
-        .post("/api/debates", json!({"problem": "p", "roles": ["astronaut"]}))
+        .post(
+            "/api/debates",
+            json!({"problem": "p", "roles": ["astronaut"]}),
+        )
         .await;
     assert_eq!(status, 400);
-    assert!(v["error"]["message"].as_str().unwrap().contains("astronaut"), "{v}");
-    let (status, v) = s.post("/api/debates", json!({"problem": "p", "model": "x"})).await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("astronaut"),
+        "{v}"
+    );
+    let (status, v) = s
+        .post("/api/debates", json!({"problem": "p", "model": "x"}))
+        .await;
     assert_eq!(status, 400);
-    assert!(v["error"]["message"].as_str().unwrap().contains("model"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("model"),
+        "{v}"
+    );
     let r = http
         .post(s.url("/api/debates"))
         .header("Content-Type", "application/json")
@@ -521,7 +591,9 @@ async fn the_api_refuses_what_it_must() {
     let (status, v) = s.get("/api/debates/deb-20200101-000000-zzzzzz").await;
     assert_eq!(status, 404);
     assert_eq!(v["error"]["code"], "not_found");
-    let (status, _) = s.get("/api/debates/deb-20200101-000000-zzzzzz/events").await;
+    let (status, _) = s
+        .get("/api/debates/deb-20200101-000000-zzzzzz/events")
+        .await;
     assert_eq!(status, 404);
     let (status, _) = s.get("/api/nope").await;
     assert_eq!(status, 404);
@@ -535,8 +607,14 @@ async fn the_api_refuses_what_it_must() {
     // The page: a strict CSP on every response.
     let r = http.get(s.url("/")).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let csp = r.headers()["content-security-policy"].to_str().unwrap().to_string();
-    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
     assert_eq!(r.headers()["x-content-type-options"], "nosniff");
     drop(s);
 
@@ -553,7 +631,13 @@ async fn the_api_refuses_what_it_must() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    let r = s.http.get(s.url("/api/debates")).bearer_auth(token).send().await.unwrap();
+    let r = s
+        .http
+        .get(s.url("/api/debates"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     // A token may serve other names.
     let r = s
@@ -581,7 +665,10 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
     write_config(dir.path(), None);
     let url = c.nats_url_for("client");
     let s = Serve::start(dir.path(), &["--nats-url", &url]);
-    assert!(!s.proc.log().contains(&c.roles.as_ref().unwrap().client), "the password was logged");
+    assert!(
+        !s.proc.log().contains(&c.roles.as_ref().unwrap().client),
+        "the password was logged"
+    );
     let (_, cfg) = s.get("/api/config").await;
     assert_eq!(cfg["backend"], "cluster");
 
@@ -595,7 +682,9 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
     let (last_seq, last) = events.last().unwrap().clone();
     assert_eq!(last["type"], "debateCompleted", "{last}");
     let rest = s
-        .events_until(&id, Some(3), Duration::from_secs(10), |e| e["seq"] == last_seq)
+        .events_until(&id, Some(3), Duration::from_secs(10), |e| {
+            e["seq"] == last_seq
+        })
         .await;
     assert_contiguous(&rest, 4);
     let state = s.state(&id).await;
@@ -608,7 +697,10 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let md = r.text().await.unwrap();
-    assert!(md.contains("Fake synthesized solution") && md.contains("## Round 2"), "{md}");
+    assert!(
+        md.contains("Fake synthesized solution") && md.contains("## Round 2"),
+        "{md}"
+    );
     let (status, list) = s.get("/api/debates").await;
     assert_eq!(status, 200, "{list}");
     let item = list["debates"]
@@ -622,13 +714,21 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
 
     // Cancel a slow one.
     c.fake.set_latency(Latency::Fixed(Duration::from_secs(2)));
-    let slow = s.submit(json!({"problem": "Design a slow cluster thing"})).await;
-    s.events_until(&slow, None, Duration::from_secs(20), |e| e["type"] == "taskDispatched")
+    let slow = s
+        .submit(json!({"problem": "Design a slow cluster thing"}))
         .await;
-    let (status, v) = s.post(&format!("/api/debates/{slow}/cancel"), json!({})).await;
+    s.events_until(&slow, None, Duration::from_secs(20), |e| {
+        e["type"] == "taskDispatched"
+    })
+    .await;
+    let (status, v) = s
+        .post(&format!("/api/debates/{slow}/cancel"), json!({}))
+        .await;
     assert_eq!(status, 200, "{v}");
     let events = s
-        .events_until(&slow, None, Duration::from_secs(30), |e| e["type"] == "debateCancelled")
+        .events_until(&slow, None, Duration::from_secs(30), |e| {
+            e["type"] == "debateCancelled"
+        })
         .await;
     assert_contiguous(&events, 1);
     assert_eq!(events.last().unwrap().1["type"], "debateCancelled");
@@ -641,7 +741,9 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
         matching: Match::Model("model-judge".into()),
         times: None,
     });
-    let failing = s.submit(json!({"problem": "Design a retried cluster thing"})).await;
+    let failing = s
+        .submit(json!({"problem": "Design a retried cluster thing"}))
+        .await;
     let events = s
         .events_until(&failing, None, Duration::from_secs(60), is_final)
         .await;
@@ -652,7 +754,9 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
     assert_eq!(state["status"], "failed", "{state}");
     assert_eq!(state["error"]["node"], "synthesis", "{state}");
     c.fake.clear_faults();
-    let (status, v) = s.post(&format!("/api/debates/{failing}/retry"), json!({})).await;
+    let (status, v) = s
+        .post(&format!("/api/debates/{failing}/retry"), json!({}))
+        .await;
     assert_eq!(status, 200, "{v}");
     let more = s
         .events_until(&failing, Some(failed_seq), Duration::from_secs(60), |e| {

@@ -97,7 +97,10 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
     let b = Browser::start().await.unwrap();
     b.set_window(1440, 1000).await.unwrap();
     b.goto(&base).await.unwrap();
-    let problem = b.wait_for("#problem", Duration::from_secs(15)).await.unwrap();
+    let problem = b
+        .wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
     b.type_text(
         &problem,
         "Design a rate limiter for a public REST API: per-key quotas, bursts, and clear errors.",
@@ -125,10 +128,14 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
             Duration::from_secs(30),
         )
         .await;
-    b.screenshot(&artifacts().join("serve-live.png")).await.unwrap();
+    b.screenshot(&artifacts().join("serve-live.png"))
+        .await
+        .unwrap();
 
     // The final solution, rendered from Markdown.
-    b.wait_for("#solution", Duration::from_secs(90)).await.unwrap();
+    b.wait_for("#solution", Duration::from_secs(90))
+        .await
+        .unwrap();
     let status = b
         .wait_until(
             "const s = document.getElementById('status'); return s && s.textContent === 'completed' ? s.textContent : '';",
@@ -137,7 +144,10 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
         .await
         .unwrap();
     assert_eq!(status, "completed");
-    let solution = b.wait_for("#solution", Duration::from_secs(5)).await.unwrap();
+    let solution = b
+        .wait_for("#solution", Duration::from_secs(5))
+        .await
+        .unwrap();
     let text = b.text(&solution).await.unwrap();
     assert!(text.contains("token bucket"), "{text}");
     assert!(text.contains("Shadow-mode the limits"), "{text}");
@@ -175,7 +185,8 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
                pwned: window.__pwned === undefined ? null : window.__pwned,
                scripts: document.querySelectorAll('#view script').length,
                imgs: document.querySelectorAll('#view img').length,
-               bolds: document.querySelectorAll('#view b').length,
+               bolds: document.querySelectorAll('#view .md b').length,
+               strong: [...document.querySelectorAll('#rounds .agent-col[data-agent=\"agent-kiss\"] .md strong')].map(s => s.textContent),
                text: kiss.map(k => k.textContent).join('\\n'),
              };",
             vec![],
@@ -186,6 +197,15 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
     assert_eq!(safety["scripts"], 0, "{safety}");
     assert_eq!(safety["imgs"], 0, "{safety}");
     assert_eq!(safety["bolds"], 0, "{safety}");
+    // Its Markdown is rendered (the page's own renderer makes the <strong>).
+    assert!(
+        safety["strong"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s == "really bold"),
+        "{safety}"
+    );
     let shown = safety["text"].as_str().unwrap();
     assert!(
         shown.contains("<script>window.__pwned = 1</script>") && shown.contains("<img src=x"),
@@ -193,13 +213,21 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
     );
 
     // The list on the left has it, completed.
-    let list = b.wait_for("#debate-list a.current", Duration::from_secs(10)).await.unwrap();
+    let list = b
+        .wait_for("#debate-list a.current", Duration::from_secs(10))
+        .await
+        .unwrap();
     let entry = b.text(&list).await.unwrap();
-    assert!(entry.contains("Design a rate limiter") && entry.contains("completed"), "{entry}");
+    assert!(
+        entry.contains("Design a rate limiter") && entry.to_lowercase().contains("completed"),
+        "{entry}"
+    );
 
     b.execute("window.scrollTo(0, 0);", vec![]).await.unwrap();
     b.set_window(1440, 1800).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    b.screenshot(&artifacts().join("serve-finished.png")).await.unwrap();
+    b.screenshot(&artifacts().join("serve-finished.png"))
+        .await
+        .unwrap();
     drop(serve);
 }

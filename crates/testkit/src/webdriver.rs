@@ -48,7 +48,8 @@ fn find_program(names: &[&str]) -> Option<PathBuf> {
 
 /// Whether `chromium` and `chromedriver` are installed.
 pub fn browser_available() -> bool {
-    find_program(&["chromedriver"]).is_some() && find_program(&["chromium", "chromium-browser"]).is_some()
+    find_program(&["chromedriver"]).is_some()
+        && find_program(&["chromium", "chromium-browser"]).is_some()
 }
 
 /// An element of the page.
@@ -111,12 +112,17 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|s| s.to_string()).collect();
-        args.push(format!("--user-data-dir={}", browser._profile.path().display()));
+        args.push(format!(
+            "--user-data-dir={}",
+            browser._profile.path().display()
+        ));
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {"binary": chromium.display().to_string(), "args": args},
         }}});
-        let v = browser.call("POST", &format!("{base}/session"), Some(caps)).await?;
+        let v = browser
+            .call("POST", &format!("{base}/session"), Some(caps))
+            .await?;
         let id = v["sessionId"]
             .as_str()
             .ok_or_else(|| anyhow!("no session id in {v}"))?;
@@ -130,9 +136,15 @@ impl Browser {
             "DELETE" => self.http.delete(url),
             _ => self.http.post(url).json(&body.unwrap_or_else(|| json!({}))),
         };
-        let res = req.send().await.with_context(|| format!("{method} {url}"))?;
+        let res = req
+            .send()
+            .await
+            .with_context(|| format!("{method} {url}"))?;
         let status = res.status();
-        let v: Value = res.json().await.with_context(|| format!("{method} {url}: not JSON"))?;
+        let v: Value = res
+            .json()
+            .await
+            .with_context(|| format!("{method} {url}: not JSON"))?;
         if !status.is_success() {
             bail!("{method} {url}: {status}: {}", v["value"]["message"]);
         }
@@ -140,11 +152,13 @@ impl Browser {
     }
 
     async fn cmd(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
-        self.call(method, &format!("{}{path}", self.session), body).await
+        self.call(method, &format!("{}{path}", self.session), body)
+            .await
     }
 
     pub async fn goto(&self, url: &str) -> anyhow::Result<()> {
-        self.cmd("POST", "/url", Some(json!({ "url": url }))).await?;
+        self.cmd("POST", "/url", Some(json!({ "url": url })))
+            .await?;
         Ok(())
     }
 
@@ -196,10 +210,7 @@ impl Browser {
         let deadline = Instant::now() + timeout;
         loop {
             let v = self.execute(script, vec![]).await?;
-            let truthy = !(v.is_null()
-                || v == json!(false)
-                || v == json!(0)
-                || v == json!(""));
+            let truthy = !(v.is_null() || v == json!(false) || v == json!(0) || v == json!(""));
             if truthy {
                 return Ok(v);
             }
@@ -211,12 +222,14 @@ impl Browser {
     }
 
     pub async fn click(&self, e: &Element) -> anyhow::Result<()> {
-        self.cmd("POST", &format!("/element/{}/click", e.0), None).await?;
+        self.cmd("POST", &format!("/element/{}/click", e.0), None)
+            .await?;
         Ok(())
     }
 
     pub async fn clear(&self, e: &Element) -> anyhow::Result<()> {
-        self.cmd("POST", &format!("/element/{}/clear", e.0), None).await?;
+        self.cmd("POST", &format!("/element/{}/clear", e.0), None)
+            .await?;
         Ok(())
     }
 
@@ -232,7 +245,9 @@ impl Browser {
 
     /// The element's rendered text.
     pub async fn text(&self, e: &Element) -> anyhow::Result<String> {
-        let v = self.cmd("GET", &format!("/element/{}/text", e.0), None).await?;
+        let v = self
+            .cmd("GET", &format!("/element/{}/text", e.0), None)
+            .await?;
         Ok(v.as_str().unwrap_or_default().to_string())
     }
 
@@ -265,7 +280,10 @@ impl Drop for Browser {
         if !self.session.is_empty() {
             let url = self.session.clone();
             let _ = std::thread::spawn(move || {
-                if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
                     rt.block_on(async {
                         let _ = reqwest::Client::new()
                             .delete(url)

@@ -79,7 +79,14 @@ fn no_store(mut r: Response) -> Response {
 }
 
 fn json_response(status: StatusCode, v: &Value) -> Response {
-    no_store((status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response())
+    no_store(
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            v.to_string(),
+        )
+            .into_response(),
+    )
 }
 
 /// The whole application: assets, API and guards.
@@ -245,7 +252,10 @@ async fn config(State(s): State<AppState>) -> Response {
 
 async fn list(State(s): State<AppState>) -> Result<Response, ApiError> {
     let debates = s.backend.list().await?;
-    Ok(json_response(StatusCode::OK, &json!({ "debates": debates })))
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "debates": debates }),
+    ))
 }
 
 async fn submit(
@@ -284,7 +294,11 @@ async fn state_download(
 async fn report(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = checked_id(&id)?;
     let md = s.backend.report(id).await?;
-    Ok(download(md, "text/markdown; charset=utf-8", &format!("{id}.md")))
+    Ok(download(
+        md,
+        "text/markdown; charset=utf-8",
+        &format!("{id}.md"),
+    ))
 }
 
 fn download(body: String, content_type: &'static str, file: &str) -> Response {
@@ -338,14 +352,16 @@ async fn events(
     let id = checked_id(&id)?;
     let after = resume_point(&headers, &uri)?;
     let stream = s.backend.events(id, after).await?;
-    let sse = stream.take_until(s.stop.clone().cancelled_owned()).map(|e| {
-        Ok::<_, Infallible>(
-            Event::default()
-                .id(e.seq.to_string())
-                .event("debate")
-                .data(e.json),
-        )
-    });
+    let sse = stream
+        .take_until(s.stop.clone().cancelled_owned())
+        .map(|e| {
+            Ok::<_, Infallible>(
+                Event::default()
+                    .id(e.seq.to_string())
+                    .event("debate")
+                    .data(e.json),
+            )
+        });
     let mut r = Sse::new(sse)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response();
@@ -397,7 +413,14 @@ mod tests {
         ] {
             assert!(is_loopback_host(h), "{h}");
         }
-        for h in ["", "evil.example", "evil.example:8080", "10.0.0.1:80", "[::2]", "localhost.evil"] {
+        for h in [
+            "",
+            "evil.example",
+            "evil.example:8080",
+            "10.0.0.1:80",
+            "[::2]",
+            "localhost.evil",
+        ] {
             assert!(!is_loopback_host(h), "{h}");
         }
     }

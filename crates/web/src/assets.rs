@@ -34,7 +34,10 @@ pub fn routes() -> Router<AppState> {
             "/app.js",
             get(|| asset(APP_JS, "text/javascript; charset=utf-8")),
         )
-        .route("/app.css", get(|| asset(APP_CSS, "text/css; charset=utf-8")))
+        .route(
+            "/app.css",
+            get(|| asset(APP_CSS, "text/css; charset=utf-8")),
+        )
         .route("/icon.svg", get(|| asset(ICON_SVG, "image/svg+xml")))
 }
 
@@ -86,9 +89,19 @@ mod tests {
     #[test]
     fn the_page_has_no_inline_script_and_no_inner_html() {
         assert!(INDEX_HTML.contains("<script src=\"/app.js\""));
-        assert_eq!(INDEX_HTML.matches("<script").count(), 1, "one external script");
+        assert_eq!(
+            INDEX_HTML.matches("<script").count(),
+            1,
+            "one external script"
+        );
         assert!(!has_inline_handler(INDEX_HTML), "no inline event handlers");
-        for bad in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
+        for bad in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+        ] {
             assert!(!APP_JS.contains(bad), "app.js uses {bad}");
         }
     }

@@ -124,7 +124,10 @@ impl SubmitRequest {
         }
         if let Some(r) = self.rounds {
             if !(1..=limits::MAX_ROUNDS).contains(&r) {
-                problems.push(format!("rounds: {r} is out of range 1-{}", limits::MAX_ROUNDS));
+                problems.push(format!(
+                    "rounds: {r} is out of range 1-{}",
+                    limits::MAX_ROUNDS
+                ));
             }
         }
         if let Some(k) = &self.idempotency_key {

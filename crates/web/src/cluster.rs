@@ -28,8 +28,8 @@ use parley_protocol::{DebateState, StatusPage};
 use serde_json::{json, Value};
 
 use crate::backend::{
-    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream,
-    FormDefaults, ReportFn, SpecSource, SubmitRequest, WireEvent,
+    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream, FormDefaults,
+    ReportFn, SpecSource, SubmitRequest, WireEvent,
 };
 
 /// The subject clarification answers go to (the coordinators answer it once the engine
@@ -170,7 +170,8 @@ impl ClusterBackend {
             .messages()
             .await
             .map_err(|e| ApiError::unavailable(format!("cannot read the events stream: {e}")))?;
-        while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(3), messages.next()).await
+        while let Ok(Some(msg)) =
+            tokio::time::timeout(Duration::from_secs(3), messages.next()).await
         {
             let Ok(msg) = msg else { break };
             let pending = msg.info().map(|i| i.pending).unwrap_or(0);
@@ -244,11 +245,18 @@ impl Backend for ClusterBackend {
     }
 
     async fn list(&self) -> Result<Vec<DebateListItem>, ApiError> {
-        let mut items: Vec<DebateListItem> =
-            self.last_events().await?.iter().filter_map(list_item).collect();
-        items.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
+        let mut items: Vec<DebateListItem> = self
+            .last_events()
+            .await?
+            .iter()
+            .filter_map(list_item)
+            .collect();
+        items.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
         let missing: Vec<String> = {
-            let cache = self.problems.lock().map_err(|_| ApiError::internal("cache poisoned"))?;
+            let cache = self
+                .problems
+                .lock()
+                .map_err(|_| ApiError::internal("cache poisoned"))?;
             items
                 .iter()
                 .filter(|i| !cache.contains_key(&i.id))

@@ -30,7 +30,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use parley_coordinator::{run_debate_until, Effect, FileStore, Input, LoadError, Machine, TaskRunner};
+use parley_coordinator::{
+    run_debate_until, Effect, FileStore, Input, LoadError, Machine, TaskRunner,
+};
 use parley_protocol::{new_debate_id, DebateEvent, DebateSpec, DebateState, DebateStatus};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -39,8 +41,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{
-    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream,
-    FormDefaults, ReportFn, SpecSource, SubmitRequest, WireEvent,
+    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream, FormDefaults,
+    ReportFn, SpecSource, SubmitRequest, WireEvent,
 };
 
 /// How long a stopping server waits for the calls in flight before it checkpoints.
@@ -450,7 +452,7 @@ impl Backend for EmbeddedBackend {
                 Some((meta.modified().ok()?, meta.len(), e.path()))
             })
             .collect();
-        files.sort_by(|a, b| b.0.cmp(&a.0));
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
         files.truncate(MAX_LISTED);
         let mut items = Vec::with_capacity(files.len());
         for (modified, len, path) in files {
@@ -468,11 +470,14 @@ impl Backend for EmbeddedBackend {
                         }
                     }
                 }
-                item.live = live.driver.try_lock().map_or(true, |d| d.as_ref().is_some_and(Driver::running));
+                item.live = live
+                    .driver
+                    .try_lock()
+                    .map_or(true, |d| d.as_ref().is_some_and(Driver::running));
             }
             items.push(item);
         }
-        items.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
+        items.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
         Ok(items)
     }
 
@@ -511,12 +516,7 @@ impl Backend for EmbeddedBackend {
                         return Some((e, (live, rx, last, buf)));
                     }
                     let _ = rx.borrow_and_update();
-                    buf.extend(
-                        lock(&live.events)
-                            .iter()
-                            .filter(|e| e.seq > last)
-                            .cloned(),
-                    );
+                    buf.extend(lock(&live.events).iter().filter(|e| e.seq > last).cloned());
                     if buf.is_empty() && rx.changed().await.is_err() {
                         return None;
                     }
@@ -539,7 +539,10 @@ impl Backend for EmbeddedBackend {
             let _ = d.handle.await;
         }
         let (spec, state) = inner.load(id)?;
-        if matches!(state.status, DebateStatus::Completed | DebateStatus::Cancelled) {
+        if matches!(
+            state.status,
+            DebateStatus::Completed | DebateStatus::Cancelled
+        ) {
             return Err(ApiError::conflict(format!(
                 "debate {id} is already {}",
                 state.status.as_str()

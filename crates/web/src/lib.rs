@@ -26,8 +26,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use backend::{
-    Answer, AnswersRequest, ApiError, Backend, DebateListItem, FormDefaults, ReportFn,
-    SpecSource, SubmitRequest,
+    Answer, AnswersRequest, ApiError, Backend, DebateListItem, FormDefaults, ReportFn, SpecSource,
+    SubmitRequest,
 };
 pub use cluster::ClusterBackend;
 pub use embedded::EmbeddedBackend;
@@ -69,7 +69,10 @@ pub struct Server {
 
 impl Server {
     /// Checks the options and binds.
-    pub async fn bind(options: ServeOptions, backend: Arc<dyn Backend>) -> Result<Self, ServeError> {
+    pub async fn bind(
+        options: ServeOptions,
+        backend: Arc<dyn Backend>,
+    ) -> Result<Self, ServeError> {
         let loopback = options.listen.ip().is_loopback();
         let token = match options.token.as_deref() {
             Some(t) => Some(Arc::new(auth::Token::new(t).map_err(ServeError::BadToken)?)),
