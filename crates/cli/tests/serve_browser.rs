@@ -57,6 +57,107 @@ fn reply(model: &str, prompt: &str) -> String {
     }
 }
 
+/// `parley serve` on `port` in `dir` (no API keys in its environment).
+fn serve(dir: &Path, port: u16) -> ChildProcess {
+    let mut cmd = Command::new(PARLEY);
+    cmd.current_dir(dir)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
+    let serve = ChildProcess::spawn(cmd, "serve").unwrap();
+    assert!(
+        serve
+            .wait_for_log_line("Parley is serving", Duration::from_secs(30))
+            .is_some(),
+        "{}",
+        serve.log()
+    );
+    serve
+}
+
+/// The three-agent, two-round config calling `base_url`.
+fn write_config(dir: &Path, base_url: &str) {
+    let mut cfg = parley_tests::spec("");
+    let obj = cfg.as_object_mut().unwrap();
+    obj.remove("problem");
+    obj.insert("baseUrl".into(), json!(base_url));
+    std::fs::write(
+        dir.join("debate-config.json"),
+        serde_json::to_vec_pretty(&cfg).unwrap(),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_keeps_following_a_debate_across_a_server_restart() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(700)));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let mut first = serve(dir.path(), port);
+    let base = format!("http://127.0.0.1:{port}");
+    let id: String = reqwest::Client::new()
+        .post(format!("{base}/api/debates"))
+        .json(&json!({"problem": "Design a job scheduler that survives restarts"}))
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()["debateId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let b = Browser::start().await.unwrap();
+    b.goto(&format!("{base}/?d={id}")).await.unwrap();
+    b.wait_until(
+        "return document.querySelectorAll('#rounds .contrib .md.body').length >= 3;",
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    // Marks this page load: a reload would lose it.
+    b.execute("window.__sameLoad = 'yes';", vec![])
+        .await
+        .unwrap();
+
+    first.terminate();
+    assert!(first.wait_exit(Duration::from_secs(20)).is_some());
+    b.wait_until(
+        "const c = document.getElementById('conn'); return c && c.classList.contains('retrying');",
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
+    let _second = serve(dir.path(), port);
+
+    b.wait_for("#solution", Duration::from_secs(90))
+        .await
+        .unwrap();
+    let page = b
+        .wait_until(
+            "const s = document.getElementById('status');
+             if (!s || s.textContent !== 'completed') return null;
+             return { same: window.__sameLoad || null, bars: document.querySelectorAll('#timeline .bar').length,
+                      conn: document.getElementById('conn').className };",
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert_eq!(page["same"], "yes", "the page was reloaded: {page}");
+    assert_eq!(page["bars"], 22, "one bar per LLM call: {page}");
+    assert!(page["conn"].as_str().unwrap().contains("live"), "{page}");
+    parley_tests::assert_no_completed_call_repeated(&fake);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
     assert!(
@@ -67,31 +168,9 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
     fake.set_latency(Latency::Fixed(Duration::from_millis(900)));
     fake.set_responder(|r| reply(&r.model, &r.prompt_text()));
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = parley_tests::spec("");
-    let obj = cfg.as_object_mut().unwrap();
-    obj.remove("problem");
-    obj.insert("baseUrl".into(), json!(fake.base_url()));
-    std::fs::write(
-        dir.path().join("debate-config.json"),
-        serde_json::to_vec_pretty(&cfg).unwrap(),
-    )
-    .unwrap();
+    write_config(dir.path(), &fake.base_url());
     let port = free_port();
-    let mut cmd = Command::new(PARLEY);
-    cmd.current_dir(dir.path())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env_remove("PARLEY_SERVE_TOKEN")
-        .env("PARLEY_MODEL_DIR", dir.path().join("no-models"));
-    let serve = ChildProcess::spawn(cmd, "serve").unwrap();
-    assert!(
-        serve
-            .wait_for_log_line("Parley is serving", Duration::from_secs(30))
-            .is_some(),
-        "{}",
-        serve.log()
-    );
+    let serve = serve(dir.path(), port);
     let base = format!("http://127.0.0.1:{port}/");
 
     let b = Browser::start().await.unwrap();

@@ -252,6 +252,7 @@ impl Backend for ClusterBackend {
             .filter_map(list_item)
             .collect();
         items.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
+        items.truncate(crate::embedded::MAX_LISTED);
         let missing: Vec<String> = {
             let cache = self
                 .problems

@@ -49,6 +49,8 @@ use crate::backend::{
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Debates `GET /api/debates` lists, at most (the most recently updated).
 pub const MAX_LISTED: usize = 200;
+/// Debates whose events this process keeps in memory before it forgets the idle ones.
+const MAX_LIVE: usize = 256;
 
 /// Gives a debate its task runner (the CLI's: the agent and judge logic over its provider
 /// registry, like `parley run`).
@@ -198,7 +200,7 @@ impl EmbeddedBackend {
                 )))
             }
         };
-        let runner = inner.runners.runner(&spec)?;
+        let runner = inner.runner(&spec).await?;
         let machine = Machine::from_checkpoint(spec, state);
         *driver = Some(inner.spawn_driver(live.clone(), machine, input, runner));
         Ok(json!({ "debateId": id, "accepted": what }))
@@ -208,6 +210,16 @@ impl EmbeddedBackend {
 impl Inner {
     fn events_path(&self, id: &str) -> PathBuf {
         self.store.dir().join(format!("{id}.events.jsonl"))
+    }
+
+    /// The runner for `spec`, off the async threads (the first use of the local model
+    /// loads it, which takes a while).
+    async fn runner(&self, spec: &DebateSpec) -> Result<Arc<dyn TaskRunner>, ApiError> {
+        let runners = self.runners.clone();
+        let spec = spec.clone();
+        tokio::task::spawn_blocking(move || runners.runner(&spec))
+            .await
+            .map_err(|e| ApiError::internal(format!("while preparing the providers: {e}")))?
     }
 
     /// The debate's live record; 404 when it has no checkpoint.
@@ -221,6 +233,16 @@ impl Inner {
         let events = read_event_log(&self.events_path(id));
         let latest = events.last().map_or(0, |e| e.seq);
         let mut map = lock(&self.live);
+        if map.len() >= MAX_LIVE {
+            // Forget debates nobody drives or watches (their events stay in their log).
+            map.retain(|_, l| {
+                Arc::strong_count(l) > 1
+                    || l.latest.receiver_count() > 0
+                    || l.driver
+                        .try_lock()
+                        .map_or(true, |d| d.as_ref().is_some_and(Driver::running))
+            });
+        }
         let live = map
             .entry(id.to_string())
             .or_insert_with(|| {
@@ -413,7 +435,7 @@ impl Backend for EmbeddedBackend {
     async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
         let inner = &self.inner;
         let spec = inner.specs.build(&request)?;
-        let runner = inner.runners.runner(&spec)?;
+        let runner = inner.runner(&spec).await?;
         let machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
         let id = machine.id().to_string();
         // Saved before the reply, so the debate exists for every later request.
