@@ -59,9 +59,14 @@ fn reply(model: &str, prompt: &str) -> String {
 
 /// `parley serve` on `port` in `dir` (no API keys in its environment).
 fn serve(dir: &Path, port: u16) -> ChildProcess {
+    serve_with(dir, port, &[])
+}
+
+fn serve_with(dir: &Path, port: u16, extra: &[&str]) -> ChildProcess {
     let mut cmd = Command::new(PARLEY);
     cmd.current_dir(dir)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENROUTER_API_KEY")
         .env_remove("PARLEY_SERVE_TOKEN")
@@ -309,4 +314,74 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
         .await
         .unwrap();
     drop(serve);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_the_page_signs_in_by_field_or_by_url_fragment() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let token = "page-token-0123456789abcdef";
+    let _serve = serve_with(dir.path(), port, &["--auth-token", token]);
+    let base = format!("http://127.0.0.1:{port}/");
+
+    let b = Browser::start().await.unwrap();
+    b.goto(&base).await.unwrap();
+    let field = b
+        .wait_for("#token-input", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.wait_until(
+        "return !document.getElementById('login').hidden && !document.getElementById('problem');",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    // A wrong token is refused, the right one opens the form.
+    b.type_text(&field, "not-the-token-at-all").await.unwrap();
+    b.click(
+        &b.wait_for("#login-form button", Duration::from_secs(5))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_until(
+        "const e = document.getElementById('login-error'); return e && !e.hidden && e.textContent;",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let field = b
+        .wait_for("#token-input", Duration::from_secs(5))
+        .await
+        .unwrap();
+    b.clear(&field).await.unwrap();
+    b.type_text(&field, token).await.unwrap();
+    b.click(
+        &b.wait_for("#login-form button", Duration::from_secs(5))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_for("#problem", Duration::from_secs(10))
+        .await
+        .unwrap();
+
+    // A fresh browser with the token in the URL fragment: signed in, and the fragment is
+    // gone from the address bar.
+    drop(b);
+    let b = Browser::start().await.unwrap();
+    b.goto(&format!("{base}#token={token}")).await.unwrap();
+    b.wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let href = b.execute("return location.href;", vec![]).await.unwrap();
+    assert_eq!(href, base.as_str(), "the token stays in the address bar");
 }
