@@ -385,3 +385,63 @@ async fn with_a_token_the_page_signs_in_by_field_or_by_url_fragment() {
     let href = b.execute("return location.href;", vec![]).await.unwrap();
     assert_eq!(href, base.as_str(), "the token stays in the address bar");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cancel_button_cancels_a_running_debate() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_secs(3)));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let _serve = serve(dir.path(), port);
+    let base = format!("http://127.0.0.1:{port}");
+    let b = Browser::start().await.unwrap();
+    b.goto(&format!("{base}/")).await.unwrap();
+    let problem = b
+        .wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.type_text(&problem, "Design something slow")
+        .await
+        .unwrap();
+    b.click(&b.wait_for("#start", Duration::from_secs(5)).await.unwrap())
+        .await
+        .unwrap();
+    let cancel = b
+        .wait_for("#cancel", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.wait_until(
+        "return document.querySelectorAll('#timeline .bar.running').length >= 3;",
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap();
+    b.click(&cancel).await.unwrap();
+    b.wait_until(
+        "const s = document.getElementById('status');
+         return s && s.textContent === 'cancelled' && !document.getElementById('cancel');",
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap();
+    let id = b
+        .execute(
+            "return new URLSearchParams(location.search).get('d');",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let state: serde_json::Value =
+        reqwest::get(format!("{base}/api/debates/{}", id.as_str().unwrap()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(state["status"], "cancelled");
+}

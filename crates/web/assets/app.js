@@ -458,6 +458,7 @@
         view.append(this.blocks[b]);
       }
       this.blocks.head.append(el('div', { class: 'card' }, el('p', { class: 'waiting active', text: 'Loading debate…' })));
+      this.actionsEl = el('div', { class: 'actions', id: 'actions' });
       this.refreshState();
       follow(this.id, this);
       this.ticker = setInterval(() => this.tick(), 1000);
@@ -543,7 +544,10 @@
     }
 
     tick() {
-      if (this.running()) this.render(['head', 'flow']);
+      if (!this.running()) return;
+      // Only the clock moves: the header's buttons are not rebuilt under the pointer.
+      if (this.elapsedEl && this.begin) this.elapsedEl.textContent = fmtMs(Math.max(0, Date.now() - this.begin));
+      this.render(['flow']);
     }
 
     status() {
@@ -599,7 +603,10 @@
     render(only) {
       if (!this.state && !this.latest) return;
       const want = (b) => !only || only.includes(b);
-      if (want('head')) this.renderBlock('head', () => this.headSig(), () => this.renderHead());
+      if (want('head')) {
+        this.renderBlock('head', () => this.headSig(), () => this.renderHead());
+        this.renderActions();
+      }
       if (want('clarify')) this.renderBlock('clarify', () => JSON.stringify([this.state && this.state.clarifications, this.status()]), () => this.renderClarify());
       if (want('solution')) this.renderBlock('solution', () => JSON.stringify(this.state && this.state.finalSolution), () => this.renderSolution());
       if (want('flow')) this.renderBlock('flow', () => `${this.lastSeq}:${this.running() ? Date.now() : ''}`, () => this.renderFlow());
@@ -618,8 +625,7 @@
     headSig() {
       const st = this.state;
       const ev = this.latest;
-      return JSON.stringify([this.status(), this.interrupted(), st && st.updatedAt, st && st.error, ev && ev.seq,
-        this.running() ? Math.floor(Date.now() / 1000) : 0]);
+      return JSON.stringify([this.status(), this.interrupted(), st && st.updatedAt, st && st.error, ev && ev.seq]);
     }
 
     tokens() {
@@ -646,17 +652,7 @@
       const pct = p.total ? Math.round((100 * p.done) / p.total) : (status === 'completed' ? 100 : 0);
       const end = this.running() ? Date.now() : Date.parse((st && st.updatedAt) || (ev && ev.at)) || Date.now();
       const begin = Date.parse(st && st.createdAt) || this.startedAt || end;
-      const buttons = [];
-      if (['running', 'pending', 'awaiting_clarifications'].includes(this.status())) {
-        buttons.push(el('button', { type: 'button', class: 'btn danger', id: 'cancel', onclick: () => this.command('cancel') }, 'Cancel'));
-      }
-      if (this.status() === 'failed') {
-        buttons.push(el('button', { type: 'button', class: 'btn primary', id: 'retry', onclick: () => this.command('retry') }, 'Retry from failed step'));
-      } else if (this.interrupted()) {
-        buttons.push(el('button', { type: 'button', class: 'btn primary', id: 'retry', onclick: () => this.command('retry') }, 'Resume'));
-      }
-      buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-report', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/report`, `${this.id}.md`) }, 'Report (.md)'));
-      buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-state', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/state`, `${this.id}.json`) }, 'State (.json)'));
+      this.begin = begin;
       const active = (p.activeAgents || []);
       const inFlight = [...this.tasks.values()].filter((t) => t.state === 'running').length;
       const card = el('div', { class: 'card debate-head' },
@@ -674,7 +670,7 @@
           el('div', null, el('b', { text: phaseName(p.phase || (st && st.status)) }), 'phase'),
           el('div', null, el('b', { text: `${p.done || 0} / ${p.total || 0}` }), 'tasks done'),
           el('div', null, el('b', { text: fmtInt(this.tokens()) }), 'tokens'),
-          el('div', null, el('b', { text: fmtMs(Math.max(0, end - begin)) }), 'elapsed')),
+          el('div', null, (this.elapsedEl = el('b', { text: fmtMs(Math.max(0, end - begin)) })), 'elapsed')),
         active.length && this.running()
           ? el('div', { class: 'working', id: 'working' }, el('span', { class: 'muted', text: `Working now (${inFlight || active.length} task${(inFlight || active.length) === 1 ? '' : 's'} in flight):` }),
             active.map((a) => el('span', { class: 'who', text: this.agentName(a) })))
@@ -682,9 +678,28 @@
         st && st.error && status === 'failed'
           ? el('p', { class: 'error failure', id: 'failure', text: `Failed at ${st.error.node} (round ${st.error.round}): ${st.error.message}\nRetry continues from that step; completed calls are not repeated.` })
           : null,
-        this.commandError ? el('p', { class: 'error', text: this.commandError }) : null,
-        el('div', { class: 'actions' }, buttons));
+        this.actionsEl);
       return card;
+    }
+
+    /** The buttons, rebuilt only when what they offer changes (not under the pointer). */
+    renderActions() {
+      const sig = JSON.stringify([this.status(), this.interrupted(), this.commandError || '']);
+      if (this.sigs.actions === sig) return;
+      this.sigs.actions = sig;
+      const buttons = [];
+      if (['running', 'pending', 'awaiting_clarifications'].includes(this.status())) {
+        buttons.push(el('button', { type: 'button', class: 'btn danger', id: 'cancel', onclick: () => this.command('cancel') }, 'Cancel'));
+      }
+      if (this.status() === 'failed') {
+        buttons.push(el('button', { type: 'button', class: 'btn primary', id: 'retry', onclick: () => this.command('retry') }, 'Retry from failed step'));
+      } else if (this.interrupted()) {
+        buttons.push(el('button', { type: 'button', class: 'btn primary', id: 'retry', onclick: () => this.command('retry') }, 'Resume'));
+      }
+      buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-report', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/report`, `${this.id}.md`) }, 'Report (.md)'));
+      buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-state', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/state`, `${this.id}.json`) }, 'State (.json)'));
+      clear(this.actionsEl).append(...buttons);
+      if (this.commandError) this.actionsEl.append(el('p', { class: 'error', text: this.commandError }));
     }
 
     async command(what) {
@@ -696,13 +711,12 @@
       } catch (e) {
         this.commandError = e.message;
       }
-      this.sigs.head = null;
       this.scheduleRefresh(0);
       this.render();
     }
 
     async fetchFile(path, name) {
-      try { await download(path, name); } catch (e) { this.commandError = e.message; this.sigs.head = null; this.render(); }
+      try { await download(path, name); } catch (e) { this.commandError = e.message; this.render(); }
     }
 
     renderClarify() {
