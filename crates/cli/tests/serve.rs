@@ -332,6 +332,7 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     );
 
     // Roles and rounds from the form.
+    let before = fake.request_count();
     let id2 = s
         .submit(
             json!({"problem": "Design a queue", "roles": ["architect", "testing"], "rounds": 1}),
@@ -352,6 +353,31 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     agents.dedup();
     assert_eq!(agents, ["agent-architect", "agent-testing"]);
     assert_eq!(st["rounds"].as_array().unwrap().len(), 1);
+    // On the wire: the configured architect's model and temperature, the built-in testing
+    // agent's model, the config's judge; every prompt carries the problem.
+    let calls = fake.requests()[before..].to_vec();
+    assert_eq!(
+        calls.len(),
+        2 + 2 + 2 + 1,
+        "proposals, critiques, refinements, synthesis"
+    );
+    let mut models: Vec<(String, Option<f64>)> = calls
+        .iter()
+        .map(|r| (r.model.clone(), r.temperature))
+        .collect();
+    models.sort_by(|a, b| a.0.cmp(&b.0));
+    models.dedup();
+    assert_eq!(
+        models,
+        [
+            ("gpt-4o-mini".to_string(), Some(0.5)),
+            ("model-arch".to_string(), Some(0.1)),
+            ("model-judge".to_string(), Some(0.4)),
+        ]
+    );
+    assert!(calls
+        .iter()
+        .all(|r| r.prompt_text().contains("Design a queue")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
