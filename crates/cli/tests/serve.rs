@@ -796,3 +796,76 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
     let (status, _) = s.get("/api/debates/deb-20200101-000000-zzzzzz").await;
     assert_eq!(status, 404);
 }
+
+/// Answers to clarification questions go to `parley.debates.answer` as
+/// `{debateId, answers}`; the coordinator's reply (or error) comes back as is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_answers_are_forwarded_to_the_answer_subject() {
+    use futures::StreamExt as _;
+    let nats = parley_testkit::NatsServer::start().unwrap();
+    let client = parley_tests::connect_as(&nats.url()).await;
+    let mut sub = client.subscribe("parley.debates.answer").await.unwrap();
+    let responder = client.clone();
+    let seen = tokio::spawn(async move {
+        let mut bodies = Vec::new();
+        while let Some(msg) = sub.next().await {
+            let body: Value = serde_json::from_slice(&msg.payload).unwrap();
+            let reply = if bodies.is_empty() {
+                json!({"debateId": body["debateId"], "accepted": "answer"})
+            } else {
+                json!({"error": {"code": "conflict", "message": "this debate is not waiting for answers"}})
+            };
+            bodies.push(body);
+            if let Some(to) = msg.reply {
+                responder
+                    .publish(to, reply.to_string().into())
+                    .await
+                    .unwrap();
+            }
+            if bodies.len() == 2 {
+                return bodies;
+            }
+        }
+        bodies
+    });
+    client.flush().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), None);
+    let s = Serve::start(dir.path(), &["--nats-url", &nats.url()]);
+    let id = "deb-20260101-000000-abc123";
+    let answers =
+        json!({"answers": [{"id": "q1", "answer": "EU only"}, {"id": "q2", "answer": "NA"}]});
+    let (status, v) = s
+        .post(&format!("/api/debates/{id}/answers"), answers.clone())
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["accepted"], "answer");
+    let (status, v) = s
+        .post(&format!("/api/debates/{id}/answers"), answers.clone())
+        .await;
+    assert_eq!(status, 409, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not waiting"));
+    let bodies = tokio::time::timeout(Duration::from_secs(10), seen)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        bodies[0],
+        json!({"debateId": id, "answers": answers["answers"]})
+    );
+    // Bad answers never reach NATS.
+    let (status, v) = s
+        .post(
+            &format!("/api/debates/{id}/answers"),
+            json!({"answers": [{"id": "bad id", "answer": "x"}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("answers[0].id"));
+}
