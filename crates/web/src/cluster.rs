@@ -153,9 +153,10 @@ impl ClusterBackend {
     /// The last event of every debate in the events stream.
     async fn last_events(&self) -> Result<Vec<Value>, ApiError> {
         let stream = self.events_stream().await?;
+        let name = consumer_name("list");
         let consumer = stream
             .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                name: Some(consumer_name("list")),
+                name: Some(name.clone()),
                 filter_subject: subjects::events_subject("*"),
                 deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
                 ..Default::default()
@@ -163,9 +164,19 @@ impl ClusterBackend {
             .await
             .map_err(|e| ApiError::unavailable(format!("cannot read the events stream: {e}")))?;
         let mut out = Vec::new();
-        if consumer.cached_info().num_pending == 0 {
-            return Ok(out);
+        if consumer.cached_info().num_pending > 0 {
+            self.read_last_events(consumer, &mut out).await?;
         }
+        // Not left for the server to expire: a page lists every few seconds.
+        let _ = stream.delete_consumer(&name).await;
+        Ok(out)
+    }
+
+    async fn read_last_events(
+        &self,
+        consumer: jetstream::consumer::Consumer<jetstream::consumer::pull::OrderedConfig>,
+        out: &mut Vec<Value>,
+    ) -> Result<(), ApiError> {
         let mut messages = consumer
             .messages()
             .await
@@ -182,7 +193,7 @@ impl ClusterBackend {
                 break;
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 
