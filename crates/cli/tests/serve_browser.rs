@@ -357,6 +357,9 @@ async fn with_a_token_the_page_signs_in_by_field_or_by_url_fragment() {
     )
     .await
     .unwrap();
+    b.screenshot(&artifacts().join("serve-sign-in.png"))
+        .await
+        .unwrap();
     let field = b
         .wait_for("#token-input", Duration::from_secs(5))
         .await

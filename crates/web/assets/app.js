@@ -930,6 +930,7 @@
     const badge = $('backend-badge');
     badge.hidden = false;
     badge.textContent = app.config.backend;
+    $('new-debate').hidden = false;
     $('login').hidden = true;
     await refreshList();
     if (!app.listTimer) {
