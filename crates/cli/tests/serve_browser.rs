@@ -448,3 +448,62 @@ async fn the_cancel_button_cancels_a_running_debate() {
             .unwrap();
     assert_eq!(state["status"], "cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_debate_shows_why_and_its_retry_button_finishes_it() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    fake.add_fault(parley_testkit::Fault::Status {
+        status: 401,
+        body: r#"{"error":{"message":"the judge's key was revoked"}}"#.into(),
+        matching: parley_testkit::Match::Model("model-judge".into()),
+        times: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let _serve = serve(dir.path(), port);
+    let base = format!("http://127.0.0.1:{port}");
+    let b = Browser::start().await.unwrap();
+    b.goto(&format!("{base}/")).await.unwrap();
+    let problem = b
+        .wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.type_text(&problem, "Design a feature flag service")
+        .await
+        .unwrap();
+    b.click(&b.wait_for("#start", Duration::from_secs(5)).await.unwrap())
+        .await
+        .unwrap();
+    let failure = b
+        .wait_for("#failure", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let text = b.text(&failure).await.unwrap();
+    assert!(
+        text.contains("synthesis") && text.contains("revoked"),
+        "{text}"
+    );
+    b.screenshot(&artifacts().join("serve-failed.png"))
+        .await
+        .unwrap();
+    fake.clear_faults();
+    b.click(&b.wait_for("#retry", Duration::from_secs(5)).await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("#solution", Duration::from_secs(30))
+        .await
+        .unwrap();
+    b.wait_until(
+        "const s = document.getElementById('status');
+         return s && s.textContent === 'completed' && !document.getElementById('failure') && !document.getElementById('retry');",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    parley_tests::assert_no_completed_call_repeated(&fake);
+}
