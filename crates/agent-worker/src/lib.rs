@@ -78,7 +78,6 @@ async fn run(
         (TaskKind::Summarize, Some(max)) => content.chars().take(max).collect(),
         _ => content,
     };
-    let mut warnings = Vec::new();
     let mut questions = Vec::new();
     if task.kind == TaskKind::Clarify {
         match parse_questions(&content) {

@@ -11,7 +11,9 @@
 //! - [`compat`]: dialectic config keys accepted before the strict parse.
 //! - [`context_dir`]: `--context DIR`, the directory snapshot the agents' tools read.
 //! - [`eval`]: `parley eval`, evaluator agents scoring saved debates.
-//! - [`envfile`]: `--env-file F` / `./.env` for `run` and `eval`.
+//! - [`envfile`]: `--env-file F` / `./.env` for `run`, `eval` and `serve`.
+//! - [`serve`]: `parley serve`, the web page and its API (`parley_web`) over this process
+//!   or a cluster.
 
 mod clarify;
 mod compat;
@@ -24,6 +26,7 @@ mod remote;
 mod report;
 mod report_cmd;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -108,6 +111,9 @@ enum Command {
     Report(report_cmd::ReportArgs),
     /// Score saved debates with evaluator agents (dialectic's `eval`).
     Eval(eval::EvalArgs),
+    /// Serve the web page and its JSON API: start debates, watch them live (embedded, or
+    /// a cluster with --nats-url).
+    Serve(serve::ServeArgs),
 }
 
 /// `parley retry`: `--config`, `--output`, `--report`, `--verbose` apply to an embedded
@@ -183,6 +189,7 @@ fn main() -> ExitCode {
     let env_file = match &cli.command {
         Command::Run(a) => Some((a.env_file.as_deref(), a.verbose)),
         Command::Eval(a) => Some((a.env_file.as_deref(), a.verbose)),
+        Command::Serve(a) => Some((a.env_file.as_deref(), false)),
         _ => None,
     };
     if let Some((file, verbose)) = env_file {
@@ -253,6 +260,7 @@ fn main() -> ExitCode {
             Command::Answer(args) => remote::answer(args, interrupt).await,
             Command::Report(args) => report_cmd::report(args),
             Command::Eval(args) => until_interrupted(interrupt, eval::eval(args)).await,
+            Command::Serve(args) => serve::serve(args, interrupt).await,
         }
     });
     // Work abandoned by an interrupted command (a local model call on a blocking thread)

@@ -6,6 +6,8 @@
 //!   records every request. The `fake-llm` binary runs one in its own process.
 //! - [`servers`]: [`NatsServer`] and [`RedisServer`], real server processes on ephemeral
 //!   loopback ports with private data directories; kill and restart them to test crashes.
+//! - [`webdriver`]: [`Browser`], a headless Chromium driven over the W3C WebDriver
+//!   protocol (`chromedriver`), for the web page's browser tests.
 //! - [`process`]: [`ChildProcess`] for our own binaries ([`workspace_bin`] finds them),
 //!   plus [`free_port`], [`wait_until`] and [`wait_until_async`].
 //! - [`pty`]: [`OnPty`], a process on a pseudo-terminal, for interactive commands.
@@ -19,9 +21,11 @@ pub mod otlp;
 pub mod process;
 pub mod pty;
 pub mod servers;
+pub mod webdriver;
 
 pub use fake_llm::{FakeLlm, FakeToolCall, Fault, Latency, Match, RateLimit, RecordedRequest};
 pub use otlp::{OtlpReceiver, ReceivedEvent, ReceivedSpan, SpanStatus};
 pub use process::{free_port, wait_until, wait_until_async, workspace_bin, ChildProcess};
 pub use pty::OnPty;
 pub use servers::{NatsServer, RedisServer};
+pub use webdriver::{browser_available, Browser};

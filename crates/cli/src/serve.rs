@@ -1,0 +1,270 @@
+//! `parley serve`: the web page and its JSON API (see `parley_web`), over debates run in
+//! this process (default) or a cluster (`--nats-url`).
+//!
+//! The form's defaults and every submitted debate come from the config the server was
+//! started with (`--config`, default `./debate-config.json`), read like `parley run`
+//! reads it; a submission chooses only the problem, the roles and the rounds. Embedded,
+//! the config's endpoints and provider limits go to this process's provider registry;
+//! with a cluster they are the operator's business and are not sent.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parley_cli::EmbeddedRunner;
+use parley_coordinator::TaskRunner;
+use parley_llm::ratelimit::LocalLimiter;
+use parley_llm::{ProviderSettings, Registry};
+use parley_protocol::{DebateConfigFile, DebateSpec, KNOWN_ROLES};
+use parley_web::backend::AgentView;
+use parley_web::embedded::RunnerSource;
+use parley_web::{ApiError, Backend, FormDefaults, SpecSource, SubmitRequest};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, LoadedConfig, Overrides};
+use crate::{report, run, CliError};
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on; anything but loopback needs --auth-token.
+    #[arg(long, env = "PARLEY_SERVE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Bearer token the API requires (at least 16 characters); the page asks for it.
+    #[arg(
+        long,
+        env = "PARLEY_SERVE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub auth_token: Option<String>,
+    /// Front this cluster over NATS instead of running debates in this process.
+    #[arg(long, value_name = "URL")]
+    pub nats_url: Option<String>,
+    /// NATS credentials file for --nats-url: a `.creds` file or an NKey seed file.
+    #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// Debate configuration: the form's defaults and the settings of every debate
+    /// (default ./debate-config.json).
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Load environment variables (API keys) from this file (default ./.env when present).
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
+}
+
+/// Builds specs from the server's config, as `parley run` does from its flags.
+struct ConfigSpecs {
+    file: DebateConfigFile,
+    base_dir: PathBuf,
+}
+
+impl ConfigSpecs {
+    fn loaded(&self) -> LoadedConfig {
+        LoadedConfig {
+            file: self.file.clone(),
+            base_dir: self.base_dir.clone(),
+        }
+    }
+}
+
+impl SpecSource for ConfigSpecs {
+    fn defaults(&self) -> FormDefaults {
+        let agents: Vec<AgentView> = self
+            .file
+            .agents
+            .iter()
+            .flatten()
+            .filter(|a| a.is_enabled())
+            .map(AgentView::from)
+            .collect();
+        let judge = self
+            .file
+            .judge
+            .clone()
+            .unwrap_or_else(config::default_judge);
+        let mut roles: BTreeSet<String> = KNOWN_ROLES.iter().map(|r| r.to_string()).collect();
+        roles.extend(self.file.agents.iter().flatten().map(|a| a.role.clone()));
+        FormDefaults {
+            agents,
+            judge: AgentView::from(&judge),
+            rounds: self
+                .file
+                .debate
+                .as_ref()
+                .map_or_else(|| config::default_debate().rounds, |d| d.rounds),
+            max_rounds: parley_protocol::limits::MAX_ROUNDS,
+            roles: roles.into_iter().collect(),
+            clarify: self
+                .file
+                .debate
+                .as_ref()
+                .is_some_and(|d| d.interactive_clarifications),
+        }
+    }
+
+    fn build(&self, request: &SubmitRequest) -> Result<DebateSpec, ApiError> {
+        let overrides = Overrides {
+            roles: request.roles.clone(),
+            rounds: request.rounds,
+            clarify: request.clarify,
+            ..Default::default()
+        };
+        let mut warn = |w: String| tracing::warn!("{w}");
+        config::build_spec(
+            self.loaded(),
+            request.problem.clone(),
+            &overrides,
+            &mut warn,
+        )
+        .map_err(|e| {
+            // The form's field, not the CLI flag.
+            let message = match e.message.strip_prefix("--agents: ") {
+                Some(rest) => format!("roles: {rest}"),
+                None => e.message,
+            };
+            ApiError::invalid(message)
+        })
+    }
+}
+
+/// The embedded runner over one provider registry (one rate limiter for every debate).
+struct Runners {
+    registry: Arc<Registry>,
+}
+
+impl RunnerSource for Runners {
+    fn runner(&self, spec: &DebateSpec) -> Result<Arc<dyn TaskRunner>, ApiError> {
+        for a in spec.active_agents().chain(std::iter::once(&spec.judge)) {
+            let r = self
+                .registry
+                .resolve(a)
+                .map_err(|e| ApiError::invalid(format!("agent {}: {e}", a.id)))?;
+            if r.kind == "local" {
+                self.registry
+                    .local()
+                    .map_err(|e| ApiError::invalid(e.message))?;
+            }
+        }
+        Ok(Arc::new(EmbeddedRunner {
+            registry: self.registry.clone(),
+            // The page does not upload a context directory (yet): no agent tools' files.
+            context_files: spec.context_files.clone().map(Arc::new),
+        }))
+    }
+}
+
+pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
+    let mut warn = |w: String| eprintln!("warning: {w}");
+    let mut loaded = config::load(args.config.as_deref(), &mut warn)?;
+    let endpoints = config::take_endpoints(&mut loaded);
+    let limits = loaded.file.providers.clone();
+    let problems = parley_protocol::validate_providers(&limits);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(CliError::config(format!("config: {}", list.join("; "))));
+    }
+    let specs = Arc::new(ConfigSpecs {
+        file: loaded.file,
+        base_dir: loaded.base_dir,
+    });
+    // The config must make a debate before anything is served.
+    let probe = SubmitRequest {
+        problem: "(configuration check)".into(),
+        ..Default::default()
+    };
+    let default_spec = specs
+        .build(&probe)
+        .map_err(|e| CliError::config(e.message))?;
+
+    let mut embedded = None;
+    let backend: Arc<dyn Backend> = match &args.nats_url {
+        Some(url) => {
+            if !endpoints.is_empty() {
+                eprintln!(
+                    "note: not sending the endpoints of the local config ({}): the cluster's \
+                     operator chooses where calls go",
+                    endpoints.describe()
+                );
+            }
+            let endpoint = parley_cluster::NatsEndpoint::new(
+                url.clone(),
+                args.nats_creds.clone(),
+                parley_cluster::nats::INBOX_CLIENT,
+            );
+            let client = parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(10))
+                .await
+                .map_err(|e| CliError::general(format!("{e:#}")))?;
+            Arc::new(parley_web::ClusterBackend::new(
+                client,
+                specs,
+                report::markdown,
+            ))
+        }
+        None => {
+            let mut settings = ProviderSettings::from_env(endpoints.base_url);
+            settings.agent_base_urls = endpoints.per_agent;
+            let registry = Arc::new(Registry::with_limits(
+                settings,
+                limits,
+                Arc::new(LocalLimiter::default()),
+            ));
+            let runners = Runners {
+                registry: registry.clone(),
+            };
+            // Loads the local model now (when the default debate uses it), not at the
+            // first submission; a provider without its key stops here (exit 4).
+            for a in default_spec
+                .active_agents()
+                .chain(std::iter::once(&default_spec.judge))
+            {
+                let r = registry
+                    .resolve(a)
+                    .map_err(|e| CliError::config(e.to_string()))?;
+                if r.kind == "local" {
+                    config::load_local_model(&registry)?;
+                    break;
+                }
+            }
+            runners
+                .runner(&default_spec)
+                .map_err(|e| CliError::config(e.message))?;
+            let backend = parley_web::EmbeddedBackend::new(
+                run::DEBATES_DIR,
+                specs,
+                Arc::new(runners),
+                report::markdown,
+                interrupt.clone(),
+            );
+            for id in backend.resume_interrupted().await {
+                eprintln!("Resuming debate {id}");
+            }
+            embedded = Some(backend.clone());
+            Arc::new(backend)
+        }
+    };
+    let kind = backend.kind();
+    let options = parley_web::ServeOptions {
+        listen: args.listen,
+        token: args.auth_token.clone(),
+    };
+    let server = parley_web::Server::bind(options, backend)
+        .await
+        .map_err(|e| match e {
+            parley_web::ServeError::TokenRequired(_) | parley_web::ServeError::BadToken(_) => {
+                CliError::usage(e.to_string())
+            }
+            _ => CliError::general(e.to_string()),
+        })?;
+    eprintln!(
+        "Parley is serving {kind} debates on http://{}/ (Ctrl-C to stop)",
+        server.local_addr()
+    );
+    let served = server.run(interrupt.clone()).await;
+    if let Some(e) = embedded {
+        e.stopped().await;
+        eprintln!("Saved the debates in flight to {}", run::DEBATES_DIR);
+    }
+    served.map_err(|e| CliError::general(e.to_string()))
+}

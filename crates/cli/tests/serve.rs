@@ -1,0 +1,984 @@
+//! End-to-end tests of `parley serve`'s JSON API: the real binary, the fake LLM, and for
+//! the cluster backend real nats-server / redis-server with the coordinator and worker
+//! binaries. Build the binaries first: `cargo build --workspace --bins`.
+//!
+//! What crosses the wire is asserted: the events a stream delivers (every sequence number,
+//! in order, resumed after a reconnect), the state and report the API returns, and the
+//! LLM requests (no completed call repeated by a retry or a restart).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use parley_testkit::{free_port, ChildProcess, FakeLlm, Fault, Latency, Match};
+use parley_tests::{assert_no_completed_call_repeated, Cluster};
+use serde_json::{json, Value};
+
+const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
+
+/// A running `parley serve`.
+struct Serve {
+    proc: ChildProcess,
+    base: String,
+    http: reqwest::Client,
+}
+
+/// Three agents (architect, security, kiss), 2 fixed rounds, in `dir/debate-config.json`;
+/// with `base_url` the agents call it (embedded).
+fn write_config(dir: &Path, base_url: Option<&str>) -> PathBuf {
+    let mut cfg = parley_tests::spec("");
+    let obj = cfg.as_object_mut().unwrap();
+    obj.remove("problem");
+    if let Some(url) = base_url {
+        obj.insert("baseUrl".into(), json!(url));
+    }
+    let path = dir.join("debate-config.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    path
+}
+
+fn serve_in(dir: &Path, port: u16, extra: &[&str], env: &[(&str, &str)]) -> ChildProcess {
+    let mut cmd = Command::new(PARLEY);
+    cmd.current_dir(dir)
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(extra)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env_remove("PARLEY_NATS_URL")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"))
+        .env("PARLEY_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let p = ChildProcess::spawn(cmd, "serve").unwrap();
+    assert!(
+        p.wait_for_log_line("Parley is serving", Duration::from_secs(30))
+            .is_some(),
+        "serve did not start:\n{}",
+        p.log()
+    );
+    p
+}
+
+impl Serve {
+    fn start(dir: &Path, extra: &[&str]) -> Serve {
+        Self::start_on(dir, free_port(), extra)
+    }
+
+    fn start_on(dir: &Path, port: u16, extra: &[&str]) -> Serve {
+        let proc = serve_in(dir, port, extra, &[]);
+        Serve {
+            proc,
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.http.get(self.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn submit(&self, body: Value) -> String {
+        let (status, v) = self.post("/api/debates", body).await;
+        assert_eq!(status, 201, "{v}");
+        v["debateId"].as_str().unwrap().to_string()
+    }
+
+    /// Reads the debate's event stream (from `after`) until `stop` holds for an event or
+    /// `timeout` passes; returns the events read.
+    async fn events_until(
+        &self,
+        id: &str,
+        after: Option<u64>,
+        timeout: Duration,
+        stop: impl Fn(&Value) -> bool,
+    ) -> Vec<(u64, Value)> {
+        read_events(
+            &self.http,
+            &self.url(&format!("/api/debates/{id}/events")),
+            after,
+            timeout,
+            stop,
+        )
+        .await
+    }
+
+    async fn state(&self, id: &str) -> Value {
+        let (status, v) = self.get(&format!("/api/debates/{id}")).await;
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+}
+
+/// An SSE client: `id:` and `data:` lines of each event, with `Last-Event-ID: after`.
+async fn read_events(
+    http: &reqwest::Client,
+    url: &str,
+    after: Option<u64>,
+    timeout: Duration,
+    stop: impl Fn(&Value) -> bool,
+) -> Vec<(u64, Value)> {
+    let mut req = http.get(url).header("Accept", "text/event-stream");
+    if let Some(a) = after {
+        req = req.header("Last-Event-ID", a.to_string());
+    }
+    let mut res = req.send().await.unwrap();
+    if res.status() != 200 {
+        let status = res.status();
+        panic!("{url}: {status}: {}", res.text().await.unwrap_or_default());
+    }
+    assert_eq!(
+        res.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let deadline = Instant::now() + timeout;
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let (mut id, mut data): (Option<u64>, Vec<String>) = (None, Vec::new());
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = match tokio::time::timeout(left, res.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            _ => return out,
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(nl) = buf.find('\n') {
+            let line = buf[..nl].trim_end_matches('\r').to_string();
+            buf.drain(..=nl);
+            if line.is_empty() {
+                if !data.is_empty() {
+                    let v: Value = serde_json::from_str(&data.join("\n")).unwrap();
+                    let seq = id.expect("an event without id:");
+                    assert_eq!(v["seq"], seq, "id: is the event's sequence number");
+                    let done = stop(&v);
+                    out.push((seq, v));
+                    if done {
+                        return out;
+                    }
+                }
+                id = None;
+                data.clear();
+            } else if let Some(d) = line.strip_prefix("data:") {
+                data.push(d.trim_start().to_string());
+            } else if let Some(i) = line.strip_prefix("id:") {
+                id = i.trim().parse().ok();
+            }
+        }
+    }
+}
+
+fn is_final(e: &Value) -> bool {
+    matches!(
+        e["type"].as_str(),
+        Some("debateCompleted" | "debateFailed" | "debateCancelled")
+    )
+}
+
+/// Sequence numbers `from..=to`, each once, in order.
+fn assert_contiguous(events: &[(u64, Value)], from: u64) {
+    let seqs: Vec<u64> = events.iter().map(|(s, _)| *s).collect();
+    let want: Vec<u64> = (from..from + seqs.len() as u64).collect();
+    assert_eq!(seqs, want, "events out of order or missing");
+}
+
+fn contributions(state: &Value) -> usize {
+    parley_tests::contributions(state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_debate_streams_every_event_in_order_and_resumes() {
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(40)));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+    let s = Serve::start(dir.path(), &[]);
+
+    let (status, cfg) = s.get("/api/config").await;
+    assert_eq!(status, 200);
+    assert_eq!(cfg["backend"], "embedded");
+    assert_eq!(cfg["auth"], false);
+    assert_eq!(cfg["defaults"]["rounds"], 2);
+    let roles: Vec<&str> = cfg["defaults"]["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["architect", "security", "kiss"]);
+    assert!(
+        !cfg.to_string().contains(&fake.base_url()),
+        "endpoints never leave the server"
+    );
+
+    let id = s
+        .submit(json!({"problem": "Design a rate limiter for a public API"}))
+        .await;
+    let events = s
+        .events_until(&id, None, Duration::from_secs(60), is_final)
+        .await;
+    assert_contiguous(&events, 1);
+    let (_, first) = &events[0];
+    assert_eq!(first["type"], "debateStarted", "{first}");
+    let (last_seq, last) = events.last().unwrap();
+    assert_eq!(last["type"], "debateCompleted", "{last}");
+    let completed = events
+        .iter()
+        .filter(|(_, e)| e["type"] == "taskCompleted")
+        .count();
+    assert_eq!(
+        completed,
+        fake.request_count(),
+        "one taskCompleted per LLM call"
+    );
+    assert_eq!(fake.request_count(), 22);
+
+    // A reconnect with Last-Event-ID gets exactly the events after it; so does ?after=.
+    let mid = last_seq / 2;
+    let rest = s
+        .events_until(&id, Some(mid), Duration::from_secs(10), |e| {
+            e["seq"] == *last_seq
+        })
+        .await;
+    assert_contiguous(&rest, mid + 1);
+    assert_eq!(rest.len() as u64, last_seq - mid);
+    assert_eq!(rest.last().unwrap().1, *last);
+    let tail = read_events(
+        &s.http,
+        &s.url(&format!("/api/debates/{id}/events?after={}", last_seq - 2)),
+        None,
+        Duration::from_secs(10),
+        |e| e["seq"] == *last_seq,
+    )
+    .await;
+    assert_contiguous(&tail, last_seq - 1);
+
+    // The state is the checkpoint `parley run` would have written (without the spec).
+    let state = s.state(&id).await;
+    assert_eq!(state["status"], "completed");
+    assert_eq!(contributions(&state), 24);
+    assert!(state.get("spec").is_none());
+    let file: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join(format!("debates/{id}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(file["finalSolution"], state["finalSolution"]);
+
+    // Report and state downloads.
+    let r = s
+        .http
+        .get(s.url(&format!("/api/debates/{id}/report")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/markdown"));
+    assert_eq!(
+        r.headers()["content-disposition"].to_str().unwrap(),
+        format!("attachment; filename=\"{id}.md\"")
+    );
+    let md = r.text().await.unwrap();
+    assert!(md.starts_with(&format!("# Debate {id}")), "{md}");
+    assert!(md.contains("Fake synthesized solution"), "{md}");
+    assert!(
+        md.contains("| agent-security | Security | security | model-sec |"),
+        "{md}"
+    );
+    let r = s
+        .http
+        .get(s.url(&format!("/api/debates/{id}/state")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers()["content-disposition"].to_str().unwrap(),
+        format!("attachment; filename=\"{id}.json\"")
+    );
+    let downloaded: Value = r.json().await.unwrap();
+    assert_eq!(downloaded, state);
+
+    // The list shows it.
+    let (_, list) = s.get("/api/debates").await;
+    let item = &list["debates"][0];
+    assert_eq!(item["id"], id.as_str());
+    assert_eq!(item["status"], "completed");
+    assert_eq!(item["problem"], "Design a rate limiter for a public API");
+    assert_eq!(
+        (item["round"].as_u64(), item["rounds"].as_u64()),
+        (Some(2), Some(2))
+    );
+
+    // Roles and rounds from the form.
+    let before = fake.request_count();
+    let id2 = s
+        .submit(
+            json!({"problem": "Design a queue", "roles": ["architect", "testing"], "rounds": 1}),
+        )
+        .await;
+    s.events_until(&id2, None, Duration::from_secs(60), is_final)
+        .await;
+    let st = s.state(&id2).await;
+    assert_eq!(st["status"], "completed");
+    let mut agents: Vec<&str> = st["rounds"][0]["contributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["agentId"].as_str().unwrap())
+        .collect();
+    agents.dedup();
+    agents.sort();
+    agents.dedup();
+    assert_eq!(agents, ["agent-architect", "agent-testing"]);
+    assert_eq!(st["rounds"].as_array().unwrap().len(), 1);
+    // On the wire: the configured architect's model and temperature, the built-in testing
+    // agent's model, the config's judge; every prompt carries the problem.
+    let calls = fake.requests()[before..].to_vec();
+    assert_eq!(
+        calls.len(),
+        2 + 2 + 2 + 1,
+        "proposals, critiques, refinements, synthesis"
+    );
+    let mut models: Vec<(String, Option<f64>)> = calls
+        .iter()
+        .map(|r| (r.model.clone(), r.temperature))
+        .collect();
+    models.sort_by(|a, b| a.0.cmp(&b.0));
+    models.dedup();
+    assert_eq!(
+        models,
+        [
+            ("gpt-4o-mini".to_string(), Some(0.5)),
+            ("model-arch".to_string(), Some(0.1)),
+            ("model-judge".to_string(), Some(0.4)),
+        ]
+    );
+    assert!(calls
+        .iter()
+        .all(|r| r.prompt_text().contains("Design a queue")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_cancel_and_retry() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+    let s = Serve::start(dir.path(), &[]);
+
+    // Cancel: a debate whose calls take long.
+    fake.set_latency(Latency::Fixed(Duration::from_secs(3)));
+    let id = s.submit(json!({"problem": "Design a slow thing"})).await;
+    s.events_until(&id, None, Duration::from_secs(20), |e| {
+        e["type"] == "taskDispatched"
+    })
+    .await;
+    let (status, v) = s
+        .post(&format!("/api/debates/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["status"], "cancelled");
+    let events = s
+        .events_until(&id, None, Duration::from_secs(20), is_final)
+        .await;
+    assert_contiguous(&events, 1);
+    assert_eq!(events.last().unwrap().1["type"], "debateCancelled");
+    assert_eq!(s.state(&id).await["status"], "cancelled");
+    let (status, v) = s
+        .post(&format!("/api/debates/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 409, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already cancelled"),
+        "{v}"
+    );
+    let (status, _) = s.post(&format!("/api/debates/{id}/retry"), json!({})).await;
+    assert_eq!(status, 409);
+
+    // Retry: one agent's provider refuses (401: not retried), then recovers.
+    fake.set_latency(Latency::Zero);
+    fake.add_fault(Fault::Status {
+        status: 401,
+        body: r#"{"error":{"message":"bad key for model-sec"}}"#.into(),
+        matching: Match::Model("model-sec".into()),
+        times: None,
+    });
+    let before = fake.request_count();
+    let id = s.submit(json!({"problem": "Design a retried thing"})).await;
+    let events = s
+        .events_until(&id, None, Duration::from_secs(30), is_final)
+        .await;
+    let (failed_seq, failed) = events.last().unwrap().clone();
+    assert_eq!(failed["type"], "debateFailed", "{failed}");
+    let state = s.state(&id).await;
+    assert_eq!(state["status"], "failed");
+    assert_eq!(state["error"]["agentId"], "agent-security");
+    fake.clear_faults();
+    let (status, v) = s.post(&format!("/api/debates/{id}/retry"), json!({})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["accepted"], "retry");
+    let more = s
+        .events_until(&id, Some(failed_seq), Duration::from_secs(30), |e| {
+            e["type"] == "debateCompleted"
+        })
+        .await;
+    assert_contiguous(&more, failed_seq + 1);
+    let state = s.state(&id).await;
+    assert_eq!(state["status"], "completed");
+    assert_eq!(contributions(&state), 24);
+    // No completed call ran again (the failed ones, 401s, were never answered 200).
+    let after: Vec<_> = fake.requests()[before..].to_vec();
+    let ok: Vec<_> = after.iter().filter(|r| r.status == 200).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &ok {
+        assert!(
+            seen.insert((r.model.clone(), r.prompt_text())),
+            "a completed call ran twice"
+        );
+    }
+    assert_eq!(ok.len(), 22);
+    let (status, _) = s
+        .post(
+            &format!("/api/debates/{id}/answers"),
+            json!({"answers": [{"id": "q1", "answer": "yes"}]}),
+        )
+        .await;
+    assert_eq!(status, 409, "no debate waits for answers in this build");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_debate_continues_and_its_stream_resumes_after_a_server_restart() {
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(400)));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+    let port = free_port();
+    let mut s = Serve::start_on(dir.path(), port, &[]);
+    let id = s
+        .submit(json!({"problem": "Design a restartable service"}))
+        .await;
+    let seen = s
+        .events_until(&id, None, Duration::from_secs(30), |e| {
+            e["type"] == "taskCompleted" && e["node"] == "critique"
+        })
+        .await;
+    assert_contiguous(&seen, 1);
+    let last_seen = seen.last().unwrap().0;
+
+    // Stop (SIGTERM: the calls in flight get their grace, the checkpoint is saved), start.
+    s.proc.terminate();
+    assert!(
+        s.proc.wait_exit(Duration::from_secs(20)).is_some(),
+        "serve did not stop"
+    );
+    let s = Serve::start_on(dir.path(), port, &[]);
+    assert!(
+        s.proc
+            .wait_for_log_line(&format!("Resuming debate {id}"), Duration::from_secs(10))
+            .is_some(),
+        "{}",
+        s.proc.log()
+    );
+    let rest = s
+        .events_until(&id, Some(last_seen), Duration::from_secs(60), |e| {
+            e["type"] == "debateCompleted"
+        })
+        .await;
+    assert_contiguous(&rest, last_seen + 1);
+    assert!(
+        rest.iter().any(|(_, e)| e["type"] == "debateResumed"),
+        "{rest:?}"
+    );
+    let state = s.state(&id).await;
+    assert_eq!(state["status"], "completed");
+    assert_eq!(contributions(&state), 24);
+    assert_no_completed_call_repeated(&fake);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_refuses_what_it_must() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+
+    // Another address without a token: refused at start, exit 2.
+    let out = Command::new(PARLEY)
+        .current_dir(dir.path())
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env("PARLEY_MODEL_DIR", dir.path().join("no-models"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--auth-token"), "{err}");
+
+    let s = Serve::start(dir.path(), &[]);
+    let http = &s.http;
+    // DNS rebinding: a name other than loopback.
+    let r = http
+        .get(s.url("/api/debates"))
+        .header("Host", "evil.example:80")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // Another origin.
+    let r = http
+        .post(s.url("/api/debates"))
+        .header("Origin", "http://evil.example")
+        .json(&json!({"problem": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // Not JSON by content type (what a cross-site form could send).
+    let r = http
+        .post(s.url("/api/debates"))
+        .header("Content-Type", "text/plain")
+        .body(r#"{"problem": "x"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // Bad fields, each named.
+    let (status, v) = s
+        .post(
+            "/api/debates",
+            json!({"problem": " ", "rounds": 50, "roles": ["astronaut"]}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("problem") && msg.contains("rounds"), "{msg}");
+    let (status, v) = s
+        .post(
+            "/api/debates",
+            json!({"problem": "p", "roles": ["astronaut"]}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("astronaut"),
+        "{v}"
+    );
+    let (status, v) = s
+        .post("/api/debates", json!({"problem": "p", "model": "x"}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("model"),
+        "{v}"
+    );
+    let r = http
+        .post(s.url("/api/debates"))
+        .header("Content-Type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "invalid_json");
+    // Too large: refused from its Content-Length (on a connection of its own: the server
+    // closes it without reading the body).
+    let big = json!({"problem": "x".repeat(2 * 1024 * 1024)});
+    let r = reqwest::Client::new()
+        .post(s.url("/api/debates"))
+        .json(&big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "payload_too_large", "{v}");
+    // Ids.
+    let (status, _) = s.get("/api/debates/..%2F..%2Fetc").await;
+    assert_eq!(status, 400);
+    let (status, v) = s.get("/api/debates/deb-20200101-000000-zzzzzz").await;
+    assert_eq!(status, 404);
+    assert_eq!(v["error"]["code"], "not_found");
+    let (status, _) = s
+        .get("/api/debates/deb-20200101-000000-zzzzzz/events")
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = s.get("/api/nope").await;
+    assert_eq!(status, 404);
+    let r = http
+        .get(s.url("/api/debates/deb-20200101-000000-zzzzzz/events"))
+        .header("Last-Event-ID", "abc")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // The page: a strict CSP on every response.
+    let r = http.get(s.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    drop(s);
+
+    // With a token: every API route needs it; the page itself does not.
+    let token = "s3cret-token-for-tests-0123456789";
+    let s = Serve::start(dir.path(), &["--auth-token", token]);
+    let (status, _) = s.get("/api/debates").await;
+    assert_eq!(status, 401);
+    let r = s
+        .http
+        .get(s.url("/api/debates"))
+        .bearer_auth("wrong-token-wrong-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = s
+        .http
+        .get(s.url("/api/debates"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A token may serve other names.
+    let r = s
+        .http
+        .get(s.url("/api/config"))
+        .bearer_auth(token)
+        .header("Host", "parley.internal:8080")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (status, _) = s.get("/").await;
+    assert_eq!(status, 200);
+    assert!(!s.proc.log().contains(token), "the token was logged");
+}
+
+/// A cluster with the shipped NATS roles; `serve` connects as a `client`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
+    let c = Cluster::start_with_roles(json!({})).await;
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), None);
+    let url = c.nats_url_for("client");
+    let s = Serve::start(dir.path(), &["--nats-url", &url]);
+    assert!(
+        !s.proc.log().contains(&c.roles.as_ref().unwrap().client),
+        "the password was logged"
+    );
+    let (_, cfg) = s.get("/api/config").await;
+    assert_eq!(cfg["backend"], "cluster");
+
+    let id = s
+        .submit(json!({"problem": "Design a rate limiter for a public API"}))
+        .await;
+    let events = s
+        .events_until(&id, None, Duration::from_secs(60), is_final)
+        .await;
+    assert_contiguous(&events, 1);
+    let (last_seq, last) = events.last().unwrap().clone();
+    assert_eq!(last["type"], "debateCompleted", "{last}");
+    let rest = s
+        .events_until(&id, Some(3), Duration::from_secs(10), |e| {
+            e["seq"] == last_seq
+        })
+        .await;
+    assert_contiguous(&rest, 4);
+    let state = s.state(&id).await;
+    parley_tests::assert_complete(&state);
+    let r = s
+        .http
+        .get(s.url(&format!("/api/debates/{id}/report")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let md = r.text().await.unwrap();
+    assert!(
+        md.contains("Fake synthesized solution") && md.contains("## Round 2"),
+        "{md}"
+    );
+    let (status, list) = s.get("/api/debates").await;
+    assert_eq!(status, 200, "{list}");
+    let item = list["debates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not listed: {list}"));
+    assert_eq!(item["status"], "completed");
+    assert_eq!(item["problem"], "Design a rate limiter for a public API");
+
+    // Cancel a slow one.
+    c.fake.set_latency(Latency::Fixed(Duration::from_secs(2)));
+    let slow = s
+        .submit(json!({"problem": "Design a slow cluster thing"}))
+        .await;
+    s.events_until(&slow, None, Duration::from_secs(20), |e| {
+        e["type"] == "taskDispatched"
+    })
+    .await;
+    let (status, v) = s
+        .post(&format!("/api/debates/{slow}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let events = s
+        .events_until(&slow, None, Duration::from_secs(30), |e| {
+            e["type"] == "debateCancelled"
+        })
+        .await;
+    assert_contiguous(&events, 1);
+    assert_eq!(events.last().unwrap().1["type"], "debateCancelled");
+
+    // Retry a failed one.
+    c.fake.set_latency(Latency::Zero);
+    c.fake.add_fault(Fault::Status {
+        status: 401,
+        body: r#"{"error":{"message":"bad key"}}"#.into(),
+        matching: Match::Model("model-judge".into()),
+        times: None,
+    });
+    let failing = s
+        .submit(json!({"problem": "Design a retried cluster thing"}))
+        .await;
+    let events = s
+        .events_until(&failing, None, Duration::from_secs(60), is_final)
+        .await;
+    let (failed_seq, failed) = events.last().unwrap().clone();
+    assert_eq!(failed["type"], "debateFailed", "{failed}");
+    // A failed debate's state has an `error` field: it is the state, not an error reply.
+    let state = s.state(&failing).await;
+    assert_eq!(state["status"], "failed", "{state}");
+    assert_eq!(state["error"]["node"], "synthesis", "{state}");
+    c.fake.clear_faults();
+    let (status, v) = s
+        .post(&format!("/api/debates/{failing}/retry"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let more = s
+        .events_until(&failing, Some(failed_seq), Duration::from_secs(60), |e| {
+            e["type"] == "debateCompleted"
+        })
+        .await;
+    assert_contiguous(&more, failed_seq + 1);
+    assert_eq!(s.state(&failing).await["status"], "completed");
+    assert_no_completed_call_repeated(&c.fake);
+
+    let (status, _) = s.get("/api/debates/deb-20200101-000000-zzzzzz").await;
+    assert_eq!(status, 404);
+}
+
+/// Answers to clarification questions go to `parley.debates.answer` as
+/// `{debateId, answers}`; the coordinator's reply (or error) comes back as is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_answers_are_forwarded_to_the_answer_subject() {
+    use futures::StreamExt as _;
+    let nats = parley_testkit::NatsServer::start().unwrap();
+    let client = parley_tests::connect_as(&nats.url()).await;
+    let mut sub = client.subscribe("parley.debates.answer").await.unwrap();
+    let responder = client.clone();
+    let seen = tokio::spawn(async move {
+        let mut bodies = Vec::new();
+        while let Some(msg) = sub.next().await {
+            let body: Value = serde_json::from_slice(&msg.payload).unwrap();
+            let reply = if bodies.is_empty() {
+                json!({"debateId": body["debateId"], "accepted": "answer"})
+            } else {
+                json!({"error": {"code": "conflict", "message": "this debate is not waiting for answers"}})
+            };
+            bodies.push(body);
+            if let Some(to) = msg.reply {
+                responder
+                    .publish(to, reply.to_string().into())
+                    .await
+                    .unwrap();
+            }
+            if bodies.len() == 2 {
+                return bodies;
+            }
+        }
+        bodies
+    });
+    client.flush().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), None);
+    let s = Serve::start(dir.path(), &["--nats-url", &nats.url()]);
+    let id = "deb-20260101-000000-abc123";
+    let answers =
+        json!({"answers": [{"id": "q1", "answer": "EU only"}, {"id": "q2", "answer": "NA"}]});
+    let (status, v) = s
+        .post(&format!("/api/debates/{id}/answers"), answers.clone())
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["accepted"], "answer");
+    let (status, v) = s
+        .post(&format!("/api/debates/{id}/answers"), answers.clone())
+        .await;
+    assert_eq!(status, 409, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not waiting"));
+    let bodies = tokio::time::timeout(Duration::from_secs(10), seen)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        bodies[0],
+        json!({"debateId": id, "answers": answers["answers"]})
+    );
+    // Bad answers never reach NATS.
+    let (status, v) = s
+        .post(
+            &format!("/api/debates/{id}/answers"),
+            json!({"answers": [{"id": "bad id", "answer": "x"}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("answers[0].id"));
+}
+
+/// Clarifications through the page's API, embedded: a debate submitted with `clarify`
+/// waits in `awaiting_clarifications` with its questions; a wrong id is refused with its
+/// name and changes nothing; a partial answer keeps it waiting; the last answer drives it
+/// to the end, and every later prompt carries the answers (NA for an empty one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_clarifications_are_answered_over_the_api() {
+    const CLARIFY: &str = "{\"questions\": [{\"text\": \"your question\"}]}";
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_responder(|r| {
+        let prompt = r.prompt_text();
+        if prompt.contains(CLARIFY) {
+            // One question from the architect, once; nobody asks follow-ups.
+            return if r.model == "model-arch" && !prompt.contains("already asked") {
+                json!({"questions": [{"text": "How many tenants?"}, {"text": "Which region?"}]})
+                    .to_string()
+            } else {
+                json!({"questions": []}).to_string()
+            };
+        }
+        format!("{} says: shard by tenant.", r.model)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+    let s = Serve::start(dir.path(), &[]);
+    let id = s
+        .submit(json!({"problem": "Design a billing ledger", "rounds": 1, "clarify": true}))
+        .await;
+    s.events_until(&id, None, Duration::from_secs(30), |e| {
+        e["type"] == "clarificationsRequested"
+    })
+    .await;
+    let state = s.state(&id).await;
+    assert_eq!(state["status"], "awaiting_clarifications", "{state}");
+    let items = state["clarifications"][0]["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(items.len(), 2, "{state}");
+    let q1 = items[0]["id"].as_str().unwrap().to_string();
+    let q2 = items[1]["id"].as_str().unwrap().to_string();
+
+    let answers = format!("/api/debates/{id}/answers");
+    let (status, v) = s
+        .post(
+            &answers,
+            json!({"answers": [{"id": "no-such-q", "answer": "x"}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-q"),
+        "{v}"
+    );
+    let (status, v) = s
+        .post(
+            &answers,
+            json!({"answers": [{"id": q1, "answer": "About 40,000 tenants"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["remaining"], 1, "{v}");
+    assert_eq!(s.state(&id).await["status"], "awaiting_clarifications");
+    let (status, v) = s
+        .post(
+            &answers,
+            json!({"answers": [{"id": q1, "answer": "again"}]}),
+        )
+        .await;
+    assert_eq!(status, 409, "{v}");
+    let (status, v) = s
+        .post(&answers, json!({"answers": [{"id": q2, "answer": ""}]}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let events = s
+        .events_until(&id, None, Duration::from_secs(60), is_final)
+        .await;
+    assert_contiguous(&events, 1);
+    assert_eq!(
+        events.last().unwrap().1["type"],
+        "debateCompleted",
+        "{:?}",
+        events.last()
+    );
+    let state = s.state(&id).await;
+    assert_eq!(state["clarifications"][0]["items"][1]["answer"], "NA");
+    // Every call after the questions states both answers.
+    let later: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| !r.prompt_text().contains(CLARIFY))
+        .collect();
+    assert!(!later.is_empty());
+    assert!(later.iter().all(|r| {
+        let p = r.prompt_text();
+        p.contains("About 40,000 tenants") && p.contains("NA")
+    }));
+    let (status, _) = s
+        .post(&answers, json!({"answers": [{"id": q2, "answer": "late"}]}))
+        .await;
+    assert_eq!(status, 409);
+}

@@ -1,0 +1,509 @@
+//! The web page in a real headless Chromium (Debian packages `chromium` and
+//! `chromium-driver`; `scripts/test.sh` installs them), driven over WebDriver: a debate
+//! started from the form shows its contributions while it runs and its final solution when
+//! it ends, and a model's reply holding HTML is shown as text, never run.
+//!
+//! Screenshots of the live view and of the finished debate are saved under
+//! `target/test-artifacts/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use parley_testkit::{browser_available, free_port, Browser, ChildProcess, FakeLlm, Latency};
+use serde_json::json;
+
+const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
+
+/// `target/test-artifacts` (the test runs from `target/<profile>/deps`).
+fn artifacts() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    target.join("test-artifacts")
+}
+
+/// What the model replies: HTML and script in the simplicity advocate's texts, Markdown in
+/// the judge's solution.
+const HOSTILE: &str = "Keep it simple: one process first. <script>window.__pwned = 1</script> \
+<img src=x onerror=\"window.__pwned = 2\"> <b>not bold</b> and **really bold**.";
+
+fn reply(model: &str, prompt: &str) -> String {
+    match model {
+        "model-judge" => json!({
+            "description": "## Plan\n\nPut a **token bucket** per API key in Redis, refilled by a Lua script.\n\n\
+                            1. Check the bucket on every request.\n2. Return `429` with `Retry-After` when empty.\n\n\
+                            See [the RFC](https://www.rfc-editor.org/rfc/rfc6585) and [not this](javascript:alert(1)).\n\n\
+                            ```\nlocal tokens = redis.call('GET', KEYS[1])\n```",
+            "tradeoffs": ["Redis becomes a dependency of every request."],
+            "recommendations": ["Shadow-mode the limits for a week before enforcing them."],
+            "unfulfilledMajorRequirements": [],
+            "openQuestions": ["Which endpoints are exempt?"],
+            "confidence": 78
+        })
+        .to_string(),
+        "model-kiss" => HOSTILE.to_string(),
+        _ if prompt.contains("critique") || prompt.contains("Critique") => format!(
+            "{model}: the proposal is sound, but it should say how the limits are configured per tenant \
+             and what happens when Redis is unreachable."
+        ),
+        _ => format!(
+            "{model}: use a **token bucket** per client.\n\n- Refill continuously\n- Keep the state in Redis\n- \
+             Answer `429` with `Retry-After`"
+        ),
+    }
+}
+
+/// `parley serve` on `port` in `dir` (no API keys in its environment).
+fn serve(dir: &Path, port: u16) -> ChildProcess {
+    serve_with(dir, port, &[])
+}
+
+fn serve_with(dir: &Path, port: u16, extra: &[&str]) -> ChildProcess {
+    let mut cmd = Command::new(PARLEY);
+    cmd.current_dir(dir)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
+    let serve = ChildProcess::spawn(cmd, "serve").unwrap();
+    assert!(
+        serve
+            .wait_for_log_line("Parley is serving", Duration::from_secs(30))
+            .is_some(),
+        "{}",
+        serve.log()
+    );
+    serve
+}
+
+/// The three-agent, two-round config calling `base_url`.
+fn write_config(dir: &Path, base_url: &str) {
+    let mut cfg = parley_tests::spec("");
+    let obj = cfg.as_object_mut().unwrap();
+    obj.remove("problem");
+    obj.insert("baseUrl".into(), json!(base_url));
+    std::fs::write(
+        dir.join("debate-config.json"),
+        serde_json::to_vec_pretty(&cfg).unwrap(),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_keeps_following_a_debate_across_a_server_restart() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(700)));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let mut first = serve(dir.path(), port);
+    let base = format!("http://127.0.0.1:{port}");
+    let id: String = reqwest::Client::new()
+        .post(format!("{base}/api/debates"))
+        .json(&json!({"problem": "Design a job scheduler that survives restarts"}))
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()["debateId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let b = Browser::start().await.unwrap();
+    b.goto(&format!("{base}/?d={id}")).await.unwrap();
+    b.wait_until(
+        "return document.querySelectorAll('#rounds .contrib .md.body').length >= 3;",
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    // Marks this page load: a reload would lose it.
+    b.execute("window.__sameLoad = 'yes';", vec![])
+        .await
+        .unwrap();
+
+    first.terminate();
+    assert!(first.wait_exit(Duration::from_secs(20)).is_some());
+    b.wait_until(
+        "const c = document.getElementById('conn'); return c && c.classList.contains('retrying');",
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
+    let _second = serve(dir.path(), port);
+
+    b.wait_for("#solution", Duration::from_secs(90))
+        .await
+        .unwrap();
+    let page = b
+        .wait_until(
+            "const s = document.getElementById('status');
+             if (!s || s.textContent !== 'completed') return null;
+             return { same: window.__sameLoad || null, bars: document.querySelectorAll('#timeline .bar').length,
+                      conn: document.getElementById('conn').className };",
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert_eq!(page["same"], "yes", "the page was reloaded: {page}");
+    assert_eq!(page["bars"], 22, "one bar per LLM call: {page}");
+    assert!(page["conn"].as_str().unwrap().contains("live"), "{page}");
+    parley_tests::assert_no_completed_call_repeated(&fake);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them: apt-get install chromium chromium-driver)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(900)));
+    fake.set_responder(|r| reply(&r.model, &r.prompt_text()));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let serve = serve(dir.path(), port);
+    let base = format!("http://127.0.0.1:{port}/");
+
+    let b = Browser::start().await.unwrap();
+    b.set_window(1440, 1000).await.unwrap();
+    b.goto(&base).await.unwrap();
+    let problem = b
+        .wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.type_text(
+        &problem,
+        "Design a rate limiter for a public REST API: per-key quotas, bursts, and clear errors.",
+    )
+    .await
+    .unwrap();
+    let start = b.wait_for("#start", Duration::from_secs(5)).await.unwrap();
+    b.click(&start).await.unwrap();
+
+    // Contributions appear while the debate runs.
+    let live = b
+        .wait_until(
+            "const s = document.getElementById('status');
+             const n = document.querySelectorAll('#rounds .contrib .md.body').length;
+             return s && s.textContent === 'running' && n >= 3 && document.querySelectorAll('#timeline .bar').length >= 3 ? n : 0;",
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert!(live.as_u64().unwrap_or(0) >= 3);
+    // Wait for critiques to be underway so the live view shows the dataflow.
+    let _ = b
+        .wait_until(
+            "return document.querySelectorAll('#rounds details.crit').length >= 2 && document.getElementById('status').textContent === 'running';",
+            Duration::from_secs(30),
+        )
+        .await;
+    b.screenshot(&artifacts().join("serve-live.png"))
+        .await
+        .unwrap();
+
+    // The final solution, rendered from Markdown.
+    b.wait_for("#solution", Duration::from_secs(90))
+        .await
+        .unwrap();
+    let status = b
+        .wait_until(
+            "const s = document.getElementById('status'); return s && s.textContent === 'completed' ? s.textContent : '';",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, "completed");
+    let solution = b
+        .wait_for("#solution", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let text = b.text(&solution).await.unwrap();
+    assert!(text.contains("token bucket"), "{text}");
+    assert!(text.contains("Shadow-mode the limits"), "{text}");
+    assert!(text.contains("Which endpoints are exempt?"), "{text}");
+    assert!(text.contains("78"), "{text}");
+    let md = b
+        .execute(
+            "const s = document.getElementById('solution');
+             return {
+               heading: !!s.querySelector('.md h4, .md h3'),
+               strong: (s.querySelector('.md strong') || {}).textContent || '',
+               items: s.querySelectorAll('.md ol li').length,
+               code: (s.querySelector('.md pre code') || {}).textContent || '',
+               links: [...s.querySelectorAll('a')].map(a => a.getAttribute('href')),
+             };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(md["heading"], true, "{md}");
+    assert_eq!(md["strong"], "token bucket", "{md}");
+    assert_eq!(md["items"], 2, "{md}");
+    assert!(md["code"].as_str().unwrap().contains("redis.call"), "{md}");
+    assert_eq!(
+        md["links"],
+        json!(["https://www.rfc-editor.org/rfc/rfc6585"]),
+        "only http(s) links: {md}"
+    );
+
+    // The hostile reply is text: nothing ran, no element was made from it.
+    let safety = b
+        .execute(
+            "const kiss = [...document.querySelectorAll('#rounds .agent-col[data-agent=\"agent-kiss\"] .contrib.proposal .body')];
+             return {
+               pwned: window.__pwned === undefined ? null : window.__pwned,
+               scripts: document.querySelectorAll('#view script').length,
+               imgs: document.querySelectorAll('#view img').length,
+               bolds: document.querySelectorAll('#view .md b').length,
+               strong: [...document.querySelectorAll('#rounds .agent-col[data-agent=\"agent-kiss\"] .md strong')].map(s => s.textContent),
+               text: kiss.map(k => k.textContent).join('\\n'),
+             };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(safety["pwned"], serde_json::Value::Null, "{safety}");
+    assert_eq!(safety["scripts"], 0, "{safety}");
+    assert_eq!(safety["imgs"], 0, "{safety}");
+    assert_eq!(safety["bolds"], 0, "{safety}");
+    // Its Markdown is rendered (the page's own renderer makes the <strong>).
+    assert!(
+        safety["strong"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s == "really bold"),
+        "{safety}"
+    );
+    let shown = safety["text"].as_str().unwrap();
+    assert!(
+        shown.contains("<script>window.__pwned = 1</script>") && shown.contains("<img src=x"),
+        "the reply is not shown as text: {shown}"
+    );
+
+    // The list on the left has it, completed.
+    let list = b
+        .wait_for("#debate-list a.current", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let entry = b.text(&list).await.unwrap();
+    assert!(
+        entry.contains("Design a rate limiter") && entry.to_lowercase().contains("completed"),
+        "{entry}"
+    );
+
+    b.execute("window.scrollTo(0, 0);", vec![]).await.unwrap();
+    b.set_window(1440, 1800).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.screenshot(&artifacts().join("serve-finished.png"))
+        .await
+        .unwrap();
+    drop(serve);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_the_page_signs_in_by_field_or_by_url_fragment() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let token = "page-token-0123456789abcdef";
+    let _serve = serve_with(dir.path(), port, &["--auth-token", token]);
+    let base = format!("http://127.0.0.1:{port}/");
+
+    let b = Browser::start().await.unwrap();
+    b.goto(&base).await.unwrap();
+    let field = b
+        .wait_for("#token-input", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.wait_until(
+        "return !document.getElementById('login').hidden && !document.getElementById('problem');",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    // A wrong token is refused, the right one opens the form.
+    b.type_text(&field, "not-the-token-at-all").await.unwrap();
+    b.click(
+        &b.wait_for("#login-form button", Duration::from_secs(5))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_until(
+        "const e = document.getElementById('login-error'); return e && !e.hidden && e.textContent;",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    b.screenshot(&artifacts().join("serve-sign-in.png"))
+        .await
+        .unwrap();
+    let field = b
+        .wait_for("#token-input", Duration::from_secs(5))
+        .await
+        .unwrap();
+    b.clear(&field).await.unwrap();
+    b.type_text(&field, token).await.unwrap();
+    b.click(
+        &b.wait_for("#login-form button", Duration::from_secs(5))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    b.wait_for("#problem", Duration::from_secs(10))
+        .await
+        .unwrap();
+
+    // A fresh browser with the token in the URL fragment: signed in, and the fragment is
+    // gone from the address bar.
+    drop(b);
+    let b = Browser::start().await.unwrap();
+    b.goto(&format!("{base}#token={token}")).await.unwrap();
+    b.wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let href = b.execute("return location.href;", vec![]).await.unwrap();
+    assert_eq!(href, base.as_str(), "the token stays in the address bar");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cancel_button_cancels_a_running_debate() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_secs(3)));
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let _serve = serve(dir.path(), port);
+    let base = format!("http://127.0.0.1:{port}");
+    let b = Browser::start().await.unwrap();
+    b.goto(&format!("{base}/")).await.unwrap();
+    let problem = b
+        .wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.type_text(&problem, "Design something slow")
+        .await
+        .unwrap();
+    b.click(&b.wait_for("#start", Duration::from_secs(5)).await.unwrap())
+        .await
+        .unwrap();
+    let cancel = b
+        .wait_for("#cancel", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.wait_until(
+        "return document.querySelectorAll('#timeline .bar.running').length >= 3;",
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap();
+    b.click(&cancel).await.unwrap();
+    b.wait_until(
+        "const s = document.getElementById('status');
+         return s && s.textContent === 'cancelled' && !document.getElementById('cancel');",
+        Duration::from_secs(15),
+    )
+    .await
+    .unwrap();
+    let id = b
+        .execute(
+            "return new URLSearchParams(location.search).get('d');",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let state: serde_json::Value =
+        reqwest::get(format!("{base}/api/debates/{}", id.as_str().unwrap()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(state["status"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_debate_shows_why_and_its_retry_button_finishes_it() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them)"
+    );
+    let fake = FakeLlm::start().await.unwrap();
+    fake.add_fault(parley_testkit::Fault::Status {
+        status: 401,
+        body: r#"{"error":{"message":"the judge's key was revoked"}}"#.into(),
+        matching: parley_testkit::Match::Model("model-judge".into()),
+        times: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let _serve = serve(dir.path(), port);
+    let base = format!("http://127.0.0.1:{port}");
+    let b = Browser::start().await.unwrap();
+    b.goto(&format!("{base}/")).await.unwrap();
+    let problem = b
+        .wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.type_text(&problem, "Design a feature flag service")
+        .await
+        .unwrap();
+    b.click(&b.wait_for("#start", Duration::from_secs(5)).await.unwrap())
+        .await
+        .unwrap();
+    let failure = b
+        .wait_for("#failure", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let text = b.text(&failure).await.unwrap();
+    assert!(
+        text.contains("synthesis") && text.contains("revoked"),
+        "{text}"
+    );
+    b.screenshot(&artifacts().join("serve-failed.png"))
+        .await
+        .unwrap();
+    fake.clear_faults();
+    b.click(&b.wait_for("#retry", Duration::from_secs(5)).await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("#solution", Duration::from_secs(30))
+        .await
+        .unwrap();
+    b.wait_until(
+        "const s = document.getElementById('status');
+         return s && s.textContent === 'completed' && !document.getElementById('failure') && !document.getElementById('retry');",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    parley_tests::assert_no_completed_call_repeated(&fake);
+}

@@ -1,0 +1,950 @@
+// Parley's page. Hand-written, no framework, no build step.
+//
+// It is a client of the JSON API under /api/ and nothing else. Text from users and models
+// is only ever put in the page as DOM text nodes; Markdown goes through renderMarkdown
+// below, which builds DOM nodes and never parses HTML. Links are kept only for http(s).
+'use strict';
+
+(() => {
+  // ---------------------------------------------------------------- DOM helpers
+  const $ = (id) => document.getElementById(id);
+
+  /** An element with properties and children (strings become text nodes). */
+  function el(tag, props, ...kids) {
+    const n = document.createElement(tag);
+    if (props) {
+      for (const [k, v] of Object.entries(props)) {
+        if (v === undefined || v === null || v === false) continue;
+        if (k === 'class') n.className = v;
+        else if (k === 'text') n.textContent = String(v);
+        else if (k.startsWith('on') && typeof v === 'function') n.addEventListener(k.slice(2), v);
+        else if (k === 'dataset') Object.assign(n.dataset, v);
+        else n.setAttribute(k, v === true ? '' : String(v));
+      }
+    }
+    for (const kid of kids.flat(4)) {
+      if (kid === null || kid === undefined || kid === false) continue;
+      n.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+    }
+    return n;
+  }
+
+  function clear(node) {
+    while (node.firstChild) node.removeChild(node.firstChild);
+    return node;
+  }
+
+  // ---------------------------------------------------------------- Markdown (safe)
+  const INLINE = /(`+)([^`][\s\S]*?)\1(?!`)|\*\*(?=\S)([\s\S]+?)\*\*|(?<![\w*])\*(?=[^\s*])([^*]+?)\*(?![\w*])|(?<!\w)_(?=[^\s_])([^_]+?)_(?!\w)|\[([^\]]+)\]\(([^()\s]+)\)|(https?:\/\/[^\s<>()"']+[^\s<>()"'.,;:!?])/g;
+
+  /** Appends `text`'s inline Markdown (code, strong, em, links) to `parent` as DOM nodes. */
+  function inline(text, parent, depth = 0) {
+    if (depth > 4) { parent.append(document.createTextNode(text)); return; }
+    let last = 0;
+    for (const m of text.matchAll(INLINE)) {
+      if (m.index > last) parent.append(document.createTextNode(text.slice(last, m.index)));
+      if (m[1]) parent.append(el('code', { text: m[2] }));
+      else if (m[3] !== undefined) { const s = el('strong'); inline(m[3], s, depth + 1); parent.append(s); }
+      else if (m[4] !== undefined || m[5] !== undefined) { const e = el('em'); inline(m[4] ?? m[5], e, depth + 1); parent.append(e); }
+      else if (m[6] !== undefined) parent.append(link(m[7], m[6], depth));
+      else if (m[8] !== undefined) parent.append(link(m[8], m[8], depth));
+      last = m.index + m[0].length;
+    }
+    if (last < text.length) parent.append(document.createTextNode(text.slice(last)));
+  }
+
+  /** A link only for http/https URLs; anything else stays text. */
+  function link(href, label, depth) {
+    let url = null;
+    try { url = new URL(href); } catch (_) { url = null; }
+    if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+      return document.createTextNode(label === href ? href : `${label} (${href})`);
+    }
+    const a = el('a', { href: url.href, rel: 'noopener noreferrer nofollow', target: '_blank' });
+    inline(label, a, depth + 1);
+    return a;
+  }
+
+  const LIST_ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+  const TABLE_ROW = /^\s*\|.*\|\s*$/;
+  const TABLE_SEP = /^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$/;
+
+  /** Renders Markdown into `container` with DOM nodes only. */
+  function renderMarkdown(src, container, depth = 0) {
+    const lines = String(src ?? '').replace(/\r\n?/g, '\n').split('\n');
+    let para = [];
+    const flush = () => {
+      if (para.length) {
+        const p = el('p');
+        inline(para.join(' '), p);
+        container.append(p);
+        para = [];
+      }
+    };
+    let i = 0;
+    while (i < lines.length) {
+      const line = lines[i];
+      let m;
+      if (/^\s*(```|~~~)/.test(line)) {
+        flush();
+        const fence = line.trim().slice(0, 3);
+        const code = [];
+        i++;
+        while (i < lines.length && !lines[i].trim().startsWith(fence)) { code.push(lines[i]); i++; }
+        i++;
+        container.append(el('pre', null, el('code', { text: code.join('\n') })));
+        continue;
+      }
+      if ((m = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/.exec(line))) {
+        flush();
+        const h = el(`h${Math.min(6, m[1].length + 2)}`);
+        inline(m[2], h);
+        container.append(h);
+        i++;
+        continue;
+      }
+      if (/^\s{0,3}([-*_])(\s*\1){2,}\s*$/.test(line)) { flush(); container.append(el('hr')); i++; continue; }
+      if (/^\s*>/.test(line)) {
+        flush();
+        const quoted = [];
+        while (i < lines.length && /^\s*>/.test(lines[i])) { quoted.push(lines[i].replace(/^\s*>\s?/, '')); i++; }
+        const bq = el('blockquote');
+        if (depth < 4) renderMarkdown(quoted.join('\n'), bq, depth + 1);
+        else bq.append(quoted.join('\n'));
+        container.append(bq);
+        continue;
+      }
+      if (TABLE_ROW.test(line) && i + 1 < lines.length && TABLE_SEP.test(lines[i + 1])) {
+        flush();
+        const cells = (row) => row.trim().replace(/^\|/, '').replace(/\|$/, '').split('|').map((c) => c.trim());
+        const table = el('table');
+        const head = el('tr');
+        for (const c of cells(line)) { const th = el('th'); inline(c, th); head.append(th); }
+        table.append(el('thead', null, head));
+        const body = el('tbody');
+        i += 2;
+        while (i < lines.length && TABLE_ROW.test(lines[i])) {
+          const tr = el('tr');
+          for (const c of cells(lines[i])) { const td = el('td'); inline(c, td); tr.append(td); }
+          body.append(tr);
+          i++;
+        }
+        table.append(body);
+        container.append(el('div', { class: 'table-wrap' }, table));
+        continue;
+      }
+      if ((m = LIST_ITEM.exec(line))) {
+        flush();
+        const ordered = /\d/.test(m[2]);
+        const list = el(ordered ? 'ol' : 'ul');
+        while (i < lines.length && (m = LIST_ITEM.exec(lines[i])) && /\d/.test(m[2]) === ordered) {
+          let text = m[3];
+          i++;
+          while (i < lines.length && /^\s{2,}\S/.test(lines[i]) && !LIST_ITEM.test(lines[i])) { text += ' ' + lines[i].trim(); i++; }
+          const li = el('li');
+          inline(text, li);
+          list.append(li);
+        }
+        container.append(list);
+        continue;
+      }
+      if (!line.trim()) { flush(); i++; continue; }
+      para.push(line.trim());
+      i++;
+    }
+    flush();
+    return container;
+  }
+
+  function markdown(src, cls = 'md') {
+    return renderMarkdown(src, el('div', { class: cls }));
+  }
+
+  // ---------------------------------------------------------------- formatting
+  const fmtInt = (n) => (Number(n) || 0).toLocaleString('en-US');
+  const fmtMs = (ms) => {
+    ms = Number(ms) || 0;
+    if (ms < 1000) return `${ms} ms`;
+    const s = ms / 1000;
+    if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+    return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  };
+  const ago = (iso) => {
+    const t = Date.parse(iso);
+    if (!t) return '';
+    const s = Math.max(0, Math.round((Date.now() - t) / 1000));
+    if (s < 60) return `${s}s ago`;
+    if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+    if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+    return new Date(t).toLocaleDateString();
+  };
+  const title = (s) => String(s || '').replace(/^./, (c) => c.toUpperCase());
+  const firstLine = (s, n = 160) => {
+    const line = String(s || '').trim().split('\n')[0];
+    return line.length > n ? `${line.slice(0, n - 1)}…` : line;
+  };
+  const PHASES = {
+    initialization: 'Starting', clarification: 'Clarifying', roundManager: 'Next round',
+    summarization: 'Summarizing', proposal: 'Proposals', critique: 'Critiques',
+    refinement: 'Refinements', evaluation: 'Judge evaluation', synthesis: 'Synthesis',
+    completed: 'Done', failed: 'Failed',
+  };
+  const phaseName = (p) => PHASES[p] || title(p);
+
+  // ---------------------------------------------------------------- API
+  let token = sessionStorage.getItem('parley-token') || '';
+  if (location.hash.startsWith('#token=')) {
+    token = decodeURIComponent(location.hash.slice('#token='.length));
+    sessionStorage.setItem('parley-token', token);
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+
+  class ApiError extends Error {
+    constructor(status, message) { super(message); this.status = status; }
+  }
+
+  function authHeaders(extra) {
+    const h = Object.assign({}, extra);
+    if (token) h.Authorization = `Bearer ${token}`;
+    return h;
+  }
+
+  async function api(method, path, body) {
+    const opts = { method, headers: authHeaders(body === undefined ? {} : { 'Content-Type': 'application/json' }) };
+    if (body !== undefined) opts.body = JSON.stringify(body);
+    const res = await fetch(`/api${path}`, opts);
+    const text = await res.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
+    if (res.status === 401) { showLogin(); }
+    if (!res.ok) {
+      const msg = data && data.error ? data.error.message : (text || res.statusText);
+      throw new ApiError(res.status, msg);
+    }
+    return data;
+  }
+
+  async function download(path, fallbackName) {
+    const res = await fetch(`/api${path}`, { headers: authHeaders() });
+    if (!res.ok) throw new ApiError(res.status, `download failed (${res.status})`);
+    const blob = await res.blob();
+    const cd = res.headers.get('Content-Disposition') || '';
+    const m = /filename="([^"]+)"/.exec(cd);
+    const a = el('a', { href: URL.createObjectURL(blob), download: m ? m[1] : fallbackName });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 5000);
+  }
+
+  // ---------------------------------------------------------------- app state
+  const app = { config: null, debates: [], view: null, listTimer: null };
+
+  function setConn(state) {
+    const c = $('conn');
+    if (!state) { c.hidden = true; return; }
+    c.hidden = false;
+    c.className = `conn ${state}`;
+    c.textContent = state === 'live' ? 'Live' : 'Reconnecting…';
+  }
+
+  function showLogin(message) {
+    $('login').hidden = false;
+    clear($('view'));
+    const e = $('login-error');
+    e.hidden = !message;
+    e.textContent = message || '';
+    if (app.view) { app.view.stop(); app.view = null; }
+    setConn(null);
+  }
+
+  $('login-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    token = $('token-input').value.trim();
+    sessionStorage.setItem('parley-token', token);
+    $('login').hidden = true;
+    try {
+      await boot();
+    } catch (e) {
+      showLogin(e.status === 401 ? 'That token was not accepted.' : e.message);
+    }
+  });
+
+  function navigate(url) {
+    history.pushState(null, '', url);
+    route();
+  }
+  window.addEventListener('popstate', route);
+  $('new-debate').addEventListener('click', () => navigate('/'));
+  $('home-link').addEventListener('click', (ev) => { ev.preventDefault(); navigate('/'); });
+
+  function route() {
+    const id = new URLSearchParams(location.search).get('d');
+    if (app.view && app.view.id === id) return;
+    if (app.view) { app.view.stop(); app.view = null; }
+    setConn(null);
+    if (id) {
+      app.view = new DebateView(id);
+      app.view.start();
+    } else {
+      showForm();
+    }
+    renderList();
+  }
+
+  // ---------------------------------------------------------------- list
+  async function refreshList() {
+    try {
+      const data = await api('GET', '/debates');
+      app.debates = data.debates || [];
+      renderList();
+    } catch (_) { /* shown by the next successful refresh */ }
+  }
+
+  function shownStatus(d) {
+    if (d.status === 'running' && d.live === false) return 'interrupted';
+    return d.status;
+  }
+
+  function renderList() {
+    const list = clear($('debate-list'));
+    const current = app.view ? app.view.id : null;
+    $('list-empty').hidden = app.debates.length > 0;
+    for (const d of app.debates) {
+      const status = shownStatus(d);
+      const progress = d.rounds ? `round ${d.round}/${d.rounds}` : '';
+      const a = el('a', { href: `/?d=${encodeURIComponent(d.id)}`, class: d.id === current ? 'current' : '' },
+        el('div', { class: 'title', text: d.problem || d.id }),
+        el('div', { class: 'meta' },
+          el('span', { class: `pill ${status}`, text: status.replace('_', ' ') }),
+          progress ? el('span', { text: progress }) : null,
+          el('span', { text: ago(d.updatedAt) })));
+      a.addEventListener('click', (ev) => { ev.preventDefault(); navigate(`/?d=${encodeURIComponent(d.id)}`); });
+      list.append(el('li', null, a));
+    }
+  }
+
+  // ---------------------------------------------------------------- form
+  function showForm(error) {
+    const cfg = app.config;
+    const view = clear($('view'));
+    if (!cfg) return;
+    const d = cfg.defaults;
+    const chosen = new Set(d.agents.map((a) => a.role));
+    const problem = el('textarea', { id: 'problem', name: 'problem', required: true, maxlength: 100000,
+      placeholder: 'Describe the design problem: what it must do, its constraints, scale and risks…' });
+    const chips = el('div', { class: 'chips', id: 'roles' }, d.roles.map((r) => el('label', { class: 'chip' },
+      el('input', { type: 'checkbox', name: 'role', value: r, checked: chosen.has(r) }),
+      el('span', { text: r }))));
+    const rounds = el('input', { type: 'number', id: 'rounds', name: 'rounds', min: 1, max: d.maxRounds, value: d.rounds, required: true });
+    const clarify = el('input', { type: 'checkbox', id: 'clarify', name: 'clarify', checked: !!d.clarify });
+    const errorBox = el('p', { class: 'error', id: 'form-error', hidden: !error, text: error || '' });
+    const submit = el('button', { type: 'submit', class: 'btn primary', id: 'start' }, 'Start debate');
+    const form = el('form', { id: 'debate-form', autocomplete: 'off' },
+      el('label', { for: 'problem' }, 'Problem'), problem,
+      el('label', null, 'Agents by role'), chips,
+      el('div', { class: 'row' },
+        el('div', null, el('label', { for: 'rounds' }, 'Rounds'), rounds),
+        el('div', null, el('label', null, 'Judge'), el('div', { class: 'muted', text: `${d.judge.name} · ${d.judge.model}` }))),
+      el('label', { class: 'chip', for: 'clarify' }, clarify,
+        el('span', { text: 'Agents ask clarifying questions first (you answer them here)' })),
+      el('div', { class: 'actions' }, submit, el('span', { class: 'muted small', text: `Runs ${cfg.backend === 'cluster' ? 'on the cluster' : 'in the server process'}; settings come from the server's config.` })),
+      errorBox);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const roles = [...form.querySelectorAll('input[name=role]:checked')].map((i) => i.value);
+      if (!roles.length) { errorBox.hidden = false; errorBox.textContent = 'Choose at least one role.'; return; }
+      submit.disabled = true;
+      try {
+        const r = await api('POST', '/debates', { problem: problem.value, roles, rounds: Number(rounds.value), clarify: clarify.checked });
+        await refreshList();
+        navigate(`/?d=${encodeURIComponent(r.debateId)}`);
+      } catch (e) {
+        errorBox.hidden = false;
+        errorBox.textContent = e.message;
+        submit.disabled = false;
+      }
+    });
+    const roster = el('div', { class: 'roster' }, d.agents.map((a) => el('div', null,
+      el('b', { text: a.name }), el('span', { class: 'muted', text: `${a.role} · ${a.model}` }))));
+    view.append(el('div', { class: 'card form-card' },
+      el('h2', null, 'Start a debate'),
+      el('p', { class: 'muted', text: 'Agents propose solutions, critique each other and refine over the rounds; the judge writes the final solution.' }),
+      form,
+      el('label', null, 'Configured agents'), roster));
+    problem.focus();
+  }
+
+  // ---------------------------------------------------------------- event stream
+  /** Follows a debate's events over fetch (so the token can travel in a header),
+   *  resuming after the last sequence number on every reconnect. */
+  async function follow(id, view) {
+    let backoff = 1000;
+    while (!view.aborted()) {
+      try {
+        const res = await fetch(`/api/debates/${encodeURIComponent(id)}/events`, {
+          headers: authHeaders({ Accept: 'text/event-stream', 'Last-Event-ID': String(view.lastSeq) }),
+          signal: view.abort.signal,
+        });
+        if (res.status === 401) { showLogin('The token was not accepted.'); return; }
+        if (res.status === 404) { view.gone(); return; }
+        if (!res.ok || !res.body) throw new Error(`events: ${res.status}`);
+        setConn('live');
+        backoff = 1000;
+        view.reconnected();
+        const reader = res.body.getReader();
+        const decoder = new TextDecoder();
+        let buf = '';
+        let data = [];
+        let eventId = null;
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += decoder.decode(value, { stream: true });
+          let nl;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            let line = buf.slice(0, nl);
+            buf = buf.slice(nl + 1);
+            if (line.endsWith('\r')) line = line.slice(0, -1);
+            if (line === '') {
+              if (data.length) {
+                let ev = null;
+                try { ev = JSON.parse(data.join('\n')); } catch (_) { ev = null; }
+                if (ev) view.onEvent(ev, eventId);
+              }
+              data = [];
+              eventId = null;
+            } else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+            else if (line.startsWith('id:')) eventId = line.slice(3).trim();
+          }
+        }
+      } catch (_) {
+        if (view.aborted()) return;
+      }
+      if (view.aborted()) return;
+      setConn('retrying');
+      await new Promise((r) => setTimeout(r, backoff));
+      backoff = Math.min(backoff * 2, 8000);
+    }
+  }
+
+  // ---------------------------------------------------------------- debate view
+  const NODE_OF_KIND = { propose: 'proposal', critique: 'critique', refine: 'refinement', summarize: 'summarization',
+    evaluate: 'evaluation', judgeSummarize: 'summarization', synthesize: 'synthesis' };
+
+  class DebateView {
+    constructor(id) {
+      this.id = id;
+      this.abort = new AbortController();
+      this.lastSeq = 0;
+      this.state = null;
+      this.latest = null;        // the newest event (status and progress)
+      this.startedAt = null;     // the first event's time
+      this.agents = [];          // agent ids from debateStarted
+      this.tasks = new Map();    // taskId -> {node, agent, target, round, start, end, state, tokens, latency}
+      this.expanded = new Set(); // contributions the user expanded
+      this.open = new Set();     // critiques the user opened
+      this.sigs = {};            // block -> signature of what it shows
+      this.blocks = {};
+      this.refreshing = false;
+      this.dirty = false;
+      this.refreshTimer = null;
+      this.ticker = null;
+    }
+
+    aborted() { return this.abort.signal.aborted; }
+
+    start() {
+      const view = clear($('view'));
+      for (const b of ['head', 'clarify', 'solution', 'flow', 'rounds']) {
+        this.blocks[b] = el('div', { id: `block-${b}` });
+        view.append(this.blocks[b]);
+      }
+      this.blocks.head.append(el('div', { class: 'card' }, el('p', { class: 'waiting active', text: 'Loading debate…' })));
+      this.actionsEl = el('div', { class: 'actions', id: 'actions' });
+      this.refreshState();
+      follow(this.id, this);
+      this.ticker = setInterval(() => this.tick(), 1000);
+    }
+
+    stop() {
+      this.abort.abort();
+      clearInterval(this.ticker);
+      clearTimeout(this.refreshTimer);
+    }
+
+    gone() {
+      clear($('view')).append(el('div', { class: 'card' }, el('h2', null, 'Debate not found'),
+        el('p', { class: 'muted', text: `There is no debate ${this.id} on this server.` })));
+      setConn(null);
+    }
+
+    reconnected() {
+      // Whatever happened while disconnected is in the state.
+      this.scheduleRefresh(0);
+    }
+
+    onEvent(ev, id) {
+      const seq = Number(id || ev.seq) || 0;
+      if (seq && seq <= this.lastSeq) return;
+      if (seq) this.lastSeq = seq;
+      this.latest = ev;
+      if (!this.startedAt) this.startedAt = Date.parse(ev.at);
+      const at = Date.parse(ev.at);
+      switch (ev.type) {
+        case 'debateStarted':
+          this.agents = ev.agents || [];
+          break;
+        case 'taskDispatched': {
+          const parts = String(ev.taskId).split('/');
+          const t = this.tasks.get(ev.taskId) || {
+            node: ev.node, agent: ev.agentId, round: Number(parts[1]) || 0,
+            target: parts.length > 4 ? parts[4] : null, start: at, attempts: 0,
+          };
+          t.attempts = ev.attempt;
+          t.state = 'running';
+          t.end = null;
+          this.tasks.set(ev.taskId, t);
+          break;
+        }
+        case 'taskCompleted': {
+          const t = this.tasks.get(ev.taskId);
+          if (t) Object.assign(t, { state: 'done', end: at, tokens: ev.tokens, latency: ev.latencyMs });
+          break;
+        }
+        case 'taskFailed': {
+          const t = this.tasks.get(ev.taskId);
+          if (t) Object.assign(t, { state: ev.willRetry ? 'retrying' : 'failed', end: at, error: ev.error });
+          break;
+        }
+        default:
+          break;
+      }
+      if (ev.type !== 'taskDispatched') this.scheduleRefresh();
+      this.render();
+      const item = app.debates.find((d) => d.id === this.id);
+      if (item && item.status !== ev.status) { item.status = ev.status; item.live = true; renderList(); }
+      if (ev.type === 'debateCompleted' || ev.type === 'debateFailed' || ev.type === 'debateCancelled') refreshList();
+    }
+
+    scheduleRefresh(delay = 250) {
+      if (this.refreshTimer) return;
+      this.refreshTimer = setTimeout(() => { this.refreshTimer = null; this.refreshState(); }, delay);
+    }
+
+    async refreshState() {
+      if (this.refreshing) { this.dirty = true; return; }
+      this.refreshing = true;
+      try {
+        this.state = await api('GET', `/debates/${encodeURIComponent(this.id)}`);
+        this.render();
+      } catch (e) {
+        if (e.status === 404) this.gone();
+      } finally {
+        this.refreshing = false;
+        if (this.dirty) { this.dirty = false; this.scheduleRefresh(); }
+      }
+    }
+
+    tick() {
+      if (!this.running()) return;
+      // Only the clock moves: the header's buttons are not rebuilt under the pointer.
+      if (this.elapsedEl && this.begin) this.elapsedEl.textContent = fmtMs(Math.max(0, Date.now() - this.begin));
+      this.render(['flow']);
+    }
+
+    status() {
+      const st = this.state;
+      if (!st) return this.latest ? this.latest.status : 'pending';
+      // Between refreshes the stream is newer than the state.
+      const stateSeq = (st.engine && st.engine.eventSeq) || 0;
+      return this.latest && this.latest.seq > stateSeq ? this.latest.status : st.status;
+    }
+
+    listItem() { return app.debates.find((d) => d.id === this.id); }
+
+    interrupted() {
+      const item = this.listItem();
+      return this.status() === 'running' && item && item.live === false;
+    }
+
+    running() { return ['running', 'pending'].includes(this.status()) && !this.interrupted(); }
+
+    agentName(id) {
+      const cfg = app.config && app.config.defaults;
+      const a = cfg && [...cfg.agents, cfg.judge].find((x) => x.id === id);
+      return a ? a.name : id;
+    }
+
+    /** Agents in order of appearance: the debate's start event, then the contributions. */
+    agentIds() {
+      const ids = [...this.agents];
+      for (const r of (this.state && this.state.rounds) || []) {
+        for (const c of r.contributions) if (!ids.includes(c.agentId)) ids.push(c.agentId);
+      }
+      return ids;
+    }
+
+    roleOf(id) {
+      for (const r of (this.state && this.state.rounds) || []) {
+        const c = r.contributions.find((x) => x.agentId === id);
+        if (c) return c.agentRole;
+      }
+      const cfg = app.config && app.config.defaults;
+      const a = cfg && cfg.agents.find((x) => x.id === id);
+      return a ? a.role : '';
+    }
+
+    runningTask(round, node, agent, target) {
+      for (const t of this.tasks.values()) {
+        if (t.round === round && t.node === node && t.agent === agent && (target === undefined || t.target === target)
+            && (t.state === 'running' || t.state === 'retrying')) return t;
+      }
+      return null;
+    }
+
+    render(only) {
+      if (!this.state && !this.latest) return;
+      const want = (b) => !only || only.includes(b);
+      if (want('head')) {
+        this.renderBlock('head', () => this.headSig(), () => this.renderHead());
+        this.renderActions();
+      }
+      if (want('clarify')) this.renderBlock('clarify', () => JSON.stringify([this.state && this.state.clarifications, this.status()]), () => this.renderClarify());
+      if (want('solution')) this.renderBlock('solution', () => JSON.stringify(this.state && this.state.finalSolution), () => this.renderSolution());
+      if (want('flow')) this.renderBlock('flow', () => `${this.lastSeq}:${this.running() ? Date.now() : ''}`, () => this.renderFlow());
+      if (want('rounds')) this.renderBlock('rounds', () => this.roundsSig(), () => this.renderRounds());
+    }
+
+    renderBlock(name, sig, build) {
+      const s = sig();
+      if (this.sigs[name] === s) return;
+      this.sigs[name] = s;
+      const node = build();
+      clear(this.blocks[name]);
+      if (node) this.blocks[name].append(node);
+    }
+
+    headSig() {
+      const st = this.state;
+      const ev = this.latest;
+      return JSON.stringify([this.status(), this.interrupted(), st && st.updatedAt, st && st.error, ev && ev.seq]);
+    }
+
+    tokens() {
+      const st = this.state;
+      if (!st) return 0;
+      let n = 0;
+      for (const r of st.rounds) {
+        for (const c of r.contributions) n += c.metadata.tokensUsed || 0;
+        for (const s of Object.values(r.summaries || {})) n += s.metadata.tokensUsed || 0;
+        if (r.evaluation) n += r.evaluation.metadata.tokensUsed || 0;
+      }
+      if (st.judgeSummary) n += st.judgeSummary.metadata.tokensUsed || 0;
+      if (st.synthesisMetadata) n += st.synthesisMetadata.tokensUsed || 0;
+      return n;
+    }
+
+    renderHead() {
+      const st = this.state;
+      const ev = this.latest;
+      const status = this.interrupted() ? 'interrupted' : this.status();
+      const p = (ev && ev.progress) || {};
+      const round = p.round || (st && st.currentRound) || 0;
+      const rounds = p.rounds || (this.listItem() || {}).rounds || 0;
+      const pct = p.total ? Math.round((100 * p.done) / p.total) : (status === 'completed' ? 100 : 0);
+      const end = this.running() ? Date.now() : Date.parse((st && st.updatedAt) || (ev && ev.at)) || Date.now();
+      const begin = Date.parse(st && st.createdAt) || this.startedAt || end;
+      this.begin = begin;
+      const active = (p.activeAgents || []);
+      const inFlight = [...this.tasks.values()].filter((t) => t.state === 'running').length;
+      const card = el('div', { class: 'card debate-head' },
+        el('h1', { text: firstLine(st ? st.problem : '') || this.id }),
+        el('div', { class: 'sub' },
+          el('span', { class: `pill ${status}`, id: 'status', text: status.replace('_', ' ') }),
+          el('span', { class: 'mono', text: this.id }),
+          st ? el('span', { text: `started ${new Date(st.createdAt).toLocaleString()}` }) : null),
+        st && st.problem && st.problem.trim().includes('\n') || (st && st.problem.length > 160)
+          ? el('details', { class: 'problem-full' }, el('summary', null, 'Full problem'), el('div', { class: 'text', text: st.problem }))
+          : null,
+        el('div', { class: 'progress', title: `${p.done || 0} of ${p.total || 0} tasks` }, (() => { const b = el('div'); b.style.width = `${pct}%`; return b; })()),
+        el('div', { class: 'stats' },
+          el('div', null, el('b', { text: rounds ? `${round} / ${rounds}` : `${round}` }), 'round'),
+          el('div', null, el('b', { text: phaseName(p.phase || (st && st.status)) }), 'phase'),
+          el('div', null, el('b', { text: `${p.done || 0} / ${p.total || 0}` }), 'tasks done'),
+          el('div', null, el('b', { text: fmtInt(this.tokens()) }), 'tokens'),
+          el('div', null, (this.elapsedEl = el('b', { text: fmtMs(Math.max(0, end - begin)) })), 'elapsed')),
+        active.length && this.running()
+          ? el('div', { class: 'working', id: 'working' }, el('span', { class: 'muted', text: `Working now (${inFlight || active.length} task${(inFlight || active.length) === 1 ? '' : 's'} in flight):` }),
+            active.map((a) => el('span', { class: 'who', text: this.agentName(a) })))
+          : null,
+        st && st.error && status === 'failed'
+          ? el('p', { class: 'error failure', id: 'failure', text: `Failed at ${st.error.node} (round ${st.error.round}): ${st.error.message}\nRetry continues from that step; completed calls are not repeated.` })
+          : null,
+        this.actionsEl);
+      return card;
+    }
+
+    /** The buttons, rebuilt only when what they offer changes (not under the pointer). */
+    renderActions() {
+      const sig = JSON.stringify([this.status(), this.interrupted(), this.commandError || '']);
+      if (this.sigs.actions === sig) return;
+      this.sigs.actions = sig;
+      const buttons = [];
+      if (['running', 'pending', 'awaiting_clarifications'].includes(this.status())) {
+        buttons.push(el('button', { type: 'button', class: 'btn danger', id: 'cancel', onclick: () => this.command('cancel') }, 'Cancel'));
+      }
+      if (this.status() === 'failed') {
+        buttons.push(el('button', { type: 'button', class: 'btn primary', id: 'retry', onclick: () => this.command('retry') }, 'Retry from failed step'));
+      } else if (this.interrupted()) {
+        buttons.push(el('button', { type: 'button', class: 'btn primary', id: 'retry', onclick: () => this.command('retry') }, 'Resume'));
+      }
+      buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-report', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/report`, `${this.id}.md`) }, 'Report (.md)'));
+      buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-state', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/state`, `${this.id}.json`) }, 'State (.json)'));
+      clear(this.actionsEl).append(...buttons);
+      if (this.commandError) this.actionsEl.append(el('p', { class: 'error', text: this.commandError }));
+    }
+
+    async command(what) {
+      this.commandError = null;
+      try {
+        await api('POST', `/debates/${encodeURIComponent(this.id)}/${what}`, {});
+        await refreshList();
+        if (what === 'retry') this.tasks.forEach((t) => { if (t.state === 'failed') t.state = 'old'; });
+      } catch (e) {
+        this.commandError = e.message;
+      }
+      this.scheduleRefresh(0);
+      this.render();
+    }
+
+    async fetchFile(path, name) {
+      try { await download(path, name); } catch (e) { this.commandError = e.message; this.render(); }
+    }
+
+    renderClarify() {
+      const st = this.state;
+      const groups = (st && Array.isArray(st.clarifications)) ? st.clarifications : [];
+      const open = groups.flatMap((g) => (g.items || []).filter((q) => !q.answer).map((q) => ({ g, q })));
+      if (!open.length) return null;
+      const fields = [];
+      const form = el('form', { id: 'clarify-form' });
+      for (const { g, q } of open) {
+        const ta = el('textarea', { name: q.id, placeholder: 'Your answer (leave empty to skip)', maxlength: 10000 });
+        fields.push([q.id, ta]);
+        form.append(el('div', { class: 'q' },
+          el('div', { class: 'who', text: `${g.agentName || g.agentId} · ${g.role || ''}` }),
+          el('p', { text: q.question }), ta));
+      }
+      const err = el('p', { class: 'error', hidden: true });
+      const send = el('button', { type: 'submit', class: 'btn primary' }, 'Send answers');
+      form.append(el('div', { class: 'actions' }, send), err);
+      form.addEventListener('submit', async (ev) => {
+        ev.preventDefault();
+        const answers = fields.map(([id, ta]) => ({ id, answer: ta.value.trim() || 'NA' }));
+        send.disabled = true;
+        try {
+          await api('POST', `/debates/${encodeURIComponent(this.id)}/answers`, { answers });
+          this.scheduleRefresh(0);
+        } catch (e) {
+          err.hidden = false;
+          err.textContent = e.message;
+          send.disabled = false;
+        }
+      });
+      return el('div', { class: 'card clarify' },
+        el('h2', null, 'The agents have questions'),
+        el('p', { class: 'muted', text: 'The debate waits for your answers; they go into every later prompt.' }),
+        form);
+    }
+
+    renderSolution() {
+      const s = this.state && this.state.finalSolution;
+      if (!s) return null;
+      const c = Math.max(0, Math.min(100, Number(s.confidence) || 0));
+      const color = c >= 70 ? 'var(--ok)' : c >= 40 ? 'var(--warn)' : 'var(--bad)';
+      const meter = el('div');
+      meter.style.width = `${c}%`;
+      meter.style.background = color;
+      const section = (cls, name, items) => (items && items.length
+        ? el('section', { class: cls }, el('h3', null, name), el('ul', null, items.map((x) => { const li = el('li'); inline(String(x), li); return li; })))
+        : null);
+      const meta = this.state.synthesisMetadata;
+      return el('div', { class: 'card solution', id: 'solution' },
+        el('div', { class: 'solution-head' },
+          el('div', null, el('h2', null, 'Final solution'),
+            el('div', { class: 'muted small', text: `Synthesized by ${this.agentName(s.synthesizedBy)}${meta ? ` · ${fmtInt(meta.tokensUsed)} tokens · ${fmtMs(meta.latencyMs)} · ${meta.model}` : ''}` })),
+          el('div', { class: 'confidence' }, el('div', { class: 'num', text: `${Math.round(c)}` }),
+            el('div', { class: 'muted small', text: 'confidence / 100' }), el('div', { class: 'meter' }, meter))),
+        markdown(s.description),
+        el('div', { class: 'lists' },
+          section('unmet', 'Unmet major requirements', s.unfulfilledMajorRequirements),
+          section('', 'Tradeoffs', s.tradeoffs),
+          section('', 'Recommendations', s.recommendations),
+          section('', 'Open questions', s.openQuestions)));
+    }
+
+    renderFlow() {
+      const tasks = [...this.tasks.values()].filter((t) => t.start);
+      if (!tasks.length) return null;
+      const t0 = Math.min(...tasks.map((t) => t.start));
+      const ends = tasks.map((t) => t.end || t.start);
+      const now = this.running() ? Date.now() : Math.max(...ends);
+      const span = Math.max(1, now - t0);
+      const lanes = [];
+      for (const t of tasks) if (!lanes.includes(t.agent)) lanes.push(t.agent);
+      const order = this.agentIds();
+      lanes.sort((a, b) => (order.indexOf(a) + 1 || 99) - (order.indexOf(b) + 1 || 99));
+      const rows = lanes.map((agent) => {
+        // Calls of one agent that overlap go on separate rows, so concurrency shows.
+        const mine = tasks.filter((x) => x.agent === agent).sort((a, b) => a.start - b.start);
+        const rowEnds = [];
+        const placed = mine.map((t) => {
+          const end = t.end || now;
+          let row = rowEnds.findIndex((e) => e <= t.start);
+          if (row < 0) { row = rowEnds.length; rowEnds.push(end); } else rowEnds[row] = end;
+          return [t, row];
+        });
+        const track = el('div', { class: 'track' });
+        track.style.height = `${Math.max(1, rowEnds.length) * 18 + 4}px`;
+        for (const [t, row] of placed) {
+          const end = t.end || now;
+          const kind = ['proposal', 'critique', 'refinement', 'synthesis', 'evaluation', 'summarization'].includes(t.node) ? t.node : 'other';
+          const cls = `bar ${kind}${t.state === 'running' || t.state === 'retrying' ? ' running' : ''}${t.state === 'failed' ? ' failed' : ''}`;
+          const what = `${phaseName(t.node).replace(/s$/, '')} · round ${t.round}${t.target ? ` · of ${this.agentName(t.target)}` : ''}`;
+          const detail = t.state === 'done' ? ` · ${fmtMs(t.latency)} · ${fmtInt(t.tokens)} tokens` : t.state === 'failed' ? ` · failed: ${t.error || ''}` : ' · running';
+          const bar = el('div', { class: cls, title: what + detail });
+          bar.style.top = `${3 + row * 18}px`;
+          bar.style.left = `${(100 * (t.start - t0)) / span}%`;
+          bar.style.width = `${Math.max(0.4, (100 * (end - t.start)) / span)}%`;
+          track.append(bar);
+        }
+        return el('div', { class: 'lane' }, el('div', { class: 'name', text: this.agentName(agent), title: agent }), track);
+      });
+      const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => el('span', { text: fmtMs(Math.round(f * span)) }));
+      const inFlight = tasks.filter((t) => t.state === 'running').length;
+      return el('div', { class: 'card' },
+        el('div', { class: 'solution-head' },
+          el('h2', null, 'Dataflow'),
+          el('span', { class: 'muted small', text: inFlight ? `${inFlight} task${inFlight === 1 ? '' : 's'} running at once` : `${tasks.length} tasks` })),
+        el('p', { class: 'muted small', text: 'Each bar is one LLM call; bars that overlap ran at the same time. A critique starts as soon as the proposal it reviews exists.' }),
+        el('div', { class: 'timeline', id: 'timeline' }, rows),
+        el('div', { class: 'axis' }, el('span'), el('div', { class: 'ticks' }, ticks)),
+        el('div', { class: 'legend' },
+          el('span', { class: 'proposal', text: 'Proposal' }), el('span', { class: 'critique', text: 'Critique' }),
+          el('span', { class: 'refinement', text: 'Refinement' }), el('span', { class: 'judge', text: 'Judge' })));
+    }
+
+    roundsSig() {
+      const st = this.state;
+      const running = [...this.tasks.entries()].filter(([, t]) => t.state === 'running' || t.state === 'retrying').map(([k]) => k);
+      return JSON.stringify([st && st.rounds.map((r) => [r.roundNumber, r.contributions.length, r.evaluation ? r.evaluation.confidence : null]),
+        running, this.agentIds(), this.status()]);
+    }
+
+    contribBody(key, content) {
+      const body = markdown(content, 'md body');
+      const long = String(content).length > 700;
+      if (!long) return [body];
+      const expanded = this.expanded.has(key);
+      if (!expanded) body.classList.add('clamped');
+      const btn = el('button', { type: 'button', class: 'more', text: expanded ? 'Show less' : 'Show more' });
+      btn.addEventListener('click', () => {
+        if (this.expanded.has(key)) { this.expanded.delete(key); body.classList.add('clamped'); btn.textContent = 'Show more'; }
+        else { this.expanded.add(key); body.classList.remove('clamped'); btn.textContent = 'Show less'; }
+      });
+      return [body, btn];
+    }
+
+    metrics(c, short) {
+      const m = c.metadata || {};
+      if (m.carriedOver) return 'carried over';
+      return `${fmtInt(m.tokensUsed)} tok · ${fmtMs(m.latencyMs)}${m.model && !short ? ` · ${m.model}` : ''}`;
+    }
+
+    waiting(text, active) {
+      return el('p', { class: `waiting${active ? ' active' : ''}`, text });
+    }
+
+    renderRounds() {
+      const st = this.state;
+      if (!st) return null;
+      const agents = this.agentIds();
+      const out = el('div', { id: 'rounds' });
+      const ended = !this.running();
+      for (const r of [...st.rounds].reverse()) {
+        const n = r.roundNumber;
+        const header = el('div', { class: 'round-title' }, el('h2', null, `Round ${n}`),
+          r.evaluation ? el('span', { class: 'muted small', text: `judge confidence after this round: ${Math.round(r.evaluation.confidence)}` }) : null);
+        const cols = el('div', { class: 'columns' });
+        for (const a of agents) {
+          const find = (type, target) => r.contributions.find((c) => c.type === type && c.agentId === a && (target === undefined || c.targetAgentId === target));
+          const col = el('section', { class: 'agent-col', dataset: { agent: a, round: String(n) } },
+            el('header', null, el('div', null, el('b', { text: this.agentName(a) }), el('span', { class: 'role', text: this.roleOf(a) }))));
+          // proposal
+          const prop = find('proposal');
+          const propBox = el('div', { class: 'contrib proposal' }, el('div', { class: 'kind' }, 'Proposal', prop ? el('span', { class: 'metrics', text: this.metrics(prop) }) : null));
+          if (prop && prop.metadata && prop.metadata.carriedOver) {
+            const key = `${n}/p/${a}`;
+            const d = el('details', { class: 'carried', open: this.open.has(key) },
+              el('summary', null, `Round ${n - 1}'s refinement, carried over`), markdown(prop.content, 'md body'));
+            d.addEventListener('toggle', () => { if (d.open) this.open.add(key); else this.open.delete(key); });
+            propBox.append(d);
+          } else if (prop) propBox.append(...this.contribBody(`${n}/p/${a}`, prop.content));
+          else propBox.append(this.runningTask(n, 'proposal', a) ? this.waiting('Writing the proposal…', true) : this.waiting(ended ? 'No proposal' : 'Waiting to start'));
+          col.append(propBox);
+          // critiques received
+          const received = r.contributions.filter((c) => c.type === 'critique' && c.targetAgentId === a);
+          const others = agents.filter((x) => x !== a);
+          const crit = el('div', { class: 'contrib critiques' }, el('div', { class: 'kind' }, `Critiques received · ${received.length}/${others.length}`));
+          for (const c of received) {
+            const key = `${n}/c/${c.agentId}/${a}`;
+            const d = el('details', { class: 'crit', open: this.open.has(key) },
+              el('summary', null,
+                el('span', { class: 'from' }, `From ${this.agentName(c.agentId)}`, el('span', { class: 'preview', text: firstLine(c.content.replace(/[#*`_>]/g, ''), 150) })),
+                el('span', { class: 'metrics', text: this.metrics(c, true) })),
+              markdown(c.content, 'md body'));
+            d.addEventListener('toggle', () => { if (d.open) this.open.add(key); else this.open.delete(key); });
+            crit.append(d);
+          }
+          for (const o of others) {
+            if (received.some((c) => c.agentId === o)) continue;
+            if (this.runningTask(n, 'critique', o, a)) crit.append(el('div', { class: 'crit' }, this.waiting(`${this.agentName(o)} is critiquing…`, true)));
+          }
+          if (!received.length && !others.some((o) => this.runningTask(n, 'critique', o, a))) crit.append(el('div', { class: 'crit' }, this.waiting(ended ? 'None' : 'Waiting for the proposal')));
+          col.append(crit);
+          // refinement
+          const ref = find('refinement');
+          const refBox = el('div', { class: 'contrib refinement' }, el('div', { class: 'kind' }, 'Refinement', ref ? el('span', { class: 'metrics', text: this.metrics(ref) }) : null));
+          if (ref) refBox.append(...this.contribBody(`${n}/r/${a}`, ref.content));
+          else refBox.append(this.runningTask(n, 'refinement', a) ? this.waiting('Refining with the critiques…', true) : this.waiting(ended ? 'No refinement' : 'Waiting for the critiques'));
+          col.append(refBox);
+          cols.append(col);
+        }
+        out.append(header, cols);
+      }
+      return out;
+    }
+  }
+
+  // ---------------------------------------------------------------- start
+  async function boot() {
+    app.config = await api('GET', '/config');
+    const badge = $('backend-badge');
+    badge.hidden = false;
+    badge.textContent = app.config.backend;
+    $('new-debate').hidden = false;
+    $('login').hidden = true;
+    await refreshList();
+    if (!app.listTimer) {
+      app.listTimer = setInterval(() => { if (!document.hidden) refreshList(); }, 4000);
+    }
+    if (app.view) { app.view.stop(); app.view = null; }
+    route();
+  }
+
+  boot().catch((e) => {
+    if (e.status === 401) showLogin();
+    else clear($('view')).append(el('div', { class: 'card' }, el('h2', null, 'Cannot reach the server'), el('p', { class: 'error', text: e.message })));
+  });
+})();

@@ -1,0 +1,393 @@
+//! The [`Backend`] trait both ways of running debates implement, and the types the API
+//! exchanges with it.
+//!
+//! Events and states cross this boundary as JSON (not typed): a front end passes on what
+//! the engine wrote, including fields and event kinds a newer engine adds, without
+//! dropping them.
+
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures::Stream;
+use parley_protocol::subjects::ErrorCode;
+use parley_protocol::{DebateSpec, DebateState};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Characters of the problem a list entry shows.
+pub const PROBLEM_PREVIEW_CHARS: usize = 240;
+/// Clarification answers in one request, at most.
+pub const MAX_ANSWERS: usize = 256;
+/// Characters in one clarification answer.
+pub const MAX_ANSWER_CHARS: usize = 10_000;
+
+/// A failed API call: the HTTP status, the error code every Parley service uses, and a
+/// message in the user's terms.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub status: u16,
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        let status = match code {
+            ErrorCode::InvalidJson
+            | ErrorCode::InvalidRequest
+            | ErrorCode::UnsupportedSchemaVersion => 400,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::NotFound => 404,
+            ErrorCode::Conflict => 409,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Internal => 500,
+        };
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidRequest, message)
+    }
+    pub fn not_found(id: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("no debate {id}"))
+    }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Conflict, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unavailable, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+}
+
+/// `POST /api/debates`: what the form sends. The rest of the debate (agents' models,
+/// prompts, the judge, retry policies) is the server's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubmitRequest {
+    pub problem: String,
+    /// Keep only the agents with these roles (a known role missing from the config gets a
+    /// built-in agent), as `parley run --agents`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roles: Option<Vec<String>>,
+    /// 1–20, as `parley run --rounds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<u32>,
+    /// A re-sent submission with the same key names the same debate (cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Agents ask clarification questions before round 1, as `parley run --clarify`; the
+    /// debate waits in `awaiting_clarifications` for `POST /api/debates/{id}/answers`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clarify: bool,
+}
+
+impl SubmitRequest {
+    /// Checks the sizes and ranges before anything else looks at the request; reports
+    /// every problem with its field.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        use parley_protocol::limits;
+        let mut problems = Vec::new();
+        if self.problem.trim().is_empty() {
+            problems.push("problem: must not be empty".to_string());
+        }
+        let chars = self.problem.chars().count();
+        if chars > limits::MAX_PROBLEM_CHARS {
+            problems.push(format!(
+                "problem: {chars} characters, the limit is {}",
+                limits::MAX_PROBLEM_CHARS
+            ));
+        }
+        if let Some(roles) = &self.roles {
+            if roles.is_empty() {
+                problems.push("roles: choose at least one role".into());
+            }
+            if roles.len() > limits::MAX_AGENTS {
+                problems.push(format!(
+                    "roles: {} roles, the limit is {}",
+                    roles.len(),
+                    limits::MAX_AGENTS
+                ));
+            }
+            for r in roles {
+                if r.is_empty() || r.len() > limits::MAX_LABEL_BYTES {
+                    problems.push(format!(
+                        "roles: {:?} is not a role (1-{} bytes)",
+                        parley_protocol::preview(r, 40),
+                        limits::MAX_LABEL_BYTES
+                    ));
+                }
+            }
+        }
+        if let Some(r) = self.rounds {
+            if !(1..=limits::MAX_ROUNDS).contains(&r) {
+                problems.push(format!(
+                    "rounds: {r} is out of range 1-{}",
+                    limits::MAX_ROUNDS
+                ));
+            }
+        }
+        if let Some(k) = &self.idempotency_key {
+            if k.is_empty() || k.len() > limits::MAX_IDEMPOTENCY_KEY_BYTES {
+                problems.push(format!(
+                    "idempotencyKey: 1-{} bytes",
+                    limits::MAX_IDEMPOTENCY_KEY_BYTES
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(problems.join("; ")))
+        }
+    }
+}
+
+/// One answer to a clarification question.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Answer {
+    /// The question's id.
+    pub id: String,
+    pub answer: String,
+}
+
+/// `POST /api/debates/{id}/answers`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnswersRequest {
+    pub answers: Vec<Answer>,
+}
+
+impl AnswersRequest {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        let mut problems = Vec::new();
+        if self.answers.is_empty() {
+            problems.push("answers: at least one answer".to_string());
+        }
+        if self.answers.len() > MAX_ANSWERS {
+            problems.push(format!(
+                "answers: {} answers, the limit is {MAX_ANSWERS}",
+                self.answers.len()
+            ));
+        }
+        for (i, a) in self.answers.iter().enumerate() {
+            if !parley_protocol::is_valid_id(&a.id) {
+                problems.push(format!(
+                    "answers[{i}].id: {:?} is not a question id",
+                    parley_protocol::preview(&a.id, 40)
+                ));
+            }
+            let n = a.answer.chars().count();
+            if n > MAX_ANSWER_CHARS {
+                problems.push(format!(
+                    "answers[{i}].answer: {n} characters, the limit is {MAX_ANSWER_CHARS}"
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(problems.join("; ")))
+        }
+    }
+}
+
+/// One row of `GET /api/debates`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DebateListItem {
+    pub id: String,
+    /// `running`, `completed`, ... as the engine wrote it.
+    pub status: String,
+    /// The start of the problem (empty when not known yet).
+    pub problem: String,
+    pub round: u32,
+    pub rounds: u32,
+    /// The phase of the latest event (empty when unknown).
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    pub updated_at: DateTime<Utc>,
+    /// False for an embedded debate that is `running` but that no process drives (the
+    /// server stopped while it ran, or another process started it): `retry` continues it.
+    pub live: bool,
+}
+
+/// One event of a debate, as the engine wrote it: its per-debate sequence number and its
+/// JSON text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WireEvent {
+    pub seq: u64,
+    pub json: String,
+}
+
+impl WireEvent {
+    /// From an event's JSON; `None` when it has no sequence number.
+    pub fn from_json(json: String) -> Option<Self> {
+        let v: Value = serde_json::from_str(&json).ok()?;
+        let seq = v.get("seq")?.as_u64()?;
+        Some(Self { seq, json })
+    }
+}
+
+/// A debate's events with sequence numbers above the one asked for, in order, then the
+/// new ones as they happen. It does not end by itself.
+pub type EventStream = Pin<Box<dyn Stream<Item = WireEvent> + Send>>;
+
+/// What the form offers: the server's configuration, without endpoints or keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FormDefaults {
+    pub agents: Vec<AgentView>,
+    pub judge: AgentView,
+    pub rounds: u32,
+    pub max_rounds: u32,
+    /// Every role the form can pick (the built-in ones and the config's).
+    pub roles: Vec<String>,
+    /// Whether clarification questions are on by default (`debate.interactiveClarifications`).
+    #[serde(default)]
+    pub clarify: bool,
+}
+
+/// An agent as the page shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentView {
+    pub id: String,
+    pub name: String,
+    pub role: String,
+    pub model: String,
+}
+
+impl From<&parley_protocol::AgentConfig> for AgentView {
+    fn from(a: &parley_protocol::AgentConfig) -> Self {
+        Self {
+            id: a.id.clone(),
+            name: a.name.clone(),
+            role: a.role.clone(),
+            model: a.model.clone(),
+        }
+    }
+}
+
+/// Turns a form's request into a debate spec with the server's configuration (the CLI
+/// implements it over `debate-config.json`, like `parley run`).
+pub trait SpecSource: Send + Sync + 'static {
+    /// What the form starts with.
+    fn defaults(&self) -> FormDefaults;
+    /// The spec of a new debate; a bad request is an [`ApiError`] naming the field.
+    fn build(&self, request: &SubmitRequest) -> Result<DebateSpec, ApiError>;
+}
+
+/// Renders a debate as a Markdown report (`parley report`'s renderer).
+pub type ReportFn = fn(Option<&DebateSpec>, &DebateState) -> String;
+
+/// Where debates run. Every method is what one API route does.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// `embedded` or `cluster`.
+    fn kind(&self) -> &'static str;
+    /// The form's defaults.
+    fn defaults(&self) -> FormDefaults;
+    /// Starts a debate; returns its id.
+    async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError>;
+    /// The debates, most recently updated first.
+    async fn list(&self) -> Result<Vec<DebateListItem>, ApiError>;
+    /// The debate's state (dialectic's DebateState shape).
+    async fn state(&self, id: &str) -> Result<Value, ApiError>;
+    /// The Markdown report.
+    async fn report(&self, id: &str) -> Result<String, ApiError>;
+    /// The events with a sequence number above `after`, then the new ones.
+    async fn events(&self, id: &str, after: u64) -> Result<EventStream, ApiError>;
+    /// Resumes a failed (or interrupted) debate from where it stopped.
+    async fn retry(&self, id: &str) -> Result<Value, ApiError>;
+    async fn cancel(&self, id: &str) -> Result<Value, ApiError>;
+    /// Answers to a debate's clarification questions.
+    async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError>;
+}
+
+/// The problem's first [`PROBLEM_PREVIEW_CHARS`] characters, on one line.
+pub fn problem_preview(problem: &str) -> String {
+    let one_line: String = problem.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() <= PROBLEM_PREVIEW_CHARS {
+        return one_line;
+    }
+    let mut s: String = one_line.chars().take(PROBLEM_PREVIEW_CHARS - 1).collect();
+    s.push('…');
+    s
+}
+
+/// A debate id from a URL, checked before it names a file or a subject.
+pub fn checked_id(id: &str) -> Result<&str, ApiError> {
+    if parley_protocol::is_valid_debate_id(id) {
+        Ok(id)
+    } else {
+        Err(ApiError::invalid(format!(
+            "{:?} is not a debate id (deb-YYYYMMDD-HHMMSS-RAND)",
+            parley_protocol::preview(id, 40)
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn submit_requests_report_every_bad_field() {
+        let r = SubmitRequest {
+            problem: "  ".into(),
+            roles: Some(vec![String::new()]),
+            rounds: Some(21),
+            idempotency_key: Some(String::new()),
+            clarify: false,
+        };
+        let e = r.validate().unwrap_err();
+        assert_eq!(e.status, 400);
+        for field in ["problem", "roles", "rounds", "idempotencyKey"] {
+            assert!(e.message.contains(field), "{} lacks {field}", e.message);
+        }
+        let ok = SubmitRequest {
+            problem: "Design a cache".into(),
+            rounds: Some(2),
+            ..Default::default()
+        };
+        assert!(ok.validate().is_ok());
+    }
+
+    #[test]
+    fn answers_are_bounded() {
+        let r = AnswersRequest {
+            answers: vec![Answer {
+                id: "q 1".into(),
+                answer: "x".repeat(MAX_ANSWER_CHARS + 1),
+            }],
+        };
+        let e = r.validate().unwrap_err();
+        assert!(e.message.contains("answers[0].id"), "{}", e.message);
+        assert!(e.message.contains("answers[0].answer"), "{}", e.message);
+        assert!(AnswersRequest { answers: vec![] }.validate().is_err());
+    }
+
+    #[test]
+    fn previews_are_one_line_and_short() {
+        assert_eq!(problem_preview("a\n  b"), "a b");
+        let long = problem_preview(&"é".repeat(1000));
+        assert_eq!(long.chars().count(), PROBLEM_PREVIEW_CHARS);
+        assert!(long.ends_with('…'));
+    }
+
+    #[test]
+    fn ids_are_checked() {
+        assert!(checked_id("../etc/passwd").is_err());
+        assert!(checked_id("deb-20260101-000000-abc123").is_ok());
+    }
+}

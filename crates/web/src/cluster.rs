@@ -1,0 +1,383 @@
+//! [`ClusterBackend`]: a front end of a cluster, holding no debate state of its own, so any
+//! number of `serve` replicas can run side by side.
+//!
+//! - submit, status, retry, cancel, answer: the coordinators' request subjects
+//!   (`parley.debates.*`), exactly as `parley submit / status / retry / cancel / answer`
+//!   send them. A state larger than one NATS message arrives in pages and is put back
+//!   together.
+//! - events: an ordered consumer of the `PARLEY_EVENTS` stream filtered on the debate's
+//!   subject, replayed from the start; events at or below the resume point are skipped.
+//! - the list: an ordered consumer delivering the last event of every debate in the stream
+//!   (status, round, phase); the problem of the most recent ones is fetched once with a
+//!   status request and cached (it never changes). Debates whose events have expired from
+//!   the stream are not listed (their state stays reachable by id).
+//!
+//! The server connects as a NATS client; with the shipped roles (`deploy/nats/parley.conf`)
+//! that is the `client` role plus `parley.debates.answer`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures::StreamExt as _;
+use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
+use parley_protocol::{DebateState, StatusPage};
+use serde_json::{json, Value};
+
+use crate::backend::{
+    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream, FormDefaults,
+    ReportFn, SpecSource, SubmitRequest, WireEvent,
+};
+
+/// The subject clarification answers go to (answered by the coordinators).
+pub const ANSWER_SUBJECT: &str = parley_protocol::subjects::ANSWER;
+/// How long a request waits for a coordinator.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts of a retry or cancel that a coordinator answered `unavailable`.
+const COMMAND_ATTEMPTS: u32 = 4;
+/// Wait between those attempts.
+const COMMAND_BACKOFF: Duration = Duration::from_millis(500);
+/// Debates whose problem the list fetches per call, at most (the rest show theirs once
+/// fetched by a later call).
+const PROBLEMS_PER_LIST: usize = 24;
+/// Problems cached, at most (the cache is emptied when full).
+const MAX_CACHED_PROBLEMS: usize = 10_000;
+
+/// A cluster front end; see the module docs.
+pub struct ClusterBackend {
+    client: async_nats::Client,
+    specs: Arc<dyn SpecSource>,
+    report: ReportFn,
+    /// Debate id → its problem's preview (immutable, so caching it keeps `serve`
+    /// stateless in every way that matters).
+    problems: Mutex<HashMap<String, String>>,
+}
+
+impl ClusterBackend {
+    pub fn new(client: async_nats::Client, specs: Arc<dyn SpecSource>, report: ReportFn) -> Self {
+        Self {
+            client,
+            specs,
+            report,
+            problems: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sends a request; an `{"error": ...}` reply becomes the matching [`ApiError`].
+    async fn request(&self, subject: &str, body: Vec<u8>) -> Result<Value, ApiError> {
+        let reply = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            self.client.request(subject.to_string(), body.into()),
+        )
+        .await
+        .map_err(|_| {
+            ApiError::unavailable(format!(
+                "no reply on {subject} within {} s: is a coordinator running?",
+                REQUEST_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|e| ApiError::unavailable(format!("request on {subject} failed: {e}")))?;
+        let v: Value = serde_json::from_slice(&reply.payload)
+            .map_err(|e| ApiError::internal(format!("unreadable reply on {subject}: {e}")))?;
+        // An error reply is `{"error": {"code", "message"}}`; a failed debate's state or
+        // summary also has an `error` field (where it failed), without a `code`.
+        if let Ok(reply) = serde_json::from_value::<ErrorReply>(v.clone()) {
+            return Err(ApiError::new(reply.error.code, reply.error.message));
+        }
+        Ok(v)
+    }
+
+    async fn by_id(&self, subject: &str, id: &str) -> Result<Value, ApiError> {
+        self.request(subject, json!({ "debateId": id }).to_string().into_bytes())
+            .await
+    }
+
+    /// A retry or cancel. A coordinator answers `unavailable` ("did not answer; try
+    /// again") when the command reached a debate's actor while it was stopping (e.g. right
+    /// after the debate failed); the command was not applied, so it is sent again, up to
+    /// [`COMMAND_ATTEMPTS`] times.
+    async fn command(&self, subject: &str, id: &str) -> Result<Value, ApiError> {
+        let mut attempt = 1;
+        loop {
+            match self.by_id(subject, id).await {
+                Err(e) if e.code == ErrorCode::Unavailable && attempt < COMMAND_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(COMMAND_BACKOFF).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The state JSON: the status reply itself, or its snapshot's pages put together.
+    async fn fetch_state(&self, id: &str) -> Result<Value, ApiError> {
+        let first = self.by_id(subjects::STATUS, id).await?;
+        let Some(page) = StatusPage::from_reply(&first) else {
+            return Ok(first);
+        };
+        let (snapshot, count) = (page.snapshot, page.pages);
+        let rest: Vec<Result<StatusPage, ApiError>> = futures::stream::iter(1..count)
+            .map(|k| async move {
+                let body = json!({ "debateId": id, "snapshot": snapshot, "page": k });
+                let v = self
+                    .request(subjects::STATUS, body.to_string().into_bytes())
+                    .await?;
+                StatusPage::from_reply(&v).ok_or_else(|| {
+                    ApiError::internal(format!("unexpected reply for page {k} of debate {id}"))
+                })
+            })
+            .buffered(8)
+            .collect()
+            .await;
+        let mut pages = vec![page];
+        for p in rest {
+            pages.push(p?);
+        }
+        let text = StatusPage::assemble(pages)
+            .map_err(|e| ApiError::internal(format!("cannot reassemble debate {id}: {e}")))?;
+        serde_json::from_str(&text)
+            .map_err(|e| ApiError::internal(format!("unreadable state of debate {id}: {e}")))
+    }
+
+    async fn events_stream(&self) -> Result<jetstream::stream::Stream<()>, ApiError> {
+        jetstream::new(self.client.clone())
+            .get_stream_no_info(subjects::EVENTS_STREAM)
+            .await
+            .map_err(|e| ApiError::unavailable(format!("events stream unavailable: {e}")))
+    }
+
+    /// The last event of every debate in the events stream.
+    async fn last_events(&self) -> Result<Vec<Value>, ApiError> {
+        let stream = self.events_stream().await?;
+        let name = consumer_name("list");
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                name: Some(name.clone()),
+                filter_subject: subjects::events_subject("*"),
+                deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| ApiError::unavailable(format!("cannot read the events stream: {e}")))?;
+        let mut out = Vec::new();
+        if consumer.cached_info().num_pending > 0 {
+            self.read_last_events(consumer, &mut out).await?;
+        }
+        // Not left for the server to expire: a page lists every few seconds.
+        let _ = stream.delete_consumer(&name).await;
+        Ok(out)
+    }
+
+    async fn read_last_events(
+        &self,
+        consumer: jetstream::consumer::Consumer<jetstream::consumer::pull::OrderedConfig>,
+        out: &mut Vec<Value>,
+    ) -> Result<(), ApiError> {
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| ApiError::unavailable(format!("cannot read the events stream: {e}")))?;
+        while let Ok(Some(msg)) =
+            tokio::time::timeout(Duration::from_secs(3), messages.next()).await
+        {
+            let Ok(msg) = msg else { break };
+            let pending = msg.info().map(|i| i.pending).unwrap_or(0);
+            if let Ok(v) = serde_json::from_slice::<Value>(&msg.payload) {
+                out.push(v);
+            }
+            if pending == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A unique consumer name (the client role creates consumers by name).
+fn consumer_name(what: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "serve-{what}-{:x}-{:x}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or_default(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+fn list_item(v: &Value) -> Option<DebateListItem> {
+    let id = v["debateId"].as_str()?.to_string();
+    let p = &v["progress"];
+    let num = |x: &Value| x.as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+    Some(DebateListItem {
+        id,
+        status: v["status"].as_str().unwrap_or("unknown").to_string(),
+        problem: String::new(),
+        round: num(&p["round"]),
+        rounds: num(&p["rounds"]),
+        phase: p["phase"].as_str().unwrap_or_default().to_string(),
+        confidence: (v["type"] == "debateCompleted")
+            .then(|| v["confidence"].as_f64())
+            .flatten(),
+        updated_at: serde_json::from_value::<DateTime<Utc>>(v["at"].clone()).ok()?,
+        live: true,
+    })
+}
+
+#[async_trait]
+impl Backend for ClusterBackend {
+    fn kind(&self) -> &'static str {
+        "cluster"
+    }
+
+    fn defaults(&self) -> FormDefaults {
+        self.specs.defaults()
+    }
+
+    async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
+        let mut spec = self.specs.build(&request)?;
+        spec.idempotency_key = request.idempotency_key.clone();
+        let body = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(e.to_string()))?;
+        let reply = self.request(subjects::SUBMIT, body).await?;
+        let id = reply["debateId"]
+            .as_str()
+            .ok_or_else(|| ApiError::internal(format!("unexpected submit reply: {reply}")))?
+            .to_string();
+        if let Ok(mut cache) = self.problems.lock() {
+            cache.insert(id.clone(), problem_preview(&request.problem));
+        }
+        Ok(id)
+    }
+
+    async fn list(&self) -> Result<Vec<DebateListItem>, ApiError> {
+        let mut items: Vec<DebateListItem> = self
+            .last_events()
+            .await?
+            .iter()
+            .filter_map(list_item)
+            .collect();
+        items.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
+        items.truncate(crate::embedded::MAX_LISTED);
+        let missing: Vec<String> = {
+            let cache = self
+                .problems
+                .lock()
+                .map_err(|_| ApiError::internal("cache poisoned"))?;
+            items
+                .iter()
+                .filter(|i| !cache.contains_key(&i.id))
+                .take(PROBLEMS_PER_LIST)
+                .map(|i| i.id.clone())
+                .collect()
+        };
+        let fetched: Vec<(String, Option<String>)> = futures::stream::iter(missing)
+            .map(|id| async move {
+                let problem = self
+                    .fetch_state(&id)
+                    .await
+                    .ok()
+                    .and_then(|s| s["problem"].as_str().map(problem_preview));
+                (id, problem)
+            })
+            .buffer_unordered(4)
+            .collect()
+            .await;
+        if let Ok(mut cache) = self.problems.lock() {
+            if cache.len() > MAX_CACHED_PROBLEMS {
+                cache.clear();
+            }
+            for (id, p) in fetched {
+                if let Some(p) = p {
+                    cache.insert(id, p);
+                }
+            }
+            for i in &mut items {
+                if let Some(p) = cache.get(&i.id) {
+                    i.problem = p.clone();
+                }
+            }
+        }
+        Ok(items)
+    }
+
+    async fn state(&self, id: &str) -> Result<Value, ApiError> {
+        self.fetch_state(id).await
+    }
+
+    async fn report(&self, id: &str) -> Result<String, ApiError> {
+        let v = self.fetch_state(id).await?;
+        let state: DebateState = serde_json::from_value(v)
+            .map_err(|e| ApiError::internal(format!("unreadable state of debate {id}: {e}")))?;
+        Ok((self.report)(None, &state))
+    }
+
+    async fn events(&self, id: &str, after: u64) -> Result<EventStream, ApiError> {
+        // 404 for an unknown debate, before a stream that would wait forever.
+        let body = json!({ "debateId": id, "view": "summary" }).to_string();
+        self.request(subjects::STATUS, body.into_bytes()).await?;
+        let stream = self.events_stream().await?;
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                name: Some(consumer_name("events")),
+                filter_subject: subjects::events_subject(id),
+                deliver_policy: jetstream::consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| ApiError::unavailable(format!("cannot follow events: {e}")))?;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| ApiError::unavailable(format!("cannot follow events: {e}")))?;
+        let mut last = after;
+        let events = messages.filter_map(move |m| {
+            // An error is the ordered consumer recreating itself (e.g. NATS restarted): it
+            // goes on from where it was.
+            let event = m
+                .ok()
+                .and_then(|m| String::from_utf8(m.payload.to_vec()).ok())
+                .and_then(WireEvent::from_json)
+                .filter(|e| e.seq > last);
+            if let Some(e) = &event {
+                last = e.seq;
+            }
+            futures::future::ready(event)
+        });
+        Ok(Box::pin(events))
+    }
+
+    async fn retry(&self, id: &str) -> Result<Value, ApiError> {
+        self.command(subjects::RETRY, id).await
+    }
+
+    async fn cancel(&self, id: &str) -> Result<Value, ApiError> {
+        self.command(subjects::CANCEL, id).await
+    }
+
+    async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError> {
+        let body = json!({ "debateId": id, "answers": answers.answers });
+        self.request(ANSWER_SUBJECT, body.to_string().into_bytes())
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_items_come_from_last_events() {
+        let v = json!({"debateId": "deb-20260101-000000-abc123", "seq": 9, "at": "2026-01-01T00:00:01Z",
+            "status": "completed", "type": "debateCompleted", "confidence": 82.0,
+            "progress": {"round": 2, "rounds": 2, "phase": "synthesis", "done": 1, "total": 1, "activeAgents": []}});
+        let i = list_item(&v).unwrap();
+        assert_eq!((i.round, i.rounds, i.confidence), (2, 2, Some(82.0)));
+        assert_eq!(i.status, "completed");
+        assert!(list_item(&json!({"status": "running"})).is_none());
+    }
+}

@@ -1,0 +1,641 @@
+//! [`EmbeddedBackend`]: debates run in this process, as `parley run` runs them.
+//!
+//! - Same engine, same checkpoints: each debate is driven by
+//!   [`parley_coordinator::run_debate_until`] and saved to `<dir>/<id>.json` (state and
+//!   spec) after every transition, so `parley resume` / `parley retry` / `parley report`
+//!   work on what the page started, and the page shows what `parley run` saved.
+//! - Events: every event the engine emits is appended to `<dir>/<id>.events.jsonl` (one
+//!   JSON object a line) before it is offered to event streams, so a stream resumes from any
+//!   sequence number, also after the server restarted. A debate saved by `parley run` has
+//!   no event log: its stream starts empty and the page shows its state.
+//! - Restarts: on stop (Ctrl-C) the debates in flight get [`STOP_GRACE`] for the calls in
+//!   flight and are checkpointed `running`; [`EmbeddedBackend::resume_interrupted`] (called
+//!   at start) continues those that have an event log (the ones a `serve` started), repeating
+//!   no completed call. A `running` debate without a driver (another process's) is listed
+//!   with `live: false`; `retry` continues it.
+//! - Cancel stops the debate's driver at once (calls in flight are abandoned), then applies
+//!   the cancel to the checkpoint and emits `debateCancelled`.
+//! - Clarifications: a debate that asks questions ends its driver in
+//!   `awaiting_clarifications` (checkpointed); [`EmbeddedBackend::answer_clarifications`]
+//!   records answers through `parley_coordinator::answer_saved` and, once none is left,
+//!   drives the debate on.
+//!
+//! One debate is driven by at most one task of this process (a per-debate lock); two
+//! processes driving one checkpoint file (a `serve` and a `parley resume` of the same id)
+//! is not prevented.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use parley_coordinator::{
+    run_debate_until, Effect, FileStore, Input, LoadError, Machine, TaskRunner,
+};
+use parley_protocol::{new_debate_id, DebateEvent, DebateSpec, DebateState, DebateStatus};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::backend::{
+    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream, FormDefaults,
+    ReportFn, SpecSource, SubmitRequest, WireEvent,
+};
+
+/// How long a stopping server waits for the calls in flight before it checkpoints.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
+/// Debates `GET /api/debates` lists, at most (the most recently updated).
+pub const MAX_LISTED: usize = 200;
+/// Debates whose events this process keeps in memory before it forgets the idle ones.
+const MAX_LIVE: usize = 256;
+
+/// Gives a debate its task runner (the CLI's: the agent and judge logic over its provider
+/// registry, like `parley run`).
+pub trait RunnerSource: Send + Sync + 'static {
+    /// The runner for `spec`; an [`ApiError`] when a participant's provider is not usable
+    /// (no key, unknown provider, no local model).
+    fn runner(&self, spec: &DebateSpec) -> Result<Arc<dyn TaskRunner>, ApiError>;
+}
+
+/// Debates run in this process; see the module docs.
+#[derive(Clone)]
+pub struct EmbeddedBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: FileStore,
+    specs: Arc<dyn SpecSource>,
+    runners: Arc<dyn RunnerSource>,
+    report: ReportFn,
+    /// Debates this process has looked at: their events and driver.
+    live: Mutex<HashMap<String, Arc<Live>>>,
+    /// Cancelled when the server stops: drivers checkpoint and end.
+    shutdown: CancellationToken,
+    /// The drivers, so a stop waits for their last checkpoint.
+    tracker: TaskTracker,
+    /// List entries by checkpoint file, valid while its modification time and size hold.
+    briefs: Mutex<HashMap<PathBuf, (SystemTime, u64, DebateListItem)>>,
+}
+
+/// One debate's events and driver.
+struct Live {
+    /// Every event so far, in order (read from the event log at first use).
+    events: Mutex<Vec<WireEvent>>,
+    /// The newest sequence number; event streams wait on it.
+    latest: watch::Sender<u64>,
+    /// The task driving the debate, if any (held while starting or stopping one, so two
+    /// requests cannot both drive it).
+    driver: tokio::sync::Mutex<Option<Driver>>,
+}
+
+struct Driver {
+    /// Cancelled to stop the debate at once (cancel).
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Driver {
+    fn running(&self) -> bool {
+        !self.handle.is_finished()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl EmbeddedBackend {
+    /// Debates checkpointed in `dir` (created when missing at the first save). `shutdown`
+    /// stops every driver; [`EmbeddedBackend::stopped`] waits for their last checkpoint.
+    pub fn new(
+        dir: impl Into<PathBuf>,
+        specs: Arc<dyn SpecSource>,
+        runners: Arc<dyn RunnerSource>,
+        report: ReportFn,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store: FileStore::new(dir),
+                specs,
+                runners,
+                report,
+                live: Mutex::new(HashMap::new()),
+                shutdown,
+                tracker: TaskTracker::new(),
+                briefs: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Continues the debates a previous `serve` left `running` (those with an event log).
+    /// Returns their ids; one that cannot continue (its provider is not configured any
+    /// more) is named in the log and left for `retry`.
+    pub async fn resume_interrupted(&self) -> Vec<String> {
+        let dir = self.inner.store.dir().to_path_buf();
+        let mut resumed = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return resumed;
+        };
+        let ids: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let id = name.strip_suffix(".events.jsonl")?;
+                parley_protocol::is_valid_debate_id(id).then(|| id.to_string())
+            })
+            .collect();
+        for id in ids {
+            let Ok((_, state)) = self.inner.store.load(&id) else {
+                continue;
+            };
+            if !matches!(state.status, DebateStatus::Running | DebateStatus::Pending) {
+                continue;
+            }
+            match self.continue_debate(&id).await {
+                Ok(_) => resumed.push(id),
+                Err(e) => tracing::warn!(debate = %id, "cannot resume: {}", e.message),
+            }
+        }
+        resumed
+    }
+
+    /// Waits until every driver has written its last checkpoint (after `shutdown`).
+    pub async fn stopped(&self) {
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+    }
+
+    /// Answers to a debate's clarification questions (`parley_coordinator::answer_saved`,
+    /// the same entry point as `parley run --clarify`): checked against the checkpoint (a
+    /// refusal changes nothing), recorded, and the debate driven on from there.
+    pub async fn answer_clarifications(
+        &self,
+        id: &str,
+        answers: AnswersRequest,
+    ) -> Result<Value, ApiError> {
+        use parley_coordinator::{AnswerError, AnswerSavedError};
+        let inner = &self.inner;
+        let live = inner.live(id)?;
+        let mut driver = live.driver.lock().await;
+        if driver.as_ref().is_some_and(Driver::running) {
+            return Err(ApiError::conflict(format!(
+                "debate {id} is running, not waiting for answers"
+            )));
+        }
+        let answers = answers
+            .answers
+            .into_iter()
+            .map(|a| parley_protocol::Answer {
+                id: a.id,
+                answer: a.answer,
+            })
+            .collect();
+        let (machine, events) = match parley_coordinator::answer_saved(&inner.store, id, answers) {
+            Ok(done) => done,
+            Err(AnswerSavedError::Refused(e @ AnswerError::NotWaiting { .. })) => {
+                return Err(ApiError::conflict(e.to_string()))
+            }
+            Err(AnswerSavedError::Refused(AnswerError::AlreadyAnswered(ids))) => {
+                return Err(ApiError::conflict(format!(
+                    "already answered: {}",
+                    ids.join(", ")
+                )))
+            }
+            Err(AnswerSavedError::Refused(e)) => return Err(ApiError::invalid(e.to_string())),
+            Err(AnswerSavedError::Load(e)) => return Err(ApiError::internal(e.to_string())),
+            Err(AnswerSavedError::Save(e)) => return Err(ApiError::internal(e.to_string())),
+        };
+        let remaining = events
+            .iter()
+            .find_map(|e| match e.kind {
+                parley_protocol::EventKind::ClarificationsAnswered { remaining, .. } => {
+                    Some(remaining)
+                }
+                _ => None,
+            })
+            .unwrap_or(0);
+        inner.append(id, &live, events);
+        if remaining == 0 {
+            let runner = inner.runner(machine.spec()).await?;
+            *driver = Some(inner.spawn_driver(live.clone(), machine, Input::Resume, runner));
+        }
+        Ok(json!({ "debateId": id, "accepted": "answer", "remaining": remaining }))
+    }
+
+    /// `retry` of a failed debate or `resume` of an interrupted one.
+    async fn continue_debate(&self, id: &str) -> Result<Value, ApiError> {
+        let inner = &self.inner;
+        let live = inner.live(id)?;
+        let mut driver = live.driver.lock().await;
+        if driver.as_ref().is_some_and(Driver::running) {
+            return Err(ApiError::conflict(format!("debate {id} is running")));
+        }
+        let (spec, state) = inner.load(id)?;
+        let (input, what) = match state.status {
+            DebateStatus::Failed => (Input::Retry, "retry"),
+            DebateStatus::Running | DebateStatus::Pending => (Input::Resume, "resume"),
+            other => {
+                return Err(ApiError::conflict(format!(
+                    "debate {id} is {}; only a failed or interrupted debate continues",
+                    other.as_str()
+                )))
+            }
+        };
+        let runner = inner.runner(&spec).await?;
+        let machine = Machine::from_checkpoint(spec, state);
+        *driver = Some(inner.spawn_driver(live.clone(), machine, input, runner));
+        Ok(json!({ "debateId": id, "accepted": what }))
+    }
+}
+
+impl Inner {
+    fn events_path(&self, id: &str) -> PathBuf {
+        self.store.dir().join(format!("{id}.events.jsonl"))
+    }
+
+    /// The runner for `spec`, off the async threads (the first use of the local model
+    /// loads it, which takes a while).
+    async fn runner(&self, spec: &DebateSpec) -> Result<Arc<dyn TaskRunner>, ApiError> {
+        let runners = self.runners.clone();
+        let spec = spec.clone();
+        tokio::task::spawn_blocking(move || runners.runner(&spec))
+            .await
+            .map_err(|e| ApiError::internal(format!("while preparing the providers: {e}")))?
+    }
+
+    /// The debate's live record; 404 when it has no checkpoint.
+    fn live(&self, id: &str) -> Result<Arc<Live>, ApiError> {
+        if let Some(l) = lock(&self.live).get(id) {
+            return Ok(l.clone());
+        }
+        if !self.store.exists(id) {
+            return Err(ApiError::not_found(id));
+        }
+        let events = read_event_log(&self.events_path(id));
+        let latest = events.last().map_or(0, |e| e.seq);
+        let mut map = lock(&self.live);
+        if map.len() >= MAX_LIVE {
+            // Forget debates nobody drives or watches (their events stay in their log).
+            map.retain(|_, l| {
+                Arc::strong_count(l) > 1
+                    || l.latest.receiver_count() > 0
+                    || l.driver
+                        .try_lock()
+                        .map_or(true, |d| d.as_ref().is_some_and(Driver::running))
+            });
+        }
+        let live = map
+            .entry(id.to_string())
+            .or_insert_with(|| {
+                Arc::new(Live {
+                    events: Mutex::new(events),
+                    latest: watch::Sender::new(latest),
+                    driver: tokio::sync::Mutex::new(None),
+                })
+            })
+            .clone();
+        Ok(live)
+    }
+
+    fn load(&self, id: &str) -> Result<(DebateSpec, DebateState), ApiError> {
+        self.store.load(id).map_err(|e| match e {
+            LoadError::BadId(_) => ApiError::invalid(e.to_string()),
+            LoadError::NotFound(_) => ApiError::not_found(id),
+            _ => ApiError::internal(e.to_string()),
+        })
+    }
+
+    /// Appends events to the debate's log, then offers them to its streams. Events at or
+    /// below the newest sequence number are dropped (a resumed debate re-emits nothing,
+    /// but a log must never hold one number twice).
+    fn append(&self, id: &str, live: &Live, new: Vec<DebateEvent>) {
+        let mut events = lock(&live.events);
+        let mut last = events.last().map_or(0, |e| e.seq);
+        let mut lines = String::new();
+        for e in new {
+            if e.seq <= last {
+                continue;
+            }
+            let Ok(json) = serde_json::to_string(&e) else {
+                continue;
+            };
+            lines.push_str(&json);
+            lines.push('\n');
+            last = e.seq;
+            events.push(WireEvent { seq: e.seq, json });
+        }
+        if lines.is_empty() {
+            return;
+        }
+        let path = self.events_path(id);
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(lines.as_bytes()));
+        if let Err(e) = written {
+            // The stream still gets them; only a resume after a restart would miss them.
+            tracing::warn!(debate = %id, "cannot append to {}: {e}", path.display());
+        }
+        drop(events);
+        live.latest.send_replace(last);
+    }
+
+    /// Starts a task driving `machine` from `input` until it ends, the server stops, or
+    /// the returned driver is stopped.
+    fn spawn_driver(
+        self: &Arc<Self>,
+        live: Arc<Live>,
+        machine: Machine,
+        input: Input,
+        runner: Arc<dyn TaskRunner>,
+    ) -> Driver {
+        let stop = CancellationToken::new();
+        let inner = self.clone();
+        let stopped = stop.clone();
+        let id = machine.id().to_string();
+        let handle = self.tracker.spawn(async move {
+            let (tx, mut rx) = mpsc::unbounded_channel::<DebateEvent>();
+            let forward = {
+                let (inner, live, id) = (inner.clone(), live.clone(), id.clone());
+                tokio::spawn(async move {
+                    while let Some(e) = rx.recv().await {
+                        let mut batch = vec![e];
+                        while let Ok(more) = rx.try_recv() {
+                            batch.push(more);
+                        }
+                        inner.append(&id, &live, batch);
+                    }
+                })
+            };
+            let interrupt = inner.shutdown.child_token();
+            let store = Some(inner.store.clone());
+            let run = run_debate_until(machine, input, runner, store, tx, &interrupt, STOP_GRACE);
+            let outcome = tokio::select! {
+                r = run => Some(r),
+                _ = stopped.cancelled() => None,
+            };
+            let _ = forward.await;
+            match outcome {
+                Some(Ok(d)) if d.interrupted => {
+                    tracing::info!(debate = %id, "stopped with the server; resumes at the next start")
+                }
+                Some(Ok(d)) => {
+                    tracing::info!(debate = %id, status = d.state.status.as_str(), "debate ended")
+                }
+                Some(Err(e)) => tracing::error!(debate = %id, "debate stopped: {e}"),
+                None => tracing::info!(debate = %id, "driver stopped"),
+            }
+        });
+        Driver { stop, handle }
+    }
+
+    /// The list entry of a checkpoint file, from the cache while the file is unchanged.
+    fn brief(&self, path: &Path, modified: SystemTime, len: u64) -> Option<DebateListItem> {
+        if let Some((m, l, item)) = lock(&self.briefs).get(path) {
+            if *m == modified && *l == len {
+                return Some(item.clone());
+            }
+        }
+        let bytes = std::fs::read(path).ok()?;
+        let b: Brief = serde_json::from_slice(&bytes).ok()?;
+        let item = DebateListItem {
+            problem: problem_preview(&b.problem),
+            status: b.status,
+            round: b.current_round,
+            rounds: b.spec.map_or(0, |s| s.debate.rounds),
+            phase: String::new(),
+            confidence: b.final_solution.map(|s| s.confidence),
+            updated_at: b.updated_at,
+            live: false,
+            id: b.id,
+        };
+        lock(&self.briefs).insert(path.to_path_buf(), (modified, len, item.clone()));
+        Some(item)
+    }
+}
+
+/// What a list entry needs of a checkpoint (the rest is skipped).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Brief {
+    id: String,
+    status: String,
+    problem: String,
+    current_round: u32,
+    #[serde(default)]
+    final_solution: Option<BriefSolution>,
+    updated_at: DateTime<Utc>,
+    #[serde(default)]
+    spec: Option<BriefSpec>,
+}
+
+#[derive(Deserialize)]
+struct BriefSolution {
+    confidence: f64,
+}
+
+#[derive(Deserialize)]
+struct BriefSpec {
+    debate: BriefDebate,
+}
+
+#[derive(Deserialize)]
+struct BriefDebate {
+    rounds: u32,
+}
+
+/// The events in a log file; a line that does not parse (a torn last write) is skipped, as
+/// is one out of order.
+fn read_event_log(path: &Path) -> Vec<WireEvent> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut out: Vec<WireEvent> = Vec::new();
+    for line in text.lines() {
+        let Some(e) = WireEvent::from_json(line.to_string()) else {
+            continue;
+        };
+        if out.last().is_none_or(|l| e.seq > l.seq) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Backend for EmbeddedBackend {
+    fn kind(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn defaults(&self) -> FormDefaults {
+        self.inner.specs.defaults()
+    }
+
+    async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
+        let inner = &self.inner;
+        let spec = inner.specs.build(&request)?;
+        let runner = inner.runner(&spec).await?;
+        let machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
+        let id = machine.id().to_string();
+        // Saved before the reply, so the debate exists for every later request.
+        inner
+            .store
+            .save_with_spec(machine.state(), machine.spec())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let live = inner.live(&id)?;
+        let mut driver = live.driver.lock().await;
+        *driver = Some(inner.spawn_driver(live.clone(), machine, Input::Start, runner));
+        Ok(id)
+    }
+
+    async fn list(&self) -> Result<Vec<DebateListItem>, ApiError> {
+        let inner = &self.inner;
+        let dir = inner.store.dir();
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(ApiError::internal(format!(
+                    "cannot read {}: {e}",
+                    dir.display()
+                )))
+            }
+        };
+        let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let id = name.strip_suffix(".json")?;
+                if !parley_protocol::is_valid_debate_id(id) {
+                    return None;
+                }
+                let meta = e.metadata().ok()?;
+                Some((meta.modified().ok()?, meta.len(), e.path()))
+            })
+            .collect();
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        files.truncate(MAX_LISTED);
+        let mut items = Vec::with_capacity(files.len());
+        for (modified, len, path) in files {
+            let Some(mut item) = inner.brief(&path, modified, len) else {
+                continue;
+            };
+            let live = lock(&inner.live).get(&item.id).cloned();
+            if let Some(live) = live {
+                if let Some(last) = lock(&live.events).last() {
+                    if let Ok(v) = serde_json::from_str::<Value>(&last.json) {
+                        let p = &v["progress"];
+                        item.phase = p["phase"].as_str().unwrap_or_default().to_string();
+                        if let Some(r) = p["rounds"].as_u64() {
+                            item.rounds = u32::try_from(r).unwrap_or(item.rounds);
+                        }
+                    }
+                }
+                item.live = live
+                    .driver
+                    .try_lock()
+                    .map_or(true, |d| d.as_ref().is_some_and(Driver::running));
+            }
+            items.push(item);
+        }
+        items.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
+        Ok(items)
+    }
+
+    async fn state(&self, id: &str) -> Result<Value, ApiError> {
+        let path = self.inner.store.path_of(id);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ApiError::not_found(id))
+            }
+            Err(e) => return Err(ApiError::internal(format!("cannot read debate {id}: {e}"))),
+        };
+        let mut v: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::internal(format!("debate {id} is not readable: {e}")))?;
+        if let Some(fields) = v.as_object_mut() {
+            fields.remove(parley_coordinator::store::SPEC_FIELD);
+        }
+        Ok(v)
+    }
+
+    async fn report(&self, id: &str) -> Result<String, ApiError> {
+        let (spec, state) = self.inner.load(id)?;
+        Ok((self.inner.report)(Some(&spec), &state))
+    }
+
+    async fn events(&self, id: &str, after: u64) -> Result<EventStream, ApiError> {
+        let live = self.inner.live(id)?;
+        let rx = live.latest.subscribe();
+        let stream = futures::stream::unfold(
+            (live, rx, after, std::collections::VecDeque::new()),
+            |(live, mut rx, mut last, mut buf)| async move {
+                loop {
+                    if let Some(e) = buf.pop_front() {
+                        let e: WireEvent = e;
+                        last = e.seq;
+                        return Some((e, (live, rx, last, buf)));
+                    }
+                    let _ = rx.borrow_and_update();
+                    buf.extend(lock(&live.events).iter().filter(|e| e.seq > last).cloned());
+                    if buf.is_empty() && rx.changed().await.is_err() {
+                        return None;
+                    }
+                }
+            },
+        );
+        Ok(Box::pin(stream))
+    }
+
+    async fn retry(&self, id: &str) -> Result<Value, ApiError> {
+        self.continue_debate(id).await
+    }
+
+    async fn cancel(&self, id: &str) -> Result<Value, ApiError> {
+        let inner = &self.inner;
+        let live = inner.live(id)?;
+        let mut driver = live.driver.lock().await;
+        if let Some(d) = driver.take() {
+            d.stop.cancel();
+            let _ = d.handle.await;
+        }
+        let (spec, state) = inner.load(id)?;
+        if matches!(
+            state.status,
+            DebateStatus::Completed | DebateStatus::Cancelled
+        ) {
+            return Err(ApiError::conflict(format!(
+                "debate {id} is already {}",
+                state.status.as_str()
+            )));
+        }
+        let mut machine = Machine::from_checkpoint(spec, state);
+        let effects = machine.handle(Input::Cancel, Utc::now());
+        inner
+            .store
+            .save_with_spec(machine.state(), machine.spec())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let events = effects
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Emit(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        inner.append(id, &live, events);
+        Ok(json!({ "debateId": id, "status": machine.state().status.as_str() }))
+    }
+
+    async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError> {
+        self.answer_clarifications(id, answers).await
+    }
+}
