@@ -119,10 +119,9 @@ async fn request(
     .map_err(|e| CliError::general(format!("request on {subject} failed: {e}")))?;
     let v: Value = serde_json::from_slice(&reply.payload)
         .map_err(|e| CliError::general(format!("unreadable reply on {subject}: {e}")))?;
-    if let Some(err) = v.get("error") {
-        let code = err["code"].as_str().unwrap_or("error");
-        let message = err["message"].as_str().unwrap_or("");
-        let e = format!("{code}: {message}");
+    if let Some(err) = error_reply(&v) {
+        let code = err.code.as_str();
+        let e = format!("{code}: {}", err.message);
         return Err(
             if code == "not_found" || code.starts_with("invalid") || code == "payload_too_large" {
                 CliError::usage(e)
@@ -132,6 +131,17 @@ async fn request(
         );
     }
     Ok(v)
+}
+
+/// The error of an `{"error": {"code", "message"}}` reply. A debate's state or summary has
+/// an `error` field too (why a failed debate failed): that is an answer, not an error.
+fn error_reply(v: &Value) -> Option<parley_protocol::subjects::ErrorBody> {
+    if v.as_object().is_none_or(|o| o.len() != 1) {
+        return None;
+    }
+    serde_json::from_value::<parley_protocol::subjects::ErrorReply>(v.clone())
+        .ok()
+        .map(|r| r.error)
 }
 
 fn id_request(id: &str) -> Result<Vec<u8>, CliError> {
@@ -570,4 +580,22 @@ fn finish(
     }
     print!("{text}");
     Ok(())
+}
+
+#[cfg(test)]
+mod reply_tests {
+    use super::*;
+
+    #[test]
+    fn only_an_error_reply_is_an_error_not_a_failed_debates_state() {
+        let e = error_reply(&json!({"error": {"code": "not_found", "message": "no debate x"}}))
+            .expect("an error reply");
+        assert_eq!(e.message, "no debate x");
+        let failed = json!({"id": "deb-1", "status": "failed",
+            "error": {"node": "proposal", "message": "provider down"}});
+        assert!(error_reply(&failed).is_none());
+        let summary = json!({"status": "failed", "error": {"code": "x", "message": "y"}});
+        assert!(error_reply(&summary).is_none());
+        assert!(error_reply(&json!({"error": "just text"})).is_none());
+    }
 }
