@@ -232,6 +232,31 @@ impl Endpoints {
     }
 }
 
+/// Loads the config as its operator (embedded `run`, `serve`): the endpoints moved out of
+/// it (for this process's provider registry, never into a spec) and its provider limits,
+/// checked (every problem named at once, exit 4).
+pub fn load_as_operator(
+    path: Option<&Path>,
+    warn: &mut impl FnMut(String),
+) -> Result<
+    (
+        LoadedConfig,
+        Endpoints,
+        std::collections::BTreeMap<String, parley_protocol::ProviderLimits>,
+    ),
+    CliError,
+> {
+    let mut loaded = load(path, warn)?;
+    let endpoints = take_endpoints(&mut loaded);
+    let limits = loaded.file.providers.clone();
+    let problems = parley_protocol::validate_providers(&limits);
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(CliError::config(format!("config: {}", list.join("; "))));
+    }
+    Ok((loaded, endpoints, limits))
+}
+
 /// Moves the endpoints out of a loaded config: the agents' and the judge's `baseUrl` and
 /// the top-level one. `parley run` hands them to its provider registry (the user is the
 /// operator there); `parley submit` does not send them.

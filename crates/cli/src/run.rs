@@ -67,16 +67,9 @@ struct Outputs {
 pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
     let problem = config::resolve_problem(args.problem.clone(), args.problem_file.as_deref())?;
     let mut warn = |w: String| eprintln!("warning: {w}");
-    let mut loaded = config::load(args.config.as_deref(), &mut warn)?;
     // Embedded, the user is the operator: the local config's endpoints go to the registry
     // (never into the spec).
-    let endpoints = config::take_endpoints(&mut loaded);
-    let limits = loaded.file.providers.clone();
-    let problems = parley_protocol::validate_providers(&limits);
-    if !problems.is_empty() {
-        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        return Err(CliError::config(format!("config: {}", list.join("; "))));
-    }
+    let (loaded, endpoints, limits) = config::load_as_operator(args.config.as_deref(), &mut warn)?;
     let overrides = Overrides {
         roles: args.agents.clone(),
         rounds: args.rounds,

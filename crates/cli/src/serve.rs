@@ -157,14 +157,9 @@ impl RunnerSource for Runners {
 
 pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
     let mut warn = |w: String| eprintln!("warning: {w}");
-    let mut loaded = config::load(args.config.as_deref(), &mut warn)?;
-    let endpoints = config::take_endpoints(&mut loaded);
-    let limits = loaded.file.providers.clone();
-    let problems = parley_protocol::validate_providers(&limits);
-    if !problems.is_empty() {
-        let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        return Err(CliError::config(format!("config: {}", list.join("; "))));
-    }
+    // The config's endpoints go to the embedded backend's registry (never into a spec); in
+    // front of a cluster they are not sent.
+    let (loaded, endpoints, limits) = config::load_as_operator(args.config.as_deref(), &mut warn)?;
     let specs = Arc::new(ConfigSpecs {
         file: loaded.file,
         base_dir: loaded.base_dir,
