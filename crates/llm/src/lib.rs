@@ -18,7 +18,7 @@ pub mod ratelimit;
 pub mod registry;
 
 pub use provider::{
-    add_usage, call_for_task, task_result, ChatMessage, ChatRequest, ChatResponse, LlmError,
-    Provider,
+    add_usage, call_for_task, call_for_task_structured, task_result, ChatMessage, ChatRequest,
+    ChatResponse, LlmError, Provider, ResponseFormat,
 };
 pub use registry::{ProviderSettings, Registry};

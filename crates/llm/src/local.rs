@@ -1,21 +1,39 @@
 //! The `local` provider: SmolLM2-135M-Instruct run in-process on the CPU.
 //!
 //! The model is loaded once per process and shared; each call runs on tokio's blocking pool
-//! so generation never stalls the async worker threads.
+//! so generation never stalls the async worker threads (the model's engine batches
+//! concurrent calls).
+//!
+//! A request with a [`ResponseFormat`] is generated under that JSON schema (constrained
+//! decoding, see `parley_local::constrain`): the reply is always valid JSON of the schema.
+//! A schema the constraint cannot express is reported with a warning and the call is made
+//! without it, like a remote provider that rejects structured output.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use parley_local::{GenerateRequest, LocalModel};
+use parley_local::{GenerateRequest, JsonSchema, Limits, LocalModel};
 
-use crate::provider::{ChatRequest, ChatResponse, ErrorKind, LlmError, Provider};
+use crate::provider::{ChatRequest, ChatResponse, ErrorKind, LlmError, Provider, ResponseFormat};
 
 /// Repeat penalty for the small local model, which otherwise tends to loop.
 pub const REPEAT_PENALTY: f32 = 1.15;
 
 /// Generation length when the agent config sets no `maxTokens`.
 pub const DEFAULT_LOCAL_MAX_TOKENS: u32 = 256;
+
+/// Generation length of a structured (JSON) reply when the agent config sets no
+/// `maxTokens`: room for a synthesis with its lists.
+pub const DEFAULT_LOCAL_JSON_MAX_TOKENS: u32 = 640;
+
+/// Bounds the constraint puts on JSON strings and arrays whose schema sets none: long
+/// enough for a solution section, short enough that a small model cannot ramble past its
+/// token budget in one field.
+pub const JSON_LIMITS: Limits = Limits {
+    max_string_chars: 900,
+    max_array_items: 4,
+};
 
 #[derive(Debug, Clone)]
 pub struct LocalProvider {
@@ -31,6 +49,59 @@ impl LocalProvider {
     }
 }
 
+/// The schema compiled for constrained decoding, or `None` (with a warning) when the
+/// constraint cannot express it.
+fn compile(format: &ResponseFormat) -> Option<JsonSchema> {
+    match JsonSchema::compile(&format.schema, JSON_LIMITS) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(
+                schema = %format.name,
+                error = %e,
+                "local model: JSON schema not supported for constrained decoding; generating without it"
+            );
+            None
+        }
+    }
+}
+
+/// Drops leading lines of `reply` that repeat a line of the instruction (`prompt`, the
+/// last user message), e.g. a reply opening with "Refine your proposal:". Small models
+/// often echo the instruction before answering.
+pub fn strip_echoed_instruction(reply: &str, prompt: &str) -> String {
+    fn norm(line: &str) -> String {
+        line.trim()
+            .trim_start_matches(['#', '*', '>', '-', ' '])
+            .trim_end_matches(['*', ':', ' ', '.'])
+            .to_lowercase()
+    }
+    let instruction: std::collections::HashSet<String> = prompt
+        .lines()
+        .map(norm)
+        .filter(|l| l.chars().count() >= 8)
+        .collect();
+    let mut rest = reply.trim_start();
+    loop {
+        let (first, after) = rest.split_once('\n').unwrap_or((rest, ""));
+        if !first.trim().is_empty() && !instruction.contains(&norm(first)) {
+            break;
+        }
+        if after.is_empty() && first.trim().is_empty() {
+            break;
+        }
+        if first.trim().is_empty() {
+            rest = after;
+            continue;
+        }
+        // Keep the reply if the echo was all of it.
+        if after.trim().is_empty() {
+            break;
+        }
+        rest = after.trim_start_matches(['\r', '\n']);
+    }
+    rest.trim().to_string()
+}
+
 #[async_trait]
 impl Provider for LocalProvider {
     fn name(&self) -> &str {
@@ -38,6 +109,13 @@ impl Provider for LocalProvider {
     }
 
     async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let schema = req.response_format.as_ref().and_then(compile);
+        let default_max = if schema.is_some() {
+            DEFAULT_LOCAL_JSON_MAX_TOKENS
+        } else {
+            DEFAULT_LOCAL_MAX_TOKENS
+        };
+        let structured = schema.is_some();
         let gen = GenerateRequest {
             messages: req
                 .messages
@@ -47,12 +125,13 @@ impl Provider for LocalProvider {
                     content: m.content.clone(),
                 })
                 .collect(),
-            max_tokens: req.max_tokens.unwrap_or(DEFAULT_LOCAL_MAX_TOKENS) as usize,
+            max_tokens: req.max_tokens.unwrap_or(default_max) as usize,
             temperature: req.temperature,
             top_p: 0.9,
             seed: req.seed.unwrap_or(42),
             repeat_penalty: REPEAT_PENALTY,
             deadline: Some(Instant::now() + req.timeout),
+            schema,
         };
         let model = self.model.clone();
         let started = Instant::now();
@@ -73,15 +152,65 @@ impl Provider for LocalProvider {
             parley_local::LocalError::DeadlineExceeded => {
                 LlmError::new(ErrorKind::Timeout, "local", e.to_string())
             }
+            parley_local::LocalError::InvalidRequest(_) => {
+                LlmError::new(ErrorKind::InvalidRequest, "local", e.to_string())
+            }
             e => LlmError::new(ErrorKind::Internal, "local", e.to_string()),
         })?;
+        if out.closed_at_budget {
+            tracing::warn!(
+                completion_tokens = out.completion_tokens,
+                "local model: JSON reply reached its token budget; closed it early (raise maxTokens for longer answers)"
+            );
+        }
+        let text = if structured {
+            out.text
+        } else {
+            let instruction = req
+                .messages
+                .iter()
+                .rev()
+                .find(|m| m.role == "user")
+                .map_or("", |m| m.content.as_str());
+            strip_echoed_instruction(&out.text, instruction)
+        };
         Ok(ChatResponse {
-            text: out.text.trim().to_string(),
+            text,
             prompt_tokens: out.prompt_tokens as u64,
             completion_tokens: out.completion_tokens as u64,
             model: self.model.model_name().to_string(),
             latency_ms: started.elapsed().as_millis() as u64,
             rate_limit_reset: None,
+            structured,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_instruction_lines_are_dropped() {
+        let prompt = "Problem: design X.\n\nCritiques you received:\n...\n\nRefine your proposal:";
+        assert_eq!(
+            strip_echoed_instruction("Refine your proposal:\n\nUse a queue.", prompt),
+            "Use a queue."
+        );
+        assert_eq!(
+            strip_echoed_instruction("## Refine your proposal\nUse a queue.\nMore.", prompt),
+            "Use a queue.\nMore."
+        );
+        // Only leading lines go; a reply that is only the echo is kept as is.
+        assert_eq!(
+            strip_echoed_instruction("Use a queue.\nRefine your proposal:", prompt),
+            "Use a queue.\nRefine your proposal:"
+        );
+        assert_eq!(
+            strip_echoed_instruction("Refine your proposal:", prompt),
+            "Refine your proposal:"
+        );
+        // Short lines ("Yes.") never count as an echo.
+        assert_eq!(strip_echoed_instruction("Yes.\nNo.", "Yes."), "Yes.\nNo.");
     }
 }

@@ -27,6 +27,37 @@ impl ChatMessage {
     }
 }
 
+/// Structured output: a JSON schema the reply must follow.
+///
+/// OpenAI-compatible Chat Completions send it as `response_format: {type: "json_schema",
+/// json_schema: {name, schema, strict}}`, the Responses API as `text.format`, and the local
+/// model applies it while sampling. A provider that rejects it (HTTP 400 naming
+/// `response_format` / `json_schema`) is asked again without it, and not asked with it again
+/// for that model in this process: the caller's prompt still asks for JSON, so the reply is
+/// parsed as before (instruct-and-parse).
+///
+/// Properties are generated in the order of the schema's `required` list by the local
+/// model; for strict mode every property must be listed there and `additionalProperties`
+/// must be `false`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseFormat {
+    /// A short identifier (`[a-zA-Z0-9_-]`, at most 64 characters).
+    pub name: String,
+    pub schema: serde_json::Value,
+    /// Ask the provider to enforce the schema exactly.
+    pub strict: bool,
+}
+
+impl ResponseFormat {
+    pub fn strict(name: impl Into<String>, schema: serde_json::Value) -> Self {
+        Self {
+            name: name.into(),
+            schema,
+            strict: true,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
     pub model: String,
@@ -37,6 +68,8 @@ pub struct ChatRequest {
     pub timeout: Duration,
     /// Sampling seed where the provider supports one (the local model does).
     pub seed: Option<u64>,
+    /// Ask for a reply in this JSON schema (structured output), where supported.
+    pub response_format: Option<ResponseFormat>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +82,10 @@ pub struct ChatResponse {
     /// The provider said its allowance is used up (`x-ratelimit-remaining-* = 0`) until
     /// this much later (`x-ratelimit-reset-*`).
     pub rate_limit_reset: Option<Duration>,
+    /// The reply was generated under the request's [`ResponseFormat`] (the provider took
+    /// it); false without one, or when the provider rejected it and the call was made
+    /// without.
+    pub structured: bool,
 }
 
 /// A failed call, classified. Messages never contain API keys.
@@ -105,6 +142,19 @@ pub async fn call_for_task(
     task: &parley_protocol::Task,
     messages: Vec<ChatMessage>,
 ) -> Result<(String, parley_protocol::ContributionMetadata), LlmError> {
+    call_for_task_structured(provider, task, messages, None)
+        .await
+        .map(|(text, meta, _)| (text, meta))
+}
+
+/// [`call_for_task`] asking for a reply in `format` (structured output) where the provider
+/// supports it; the flag says whether the reply was generated under the schema.
+pub async fn call_for_task_structured(
+    provider: &dyn Provider,
+    task: &parley_protocol::Task,
+    messages: Vec<ChatMessage>,
+    format: Option<&ResponseFormat>,
+) -> Result<(String, parley_protocol::ContributionMetadata, bool), LlmError> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     task.id.hash(&mut h);
@@ -115,6 +165,7 @@ pub async fn call_for_task(
         max_tokens: task.agent.max_tokens,
         timeout: Duration::from_millis(task.timeout_ms.max(1)),
         seed: Some(h.finish()),
+        response_format: format.cloned(),
     };
     // GenAI semantic conventions; prompt and completion text are never recorded.
     let span = tracing::info_span!(
@@ -124,6 +175,8 @@ pub async fn call_for_task(
         gen_ai.system = provider.name(),
         gen_ai.request.model = req.model.as_str(),
         gen_ai.request.temperature = req.temperature,
+        gen_ai.output.type = if format.is_some() { "json" } else { "text" },
+        parley.structured_output = tracing::field::Empty,
         gen_ai.response.model = tracing::field::Empty,
         gen_ai.usage.input_tokens = tracing::field::Empty,
         gen_ai.usage.output_tokens = tracing::field::Empty,
@@ -135,6 +188,9 @@ pub async fn call_for_task(
             span.record("gen_ai.response.model", r.model.as_str());
             span.record("gen_ai.usage.input_tokens", r.prompt_tokens);
             span.record("gen_ai.usage.output_tokens", r.completion_tokens);
+            if format.is_some() {
+                span.record("parley.structured_output", r.structured);
+            }
             parley_telemetry::metrics().record_tokens(
                 provider.name(),
                 &r.model,
@@ -158,7 +214,7 @@ pub async fn call_for_task(
         provider: Some(provider.name().to_string()),
         carried_over: false,
     };
-    Ok((r.text, meta))
+    Ok((r.text, meta, r.structured))
 }
 
 /// Adds the cost of a second call (e.g. a stricter retry) to `into`.

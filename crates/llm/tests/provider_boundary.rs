@@ -35,6 +35,7 @@ fn request() -> ChatRequest {
         max_tokens: None,
         timeout: Duration::from_secs(20),
         seed: None,
+        response_format: None,
     }
 }
 

@@ -18,7 +18,7 @@ pub mod otlp;
 pub mod process;
 pub mod servers;
 
-pub use fake_llm::{FakeLlm, Fault, Latency, Match, RateLimit, RecordedRequest};
+pub use fake_llm::{FakeLlm, Fault, Latency, Match, RateLimit, RecordedRequest, StructuredOutput};
 pub use otlp::{OtlpReceiver, ReceivedEvent, ReceivedSpan, SpanStatus};
 pub use process::{free_port, wait_until, wait_until_async, workspace_bin, ChildProcess};
 pub use servers::{NatsServer, RedisServer};

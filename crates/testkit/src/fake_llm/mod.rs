@@ -7,10 +7,15 @@
 //! Order in which a request is judged, under one lock so concurrent requests see a
 //! consistent view:
 //! 1. unknown route, or `/v1/responses` while `set_responses_api(false)` → 404;
-//! 2. body not a JSON object, or `"stream": true` (streaming is not supported) → 400;
+//! 2. body not a JSON object, or `"stream": true` (streaming is not supported) → 400; a
+//!    JSON-schema `response_format` / `text.format` while structured output is
+//!    [`StructuredOutput::Reject`]ed → 400 naming `response_format`;
 //! 3. rate limit (only requests that got this far count toward the window) → 429;
 //! 4. the first matching [`Fault`] with runs left;
-//! 5. otherwise a normal reply (from the responder, or the default text).
+//! 5. otherwise a normal reply (from the responder, or the default text). With
+//!    [`StructuredOutput::Honour`] (not the default) a request that carries a JSON schema gets
+//!    the responder's text only when it is a JSON object holding the schema's required
+//!    keys, else a JSON instance of the schema, as a provider enforcing the schema would.
 //!
 //! Steps 4 and 5 wait for the configured [`Latency`] first. Knob changes apply to
 //! requests that arrive after the change.
@@ -18,7 +23,7 @@
 mod knobs;
 mod wire;
 
-pub use knobs::{Fault, Latency, Match, RateLimit};
+pub use knobs::{Fault, Latency, Match, RateLimit, StructuredOutput};
 
 use anyhow::Context as _;
 use axum::body::{Body, Bytes};
@@ -67,6 +72,12 @@ impl RecordedRequest {
     pub fn prompt_text(&self) -> String {
         wire::prompt_text(&self.body)
     }
+
+    /// The JSON schema the request asks the reply to follow: Chat Completions'
+    /// `response_format.json_schema.schema` or the Responses API's `text.format.schema`.
+    pub fn json_schema(&self) -> Option<&Value> {
+        wire::json_schema(&self.body)
+    }
 }
 
 type Responder = Arc<dyn Fn(&RecordedRequest) -> String + Send + Sync>;
@@ -102,6 +113,8 @@ struct Knobs {
     responder: Option<Responder>,
     /// When false, `/v1/responses` answers 404.
     responses_api: bool,
+    /// What a request with a JSON schema gets.
+    structured_output: StructuredOutput,
     /// Numbers the normal replies (`#<n>` in the default text, ids).
     replies: u64,
 }
@@ -164,6 +177,7 @@ impl FakeLlm {
                 rate_limited: 0,
                 responder: None,
                 responses_api: true,
+                structured_output: StructuredOutput::Ignore,
                 replies: 0,
             }),
             shutdown: rx.clone(),
@@ -250,6 +264,11 @@ impl FakeLlm {
         self.knobs().responses_api = enabled;
     }
 
+    /// How later requests that carry a JSON schema (structured output) are answered.
+    pub fn set_structured_output(&self, mode: StructuredOutput) {
+        self.knobs().structured_output = mode;
+    }
+
     fn knobs(&self) -> MutexGuard<'_, Knobs> {
         lock(&self.shared.state)
     }
@@ -295,6 +314,14 @@ impl Knobs {
         }
         if body.get("stream").and_then(Value::as_bool) == Some(true) {
             return Plan::BadRequest("stream: true is not supported by the fake LLM".into());
+        }
+        if self.structured_output == StructuredOutput::Reject && wire::json_schema(body).is_some()
+        {
+            return Plan::BadRequest(
+                "Invalid parameter: 'response_format' of type 'json_schema' is not supported \
+                 with this model."
+                    .into(),
+            );
         }
         let mut quota = None;
         if let Some(limit) = self.rate_limit {
@@ -351,9 +378,10 @@ async fn handle(
         _ => None,
     };
 
-    let (plan, record, responder) = {
+    let (plan, record, responder, structured) = {
         let mut k = lock(&shared.state);
         let plan = k.decide(endpoint, &body, &model, &prompt, received_at);
+        let structured = k.structured_output;
         let record = RecordedRequest {
             path,
             headers,
@@ -364,7 +392,7 @@ async fn handle(
             status: plan.status(),
         };
         k.requests.push(record.clone());
-        (plan, record, k.responder.clone())
+        (plan, record, k.responder.clone(), structured)
     };
 
     match plan {
@@ -437,10 +465,17 @@ async fn handle(
             if sleep_or_shutdown(&shared, delay).await {
                 return stopped();
             }
-            let text = match responder {
+            let mut text = match responder {
                 Some(f) => f(&record),
                 None => wire::default_reply(&record.model, n, &prompt),
             };
+            if structured == StructuredOutput::Honour {
+                if let Some(schema) = record.json_schema() {
+                    if !wire::holds_required_keys(&text, schema) {
+                        text = wire::instance_of(schema, n).to_string();
+                    }
+                }
+            }
             let reply = match endpoint {
                 Endpoint::Chat => wire::chat_completion(&record.model, n, &text, &prompt),
                 Endpoint::Responses => wire::response(&record.model, n, &text, &prompt),
