@@ -28,7 +28,10 @@ impl Provider for Counted {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    async fn complete(&self, req: &ChatRequest) -> Result<parley_llm::ChatResponse, parley_llm::LlmError> {
+    async fn complete(
+        &self,
+        req: &ChatRequest,
+    ) -> Result<parley_llm::ChatResponse, parley_llm::LlmError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.complete(req).await
     }
@@ -127,7 +130,9 @@ async fn local_judge_json_parses_for_every_schema_on_several_problems() {
                 .complete(&ChatRequest {
                     model: "local".into(),
                     messages: vec![
-                        ChatMessage::system("You are a software architect preparing a design debate."),
+                        ChatMessage::system(
+                            "You are a software architect preparing a design debate.",
+                        ),
                         ChatMessage::user(format!(
                             "Problem:\n{problem}\n\nAsk up to 3 short clarifying questions about \
                              requirements the problem leaves open. Reply with a JSON object: \
@@ -153,7 +158,14 @@ async fn local_judge_json_parses_for_every_schema_on_several_problems() {
         assert!(out.warnings.is_empty(), "{problem}: {:?}", out.warnings);
         let v: Value = serde_json::from_str(&out.content)
             .unwrap_or_else(|e| panic!("{problem}: synthesis is not JSON ({e}): {}", out.content));
-        for key in ["solutionMarkdown", "tradeoffs", "recommendations", "unfulfilledMajorRequirements", "openQuestions", "confidence"] {
+        for key in [
+            "solutionMarkdown",
+            "tradeoffs",
+            "recommendations",
+            "unfulfilledMajorRequirements",
+            "openQuestions",
+            "confidence",
+        ] {
             assert!(v.get(key).is_some(), "{problem}: no {key} in {v}");
         }
         let solution = out.solution.unwrap();
@@ -173,7 +185,11 @@ async fn local_judge_json_parses_for_every_schema_on_several_problems() {
         let v: Value = serde_json::from_str(&q.text)
             .unwrap_or_else(|e| panic!("{problem}: questions are not JSON ({e}): {}", q.text));
         let list = v["questions"].as_array().unwrap();
-        assert!(list.iter().all(|x| x["text"].as_str().is_some_and(|t| !t.trim().is_empty())), "{v}");
+        assert!(
+            list.iter()
+                .all(|x| x["text"].as_str().is_some_and(|t| !t.trim().is_empty())),
+            "{v}"
+        );
         eprintln!("{problem}:\n  questions {v}");
     }
     // One call per ask: every constrained reply parsed the first time, no stricter retry.

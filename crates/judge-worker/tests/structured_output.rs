@@ -52,7 +52,13 @@ async fn synthesize(client: &OpenAiClient) -> TaskOutput {
 }
 
 fn chat_client(fake: &FakeLlm) -> OpenAiClient {
-    OpenAiClient::new("openai-compatible", fake.base_url(), None, Api::ChatCompletions).unwrap()
+    OpenAiClient::new(
+        "openai-compatible",
+        fake.base_url(),
+        None,
+        Api::ChatCompletions,
+    )
+    .unwrap()
 }
 
 fn schema_names(requests: &[RecordedRequest]) -> Vec<Option<String>> {
@@ -88,7 +94,10 @@ async fn synthesis_sends_its_schema_and_takes_one_call_where_it_is_enforced() {
     assert_eq!(after, 1);
     assert!(out.warnings.is_empty());
     let solution = out.solution.unwrap();
-    assert!(solution.description.contains("Structured solutionMarkdown"), "{solution:?}");
+    assert!(
+        solution.description.contains("Structured solutionMarkdown"),
+        "{solution:?}"
+    );
     assert_eq!(solution.confidence, 50.0);
     eprintln!("synthesis with a malformed first reply: {before} calls without structured output, {after} with it");
 
@@ -102,8 +111,14 @@ async fn synthesis_sends_its_schema_and_takes_one_call_where_it_is_enforced() {
     assert_eq!(schema["additionalProperties"], false);
     assert_eq!(
         schema["required"],
-        json!(["solutionMarkdown", "tradeoffs", "recommendations",
-               "unfulfilledMajorRequirements", "openQuestions", "confidence"])
+        json!([
+            "solutionMarkdown",
+            "tradeoffs",
+            "recommendations",
+            "unfulfilledMajorRequirements",
+            "openQuestions",
+            "confidence"
+        ])
     );
     assert_eq!(schema["properties"]["confidence"]["maximum"], 100);
     assert_eq!(schema["properties"]["tradeoffs"]["items"]["type"], "string");
@@ -155,7 +170,9 @@ async fn a_rejected_schema_falls_back_to_instruct_and_parse_and_is_remembered() 
     let r = parley_judge_worker::execute(&task(TaskKind::Evaluate), &client, "test").await;
     assert!(matches!(r.outcome, TaskOutcome::Ok(_)), "{:?}", r.outcome);
     let later = &fake.requests()[before..];
-    assert!(later.iter().all(|r| r.json_schema().is_none() && r.status == 200));
+    assert!(later
+        .iter()
+        .all(|r| r.json_schema().is_none() && r.status == 200));
 
     // Another model on the same endpoint is asked with the schema again.
     let mut other = task(TaskKind::Synthesize);

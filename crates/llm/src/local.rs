@@ -65,9 +65,11 @@ fn compile(format: &ResponseFormat) -> Option<JsonSchema> {
     }
 }
 
-/// Drops leading lines of `reply` that repeat a line of the instruction (`prompt`, the
-/// last user message), e.g. a reply opening with "Refine your proposal:". Small models
-/// often echo the instruction before answering.
+/// Drops leading lines of `reply` that echo the instruction: a line that repeats (or is
+/// the start of) a line of the prompt's last paragraph (where the prompts put the
+/// instruction), or repeats one of its short section labels ending in `:` (e.g.
+/// "Refine your proposal:", "Your proposal:"). Small models often echo the instruction
+/// before answering. A reply that is nothing but the echo is kept as it is.
 pub fn strip_echoed_instruction(reply: &str, prompt: &str) -> String {
     fn norm(line: &str) -> String {
         line.trim()
@@ -75,29 +77,33 @@ pub fn strip_echoed_instruction(reply: &str, prompt: &str) -> String {
             .trim_end_matches(['*', ':', ' ', '.'])
             .to_lowercase()
     }
-    let instruction: std::collections::HashSet<String> = prompt
+    let last_paragraph = prompt
+        .trim_end()
+        .rsplit_once("\n\n")
+        .map_or(prompt, |(_, p)| p);
+    let instruction: Vec<String> = last_paragraph
         .lines()
         .map(norm)
         .filter(|l| l.chars().count() >= 8)
         .collect();
+    let labels: std::collections::HashSet<String> = prompt
+        .lines()
+        .filter(|l| l.trim_end().ends_with(':') && l.chars().count() <= 60)
+        .map(norm)
+        .filter(|l| l.chars().count() >= 8)
+        .collect();
+    let echoes = |line: &str| {
+        let n = norm(line);
+        n.chars().count() >= 8
+            && (labels.contains(&n) || instruction.iter().any(|i| i.starts_with(&n)))
+    };
     let mut rest = reply.trim_start();
     loop {
         let (first, after) = rest.split_once('\n').unwrap_or((rest, ""));
-        if !first.trim().is_empty() && !instruction.contains(&norm(first)) {
+        if !echoes(first) || after.trim().is_empty() {
             break;
         }
-        if after.is_empty() && first.trim().is_empty() {
-            break;
-        }
-        if first.trim().is_empty() {
-            rest = after;
-            continue;
-        }
-        // Keep the reply if the echo was all of it.
-        if after.trim().is_empty() {
-            break;
-        }
-        rest = after.trim_start_matches(['\r', '\n']);
+        rest = after.trim_start();
     }
     rest.trim().to_string()
 }
@@ -192,7 +198,9 @@ mod tests {
 
     #[test]
     fn echoed_instruction_lines_are_dropped() {
-        let prompt = "Problem: design X.\n\nCritiques you received:\n...\n\nRefine your proposal:";
+        let prompt =
+            "Problem: design X.\n\nYour proposal:\nUse a queue.\n\nCritique from a1:\nok\n\n\
+                      Refine your proposal: address the valid points of the critiques.";
         assert_eq!(
             strip_echoed_instruction("Refine your proposal:\n\nUse a queue.", prompt),
             "Use a queue."
@@ -210,7 +218,16 @@ mod tests {
             strip_echoed_instruction("Refine your proposal:", prompt),
             "Refine your proposal:"
         );
-        // Short lines ("Yes.") never count as an echo.
+        // Labels of the prompt, and the whole instruction line, count too.
+        assert_eq!(
+            strip_echoed_instruction("Your proposal:\nRefine your proposal: address the valid points of the critiques.\nShard it.", prompt),
+            "Shard it."
+        );
+        // The proposal's own text is not an echo, nor are short lines ("Yes.").
+        assert_eq!(
+            strip_echoed_instruction("Use a queue.\nMore.", prompt),
+            "Use a queue.\nMore."
+        );
         assert_eq!(strip_echoed_instruction("Yes.\nNo.", "Yes."), "Yes.\nNo.");
     }
 }

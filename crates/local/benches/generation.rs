@@ -85,7 +85,11 @@ fn parley(model: &Arc<LocalModel>) -> Figures {
             .expect("generation");
         decode.push(g.completion_tokens.saturating_sub(1) as f64 / s.decode.as_secs_f64());
     }
-    println!("parley decode: {:.1} tokens/s (runs: {})", median(decode.clone()), fmt(&decode));
+    println!(
+        "parley decode: {:.1} tokens/s (runs: {})",
+        median(decode.clone()),
+        fmt(&decode)
+    );
 
     let long: String = (0..48)
         .map(|i| format!("Point {i}: the queue must retry failed jobs with backoff. "))
@@ -117,7 +121,9 @@ fn parley(model: &Arc<LocalModel>) -> Figures {
                 .map(|i| {
                     let model = Arc::clone(model);
                     let req = request(topics[i % topics.len()], (run * 10 + i) as u64);
-                    std::thread::spawn(move || model.generate(&req).expect("generation").completion_tokens)
+                    std::thread::spawn(move || {
+                        model.generate(&req).expect("generation").completion_tokens
+                    })
                 })
                 .collect();
             let tokens: usize = handles.into_iter().map(|h| h.join().expect("thread")).sum();
@@ -148,7 +154,12 @@ fn run_tool(dir: &Path, tool: &str, args: &[&str]) -> Option<String> {
     match Command::new(&bin).args(args).output() {
         Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
         Ok(o) => {
-            eprintln!("{} failed: {}\n{}", bin.display(), o.status, String::from_utf8_lossy(&o.stderr));
+            eprintln!(
+                "{} failed: {}\n{}",
+                bin.display(),
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            );
             None
         }
         Err(e) => {
@@ -164,7 +175,18 @@ fn llama_bench(dir: &Path, model: &Path, threads: usize) -> Option<(f64, f64)> {
     let out = run_tool(
         dir,
         "llama-bench",
-        &["-m", model.to_str()?, "-p", "512", "-n", "128", "-t", &t, "-o", "json"],
+        &[
+            "-m",
+            model.to_str()?,
+            "-p",
+            "512",
+            "-n",
+            "128",
+            "-t",
+            &t,
+            "-o",
+            "json",
+        ],
     )?;
     let rows: Value = serde_json::from_str(&out).ok()?;
     let rate = |pp: u64, tg: u64| {
@@ -197,7 +219,9 @@ fn raw_llama_cpp(model: &Path, threads: usize) -> Result<Figures, String> {
         .with_n_seq_max(4)
         .with_n_threads(threads as i32)
         .with_n_threads_batch(threads as i32);
-    let mut ctx = model.new_context(backend, params).map_err(|e| e.to_string())?;
+    let mut ctx = model
+        .new_context(backend, params)
+        .map_err(|e| e.to_string())?;
     let mut batch = LlamaBatch::new(512, 1);
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let n_vocab = model.n_vocab().max(1);
@@ -229,7 +253,9 @@ fn raw_llama_cpp(model: &Path, threads: usize) -> Result<Figures, String> {
             batch.clear();
             for s in 0..n as i32 {
                 for i in 0..64 {
-                    batch.add(tok(i + s), i, &[s], i == 63).map_err(|e| err(&e))?;
+                    batch
+                        .add(tok(i + s), i, &[s], i == 63)
+                        .map_err(|e| err(&e))?;
                 }
             }
             ctx.decode(&mut batch).map_err(|e| err(&e))?;
@@ -237,7 +263,9 @@ fn raw_llama_cpp(model: &Path, threads: usize) -> Result<Figures, String> {
             for k in 0..DECODE_TOKENS as i32 {
                 batch.clear();
                 for s in 0..n as i32 {
-                    batch.add(tok(k + s), 64 + k, &[s], true).map_err(|e| err(&e))?;
+                    batch
+                        .add(tok(k + s), 64 + k, &[s], true)
+                        .map_err(|e| err(&e))?;
                 }
                 ctx.decode(&mut batch).map_err(|e| err(&e))?;
             }
@@ -289,7 +317,10 @@ fn main() {
     drop(model);
 
     let q8 = parley_local::convert::converted_path(&path);
-    for (label, file) in [("llama.cpp on the Q4_1 file", &path), ("llama.cpp on the Q8_0 copy", &q8)] {
+    for (label, file) in [
+        ("llama.cpp on the Q4_1 file", &path),
+        ("llama.cpp on the Q8_0 copy", &q8),
+    ] {
         match raw_llama_cpp(file, threads) {
             Ok(r) => {
                 println!(
@@ -308,7 +339,11 @@ fn main() {
     if let Some(dir) = std::env::var_os("LLAMA_CPP_REF").map(PathBuf::from) {
         if let Some((pp, tg)) = llama_bench(&dir, &path, threads) {
             println!("llama-bench (LLAMA_CPP_REF) on the Q4_1 file: pp512 {pp:.1} tokens/s, tg128 {tg:.1} tokens/s");
-            println!("ratios parley / llama-bench: decode {:.2}, prefill {:.2}", ours.decode / tg, ours.prefill / pp);
+            println!(
+                "ratios parley / llama-bench: decode {:.2}, prefill {:.2}",
+                ours.decode / tg,
+                ours.prefill / pp
+            );
         }
     }
 }

@@ -143,7 +143,12 @@ fn max_bytes(c: &Compiled, node: usize) -> usize {
         Node::String { max, .. } => max.saturating_mul(2).saturating_add(2),
         Node::Enum(options) => options.iter().map(Vec::len).max().unwrap_or(0),
         Node::Integer { max, decimals, .. } => {
-            max.to_string().len() + if *decimals { 1 + MAX_DECIMALS as usize } else { 0 }
+            max.to_string().len()
+                + if *decimals {
+                    1 + MAX_DECIMALS as usize
+                } else {
+                    0
+                }
         }
     }
 }
@@ -259,21 +264,18 @@ fn compile(
                 parts.push((lit_id, value));
             }
             let close = c.lits.len();
-            c.lits
-                .push(if parts.is_empty() { b"{}".to_vec() } else { b"}".to_vec() });
+            c.lits.push(if parts.is_empty() {
+                b"{}".to_vec()
+            } else {
+                b"}".to_vec()
+            });
             Node::Object { parts, close }
         }
         "array" => {
             let items_schema = obj
                 .get("items")
                 .ok_or_else(|| err(path, "an array needs items"))?;
-            let items = compile(
-                c,
-                items_schema,
-                &format!("{path}/items"),
-                limits,
-                depth + 1,
-            )?;
+            let items = compile(c, items_schema, &format!("{path}/items"), limits, depth + 1)?;
             let min = usize_key(schema, "minItems", path)?.unwrap_or(0);
             let max = usize_key(schema, "maxItems", path)?
                 .unwrap_or(limits.max_array_items)
@@ -298,9 +300,7 @@ fn compile(
                 match obj.get(key) {
                     None => Ok(None),
                     Some(v) => match v.as_f64() {
-                        Some(f) if f.is_finite() && f >= 0.0 => {
-                            Ok(Some((f as u64).min(MAX_INT)))
-                        }
+                        Some(f) if f.is_finite() && f >= 0.0 => Ok(Some((f as u64).min(MAX_INT))),
                         Some(f) if f.is_finite() => Err(err(
                             path,
                             format!("{key} {f}: negative numbers are not supported"),
@@ -846,9 +846,9 @@ mod tests {
             assert!(serde_json::from_str::<Value>(ok).is_ok());
         }
         for bad in [
-            r#" {"title":"x"#,                  // leading space
-            r#"{"tags":[],"title":"x""#,        // wrong order
-            r#"{"title":"","#,                  // empty string
+            r#" {"title":"x"#,                      // leading space
+            r#"{"tags":[],"title":"x""#,            // wrong order
+            r#"{"title":"","#,                      // empty string
             r#"{"title":"x","tags":["a","b","c"]"#, // too many items
             r#"{"title":"x","tags":[],"score":0"#,  // below minimum
             r#"{"title":"x","tags":[],"score":11"#, // above maximum
@@ -856,8 +856,8 @@ mod tests {
             r#"{"title":"x","tags":[],"score":1,"ok":yes"#,
             r#"{"title":"x","tags":[],"score":1,"ok":true,"kind":"b""#,
             r#"{"title":"x","tags":[],"score":1,"ok":true,"kind":"a","ratio":100.5"#,
-            "{\"title\":\"tab\tinside\"",      // raw control character
-            r#"{"title":"\x""#,                 // unknown escape
+            "{\"title\":\"tab\tinside\"", // raw control character
+            r#"{"title":"\x""#,           // unknown escape
         ] {
             let mut m = s.matcher();
             assert!(!m.advance(bad.as_bytes()), "{bad}");
@@ -871,8 +871,7 @@ mod tests {
     #[test]
     fn every_prefix_completes_to_valid_json_of_the_schema() {
         let s = schema();
-        let full =
-            r#"{"title":"a \"b\"\n","tags":["p","q"],"score":10,"ok":false,"kind":"ab","ratio":99.125}"#;
+        let full = r#"{"title":"a \"b\"\n","tags":["p","q"],"score":10,"ok":false,"kind":"ab","ratio":99.125}"#;
         for cut in 0..=full.len() {
             let mut m = s.matcher();
             assert!(m.advance(&full.as_bytes()[..cut]));
@@ -881,12 +880,27 @@ mod tests {
             let text = String::from_utf8(text).unwrap();
             assert!(accepts_all(&s, &text), "cut {cut}: {text}");
             let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
-            assert!(v["score"].as_u64().is_some_and(|n| (1..=10).contains(&n)), "{text}");
+            assert!(
+                v["score"].as_u64().is_some_and(|n| (1..=10).contains(&n)),
+                "{text}"
+            );
         }
         let mut m = s.matcher();
         assert!(m.advance(br#"{"title":"x","tags":[],"score":1,"ok":true,"kind":"a","ratio":1"#));
-        assert!(m.is_complete() && !m.is_finished());
+        // Inside the object a number may still grow; only "}" ends it.
+        assert!(!m.is_complete());
         assert_eq!(m.completion(), b"}");
+        // At the top level a number is complete as soon as it has a digit.
+        let n = JsonSchema::compile(
+            &json!({"type": "integer", "maximum": 50}),
+            Limits::default(),
+        )
+        .unwrap();
+        let mut m = n.matcher();
+        assert!(m.advance(b"5"));
+        assert!(m.is_complete() && !m.is_finished());
+        assert!(m.clone().advance(b"0"));
+        assert!(!m.clone().advance(b"1"), "51 is above the maximum");
     }
 
     #[test]

@@ -225,12 +225,13 @@ fn original_sizes(h: &Header, file_len: u64) -> Result<Vec<u64>, LocalError> {
     let mut sizes = vec![0u64; h.tensors.len()];
     for (k, &i) in order.iter().enumerate() {
         let start = h.tensors[i].offset;
-        let end = order
-            .get(k + 1)
-            .map_or(data_len, |&j| h.tensors[j].offset);
-        sizes[i] = end
-            .checked_sub(start)
-            .ok_or_else(|| gguf(format!("tensor {} lies outside the data", h.tensors[i].name)))?;
+        let end = order.get(k + 1).map_or(data_len, |&j| h.tensors[j].offset);
+        sizes[i] = end.checked_sub(start).ok_or_else(|| {
+            gguf(format!(
+                "tensor {} lies outside the data",
+                h.tensors[i].name
+            ))
+        })?;
     }
     Ok(sizes)
 }
@@ -269,7 +270,7 @@ fn write_converted(
     let rerr = |e: std::io::Error| gguf(format!("reading tensor data: {e}"));
     let mut w = BufWriter::new(File::create(out_path).map_err(&werr)?);
     let mut pos: u64 = 0;
-    let mut put = |w: &mut BufWriter<File>, bytes: &[u8], pos: &mut u64| -> Result<(), LocalError> {
+    let put = |w: &mut BufWriter<File>, bytes: &[u8], pos: &mut u64| -> Result<(), LocalError> {
         w.write_all(bytes).map_err(&werr)?;
         *pos += bytes.len() as u64;
         Ok(())
@@ -296,7 +297,8 @@ fn write_converted(
     for ((t, &(ty, offset, size)), &old_size) in h.tensors.iter().zip(layout).zip(sizes) {
         let at = data_start + offset;
         put(&mut w, &zeros[..(at - pos) as usize], &mut pos)?;
-        r.seek(SeekFrom::Start(h.data_start + t.offset)).map_err(rerr)?;
+        r.seek(SeekFrom::Start(h.data_start + t.offset))
+            .map_err(rerr)?;
         if ty == t.ty {
             let mut data = vec![0u8; old_size as usize];
             r.read_exact(&mut data).map_err(rerr)?;
@@ -430,8 +432,14 @@ mod tests {
             let want_hi = (15 - j) as f32 * 0.5 - 3.0;
             let got_lo = f32::from(out[2 + j] as i8) * scale;
             let got_hi = f32::from(out[2 + 16 + j] as i8) * scale;
-            assert!((got_lo - want_lo).abs() < 0.02, "{j}: {got_lo} vs {want_lo}");
-            assert!((got_hi - want_hi).abs() < 0.02, "{j}: {got_hi} vs {want_hi}");
+            assert!(
+                (got_lo - want_lo).abs() < 0.02,
+                "{j}: {got_lo} vs {want_lo}"
+            );
+            assert!(
+                (got_hi - want_hi).abs() < 0.02,
+                "{j}: {got_hi} vs {want_hi}"
+            );
         }
     }
 }

@@ -142,14 +142,18 @@ impl Engine {
                 Scheduler::new(ctx, table).run(rx);
             })
             .map_err(|e| LocalError::Inference(format!("cannot start the engine thread: {e}")))?;
-        ready_rx
-            .recv()
-            .map_err(|_| LocalError::Inference("the engine thread stopped while loading".into()))??;
+        ready_rx.recv().map_err(|_| {
+            LocalError::Inference("the engine thread stopped while loading".into())
+        })??;
         Ok(Self { jobs })
     }
 
     /// Runs `job` and waits for its result.
-    pub fn run(&self, job: Job, reply: mpsc::Receiver<Result<Output, LocalError>>) -> Result<Output, LocalError> {
+    pub fn run(
+        &self,
+        job: Job,
+        reply: mpsc::Receiver<Result<Output, LocalError>>,
+    ) -> Result<Output, LocalError> {
         self.jobs
             .send(job)
             .map_err(|_| LocalError::Inference("the local model engine has stopped".into()))?;
@@ -305,7 +309,10 @@ impl<'m> Scheduler<'m> {
             let Some(a) = slot else { continue };
             if let Some(tok) = a.pending {
                 let pos = a.job.prompt.len() + a.generated.len() - 1;
-                match self.batch.add(LlamaToken(tok as i32), pos as i32, &[a.seq], true) {
+                match self
+                    .batch
+                    .add(LlamaToken(tok as i32), pos as i32, &[a.seq], true)
+                {
                     Ok(()) => {
                         sample_at.push((i, n as i32));
                         n += 1;
@@ -384,7 +391,8 @@ impl<'m> Scheduler<'m> {
                 })
             }
         };
-        let close = |m: &Option<JsonMatcher>| m.as_ref().map(JsonMatcher::completion).unwrap_or_default();
+        let close =
+            |m: &Option<JsonMatcher>| m.as_ref().map(JsonMatcher::completion).unwrap_or_default();
         let Some(tok) = next else {
             // Nothing may follow (cannot happen with a well-formed schema): close the JSON.
             return Some(close(&a.job.matcher));

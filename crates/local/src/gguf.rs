@@ -90,7 +90,9 @@ impl Content {
     /// Reads `entries` metadata entries (the part after the fixed header).
     pub(crate) fn read_entries(r: &mut impl Read, entries: u64) -> Result<Self, String> {
         if entries > MAX_ENTRIES {
-            return Err(format!("{entries} metadata entries (at most {MAX_ENTRIES})"));
+            return Err(format!(
+                "{entries} metadata entries (at most {MAX_ENTRIES})"
+            ));
         }
         let mut metadata = HashMap::with_capacity(entries as usize);
         for _ in 0..entries {
@@ -218,7 +220,9 @@ mod tests {
         f.extend(1u64.to_le_bytes());
         // A key claiming an absurd length.
         f.extend(u64::MAX.to_le_bytes());
-        assert!(Content::read(&mut f.as_slice()).unwrap_err().contains("string"));
+        assert!(Content::read(&mut f.as_slice())
+            .unwrap_err()
+            .contains("string"));
         let mut truncated = b"GGUF".to_vec();
         truncated.extend(3u32.to_le_bytes());
         assert!(Content::read(&mut truncated.as_slice()).is_err());

@@ -335,7 +335,6 @@ fn missing(path: &Path) -> LocalError {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use parley_local::{
-    default_model_path, format_chat, ChatMessage, GenerateRequest, JsonSchema, Limits,
-    LocalError, LocalModel, FETCH_COMMAND, MODEL_SIZE,
+    default_model_path, format_chat, ChatMessage, GenerateRequest, JsonSchema, Limits, LocalError,
+    LocalModel, FETCH_COMMAND, MODEL_SIZE,
 };
 
 fn model() -> &'static LocalModel {
@@ -391,7 +391,10 @@ fn constrained_generation_is_json_of_the_schema_even_when_cut_short() {
             .unwrap_or_else(|e| panic!("max_tokens {max_tokens}: not JSON ({e}): {}", g.text));
         assert!(v["summary"].as_str().is_some_and(|s| !s.is_empty()), "{v}");
         assert!(v["risks"].as_array().is_some_and(|r| r.len() <= 3), "{v}");
-        assert!(v["score"].as_u64().is_some_and(|n| (1..=10).contains(&n)), "{v}");
+        assert!(
+            v["score"].as_u64().is_some_and(|n| (1..=10).contains(&n)),
+            "{v}"
+        );
         assert!(g.completion_tokens <= max_tokens);
         if max_tokens == 6 {
             assert!(g.closed_at_budget, "{}", g.text);
@@ -405,7 +408,9 @@ fn constrained_generation_is_json_of_the_schema_even_when_cut_short() {
 fn different_seeds_give_different_answers() {
     let m = model();
     let req = |seed| GenerateRequest {
-        messages: vec![ChatMessage::user("Propose an architecture for a chat service.")],
+        messages: vec![ChatMessage::user(
+            "Propose an architecture for a chat service.",
+        )],
         max_tokens: 48,
         temperature: 0.5,
         top_p: 0.9,

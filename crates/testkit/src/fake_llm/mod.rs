@@ -315,8 +315,7 @@ impl Knobs {
         if body.get("stream").and_then(Value::as_bool) == Some(true) {
             return Plan::BadRequest("stream: true is not supported by the fake LLM".into());
         }
-        if self.structured_output == StructuredOutput::Reject && wire::json_schema(body).is_some()
-        {
+        if self.structured_output == StructuredOutput::Reject && wire::json_schema(body).is_some() {
             return Plan::BadRequest(
                 "Invalid parameter: 'response_format' of type 'json_schema' is not supported \
                  with this model."

@@ -103,7 +103,11 @@ fn instance(schema: &Value, n: u64, name: &str, depth: usize) -> Value {
     if depth > 16 {
         return Value::Null;
     }
-    if let Some(first) = schema.get("enum").and_then(Value::as_array).and_then(|e| e.first()) {
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
         return first.clone();
     }
     if let Some(c) = schema.get("const") {
@@ -111,7 +115,11 @@ fn instance(schema: &Value, n: u64, name: &str, depth: usize) -> Value {
     }
     let ty = match schema.get("type") {
         Some(Value::String(t)) => t.as_str(),
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("null"),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("null"),
         _ if schema.get("properties").is_some() => "object",
         _ => "string",
     };
@@ -126,12 +134,18 @@ fn instance(schema: &Value, n: u64, name: &str, depth: usize) -> Value {
             Value::Object(o)
         }
         "array" => {
-            let item = schema.get("items").cloned().unwrap_or(json!({"type": "string"}));
+            let item = schema
+                .get("items")
+                .cloned()
+                .unwrap_or(json!({"type": "string"}));
             Value::Array(vec![instance(&item, n, name, depth + 1)])
         }
         "integer" | "number" => {
             let lo = schema.get("minimum").and_then(Value::as_i64).unwrap_or(0);
-            let hi = schema.get("maximum").and_then(Value::as_i64).unwrap_or(lo + 100);
+            let hi = schema
+                .get("maximum")
+                .and_then(Value::as_i64)
+                .unwrap_or(lo + 100);
             json!(lo + (hi - lo) / 2)
         }
         "boolean" => json!(true),
@@ -269,11 +283,16 @@ mod tests {
         let resp = json!({"text":{"format":{"type":"json_schema","name":"s","schema":schema,"strict":true}}});
         assert_eq!(json_schema(&chat), Some(&schema));
         assert_eq!(json_schema(&resp), Some(&schema));
-        assert_eq!(json_schema(&json!({"response_format":{"type":"json_object"}})), None);
+        assert_eq!(
+            json_schema(&json!({"response_format":{"type":"json_object"}})),
+            None
+        );
         let v = instance_of(&schema, 3);
         assert_eq!(v["confidence"], 50);
         assert_eq!(v["tradeoffs"].as_array().map(Vec::len), Some(1));
-        assert!(v["solutionMarkdown"].as_str().is_some_and(|s| s.contains("#3")));
+        assert!(v["solutionMarkdown"]
+            .as_str()
+            .is_some_and(|s| s.contains("#3")));
         assert!(holds_required_keys(&v.to_string(), &schema));
         assert!(!holds_required_keys(r#"{"solutionMarkdown":"x"}"#, &schema));
         assert!(!holds_required_keys("not json", &schema));
