@@ -11,9 +11,9 @@
 //!   pass over it. So concurrent generations share each pass over the weights (a step with
 //!   three tokens costs little more than one with one token), and a long prompt is
 //!   processed [`BATCH`] tokens per pass.
-//! - The forward pass uses one thread per core ([`default_threads`]): with all concurrent
-//!   generations batched into one pass, there is one compute pool per process and it never
-//!   competes with itself.
+//! - The forward pass uses one thread per core, or one on a machine already busy
+//!   ([`default_threads`]): with all concurrent generations batched into one pass, there is
+//!   one compute pool per process and it never competes with itself.
 //! - Sampling (and the JSON constraint) runs on the engine thread between passes, per job,
 //!   with the job's own seed.
 //! - A job whose deadline passes is answered with [`LocalError::DeadlineExceeded`] at the next
@@ -47,9 +47,39 @@ pub const BATCH: usize = 512;
 /// How many recent tokens the repeat penalty looks at.
 pub const REPEAT_WINDOW: usize = 64;
 
-/// Threads for the forward pass: one per core.
+/// Threads for the forward pass: one per core, or one when the machine is already busy.
+///
+/// The threads of one forward pass meet at a barrier after every operation (hundreds per
+/// token); when other processes keep every core busy, each barrier waits for a thread the
+/// scheduler has set aside, and a multi-threaded pass becomes many times slower than a
+/// single-threaded one (seen here: 2 threads at ~14 tokens/s against ~50 for 1 thread on a
+/// 2-core machine at load 4). So when the 1-minute load average (Linux `/proc/loadavg`)
+/// is already at the core count when the model loads, the engine uses one thread.
+/// Concurrent generations never add threads: they share the passes (see the module docs).
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match load_average() {
+        Some(load) if cores > 1 && load >= cores as f64 => {
+            tracing::info!(
+                cores,
+                load,
+                "local model: the machine is busy; using 1 thread"
+            );
+            1
+        }
+        _ => cores,
+    }
+}
+
+/// The 1-minute load average, where the system reports one.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+        .filter(|l: &f64| l.is_finite())
 }
 
 /// Per token id: its bytes and whether it ends a generation.
