@@ -73,7 +73,7 @@ fn task(kind: TaskKind, problem: &str, transcript: &str, n: usize) -> Task {
         "round": 1,
         "kind": kind,
         "attempt": 1,
-        "agent": {"id": "judge", "name": "Judge", "role": "generalist", "model": "local", "temperature": 0.3},
+        "agent": {"id": "judge", "name": "Judge", "role": "generalist", "model": "local", "temperature": 0.3, "maxTokens": 320},
         "problem": problem,
         "input": serde_json::to_value(TaskInput { transcript: Some(transcript.into()), ..Default::default() }).unwrap(),
         "timeoutMs": 300000

@@ -98,7 +98,9 @@ async fn synthesis_sends_its_schema_and_takes_one_call_where_it_is_enforced() {
         solution.description.contains("Structured solutionMarkdown"),
         "{solution:?}"
     );
-    assert_eq!(solution.confidence, 50.0);
+    // The schema instance says 50 but lists one unmet major requirement: capped at 40.
+    assert_eq!(solution.confidence, 40.0);
+    assert_eq!(solution.unfulfilled_major_requirements.len(), 1);
     eprintln!("synthesis with a malformed first reply: {before} calls without structured output, {after} with it");
 
     // What crossed the wire: the schema, strict, every key required in order.
