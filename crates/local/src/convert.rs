@@ -238,7 +238,10 @@ fn original_sizes(h: &Header, file_len: u64) -> Result<Vec<u64>, LocalError> {
 
 /// The tensor infos of the converted file: (type, offset, data size) per tensor, in file
 /// order, and the size of the whole file.
-fn layout(h: &Header, sizes: &[u64]) -> Result<(Vec<(u32, u64, u64)>, u64), LocalError> {
+/// Where one tensor goes in the converted file: (type, offset in the data section, size).
+type Placement = (u32, u64, u64);
+
+fn layout(h: &Header, sizes: &[u64]) -> Result<(Vec<Placement>, u64), LocalError> {
     let mut out = Vec::with_capacity(h.tensors.len());
     let mut offset = 0u64;
     for (t, &old) in h.tensors.iter().zip(sizes) {
@@ -263,7 +266,7 @@ fn write_converted(
     r: &mut BufReader<File>,
     h: &Header,
     sizes: &[u64],
-    layout: &[(u32, u64, u64)],
+    layout: &[Placement],
     out_path: &Path,
 ) -> Result<(), LocalError> {
     let werr = io(out_path);
@@ -406,7 +409,7 @@ mod tests {
 
     #[test]
     fn f16_round_trips() {
-        for x in [0.0f32, 1.0, -2.5, 0.000_1, 65504.0, 3.140_625, -0.007_8125] {
+        for x in [0.0f32, 1.0, -2.5, 0.000_1, 65504.0, 3.140_625, -0.007_812_5] {
             let back = f16_to_f32(f32_to_f16(x));
             assert!((back - x).abs() <= x.abs() * 1e-3 + 1e-7, "{x} -> {back}");
         }
