@@ -29,8 +29,10 @@ pub const DEFAULT_LOCAL_JSON_MAX_TOKENS: u32 = 640;
 
 /// Bounds the constraint puts on JSON strings and arrays whose schema sets none: long
 /// enough for a solution section, short enough that a small model cannot ramble past its
-/// token budget in one field.
+/// token budget in one field; and at least a short sentence, so a small model cannot
+/// close a field after a stray `,` or a number.
 pub const JSON_LIMITS: Limits = Limits {
+    min_string_chars: 12,
     max_string_chars: 900,
     max_array_items: 4,
 };
@@ -86,16 +88,22 @@ pub fn strip_echoed_instruction(reply: &str, prompt: &str) -> String {
         .map(norm)
         .filter(|l| l.chars().count() >= 8)
         .collect();
-    let labels: std::collections::HashSet<String> = prompt
+    // Section labels ("Problem:", "Your proposal:") and whole prompt lines of some length
+    // (a repeated problem statement).
+    let repeated: std::collections::HashSet<String> = prompt
         .lines()
-        .filter(|l| l.trim_end().ends_with(':') && l.chars().count() <= 60)
-        .map(norm)
-        .filter(|l| l.chars().count() >= 8)
+        .filter_map(|l| {
+            let n = norm(l);
+            let label = l.trim_end().ends_with(':') && l.chars().count() <= 60;
+            let len = n.chars().count();
+            ((label && len >= 4) || len >= 20).then_some(n)
+        })
         .collect();
     let echoes = |line: &str| {
         let n = norm(line);
-        n.chars().count() >= 8
-            && (labels.contains(&n) || instruction.iter().any(|i| i.starts_with(&n)))
+        !n.is_empty()
+            && (repeated.contains(&n)
+                || (n.chars().count() >= 8 && instruction.iter().any(|i| i.starts_with(&n))))
     };
     let mut rest = reply.trim_start();
     loop {
@@ -229,5 +237,15 @@ mod tests {
             "Use a queue.\nMore."
         );
         assert_eq!(strip_echoed_instruction("Yes.\nNo.", "Yes."), "Yes.\nNo.");
+        // A repeated problem block goes too.
+        let prompt =
+            "Problem:\nDesign a rate limiter for a public REST API.\n\nPropose a solution.";
+        assert_eq!(
+            strip_echoed_instruction(
+                "Problem:\nDesign a rate limiter for a public REST API.\nUse a token bucket.",
+                prompt
+            ),
+            "Use a token bucket."
+        );
     }
 }

@@ -14,8 +14,9 @@
 //! - an object's properties all present, once each, in the order of its `required` list
 //!   (then any others), which is what structured-output APIs require of a strict schema
 //!   anyway;
-//! - strings of printable ASCII with the escapes `\"`, `\\`, `\/`, `\n`, `\t`, at least
-//!   one character and at most [`Limits::max_string_chars`] (or the schema's `maxLength`);
+//! - strings of printable ASCII with the escapes `\"`, `\\`, `\/`, `\n`, `\t`, of at least
+//!   [`Limits::min_string_chars`] and at most [`Limits::max_string_chars`] characters (or
+//!   the schema's `minLength` / `maxLength`);
 //! - arrays of at most [`Limits::max_array_items`] items (or the schema's `maxItems`);
 //! - non-negative integers within `minimum`..=`maximum`, numbers with at most three
 //!   decimals.
@@ -31,6 +32,8 @@ use serde_json::Value;
 /// Bounds applied where the schema sets none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// Shortest string, in characters.
+    pub min_string_chars: usize,
     /// Longest string, in characters.
     pub max_string_chars: usize,
     /// Most items in an array.
@@ -40,6 +43,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
+            min_string_chars: 1,
             max_string_chars: 1200,
             max_array_items: 6,
         }
@@ -286,7 +290,7 @@ fn compile(
             Node::Array { items, min, max }
         }
         "string" => {
-            let min = usize_key(schema, "minLength", path)?.unwrap_or(1);
+            let min = usize_key(schema, "minLength", path)?.unwrap_or(limits.min_string_chars);
             let max = usize_key(schema, "maxLength", path)?
                 .unwrap_or(limits.max_string_chars)
                 .min(limits.max_string_chars.max(min));
@@ -908,6 +912,7 @@ mod tests {
         let s = JsonSchema::compile(
             &json!({"type":"array","items":{"type":"string","maxLength":3}}),
             Limits {
+                min_string_chars: 1,
                 max_string_chars: 100,
                 max_array_items: 2,
             },

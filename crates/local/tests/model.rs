@@ -358,6 +358,7 @@ fn verdict_schema() -> JsonSchema {
             "additionalProperties": false
         }),
         Limits {
+            min_string_chars: 1,
             max_string_chars: 300,
             max_array_items: 3,
         },
