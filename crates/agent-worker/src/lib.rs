@@ -72,7 +72,20 @@ async fn run(
                 names.join(", ")
             ));
         }
-        call_for_task(provider, task, messages).await?
+        if task.kind == TaskKind::Clarify {
+            // Structured output where the provider takes it (the local model decodes under
+            // the schema); the parser below accepts the reply either way.
+            let format = parley_llm::ResponseFormat::strict(
+                clarify::QUESTIONS_SCHEMA_NAME,
+                questions_schema(),
+            );
+            let (text, meta, _) =
+                parley_llm::call_for_task_structured(provider, task, messages, Some(&format))
+                    .await?;
+            (text, meta)
+        } else {
+            call_for_task(provider, task, messages).await?
+        }
     };
     let content = match (task.kind, task.input.max_length) {
         (TaskKind::Summarize, Some(max)) => content.chars().take(max).collect(),

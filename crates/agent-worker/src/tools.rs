@@ -593,6 +593,7 @@ mod tests {
                 model: "m".into(),
                 latency_ms: 1,
                 rate_limit_reset: None,
+                structured: false,
                 tool_calls: vec![ToolCall {
                     id: "c".into(),
                     name: "list_files".into(),

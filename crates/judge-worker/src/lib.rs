@@ -3,18 +3,25 @@
 //! # Layout
 //! - [`prompts`]: the judge's system prompt and the prompt for each judge task.
 //! - [`parse`]: lenient extraction of the judge's JSON replies.
+//! - [`schema`]: the JSON schemas of synthesis and evaluation, asked for as structured
+//!   output where the provider supports it.
 //! - [`service`]: the NATS service (`parley-judge-worker` binary): the shared consume loop of
 //!   `parley-worker` running this crate's `execute`.
-//! - [`execute`]: runs one judge [`Task`]. A synthesis or evaluation reply that is not
-//!   valid JSON is asked for once more with a stricter instruction; if that fails too, the
-//!   evaluation counts as confidence 0 and the synthesis keeps the raw text, both with a
-//!   warning.
+//! - [`execute`]: runs one judge [`Task`]. Synthesis and evaluation ask for their schema
+//!   as structured output (so a provider that supports it, and the local model, reply in
+//!   valid JSON the first time); a reply that is still not valid JSON is asked for once
+//!   more with a stricter instruction; if that fails too, the evaluation counts as
+//!   confidence 0 and the synthesis keeps the raw text, both with a warning.
 
 pub mod parse;
 pub mod prompts;
+pub mod schema;
 pub mod service;
 
-use parley_llm::{add_usage, call_for_task, task_result, ChatMessage, LlmError, Provider};
+use parley_llm::{
+    add_usage, call_for_task, call_for_task_structured, task_result, ChatMessage, LlmError,
+    Provider,
+};
 use parley_protocol::{ErrorKind, Solution, Task, TaskKind, TaskOutput, TaskResult};
 
 /// Runs one judge task.
@@ -42,9 +49,12 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
     let problem =
         parley_protocol::problem_with_clarifications(&task.problem, &task.input.clarifications);
     let problem = problem.as_ref();
-    let user = match task.kind {
-        TaskKind::Synthesize => prompts::synthesize(problem, task.context.as_deref(), transcript),
-        TaskKind::Evaluate => prompts::evaluate(problem, transcript),
+    let (user, format) = match task.kind {
+        TaskKind::Synthesize => (
+            prompts::synthesize(problem, task.context.as_deref(), transcript),
+            schema::synthesis(),
+        ),
+        TaskKind::Evaluate => (prompts::evaluate(problem, transcript), schema::evaluation()),
         TaskKind::JudgeSummarize => {
             let max = task.input.max_length.unwrap_or(2500);
             let user = match task
@@ -83,7 +93,8 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
         }
     };
     let mut messages = vec![ChatMessage::system(system(task)), ChatMessage::user(user)];
-    let (first, mut metadata) = call_for_task(provider, task, messages.clone()).await?;
+    let (first, mut metadata, _) =
+        call_for_task_structured(provider, task, messages.clone(), Some(&format)).await?;
     let mut content = first;
     let mut parsed = parse::extract_json(&content);
     let mut warnings = Vec::new();
@@ -93,7 +104,8 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
             content: content.clone(),
         });
         messages.push(ChatMessage::user(prompts::STRICT_JSON));
-        let (second, more) = call_for_task(provider, task, messages).await?;
+        let (second, more, _) =
+            call_for_task_structured(provider, task, messages, Some(&format)).await?;
         add_usage(&mut metadata, &more);
         parsed = parse::extract_json(&second);
         if parsed.is_some() {

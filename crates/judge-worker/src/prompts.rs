@@ -30,7 +30,7 @@ pub fn evaluate(problem: &str, transcript: &str) -> String {
     format!(
         "Problem:\n{problem}\n\nThe latest round of the debate:\n{transcript}\n\nHow confident \
 are you that the proposals have converged on a good solution? Reply with a JSON object: \
-{{\"confidence\": number 0-100, \"reasoning\": string}}."
+{{\"reasoning\": string, \"confidence\": integer 0-100}}."
     )
 }
 

@@ -48,6 +48,7 @@ impl Provider for Scripted {
             latency_ms: 3,
             rate_limit_reset: None,
             tool_calls: Vec::new(),
+            structured: req.response_format.is_some(),
         })
     }
 }

@@ -21,7 +21,8 @@ pub mod registry;
 pub mod tools;
 
 pub use provider::{
-    add_usage, call_for_task, call_for_task_with_tools, record_content_on_spans, task_result,
-    ChatMessage, ChatRequest, ChatResponse, LlmError, Provider,
+    add_usage, call_for_task, call_for_task_structured, call_for_task_with_tools,
+    record_content_on_spans, task_result, ChatMessage, ChatRequest, ChatResponse, LlmError,
+    Provider, ResponseFormat,
 };
 pub use registry::{ProviderSettings, Registry};

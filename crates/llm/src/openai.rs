@@ -16,7 +16,9 @@
 //! redirect elsewhere is not followed (the call fails naming it), so neither the key nor
 //! the prompt leaves for another host.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -26,7 +28,7 @@ use serde_json::{json, Value};
 
 use parley_protocol::limits;
 
-use crate::provider::{ChatRequest, ChatResponse, ErrorKind, LlmError, Provider};
+use crate::provider::{ChatRequest, ChatResponse, ErrorKind, LlmError, Provider, ResponseFormat};
 
 /// Largest provider reply read (8 MiB); a longer one is an error, not a memory spike.
 pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
@@ -124,6 +126,9 @@ pub struct OpenAiClient {
     key_var: Option<&'static str>,
     /// Set once the server answered that it has no Responses API.
     chat_only: AtomicBool,
+    /// Models for which this endpoint rejected structured output (`response_format` /
+    /// `text.format`): asked without it from then on, for the life of the process.
+    no_structured_output: Mutex<HashSet<String>>,
     http: reqwest::Client,
     extra_headers: Vec<(&'static str, String)>,
     pub retry: RetrySettings,
@@ -162,6 +167,7 @@ impl OpenAiClient {
             key,
             key_var,
             chat_only: AtomicBool::new(api == Api::ChatCompletions),
+            no_structured_output: Mutex::new(HashSet::new()),
             http,
             extra_headers,
             retry: RetrySettings::default(),
@@ -178,19 +184,44 @@ impl OpenAiClient {
         Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms.max(1)))
     }
 
+    /// Whether this endpoint took structured output for `model` so far.
+    fn structured_output_ok(&self, model: &str) -> bool {
+        !self
+            .no_structured_output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(model)
+    }
+
+    /// Remembers that the endpoint rejected structured output for `model`; true the first
+    /// time.
+    fn reject_structured_output(&self, model: &str) -> bool {
+        self.no_structured_output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(model.to_string())
+    }
+
     async fn attempt(
         &self,
         req: &ChatRequest,
         deadline: Instant,
     ) -> Result<ChatResponse, LlmError> {
         let chat = self.chat_only.load(Ordering::Relaxed);
+        let format = req
+            .response_format
+            .as_ref()
+            .filter(|_| self.structured_output_ok(&req.model));
         let (url, body) = if chat {
             (
                 format!("{}/chat/completions", self.base_url),
-                chat_body(req),
+                chat_body(req, format),
             )
         } else {
-            (format!("{}/responses", self.base_url), responses_body(req))
+            (
+                format!("{}/responses", self.base_url),
+                responses_body(req, format),
+            )
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
@@ -264,6 +295,7 @@ impl OpenAiClient {
             latency_ms,
             rate_limit_reset: exhausted_until(&headers),
             tool_calls,
+            structured: format.is_some(),
         })
     }
 
@@ -461,7 +493,23 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
     clamped_secs(total)
 }
 
-fn chat_body(req: &ChatRequest) -> Value {
+/// Whether a rejected request's error text is about structured output (`response_format`,
+/// `json_schema`, `text.format`), i.e. the endpoint or model does not support it.
+pub fn names_structured_output(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "response_format",
+        "response format",
+        "json_schema",
+        "json schema",
+        "text.format",
+        "structured output",
+    ]
+    .iter()
+    .any(|k| m.contains(k))
+}
+
+fn chat_body(req: &ChatRequest, format: Option<&ResponseFormat>) -> Value {
     let messages: Vec<Value> = req
         .messages
         .iter()
@@ -473,10 +521,16 @@ fn chat_body(req: &ChatRequest) -> Value {
         body["max_tokens"] = json!(m);
     }
     crate::tools::extend_chat_body(&mut body, &req.tools);
+    if let Some(f) = format {
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {"name": f.name, "schema": f.schema, "strict": f.strict},
+        });
+    }
     body
 }
 
-fn responses_body(req: &ChatRequest) -> Value {
+fn responses_body(req: &ChatRequest, format: Option<&ResponseFormat>) -> Value {
     let instructions: Vec<&str> = req
         .messages
         .iter()
@@ -497,6 +551,14 @@ fn responses_body(req: &ChatRequest) -> Value {
         body["max_output_tokens"] = json!(m);
     }
     crate::tools::extend_responses_body(&mut body, &req.tools);
+    if let Some(f) = format {
+        body["text"] = json!({"format": {
+            "type": "json_schema",
+            "name": f.name,
+            "schema": f.schema,
+            "strict": f.strict,
+        }});
+    }
     body
 }
 
@@ -580,6 +642,23 @@ impl Provider for OpenAiClient {
             match self.attempt(req, deadline).await {
                 Ok(r) => return Ok(r),
                 Err(e) if e.kind == ErrorKind::Internal && e.message == "fallback" => continue,
+                Err(e)
+                    if e.kind == ErrorKind::InvalidRequest
+                        && req.response_format.is_some()
+                        && self.structured_output_ok(&req.model)
+                        && names_structured_output(&e.message) =>
+                {
+                    // The endpoint does not take structured output for this model: ask
+                    // again without it (the prompt still asks for JSON), and from now on.
+                    if self.reject_structured_output(&req.model) {
+                        tracing::warn!(
+                            provider = %self.name,
+                            model = %req.model,
+                            "structured output (JSON schema) rejected; using instruct-and-parse for this model from now on"
+                        );
+                    }
+                    continue;
+                }
                 Err(e)
                     if e.retryable()
                         && retries < self.retry.max_retries
@@ -681,6 +760,48 @@ mod tests {
     fn secret_debug_hides_key() {
         let s = Secret::new("sk-very-secret".into());
         assert!(!format!("{s:?}").contains("sk-very"));
+    }
+
+    #[test]
+    fn structured_output_goes_in_each_api_s_field() {
+        let format = ResponseFormat::strict("verdict", json!({"type": "object"}));
+        let req = ChatRequest {
+            model: "m".into(),
+            messages: vec![crate::ChatMessage::user("hi")],
+            temperature: 0.2,
+            max_tokens: None,
+            timeout: Duration::from_secs(1),
+            seed: None,
+            response_format: Some(format.clone()),
+            tools: Default::default(),
+        };
+        let chat = chat_body(&req, Some(&format));
+        assert_eq!(
+            chat["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "verdict", "schema": {"type": "object"}, "strict": true}})
+        );
+        let resp = responses_body(&req, Some(&format));
+        assert_eq!(
+            resp["text"],
+            json!({"format": {"type": "json_schema", "name": "verdict", "schema": {"type": "object"}, "strict": true}})
+        );
+        assert!(chat_body(&req, None).get("response_format").is_none());
+        assert!(responses_body(&req, None).get("text").is_none());
+    }
+
+    #[test]
+    fn rejections_that_name_structured_output_are_recognised() {
+        for m in [
+            "request rejected (HTTP 400): Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model.",
+            "request rejected (HTTP 400): Unsupported parameter: 'text.format'",
+            "request rejected (HTTP 400): This model does not support Structured Outputs",
+            "request rejected (HTTP 422): json schema not supported",
+        ] {
+            assert!(names_structured_output(m), "{m}");
+        }
+        assert!(!names_structured_output(
+            "request rejected (HTTP 400): maximum context length exceeded"
+        ));
     }
 
     #[test]

@@ -27,6 +27,37 @@ impl ChatMessage {
     }
 }
 
+/// Structured output: a JSON schema the reply must follow.
+///
+/// OpenAI-compatible Chat Completions send it as `response_format: {type: "json_schema",
+/// json_schema: {name, schema, strict}}`, the Responses API as `text.format`, and the local
+/// model applies it while sampling. A provider that rejects it (HTTP 400 naming
+/// `response_format` / `json_schema`) is asked again without it, and not asked with it again
+/// for that model in this process: the caller's prompt still asks for JSON, so the reply is
+/// parsed as before (instruct-and-parse).
+///
+/// Properties are generated in the order of the schema's `required` list by the local
+/// model; for strict mode every property must be listed there and `additionalProperties`
+/// must be `false`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseFormat {
+    /// A short identifier (`[a-zA-Z0-9_-]`, at most 64 characters).
+    pub name: String,
+    pub schema: serde_json::Value,
+    /// Ask the provider to enforce the schema exactly.
+    pub strict: bool,
+}
+
+impl ResponseFormat {
+    pub fn strict(name: impl Into<String>, schema: serde_json::Value) -> Self {
+        Self {
+            name: name.into(),
+            schema,
+            strict: true,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
     pub model: String,
@@ -39,6 +70,8 @@ pub struct ChatRequest {
     pub seed: Option<u64>,
     /// Function calling: tools offered and earlier calls (empty: a plain completion).
     pub tools: crate::tools::ToolRequest,
+    /// Ask for a reply in this JSON schema (structured output), where supported.
+    pub response_format: Option<ResponseFormat>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +86,10 @@ pub struct ChatResponse {
     pub rate_limit_reset: Option<Duration>,
     /// The tool calls the model asked for (empty for a final answer).
     pub tool_calls: Vec<crate::tools::ToolCall>,
+    /// The reply was generated under the request's [`ResponseFormat`] (the provider took
+    /// it); false without one, or when the provider rejected it and the call was made
+    /// without.
+    pub structured: bool,
 }
 
 /// A failed call, classified. Messages never contain API keys.
@@ -125,14 +162,9 @@ pub async fn call_for_task(
     task: &parley_protocol::Task,
     messages: Vec<ChatMessage>,
 ) -> Result<(String, parley_protocol::ContributionMetadata), LlmError> {
-    let (text, _, meta) = call_for_task_with_tools(
-        provider,
-        task,
-        messages,
-        crate::tools::ToolRequest::default(),
-    )
-    .await?;
-    Ok((text, meta))
+    call_for_task_structured(provider, task, messages, None)
+        .await
+        .map(|(text, meta, _)| (text, meta))
 }
 
 /// [`call_for_task`] offering tools: also returns the calls the model asked for.
@@ -149,6 +181,41 @@ pub async fn call_for_task_with_tools(
     ),
     LlmError,
 > {
+    call(provider, task, messages, tools, None)
+        .await
+        .map(|c| (c.text, c.tool_calls, c.meta))
+}
+
+/// [`call_for_task`] asking for a reply in `format` (structured output) where the provider
+/// supports it; the flag says whether the reply was generated under the schema.
+pub async fn call_for_task_structured(
+    provider: &dyn Provider,
+    task: &parley_protocol::Task,
+    messages: Vec<ChatMessage>,
+    format: Option<&ResponseFormat>,
+) -> Result<(String, parley_protocol::ContributionMetadata, bool), LlmError> {
+    call(provider, task, messages, Default::default(), format)
+        .await
+        .map(|c| (c.text, c.meta, c.structured))
+}
+
+/// What one call for a task gave.
+struct Called {
+    text: String,
+    tool_calls: Vec<crate::tools::ToolCall>,
+    meta: parley_protocol::ContributionMetadata,
+    structured: bool,
+}
+
+/// The one LLM call every `call_for_task*` makes: the request from the task's agent
+/// settings, the `llm.call` span, token metrics.
+async fn call(
+    provider: &dyn Provider,
+    task: &parley_protocol::Task,
+    messages: Vec<ChatMessage>,
+    tools: crate::tools::ToolRequest,
+    format: Option<&ResponseFormat>,
+) -> Result<Called, LlmError> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     task.id.hash(&mut h);
@@ -160,6 +227,7 @@ pub async fn call_for_task_with_tools(
         timeout: Duration::from_millis(task.timeout_ms.max(1)),
         seed: Some(h.finish()),
         tools,
+        response_format: format.cloned(),
     };
     // GenAI semantic conventions; prompt and completion text only when
     // `record_content_on_spans` turned it on (a Langfuse export that asked for it).
@@ -170,6 +238,8 @@ pub async fn call_for_task_with_tools(
         gen_ai.system = provider.name(),
         gen_ai.request.model = req.model.as_str(),
         gen_ai.request.temperature = req.temperature,
+        gen_ai.output.type = if format.is_some() { "json" } else { "text" },
+        parley.structured_output = tracing::field::Empty,
         gen_ai.response.model = tracing::field::Empty,
         gen_ai.usage.input_tokens = tracing::field::Empty,
         gen_ai.usage.output_tokens = tracing::field::Empty,
@@ -198,6 +268,9 @@ pub async fn call_for_task_with_tools(
             if content {
                 span.record("langfuse.observation.output", r.text.as_str());
             }
+            if format.is_some() {
+                span.record("parley.structured_output", r.structured);
+            }
             parley_telemetry::metrics().record_tokens(
                 provider.name(),
                 &r.model,
@@ -222,7 +295,12 @@ pub async fn call_for_task_with_tools(
         carried_over: false,
         tool_calls: Vec::new(),
     };
-    Ok((r.text, r.tool_calls, meta))
+    Ok(Called {
+        text: r.text,
+        tool_calls: r.tool_calls,
+        meta,
+        structured: r.structured,
+    })
 }
 
 /// Adds the cost of a second call (e.g. a stricter retry) to `into`.

@@ -20,6 +20,7 @@ fn request(tools: ToolRequest) -> ChatRequest {
         timeout: Duration::from_secs(20),
         seed: None,
         tools,
+        response_format: None,
     }
 }
 

@@ -36,6 +36,7 @@ fn request() -> ChatRequest {
         timeout: Duration::from_secs(20),
         seed: None,
         tools: Default::default(),
+        response_format: None,
     }
 }
 

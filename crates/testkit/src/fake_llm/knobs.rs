@@ -130,6 +130,21 @@ impl Fault {
     }
 }
 
+/// How the fake LLM answers a request that asks for structured output (a JSON-schema
+/// `response_format` in Chat Completions, `text.format` in the Responses API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StructuredOutput {
+    /// Like a provider that enforces the schema: the reply is the responder's text when it
+    /// is a JSON object with the schema's required keys, else an instance of the schema.
+    Honour,
+    /// Like a provider or model without structured output: 400, naming `response_format`.
+    Reject,
+    /// Like a server that ignores the field: the responder's text as is. The default, so
+    /// a responder's scripted replies (malformed ones included) reach the client unchanged.
+    #[default]
+    Ignore,
+}
+
 /// A request quota, like a provider's: at most `requests` accepted in any sliding
 /// `window`. Accepted replies carry OpenAI's `x-ratelimit-limit-requests`,
 /// `x-ratelimit-remaining-requests` and `x-ratelimit-reset-requests` headers.

@@ -7,13 +7,18 @@
 //! Order in which a request is judged, under one lock so concurrent requests see a
 //! consistent view:
 //! 1. unknown route, or `/v1/responses` while `set_responses_api(false)` → 404;
-//! 2. body not a JSON object, or `"stream": true` (streaming is not supported) → 400;
+//! 2. body not a JSON object, or `"stream": true` (streaming is not supported) → 400; a
+//!    JSON-schema `response_format` / `text.format` while structured output is
+//!    [`StructuredOutput::Reject`]ed → 400 naming `response_format`;
 //! 3. rate limit (only requests that got this far count toward the window) → 429;
 //! 4. the first matching [`Fault`] with runs left;
 //! 5. otherwise a normal reply (from the responder, or the default text) — or, when the
 //!    request offers `tools` (and `tool_choice` is not `"none"`) and the tool caller set
 //!    with [`FakeLlm::set_tool_caller`] asks for calls, a reply with those tool calls
 //!    (Chat Completions `message.tool_calls`, Responses `function_call` output items).
+//!    With [`StructuredOutput::Honour`] (not the default) a request that carries a JSON schema gets
+//!    the responder's text only when it is a JSON object holding the schema's required
+//!    keys, else a JSON instance of the schema, as a provider enforcing the schema would.
 //!
 //! Steps 4 and 5 wait for the configured [`Latency`] first. Knob changes apply to
 //! requests that arrive after the change.
@@ -21,7 +26,7 @@
 mod knobs;
 mod wire;
 
-pub use knobs::{Fault, Latency, Match, RateLimit};
+pub use knobs::{Fault, Latency, Match, RateLimit, StructuredOutput};
 
 use anyhow::Context as _;
 use axum::body::{Body, Bytes};
@@ -88,6 +93,12 @@ impl RecordedRequest {
     pub fn tool_outputs(&self) -> Vec<(String, String)> {
         wire::tool_outputs(&self.body)
     }
+
+    /// The JSON schema the request asks the reply to follow: Chat Completions'
+    /// `response_format.json_schema.schema` or the Responses API's `text.format.schema`.
+    pub fn json_schema(&self) -> Option<&Value> {
+        wire::json_schema(&self.body)
+    }
 }
 
 /// A tool call the fake LLM answers with (see [`FakeLlm::set_tool_caller`]).
@@ -143,6 +154,8 @@ struct Knobs {
     tool_caller: Option<ToolCaller>,
     /// When false, `/v1/responses` answers 404.
     responses_api: bool,
+    /// What a request with a JSON schema gets.
+    structured_output: StructuredOutput,
     /// Numbers the normal replies (`#<n>` in the default text, ids).
     replies: u64,
 }
@@ -206,6 +219,7 @@ impl FakeLlm {
                 responder: None,
                 tool_caller: None,
                 responses_api: true,
+                structured_output: StructuredOutput::Ignore,
                 replies: 0,
             }),
             shutdown: rx.clone(),
@@ -302,6 +316,11 @@ impl FakeLlm {
         self.knobs().responses_api = enabled;
     }
 
+    /// How later requests that carry a JSON schema (structured output) are answered.
+    pub fn set_structured_output(&self, mode: StructuredOutput) {
+        self.knobs().structured_output = mode;
+    }
+
     fn knobs(&self) -> MutexGuard<'_, Knobs> {
         lock(&self.shared.state)
     }
@@ -347,6 +366,13 @@ impl Knobs {
         }
         if body.get("stream").and_then(Value::as_bool) == Some(true) {
             return Plan::BadRequest("stream: true is not supported by the fake LLM".into());
+        }
+        if self.structured_output == StructuredOutput::Reject && wire::json_schema(body).is_some() {
+            return Plan::BadRequest(
+                "Invalid parameter: 'response_format' of type 'json_schema' is not supported \
+                 with this model."
+                    .into(),
+            );
         }
         let mut quota = None;
         if let Some(limit) = self.rate_limit {
@@ -403,9 +429,10 @@ async fn handle(
         _ => None,
     };
 
-    let (plan, record, responder, tool_caller) = {
+    let (plan, record, responder, tool_caller, structured) = {
         let mut k = lock(&shared.state);
         let plan = k.decide(endpoint, &body, &model, &prompt, received_at);
+        let structured = k.structured_output;
         let record = RecordedRequest {
             path,
             headers,
@@ -416,7 +443,13 @@ async fn handle(
             status: plan.status(),
         };
         k.requests.push(record.clone());
-        (plan, record, k.responder.clone(), k.tool_caller.clone())
+        (
+            plan,
+            record,
+            k.responder.clone(),
+            k.tool_caller.clone(),
+            structured,
+        )
     };
 
     match plan {
@@ -493,7 +526,7 @@ async fn handle(
                 Some(f) if record.may_call_tools() => f(&record),
                 _ => Vec::new(),
             };
-            let text = if !calls.is_empty() {
+            let mut text = if !calls.is_empty() {
                 String::new()
             } else {
                 match responder {
@@ -501,6 +534,13 @@ async fn handle(
                     None => wire::default_reply(&record.model, n, &prompt),
                 }
             };
+            if structured == StructuredOutput::Honour && calls.is_empty() {
+                if let Some(schema) = record.json_schema() {
+                    if !wire::holds_required_keys(&text, schema) {
+                        text = wire::instance_of(schema, n).to_string();
+                    }
+                }
+            }
             let reply = match endpoint {
                 _ if !calls.is_empty() => wire::tool_call_reply(
                     endpoint == Endpoint::Chat,

@@ -62,6 +62,98 @@ fn content_texts<'a>(content: &'a Value, out: &mut Vec<&'a str>) {
     }
 }
 
+/// The JSON schema a request asks for: Chat Completions' `response_format` of type
+/// `json_schema` (`.json_schema.schema`) or the Responses API's `text.format` of type
+/// `json_schema` (`.schema`).
+pub(crate) fn json_schema(body: &Value) -> Option<&Value> {
+    if let Some(f) = body.get("response_format") {
+        if f.get("type").and_then(Value::as_str) == Some("json_schema") {
+            return f.pointer("/json_schema/schema");
+        }
+    }
+    let f = body.pointer("/text/format")?;
+    if f.get("type").and_then(Value::as_str) == Some("json_schema") {
+        return f.get("schema");
+    }
+    None
+}
+
+/// Whether `text` is a JSON object holding every key the schema's top level `required`s.
+pub(crate) fn holds_required_keys(text: &str, schema: &Value) -> bool {
+    let Ok(Value::Object(o)) = serde_json::from_str::<Value>(text) else {
+        return false;
+    };
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .all(|k| o.contains_key(k))
+}
+
+/// A value of `schema` (objects with every property, one item per array, strings naming
+/// the reply, integers at the middle of their range, the first enum value), deterministic
+/// given `n`.
+pub(crate) fn instance_of(schema: &Value, n: u64) -> Value {
+    instance(schema, n, "value", 0)
+}
+
+fn instance(schema: &Value, n: u64, name: &str, depth: usize) -> Value {
+    if depth > 16 {
+        return Value::Null;
+    }
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    if let Some(c) = schema.get("const") {
+        return c.clone();
+    }
+    let ty = match schema.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("null"),
+        _ if schema.get("properties").is_some() => "object",
+        _ => "string",
+    };
+    match ty {
+        "object" => {
+            let mut o = serde_json::Map::new();
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, sub) in props {
+                    o.insert(k.clone(), instance(sub, n, k, depth + 1));
+                }
+            }
+            Value::Object(o)
+        }
+        "array" => {
+            let item = schema
+                .get("items")
+                .cloned()
+                .unwrap_or(json!({"type": "string"}));
+            Value::Array(vec![instance(&item, n, name, depth + 1)])
+        }
+        "integer" | "number" => {
+            let lo = schema.get("minimum").and_then(Value::as_i64).unwrap_or(0);
+            let hi = schema
+                .get("maximum")
+                .and_then(Value::as_i64)
+                .unwrap_or(lo + 100);
+            json!(lo + (hi - lo) / 2)
+        }
+        "boolean" => json!(true),
+        "null" => Value::Null,
+        _ => json!(format!("Structured {name} #{n} from the fake LLM.")),
+    }
+}
+
 /// Rough token count: characters / 4, at least 1.
 pub(crate) fn rough_tokens(text: &str) -> u64 {
     ((text.chars().count() / 4) as u64).max(1)
@@ -285,6 +377,32 @@ mod tests {
         ]});
         assert_eq!(prompt_text(&resp), "be brief\na\nb");
         assert_eq!(prompt_text(&json!({"input":"plain"})), "plain");
+    }
+
+    #[test]
+    fn schemas_are_read_from_both_apis_and_instantiated() {
+        let schema = json!({"type":"object","properties":{
+            "solutionMarkdown":{"type":"string"},
+            "tradeoffs":{"type":"array","items":{"type":"string"}},
+            "confidence":{"type":"integer","minimum":0,"maximum":100}},
+            "required":["solutionMarkdown","tradeoffs","confidence"]});
+        let chat = json!({"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":schema,"strict":true}}});
+        let resp = json!({"text":{"format":{"type":"json_schema","name":"s","schema":schema,"strict":true}}});
+        assert_eq!(json_schema(&chat), Some(&schema));
+        assert_eq!(json_schema(&resp), Some(&schema));
+        assert_eq!(
+            json_schema(&json!({"response_format":{"type":"json_object"}})),
+            None
+        );
+        let v = instance_of(&schema, 3);
+        assert_eq!(v["confidence"], 50);
+        assert_eq!(v["tradeoffs"].as_array().map(Vec::len), Some(1));
+        assert!(v["solutionMarkdown"]
+            .as_str()
+            .is_some_and(|s| s.contains("#3")));
+        assert!(holds_required_keys(&v.to_string(), &schema));
+        assert!(!holds_required_keys(r#"{"solutionMarkdown":"x"}"#, &schema));
+        assert!(!holds_required_keys("not json", &schema));
     }
 
     #[test]
