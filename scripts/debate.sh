@@ -9,11 +9,9 @@ cd "$(dirname "$0")/.."
 if [[ -z "${OPENAI_API_KEY:-}${OPENROUTER_API_KEY:-}" ]]; then
     scripts/fetch-model.sh >/dev/null
 fi
-# llama.cpp (the local model's engine) builds from source: cmake + libclang.
-if ! command -v cmake >/dev/null 2>&1 || ! ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1; then
-    echo "error: building Parley needs cmake and libclang (Debian/Ubuntu: apt-get install cmake libclang-dev)" >&2
-    exit 4
-fi
+# llama.cpp (the local model's engine) builds from source: cmake + libclang (apt-get).
+source scripts/apt-deps.sh
+apt_deps build >&2
 cargo build --release --quiet -p parley-cli
 if [[ $# -eq 0 ]]; then
     set -- "Design a URL shortener service: API, storage, and how to scale reads"

@@ -9,20 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_apt=()
-command -v nats-server >/dev/null 2>&1 || need_apt+=(nats-server)
-command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
-command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
-# llama.cpp (the local model's engine) is built from source by cargo: cmake + libclang.
-command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
-ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
-if ((${#need_apt[@]})); then
-    echo "==> installing ${need_apt[*]} (apt-get)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+source scripts/apt-deps.sh
+apt_deps test
 
 echo "==> local model"
 scripts/fetch-model.sh
