@@ -231,6 +231,12 @@ async fn a_failed_debate_is_retried_from_its_checkpoint_without_repeating_calls(
     });
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.base_url());
+    // A failing critique fails the node too (by default it would be dropped, and a target
+    // that refined without it keeps the drop: see run.rs's dropped-critique test).
+    let path = dir.path().join("debate-config.json");
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    cfg["debate"]["onAgentFailure"] = json!("fail");
+    std::fs::write(&path, cfg.to_string()).unwrap();
     let out = parley(dir.path(), &["run", "Design a cache"]).await;
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
