@@ -16,4 +16,4 @@ cargo build --release --quiet -p parley-cli
 if [[ $# -eq 0 ]]; then
     set -- "Design a URL shortener service: API, storage, and how to scale reads"
 fi
-exec target/release/parley run "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/parley" run "$@"

@@ -631,3 +631,22 @@ pub fn log_lines_with_message(log: &str, message: &str) -> Vec<Value> {
         })
         .collect()
 }
+
+/// A reply in dialectic's evaluation rubric: every metric scored `s`, overall `overall`.
+pub fn rubric(s: u32, overall: u32) -> Value {
+    let m = |n: u32| json!({"score": n, "reasoning": format!("because {n}")});
+    json!({
+        "evaluation": {
+            "functional_completeness": m(s),
+            "non_functional": {
+                "performance_scalability": m(s),
+                "security": m(s),
+                "maintainability_evolvability": m(s),
+                "regulatory_compliance": m(s),
+                "testability": m(s),
+                "requirements_fulfillment": m(s)
+            }
+        },
+        "overall_summary": {"strengths": "s", "weaknesses": "w", "overall_score": overall}
+    })
+}

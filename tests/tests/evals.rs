@@ -3,24 +3,9 @@
 //! shipped NATS roles; a bad request is refused with its field named and the worker goes on.
 
 use parley_protocol::subjects::EVALS_SUBMIT;
-use parley_tests::{workspace_bin, Cluster};
+use parley_tests::{rubric, workspace_bin, Cluster};
 use serde_json::{json, Value};
 use std::path::Path;
-
-fn rubric(s: u32, overall: u32) -> Value {
-    let m = |n: u32| json!({"score": n, "reasoning": format!("because {n}")});
-    json!({
-        "evaluation": {
-            "functional_completeness": m(s),
-            "non_functional": {
-                "performance_scalability": m(s), "security": m(s),
-                "maintainability_evolvability": m(s), "regulatory_compliance": m(s),
-                "testability": m(s), "requirements_fulfillment": m(s)
-            }
-        },
-        "overall_summary": {"strengths": "s", "weaknesses": "w", "overall_score": overall}
-    })
-}
 
 fn write_debate(path: &Path) {
     let debate = json!({

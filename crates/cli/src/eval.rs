@@ -38,8 +38,7 @@ use tracing::Instrument as _;
 
 use crate::CliError;
 
-/// Evaluators always run at this temperature (dialectic's fixed value).
-pub const EVAL_TEMPERATURE: f64 = 0.1;
+pub use parley_protocol::EVAL_TEMPERATURE;
 /// An evaluator call's deadline when the config gives no `timeout` (dialectic's default).
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 /// The deadline of a call to the local model when the config gives none (CPU inference).

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use parley_testkit::FakeLlm;
+use parley_tests::rubric;
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
@@ -38,23 +39,6 @@ fn stdout(o: &Output) -> String {
 }
 
 /// A rubric reply with every score `s`, except the overall score `overall`.
-fn rubric(s: u32, overall: u32) -> Value {
-    let m = |n: u32| json!({"score": n, "reasoning": format!("because {n}")});
-    json!({
-        "evaluation": {
-            "functional_completeness": m(s),
-            "non_functional": {
-                "performance_scalability": m(s),
-                "security": m(s),
-                "maintainability_evolvability": m(s),
-                "regulatory_compliance": m(s),
-                "testability": m(s),
-                "requirements_fulfillment": m(s)
-            }
-        },
-        "overall_summary": {"strengths": "s", "weaknesses": "w", "overall_score": overall}
-    })
-}
 
 /// Replies by model: `good-a` scores 6 (overall 7), `good-b` scores 9 (overall 8) inside a
 /// fenced block with prose around it, `bad` answers prose.

@@ -17,6 +17,9 @@ use crate::{
     is_valid_id, limits, operator_owned_fields, preview, Rejection, SpecError, SpecErrors,
 };
 
+/// Evaluators always run at this temperature (dialectic's fixed value), locally and on
+/// the judge workers.
+pub const EVAL_TEMPERATURE: f64 = 0.1;
 /// Evaluators in one request at most.
 pub const MAX_EVALUATORS: usize = 16;
 /// Bytes of one evaluation request at most (prompts hold the debate's problem and solution).

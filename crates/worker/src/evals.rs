@@ -20,15 +20,12 @@ use parley_llm::{ChatMessage, ChatRequest, Registry};
 use parley_protocol::subjects::{ErrorCode, ErrorReply};
 use parley_protocol::{
     clip_text, decode_eval_request, subjects, AgentConfig, EvalCall, EvalOutcome, EvalReply,
-    MAX_EVAL_REPLY_TEXT_BYTES,
+    EVAL_TEMPERATURE, MAX_EVAL_REPLY_TEXT_BYTES,
 };
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
-
-/// Evaluators always run at this temperature (dialectic's fixed value).
-pub const EVAL_TEMPERATURE: f64 = 0.1;
 
 /// What the service needs from the worker.
 pub(crate) struct EvalService {
