@@ -38,8 +38,6 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A rubric reply with every score `s`, except the overall score `overall`.
-
 /// Replies by model: `good-a` scores 6 (overall 7), `good-b` scores 9 (overall 8) inside a
 /// fenced block with prose around it, `bad` answers prose.
 fn set_replies(fake: &FakeLlm) {
