@@ -106,6 +106,34 @@ impl Driver {
     }
 }
 
+/// How long a request waits for a driver whose debate has already stopped (failed, waiting
+/// for answers) to finish its last checkpoint and exit.
+const SETTLE: Duration = Duration::from_secs(3);
+
+impl Inner {
+    /// Whether `driver` is still driving debate `id`. A driver whose debate's checkpoint
+    /// says it stopped (anything but running or pending) is between its last event and its
+    /// exit: it is given [`SETTLE`] to finish, so a retry or an answer sent right after
+    /// `debateFailed` / `clarificationsRequested` is taken, not refused as "running".
+    async fn still_driving(&self, id: &str, driver: &mut Option<Driver>) -> bool {
+        let Some(d) = driver.as_mut() else {
+            return false;
+        };
+        if !d.running() {
+            return false;
+        }
+        let stopped = self.load(id).is_ok_and(|(_, state)| {
+            !matches!(state.status, DebateStatus::Running | DebateStatus::Pending)
+        });
+        if !stopped || tokio::time::timeout(SETTLE, &mut d.handle).await.is_err() {
+            return true;
+        }
+        // Finished, and its handle awaited here: nobody may await it again.
+        *driver = None;
+        false
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -184,7 +212,7 @@ impl EmbeddedBackend {
         let inner = &self.inner;
         let live = inner.live(id)?;
         let mut driver = live.driver.lock().await;
-        if driver.as_ref().is_some_and(Driver::running) {
+        if inner.still_driving(id, &mut driver).await {
             return Err(ApiError::conflict(format!(
                 "debate {id} is running, not waiting for answers"
             )));
@@ -234,7 +262,7 @@ impl EmbeddedBackend {
         let inner = &self.inner;
         let live = inner.live(id)?;
         let mut driver = live.driver.lock().await;
-        if driver.as_ref().is_some_and(Driver::running) {
+        if inner.still_driving(id, &mut driver).await {
             return Err(ApiError::conflict(format!("debate {id} is running")));
         }
         let (spec, state) = inner.load(id)?;
