@@ -11,7 +11,11 @@
 //!   pass over it. So concurrent generations share each pass over the weights (a step with
 //!   three tokens costs little more than one with one token), and a long prompt is
 //!   processed [`BATCH`] tokens per pass.
-//! - The forward pass uses one thread per core, or one on a machine already busy
+//! - A finished job's sequence keeps its KV cache: a later job whose prompt begins with the
+//!   same tokens (the same agent's system prompt and problem statement, in a debate) is
+//!   given that slot, and only the rest of its prompt is processed. A slot is chosen by the
+//!   longest shared prefix, then least recently used.
+//! - The forward pass uses one thread per core that other processes leave free
 //!   ([`default_threads`]): with all concurrent generations batched into one pass, there is
 //!   one compute pool per process and it never competes with itself.
 //! - Sampling (and the JSON constraint) runs on the engine thread between passes, per job,
@@ -47,39 +51,62 @@ pub const BATCH: usize = 512;
 /// How many recent tokens the repeat penalty looks at.
 pub const REPEAT_WINDOW: usize = 64;
 
-/// Threads for the forward pass: one per core, or one when the machine is already busy.
+/// Threads for the forward pass: one per core that other processes leave free, at least
+/// one.
 ///
 /// The threads of one forward pass meet at a barrier after every operation (hundreds per
-/// token); when other processes keep every core busy, each barrier waits for a thread the
-/// scheduler has set aside, and a multi-threaded pass becomes many times slower than a
-/// single-threaded one (seen here: 2 threads at ~14 tokens/s against ~50 for 1 thread on a
-/// 2-core machine at load 4). So when the 1-minute load average (Linux `/proc/loadavg`)
-/// is already at the core count when the model loads, the engine uses one thread.
+/// token); when another process keeps a core busy, each barrier waits for the thread the
+/// scheduler set aside there, and a pass on more threads than free cores becomes many
+/// times slower than one on the free cores (seen here: 2 threads at ~14 tokens/s against
+/// ~50 for 1 thread on a 2-core machine kept busy by a build). So the engine counts the
+/// runnable tasks of the machine when the model loads (Linux `/proc/stat`
+/// `procs_running`, sampled for ~100 ms and averaged, not counting the sampling thread
+/// itself) and leaves that many cores to them. The 1-minute load average is not used: it
+/// lags by a minute, and right after a build it made an idle machine look busy.
 /// Concurrent generations never add threads: they share the passes (see the module docs).
 pub fn default_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    match load_average() {
-        Some(load) if cores > 1 && load >= cores as f64 => {
-            tracing::info!(
-                cores,
-                load,
-                "local model: the machine is busy; using 1 thread"
-            );
-            1
-        }
-        _ => cores,
+    let Some(busy) = runnable_elsewhere() else {
+        return cores;
+    };
+    let threads = free_cores(cores, busy);
+    if threads < cores {
+        tracing::info!(
+            cores,
+            busy,
+            threads,
+            "local model: other processes keep cores busy; using fewer threads"
+        );
     }
+    threads
 }
 
-/// The 1-minute load average, where the system reports one.
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-        .filter(|l: &f64| l.is_finite())
+/// Cores left when `busy` other tasks are runnable on average (rounded to the nearest).
+fn free_cores(cores: usize, busy: f64) -> usize {
+    let busy = busy.max(0.0).round() as usize;
+    cores.saturating_sub(busy).max(1)
+}
+
+/// Average number of runnable tasks other than the caller over ~100 ms, where the
+/// system reports it.
+fn runnable_elsewhere() -> Option<f64> {
+    const SAMPLES: u32 = 10;
+    let mut total = 0.0;
+    for i in 0..SAMPLES {
+        if i > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let running: f64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("procs_running "))?
+            .trim()
+            .parse()
+            .ok()?;
+        // The sampling thread itself is running while it reads.
+        total += (running - 1.0).max(0.0);
+    }
+    Some(total / f64::from(SAMPLES))
 }
 
 /// Per token id: its bytes and whether it ends a generation.
@@ -111,6 +138,8 @@ pub(crate) struct Output {
     pub prefill: Duration,
     /// Time from the first sampled token to the end.
     pub decode: Duration,
+    /// Prompt tokens whose KV cache an earlier job had left (not processed again).
+    pub cached: usize,
 }
 
 /// Handle to the engine thread.
@@ -206,13 +235,23 @@ fn load(backend: &LlamaBackend, path: &Path, table: &TokenTable) -> Result<Llama
     Ok(model)
 }
 
+/// One sequence of the KV cache.
+#[derive(Default)]
+struct Slot {
+    active: Option<Active>,
+    /// The tokens whose keys and values the sequence holds, position by position.
+    cached: Vec<u32>,
+    /// Step at which the slot was last given a job (least recently used goes first).
+    used_at: u64,
+}
+
 /// One running job.
 struct Active {
     job: Job,
-    /// Sequence id in the KV cache (= slot index).
-    seq: i32,
-    /// Prompt tokens fed so far.
+    /// Prompt tokens fed so far (or found in the cache).
     fed: usize,
+    /// Prompt tokens found in the cache.
+    cached: usize,
     generated: Vec<u32>,
     /// The last sampled token, to feed in the next step.
     pending: Option<u32>,
@@ -224,9 +263,11 @@ struct Active {
 struct Scheduler<'m> {
     ctx: LlamaContext<'m>,
     table: Arc<TokenTable>,
-    slots: Vec<Option<Active>>,
+    slots: Vec<Slot>,
     queue: VecDeque<Job>,
     batch: LlamaBatch<'static>,
+    /// Admissions so far (the clock of `Slot::used_at`).
+    admissions: u64,
 }
 
 impl<'m> Scheduler<'m> {
@@ -234,16 +275,17 @@ impl<'m> Scheduler<'m> {
         Self {
             ctx,
             table,
-            slots: (0..SLOTS).map(|_| None).collect(),
+            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             queue: VecDeque::new(),
             batch: LlamaBatch::new(BATCH, 1),
+            admissions: 0,
         }
     }
 
     fn run(mut self, rx: mpsc::Receiver<Job>) {
         let mut open = true;
         loop {
-            let idle = self.slots.iter().all(Option::is_none) && self.queue.is_empty();
+            let idle = self.slots.iter().all(|s| s.active.is_none()) && self.queue.is_empty();
             if idle {
                 if !open {
                     return;
@@ -269,18 +311,45 @@ impl<'m> Scheduler<'m> {
         }
     }
 
+    /// Gives waiting jobs free slots, in arrival order: each the free slot whose cache
+    /// shares the longest prefix with its prompt (then the least recently used), whose
+    /// cache is cut back to that prefix.
     fn admit(&mut self) {
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            if slot.is_some() {
-                continue;
-            }
+        while !self.queue.is_empty() {
+            let Some((i, shared)) = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.active.is_none())
+                .map(|(i, s)| (i, shared_prefix(&s.cached, &self.queue[0].prompt)))
+                .max_by_key(|&(i, shared)| (shared, std::cmp::Reverse(self.slots[i].used_at)))
+            else {
+                break;
+            };
             let Some(job) = self.queue.pop_front() else {
                 break;
             };
-            *slot = Some(Active {
+            // The last prompt token is always fed: its logits give the first new token.
+            let mut keep = shared.min(job.prompt.len().saturating_sub(1));
+            let seq = i as u32;
+            // Everything from `keep` on goes (also any cells a failed pass left).
+            if !matches!(
+                self.ctx
+                    .clear_kv_cache_seq(Some(seq), Some(keep as u32), None),
+                Ok(true)
+            ) {
+                // A partial removal refused: start the sequence afresh.
+                keep = 0;
+                let _ = self.ctx.clear_kv_cache_seq(Some(seq), None, None);
+            }
+            self.admissions += 1;
+            let slot = &mut self.slots[i];
+            slot.cached.truncate(keep);
+            slot.used_at = self.admissions;
+            slot.active = Some(Active {
                 job,
-                seq: i as i32,
-                fed: 0,
+                fed: keep,
+                cached: keep,
                 generated: Vec::new(),
                 pending: None,
                 admitted: Instant::now(),
@@ -295,7 +364,7 @@ impl<'m> Scheduler<'m> {
         let now = Instant::now();
         let late = |job: &Job| job.deadline.is_some_and(|d| now >= d);
         for i in 0..self.slots.len() {
-            if self.slots[i].as_ref().is_some_and(|a| late(&a.job)) {
+            if self.slots[i].active.as_ref().is_some_and(|a| late(&a.job)) {
                 self.finish(i, Err(LocalError::DeadlineExceeded));
             }
         }
@@ -310,14 +379,17 @@ impl<'m> Scheduler<'m> {
     }
 
     /// Frees slot `i`, answering its job with `result` (the tokens and timings are filled
-    /// in here for a success).
+    /// in here for a success). The sequence keeps its cache after a success; after a
+    /// failure it is emptied (its cells may not match `cached`).
     fn finish(&mut self, i: usize, result: Result<Vec<u8>, LocalError>) {
-        let Some(a) = self.slots[i].take() else {
+        let Some(a) = self.slots[i].active.take() else {
             return;
         };
-        // Removing a whole sequence cannot fail for a valid id; a failure would only leave
-        // stale cells that the next job of this slot overwrites position by position.
-        let _ = self.ctx.clear_kv_cache_seq(Some(a.seq as u32), None, None);
+        if result.is_err() {
+            self.slots[i].cached.clear();
+            // Removing a whole sequence cannot fail for a valid id.
+            let _ = self.ctx.clear_kv_cache_seq(Some(i as u32), None, None);
+        }
         let now = Instant::now();
         let first = a.first_token.unwrap_or(now);
         let out = result.map(|suffix| Output {
@@ -325,6 +397,7 @@ impl<'m> Scheduler<'m> {
             suffix,
             prefill: first - a.admitted,
             decode: now - first,
+            cached: a.cached,
         });
         let _ = a.job.reply.send(out);
     }
@@ -335,16 +408,17 @@ impl<'m> Scheduler<'m> {
         let mut sample_at: Vec<(usize, i32)> = Vec::new();
         let mut n: usize = 0;
         let mut failed: Vec<(usize, String)> = Vec::new();
-        for (i, slot) in self.slots.iter().enumerate() {
-            let Some(a) = slot else { continue };
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(a) = &slot.active else { continue };
             if let Some(tok) = a.pending {
-                let pos = a.job.prompt.len() + a.generated.len() - 1;
+                let pos = slot.cached.len();
                 match self
                     .batch
-                    .add(LlamaToken(tok as i32), pos as i32, &[a.seq], true)
+                    .add(LlamaToken(tok as i32), pos as i32, &[i as i32], true)
                 {
                     Ok(()) => {
                         sample_at.push((i, n as i32));
+                        slot.cached.push(tok);
                         n += 1;
                     }
                     Err(e) => failed.push((i, e.to_string())),
@@ -352,20 +426,22 @@ impl<'m> Scheduler<'m> {
             }
         }
         for (i, slot) in self.slots.iter_mut().enumerate() {
-            let Some(a) = slot else { continue };
+            let Some(a) = &mut slot.active else { continue };
             if a.fed >= a.job.prompt.len() || n >= BATCH {
                 continue;
             }
             let take = (a.job.prompt.len() - a.fed).min(BATCH - n);
             for p in a.fed..a.fed + take {
                 let last = p + 1 == a.job.prompt.len();
-                if let Err(e) =
-                    self.batch
-                        .add(LlamaToken(a.job.prompt[p] as i32), p as i32, &[a.seq], last)
+                let tok = a.job.prompt[p];
+                if let Err(e) = self
+                    .batch
+                    .add(LlamaToken(tok as i32), p as i32, &[i as i32], last)
                 {
                     failed.push((i, e.to_string()));
                     break;
                 }
+                slot.cached.push(tok);
                 if last {
                     sample_at.push((i, n as i32));
                 }
@@ -382,7 +458,7 @@ impl<'m> Scheduler<'m> {
         if let Err(e) = self.ctx.decode(&mut self.batch) {
             // The pass failed for every job in it: answer them all, free their sequences.
             let in_batch: Vec<usize> = (0..self.slots.len())
-                .filter(|&i| self.slots[i].is_some())
+                .filter(|&i| self.slots[i].active.is_some())
                 .collect();
             for i in in_batch {
                 self.finish(i, Err(LocalError::Inference(format!("forward pass: {e}"))));
@@ -400,7 +476,7 @@ impl<'m> Scheduler<'m> {
     /// suffix to append when the job is done.
     fn sample(&mut self, i: usize, at: i32) -> Option<Vec<u8>> {
         let table = &self.table;
-        let a = self.slots[i].as_mut()?;
+        let a = self.slots[i].active.as_mut()?;
         let logits = self.ctx.get_logits_ith(at);
         if a.first_token.is_none() {
             a.first_token = Some(Instant::now());
@@ -446,5 +522,32 @@ impl<'m> Scheduler<'m> {
         }
         a.pending = Some(tok);
         None
+    }
+}
+
+/// How many leading tokens `a` and `b` share.
+fn shared_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_cores_are_left_to_their_processes() {
+        assert_eq!(free_cores(2, 0.0), 2);
+        assert_eq!(free_cores(2, 0.4), 2);
+        assert_eq!(free_cores(2, 0.6), 1);
+        assert_eq!(free_cores(2, 3.7), 1);
+        assert_eq!(free_cores(8, 2.2), 6);
+        assert_eq!(free_cores(1, 0.0), 1);
+    }
+
+    #[test]
+    fn shared_prefix_counts_leading_equal_tokens() {
+        assert_eq!(shared_prefix(&[1, 2, 3], &[1, 2, 4, 5]), 2);
+        assert_eq!(shared_prefix(&[], &[1]), 0);
+        assert_eq!(shared_prefix(&[1, 2], &[1, 2]), 2);
     }
 }

@@ -83,6 +83,9 @@ pub struct GenerationStats {
     pub prefill: Duration,
     /// From the first sampled token to the last.
     pub decode: Duration,
+    /// Leading prompt tokens an earlier generation had already processed (their KV cache
+    /// was reused, see [`crate::engine`]); `prefill` covers only the rest.
+    pub cached_prompt_tokens: usize,
 }
 
 /// The loaded model: tokenizer, chat template and the engine thread that runs llama.cpp.
@@ -263,6 +266,7 @@ impl LocalModel {
         text.push_str(&String::from_utf8_lossy(&out.suffix));
         tracing::debug!(
             prompt_tokens,
+            cached_prompt_tokens = out.cached,
             completion_tokens = out.tokens.len(),
             prefill_ms = out.prefill.as_millis() as u64,
             decode_tokens_per_s = out.tokens.len() as f64 / out.decode.as_secs_f64().max(1e-9),
@@ -279,6 +283,7 @@ impl LocalModel {
         let stats = GenerationStats {
             prefill: out.prefill,
             decode: out.decode,
+            cached_prompt_tokens: out.cached,
         };
         Ok((g, stats))
     }

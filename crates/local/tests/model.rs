@@ -197,6 +197,47 @@ fn greedy_generation_is_deterministic() {
 }
 
 #[test]
+fn a_shared_prompt_prefix_is_not_processed_again() {
+    let m = model();
+    let system = ChatMessage::system(
+        "You are the security reviewer of a design debate. Look first at authentication, \
+         authorisation, secrets, input validation and abuse of the public endpoints.",
+    );
+    let propose = greedy(
+        vec![
+            system.clone(),
+            ChatMessage::user("Propose a design for a URL shortener."),
+        ],
+        8,
+    );
+    let critique = greedy(
+        vec![
+            system.clone(),
+            ChatMessage::user("Critique this design: one Redis instance stores every URL."),
+        ],
+        8,
+    );
+    let encode = |r: &GenerateRequest| m.tokenizer().encode(&format_chat(&r.messages));
+    let (a, b) = (encode(&propose), encode(&critique));
+    let shared = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let system_part = m.tokenizer().encode(&format_chat(&[system])).len() - 3;
+    assert!(shared >= system_part, "{shared} < {system_part}");
+    let (_, first) = m.generate_with_stats(&propose).unwrap();
+    let (g, second) = m.generate_with_stats(&critique).unwrap();
+    // The second prompt's shared beginning (its system part) comes from the first one's
+    // cache.
+    assert_eq!(
+        second.cached_prompt_tokens, shared,
+        "cached {} of {} prompt tokens (first call cached {})",
+        second.cached_prompt_tokens, g.prompt_tokens, first.cached_prompt_tokens
+    );
+    // The same request again reuses all but its last prompt token, and answers the same.
+    let (again, third) = m.generate_with_stats(&critique).unwrap();
+    assert_eq!(third.cached_prompt_tokens, g.prompt_tokens - 1);
+    assert_eq!(again, g);
+}
+
+#[test]
 fn sampling_is_reproducible_with_a_seed() {
     let m = model();
     let mut req = greedy(vec![ChatMessage::user("Name a color.")], 12);
