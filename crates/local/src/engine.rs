@@ -42,12 +42,17 @@ use crate::constrain::{JsonMatcher, MatchScratch};
 use crate::sample::Sampler;
 use crate::LocalError;
 
-/// Generations that run at once (sequences in the KV cache).
+/// Generations that run at once (sequences in the KV cache). Measured on 2 cores with a
+/// 3-agent, 2-round debate: 4 slots finished in 2:20, 6 slots in 2:48 (more streams share
+/// each pass, so every one of them is slower) with 190 MB more memory.
 pub const SLOTS: usize = 4;
 /// Tokens of context per generation (prompt + completion).
 pub const SLOT_CONTEXT: usize = 4096;
 /// Most tokens in one forward pass.
 pub const BATCH: usize = 512;
+/// A cached prefix shorter than this is not worth keeping a slot for (every ChatML prompt
+/// begins with the same few tokens): such a job takes the least recently used free slot.
+pub const MIN_REUSE: usize = 32;
 /// How many recent tokens the repeat penalty looks at.
 pub const REPEAT_WINDOW: usize = 64;
 
@@ -322,7 +327,10 @@ impl<'m> Scheduler<'m> {
                 .enumerate()
                 .filter(|(_, s)| s.active.is_none())
                 .map(|(i, s)| (i, shared_prefix(&s.cached, &self.queue[0].prompt)))
-                .max_by_key(|&(i, shared)| (shared, std::cmp::Reverse(self.slots[i].used_at)))
+                .max_by_key(|&(i, shared)| {
+                    let worth = if shared >= MIN_REUSE { shared } else { 0 };
+                    (worth, std::cmp::Reverse(self.slots[i].used_at))
+                })
             else {
                 break;
             };
@@ -342,6 +350,14 @@ impl<'m> Scheduler<'m> {
                 keep = 0;
                 let _ = self.ctx.clear_kv_cache_seq(Some(seq), None, None);
             }
+            tracing::debug!(
+                slot = i,
+                shared,
+                kept = keep,
+                prompt = job.prompt.len(),
+                slots = ?self.slots.iter().map(|s| (s.active.is_some(), s.cached.len())).collect::<Vec<_>>(),
+                "local engine: admitted"
+            );
             self.admissions += 1;
             let slot = &mut self.slots[i];
             slot.cached.truncate(keep);
