@@ -91,6 +91,18 @@ async fn eval_runs_on_judge_workers_under_the_operators_allow_list() {
     assert!(requests
         .iter()
         .all(|r| { r.temperature == Some(0.1) && r.prompt_text().contains("8123 merchants") }));
+    // The worker asks for the rubric's schema as structured output, as a local eval does.
+    for r in &requests {
+        assert_eq!(
+            r.body
+                .pointer("/response_format/json_schema/name")
+                .and_then(Value::as_str),
+            Some("evaluation_rubric"),
+            "{}",
+            r.body
+        );
+        assert_eq!(r.json_schema(), Some(&parley_protocol::rubric_schema()));
+    }
 
     // Raw requests: an endpoint in the request is refused naming the field; the worker
     // goes on serving.

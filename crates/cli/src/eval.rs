@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_llm::{ChatMessage, ChatRequest, ProviderSettings, Registry, ResponseFormat};
-use parley_protocol::AgentConfig;
+use parley_protocol::{rubric_schema, AgentConfig, RUBRIC_SCHEMA_NAME};
 use serde_json::{json, Map, Value};
 use tracing::Instrument as _;
 
@@ -752,64 +752,10 @@ pub fn render_user_prompt(template: &str, d: &DebateInput) -> String {
 }
 
 /// The rubric reply's JSON schema, asked for as structured output (providers that do not
-/// take it are asked without it and the reply is parsed as before). Every score is an
-/// integer 1-10 and comes after its reasoning.
+/// take it are asked without it and the reply is parsed as before); the judge workers ask
+/// for the same one (`parley eval --nats-url`).
 pub fn rubric_format() -> ResponseFormat {
-    let scored = json!({
-        "type": "object",
-        "properties": {
-            "reasoning": {"type": "string"},
-            "score": {"type": "integer", "minimum": 1, "maximum": 10}
-        },
-        "required": ["reasoning", "score"],
-        "additionalProperties": false
-    });
-    let non_functional = [
-        "performance_scalability",
-        "security",
-        "maintainability_evolvability",
-        "regulatory_compliance",
-        "testability",
-        "requirements_fulfillment",
-    ];
-    let nf_props: Map<String, Value> = non_functional
-        .iter()
-        .map(|k| (k.to_string(), scored.clone()))
-        .collect();
-    ResponseFormat::strict(
-        "evaluation_rubric",
-        json!({
-            "type": "object",
-            "properties": {
-                "evaluation": {
-                    "type": "object",
-                    "properties": {
-                        "functional_completeness": scored,
-                        "non_functional": {
-                            "type": "object",
-                            "properties": nf_props,
-                            "required": non_functional,
-                            "additionalProperties": false
-                        }
-                    },
-                    "required": ["functional_completeness", "non_functional"],
-                    "additionalProperties": false
-                },
-                "overall_summary": {
-                    "type": "object",
-                    "properties": {
-                        "strengths": {"type": "string"},
-                        "weaknesses": {"type": "string"},
-                        "overall_score": {"type": "integer", "minimum": 1, "maximum": 10}
-                    },
-                    "required": ["strengths", "weaknesses", "overall_score"],
-                    "additionalProperties": false
-                }
-            },
-            "required": ["evaluation", "overall_summary"],
-            "additionalProperties": false
-        }),
-    )
+    ResponseFormat::strict(RUBRIC_SCHEMA_NAME, rubric_schema())
 }
 
 /// The first `{` to the last `}` of `text`, as a JSON object.

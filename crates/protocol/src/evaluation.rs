@@ -10,7 +10,7 @@
 //! submission ([`crate::operator_owned_fields`]).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
 use crate::subjects::ErrorCode;
 use crate::{
@@ -20,6 +20,67 @@ use crate::{
 /// Evaluators always run at this temperature (dialectic's fixed value), locally and on
 /// the judge workers.
 pub const EVAL_TEMPERATURE: f64 = 0.1;
+/// Name of the rubric's JSON schema when it is asked for as structured output.
+pub const RUBRIC_SCHEMA_NAME: &str = "evaluation_rubric";
+
+/// The JSON schema of an evaluator's reply (dialectic's rubric), strict: every score is an
+/// integer 1-10 and comes after its reasoning. Asked for as structured output by a local
+/// `parley eval` and by the judge workers.
+pub fn rubric_schema() -> Value {
+    let scored = json!({
+        "type": "object",
+        "properties": {
+            "reasoning": {"type": "string"},
+            "score": {"type": "integer", "minimum": 1, "maximum": 10}
+        },
+        "required": ["reasoning", "score"],
+        "additionalProperties": false
+    });
+    let non_functional = [
+        "performance_scalability",
+        "security",
+        "maintainability_evolvability",
+        "regulatory_compliance",
+        "testability",
+        "requirements_fulfillment",
+    ];
+    let nf_props: Map<String, Value> = non_functional
+        .iter()
+        .map(|k| (k.to_string(), scored.clone()))
+        .collect();
+    json!({
+        "type": "object",
+        "properties": {
+            "evaluation": {
+                "type": "object",
+                "properties": {
+                    "functional_completeness": scored,
+                    "non_functional": {
+                        "type": "object",
+                        "properties": nf_props,
+                        "required": non_functional,
+                        "additionalProperties": false
+                    }
+                },
+                "required": ["functional_completeness", "non_functional"],
+                "additionalProperties": false
+            },
+            "overall_summary": {
+                "type": "object",
+                "properties": {
+                    "strengths": {"type": "string"},
+                    "weaknesses": {"type": "string"},
+                    "overall_score": {"type": "integer", "minimum": 1, "maximum": 10}
+                },
+                "required": ["strengths", "weaknesses", "overall_score"],
+                "additionalProperties": false
+            }
+        },
+        "required": ["evaluation", "overall_summary"],
+        "additionalProperties": false
+    })
+}
+
 /// Evaluators in one request at most.
 pub const MAX_EVALUATORS: usize = 16;
 /// Bytes of one evaluation request at most (prompts hold the debate's problem and solution).

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use parley_llm::{ChatMessage, ChatRequest, Registry};
+use parley_llm::{ChatMessage, ChatRequest, Registry, ResponseFormat};
 use parley_protocol::subjects::{ErrorCode, ErrorReply};
 use parley_protocol::{
     clip_text, decode_eval_request, subjects, AgentConfig, EvalCall, EvalOutcome, EvalReply,
@@ -138,9 +138,12 @@ async fn run_call(registry: &Registry, call: &EvalCall) -> EvalOutcome {
         timeout,
         seed: None,
         tools: Default::default(),
-        // The rubric's schema is the CLI's (`parley eval` locally); on workers the reply is
-        // parsed as text by the CLI, as before structured output.
-        response_format: None,
+        // The rubric's schema, as a local `parley eval` asks for it (a provider that does not
+        // take it is asked again without it); the CLI parses the reply either way.
+        response_format: Some(ResponseFormat::strict(
+            parley_protocol::RUBRIC_SCHEMA_NAME,
+            parley_protocol::rubric_schema(),
+        )),
     };
     let span = tracing::info_span!(
         "eval.evaluator",
