@@ -14,7 +14,8 @@
 //! - an object's properties all present, once each, in the order of its `required` list
 //!   (then any others), which is what structured-output APIs require of a strict schema
 //!   anyway;
-//! - strings of printable ASCII with the escapes `\"`, `\\`, `\/`, `\n`, `\t`, of at least
+//! - strings of printable ASCII but brackets (`{}[]`), with the escapes `\"`, `\\`, `\/`,
+//!   `\n`, `\t`, of at least
 //!   [`Limits::min_string_chars`] and at most [`Limits::max_string_chars`] characters (or
 //!   the schema's `minLength` / `maxLength`);
 //! - arrays of at most [`Limits::max_array_items`] items (or the schema's `maxItems`);
@@ -28,6 +29,11 @@
 use std::sync::Arc;
 
 use serde_json::Value;
+
+/// Bytes a string may not hold: JSON's brackets. A small model that loses track of the
+/// structure writes the rest of the object inside a string (`"...],'next':{#1.5}"`);
+/// without brackets it has to close the string instead. The schemas asked for hold prose.
+const STRUCTURAL: [u8; 4] = [b'{', b'}', b'[', b']'];
 
 /// Bounds applied where the schema sets none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -601,7 +607,7 @@ fn step(c: &Compiled, stack: &mut Vec<Frame>, b: u8) -> bool {
                     stack.pop();
                     return true;
                 }
-                if len >= max || !(0x20..0x7f).contains(&b) {
+                if len >= max || !(0x20..0x7f).contains(&b) || STRUCTURAL.contains(&b) {
                     return false;
                 }
                 *top = Frame::Str {
@@ -929,6 +935,23 @@ mod tests {
         let m = s.matcher();
         assert!(m.accepts(b"[\"", &mut scratch));
         assert!(!m.accepts(b"{", &mut scratch));
+    }
+
+    #[test]
+    fn strings_hold_no_brackets() {
+        let s = JsonSchema::compile(
+            &json!({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},
+                "required":["a","b"]}),
+            Limits::default(),
+        )
+        .unwrap();
+        let mut m = s.matcher();
+        assert!(m.advance(br#"{"a":"x, y (z) 'q'"#));
+        for b in [b"]", b"[", b"{", b"}"] {
+            assert!(!m.clone().advance(b), "{:?}", b);
+        }
+        assert!(m.advance(br#"","b":3}"#));
+        assert!(m.is_finished());
     }
 
     #[test]
