@@ -242,28 +242,47 @@ fn llama_bench(dir: &Path, model: &Path, threads: usize) -> Option<(f64, f64)> {
     Some((rate(512, 0)?, rate(0, 128)?))
 }
 
+/// llama.cpp's backend and the model at `path`, loaded directly.
+fn load_raw(
+    path: &Path,
+) -> Result<
+    (
+        &'static llama_cpp_2::llama_backend::LlamaBackend,
+        llama_cpp_2::model::LlamaModel,
+    ),
+    String,
+> {
+    let backend = parley_local::engine::backend().map_err(|e| e.to_string())?;
+    let params = llama_cpp_2::model::params::LlamaModelParams::default();
+    let model = llama_cpp_2::model::LlamaModel::load_from_file(backend, path, &params)
+        .map_err(|e| e.to_string())?;
+    Ok((backend, model))
+}
+
+/// A context of `n_ctx` tokens for `n_seq` sequences, 512-token batches, `threads` threads.
+fn raw_params(
+    n_ctx: u32,
+    n_seq: u32,
+    threads: usize,
+) -> llama_cpp_2::context::params::LlamaContextParams {
+    llama_cpp_2::context::params::LlamaContextParams::default()
+        .with_n_ctx(std::num::NonZeroU32::new(n_ctx))
+        .with_n_batch(512)
+        .with_n_ubatch(512)
+        .with_n_seq_max(n_seq)
+        .with_n_threads(threads as i32)
+        .with_n_threads_batch(threads as i32)
+}
+
 /// llama.cpp alone, through its C API: raw forward passes over `model` with `threads`
 /// threads, as `llama-bench` and `llama-batched-bench` measure them.
 fn raw_llama_cpp(model: &Path, threads: usize) -> Result<Figures, String> {
-    use llama_cpp_2::context::params::LlamaContextParams;
     use llama_cpp_2::llama_batch::LlamaBatch;
-    use llama_cpp_2::model::params::LlamaModelParams;
-    use llama_cpp_2::model::LlamaModel;
     use llama_cpp_2::token::LlamaToken;
-    use std::num::NonZeroU32;
 
-    let backend = parley_local::engine::backend().map_err(|e| e.to_string())?;
-    let model = LlamaModel::load_from_file(backend, model, &LlamaModelParams::default())
-        .map_err(|e| e.to_string())?;
-    let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(4 * 1024))
-        .with_n_batch(512)
-        .with_n_ubatch(512)
-        .with_n_seq_max(4)
-        .with_n_threads(threads as i32)
-        .with_n_threads_batch(threads as i32);
+    let (backend, model) = load_raw(model)?;
     let mut ctx = model
-        .new_context(backend, params)
+        .new_context(backend, raw_params(4 * 1024, 4, threads))
         .map_err(|e| e.to_string())?;
     let mut batch = LlamaBatch::new(512, 1);
     let err = |e: &dyn std::fmt::Display| e.to_string();
@@ -328,24 +347,12 @@ fn raw_llama_cpp(model: &Path, threads: usize) -> Result<Figures, String> {
 /// Quality of a weight file: perplexity of `tokens` (teacher-forced, one 512-token pass)
 /// and the argmax token at every position, to compare files.
 fn perplexity(model: &Path, tokens: &[u32], threads: usize) -> Result<(f64, Vec<usize>), String> {
-    use llama_cpp_2::context::params::LlamaContextParams;
     use llama_cpp_2::llama_batch::LlamaBatch;
-    use llama_cpp_2::model::params::LlamaModelParams;
-    use llama_cpp_2::model::LlamaModel;
     use llama_cpp_2::token::LlamaToken;
-    use std::num::NonZeroU32;
 
-    let backend = parley_local::engine::backend().map_err(|e| e.to_string())?;
-    let model = LlamaModel::load_from_file(backend, model, &LlamaModelParams::default())
-        .map_err(|e| e.to_string())?;
-    let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(1024))
-        .with_n_batch(512)
-        .with_n_ubatch(512)
-        .with_n_threads(threads as i32)
-        .with_n_threads_batch(threads as i32);
+    let (backend, model) = load_raw(model)?;
     let mut ctx = model
-        .new_context(backend, params)
+        .new_context(backend, raw_params(1024, 1, threads))
         .map_err(|e| e.to_string())?;
     let n = tokens.len().min(512);
     let mut batch = LlamaBatch::new(512, 1);
