@@ -6,16 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use parley_testkit::{parley_command, FakeLlm};
+use parley_testkit::{run_parley, FakeLlm};
 use parley_tests::{read_json, rubric, write_json};
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
 
-async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = parley_command(PARLEY, dir, args);
-    cmd.envs(env.iter().copied());
-    cmd.output().await.expect("run parley")
+async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    run_parley(PARLEY, dir, args, env).await
 }
 
 async fn parley(dir: &Path, args: &[&str]) -> Output {
@@ -394,7 +392,12 @@ async fn dialectic_example_eval_config_env_files_and_prompt_files() {
     .unwrap();
     let mut with_file = args.to_vec();
     with_file.extend(["--env-file", "keys.env", "-v"]);
-    let out = parley_with_env(d, &with_file, &[("OPENROUTER_API_KEY", "process-key-789")]).await;
+    let out = parley_with_env(
+        d,
+        &with_file,
+        &[("OPENROUTER_API_KEY", "process-key-789".into())],
+    )
+    .await;
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{err}");
     assert!(err.contains("Loaded OTHER_VAR from keys.env"), "{err}");

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use parley_testkit::{parley_command, FakeLlm, Fault, Match};
+use parley_testkit::{run_parley, FakeLlm, Fault, Match};
 use parley_tests::{count, read_json, write_json};
 use serde_json::{json, Value};
 
@@ -16,9 +16,7 @@ async fn parley(dir: &Path, args: &[&str]) -> Output {
 
 /// [`parley`] with extra environment variables.
 async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut cmd = parley_command(PARLEY, dir, args);
-    cmd.envs(env.iter().cloned());
-    cmd.output().await.expect("run parley")
+    run_parley(PARLEY, dir, args, env).await
 }
 
 fn stderr(o: &Output) -> String {

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use parley_testkit::{parley_command, FakeLlm, FakeToolCall, RecordedRequest};
+use parley_testkit::{run_parley, FakeLlm, FakeToolCall, RecordedRequest};
 use parley_tests::read_json;
 use serde_json::{json, Value};
 
@@ -16,13 +16,7 @@ const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
 const MARKER: &str = "MARKER-7f3a: evict with a clock sweep";
 
 async fn parley(dir: &Path, args: &[&str]) -> Output {
-    parley_with_env(dir, args, &[]).await
-}
-
-async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut cmd = parley_command(PARLEY, dir, args);
-    cmd.envs(env.iter().cloned());
-    cmd.output().await.expect("run parley")
+    run_parley(PARLEY, dir, args, &[]).await
 }
 
 fn stderr(o: &Output) -> String {

@@ -1,5 +1,5 @@
 //! Spawning our own binaries in tests: [`ChildProcess`], [`workspace_bin`], the `parley`
-//! CLI in a clean environment ([`parley_command`]), plus the small helpers every process
+//! CLI in a clean environment ([`parley_command`], [`run_parley`]), plus the small helpers every process
 //! test needs ([`free_port`], [`send_signal`], [`wait_until`], [`wait_until_async`]).
 
 use anyhow::Context as _;
@@ -83,6 +83,18 @@ pub fn parley_command(
         .env_remove("PARLEY_NATS_CREDS")
         .env("PARLEY_MODEL_DIR", dir.join("no-models"));
     cmd
+}
+
+/// Runs [`parley_command`] to its end with `env` added to its environment: its output.
+pub async fn run_parley(
+    bin: impl AsRef<OsStr>,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> std::process::Output {
+    let mut cmd = parley_command(bin, dir, args);
+    cmd.envs(env.iter().cloned());
+    cmd.output().await.expect("run parley")
 }
 
 /// Path of a binary of this workspace, built in the same target directory as the running
