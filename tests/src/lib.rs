@@ -10,15 +10,18 @@
 //! Build the binaries first: `cargo build --workspace --bins`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use parley_protocol::{ContributionType, DebateEvent, DebateState};
+use parley_protocol::{
+    AgentConfig, ContributionMetadata, ContributionType, DebateEvent, DebateSpec, DebateState,
+    ErrorKind, TaskError, TaskOutcome, TaskOutput, TaskResult, SCHEMA_VERSION,
+};
 pub use parley_testkit::{
-    wait_until_async, workspace_bin, ChildProcess, FakeLlm, Fault, Latency, Match, NatsServer,
-    RateLimit, RecordedRequest, RedisServer,
+    parley_command, send_signal, wait_until_async, workspace_bin, ChildProcess, FakeLlm, Fault,
+    Latency, Match, NatsServer, RateLimit, RecordedRequest, RedisServer,
 };
 use serde_json::{json, Value};
 
@@ -323,6 +326,53 @@ impl Cluster {
     }
 }
 
+/// Runs the `parley` CLI in `dir` in a clean environment ([`parley_command`]); async, so
+/// the fake LLM in this runtime keeps serving.
+pub async fn parley_cli(dir: &Path, args: &[&str]) -> std::process::Output {
+    parley_command(workspace_bin("parley"), dir, args)
+        .output()
+        .await
+        .expect("run parley")
+}
+
+/// `parley submit PROBLEM --config CONFIG --nats-url URL --wait --output state.json` in
+/// `dir` ([`parley_cli`]), with `extra` arguments: its output and its stderr.
+pub async fn submit_and_wait(
+    dir: &Path,
+    problem: &str,
+    config: &str,
+    url: &str,
+    extra: &[&str],
+) -> (std::process::Output, String) {
+    let mut args = vec![
+        "submit",
+        problem,
+        "--config",
+        config,
+        "--nats-url",
+        url,
+        "--wait",
+        "--output",
+        "state.json",
+    ];
+    args.extend_from_slice(extra);
+    let out = parley_cli(dir, &args).await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, err)
+}
+
+/// A Redis connection to `url` that waits for slow replies (the default gives up after
+/// 500 ms, too soon for a loaded machine).
+pub async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
 /// A NATS client for `url`; `user:password@` in the URL is applied.
 pub async fn connect_as(url: &str) -> async_nats::Client {
     connect_watching(url).await.0
@@ -397,6 +447,91 @@ pub fn spec(problem: &str) -> Value {
         "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "model-judge", "temperature": 0.4},
         "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"}}
     })
+}
+
+/// The smallest typed spec, for store tests: agents `a` and `b`, judge `j` (all architects
+/// on model `m`), problem `p`, default debate settings.
+pub fn two_agent_spec() -> DebateSpec {
+    let agent = |id: &str| -> AgentConfig {
+        serde_json::from_value(json!({
+            "id": id, "name": id, "role": "architect", "model": "m", "temperature": 0.5
+        }))
+        .unwrap()
+    };
+    DebateSpec {
+        schema_version: SCHEMA_VERSION,
+        problem: "p".into(),
+        context: None,
+        context_files: None,
+        agents: vec![agent("a"), agent("b")],
+        judge: agent("j"),
+        debate: Default::default(),
+        prompt_sources: Default::default(),
+        idempotency_key: None,
+    }
+}
+
+/// Attempt `attempt` of `task` of debate `debate_id` by worker `w`: content `ok {attempt}`
+/// when `ok`, else a server error `boom`.
+pub fn task_result(debate_id: &str, task: &str, attempt: u32, ok: bool) -> TaskResult {
+    TaskResult {
+        schema_version: SCHEMA_VERSION,
+        task_id: task.into(),
+        debate_id: debate_id.into(),
+        attempt,
+        worker: "w".into(),
+        outcome: if ok {
+            TaskOutcome::Ok(TaskOutput {
+                content: format!("ok {attempt}"),
+                metadata: ContributionMetadata::default(),
+                solution: None,
+                confidence: None,
+                warnings: vec![],
+                questions: vec![],
+            })
+        } else {
+            TaskOutcome::Error(TaskError {
+                kind: ErrorKind::Server,
+                message: "boom".into(),
+                provider: None,
+                retry_after_ms: None,
+            })
+        },
+    }
+}
+
+/// The JSON file at `path` (a saved state, a config, a report).
+pub fn read_json(path: impl AsRef<Path>) -> Value {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The answers to a state's clarification questions, in order (every question answered).
+pub fn clarification_answers(state: &Value) -> Vec<&str> {
+    state["clarifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["items"].as_array().unwrap())
+        .map(|i| i["answer"].as_str().unwrap())
+        .collect()
+}
+
+/// [`spec`] as the CLI's config file (no problem); with `base_url` the agents call it.
+pub fn spec_config(base_url: Option<&str>) -> Value {
+    let mut cfg = spec("");
+    let obj = cfg.as_object_mut().unwrap();
+    obj.remove("problem");
+    if let Some(url) = base_url {
+        obj.insert("baseUrl".into(), json!(url));
+    }
+    cfg
+}
+
+/// Writes `value` to `path` as pretty JSON.
+pub fn write_json(path: impl AsRef<Path>, value: &Value) {
+    std::fs::write(path, serde_json::to_vec_pretty(value).unwrap()).unwrap();
 }
 
 /// Contributions of one kind in a round.

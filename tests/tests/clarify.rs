@@ -49,9 +49,23 @@ fn clarify_spec(problem: &str) -> Value {
     s
 }
 
+/// A directory holding `cli.json`: [`spec`] without a problem, one round.
+fn cli_config_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = spec_config(None);
+    cfg["debate"]["rounds"] = json!(1);
+    write_json(dir.path().join("cli.json"), &cfg);
+    dir
+}
+
 async fn answer(c: &Cluster, body: Value) -> Value {
     c.request("parley.debates.answer", serde_json::to_vec(&body).unwrap())
         .await
+}
+
+/// The (code, message) of the error reply to an answer.
+async fn answer_error(c: &Cluster, body: Value) -> (String, String) {
+    error_of(&answer(c, body).await)
 }
 
 fn error_of(v: &Value) -> (String, String) {
@@ -67,19 +81,6 @@ fn clarify_calls(c: &Cluster) -> usize {
         .iter()
         .filter(|r| r.prompt_text().contains(CLARIFY))
         .count()
-}
-
-async fn parley_cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(workspace_bin("parley"))
-        .current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env_remove("PARLEY_NATS_URL")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap()
 }
 
 /// Ask → wait (status and event show the questions) → the error cases → kill -9 of the
@@ -123,13 +124,11 @@ async fn a_debate_waits_for_answers_across_a_takeover_and_completes_with_them() 
     );
 
     // Errors change nothing: an unknown question, JSON garbage, an unknown debate.
-    let (code, msg) = error_of(
-        &answer(
-            &c,
-            json!({"debateId": id, "answers": [{"id": "agent-kiss-q1", "answer": "x"}]}),
-        )
-        .await,
-    );
+    let (code, msg) = answer_error(
+        &c,
+        json!({"debateId": id, "answers": [{"id": "agent-kiss-q1", "answer": "x"}]}),
+    )
+    .await;
     assert_eq!(code, "invalid_request");
     assert!(
         msg.contains("agent-kiss-q1") && msg.contains("agent-architect-q1"),
@@ -139,13 +138,11 @@ async fn a_debate_waits_for_answers_across_a_takeover_and_completes_with_them() 
         .request("parley.debates.answer", b"{not json".to_vec())
         .await;
     assert_eq!(error_of(&r).0, "invalid_json");
-    let (code, _) = error_of(
-        &answer(
-            &c,
-            json!({"debateId": "deb-20990101-000000-zzzzzz", "answers": [{"id": "a-q1", "answer": "x"}]}),
-        )
-        .await,
-    );
+    let (code, _) = answer_error(
+        &c,
+        json!({"debateId": "deb-20990101-000000-zzzzzz", "answers": [{"id": "a-q1", "answer": "x"}]}),
+    )
+    .await;
     assert_eq!(code, "not_found");
     // A partial answer is recorded; answering it again is a conflict.
     let r = answer(
@@ -154,13 +151,11 @@ async fn a_debate_waits_for_answers_across_a_takeover_and_completes_with_them() 
     )
     .await;
     assert_eq!(r["remaining"], 2, "{r}");
-    let (code, msg) = error_of(
-        &answer(
-            &c,
-            json!({"debateId": id, "answers": [{"id": "agent-architect-q1", "answer": "again"}]}),
-        )
-        .await,
-    );
+    let (code, msg) = answer_error(
+        &c,
+        json!({"debateId": id, "answers": [{"id": "agent-architect-q1", "answer": "again"}]}),
+    )
+    .await;
     assert_eq!(code, "conflict");
     assert!(msg.contains("already answered"), "{msg}");
 
@@ -262,13 +257,11 @@ async fn a_debate_waits_for_answers_across_a_takeover_and_completes_with_them() 
     }
 
     // Not waiting any more: a conflict naming the status.
-    let (code, msg) = error_of(
-        &answer(
-            &c,
-            json!({"debateId": id, "answers": [{"id": "agent-architect-q1", "answer": "x"}]}),
-        )
-        .await,
-    );
+    let (code, msg) = answer_error(
+        &c,
+        json!({"debateId": id, "answers": [{"id": "agent-architect-q1", "answer": "x"}]}),
+    )
+    .await;
     assert_eq!(code, "conflict");
     assert!(msg.contains("completed"), "{msg}");
     let out = parley_cli(
@@ -289,11 +282,7 @@ async fn submit_wait_answers_each_iteration() {
     let _coord = c.coordinator();
     let _agent = c.worker("agent");
     let _judge = c.worker("judge");
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = spec("unused");
-    cfg.as_object_mut().unwrap().remove("problem");
-    cfg["debate"]["rounds"] = json!(1);
-    std::fs::write(dir.path().join("cli.json"), cfg.to_string()).unwrap();
+    let dir = cli_config_dir();
     std::fs::write(
         dir.path().join("answers.json"),
         json!({"agent-architect-q1": "About 10k users", "agent-architect-q3": "Around 500 rps"})
@@ -319,37 +308,19 @@ async fn submit_wait_answers_each_iteration() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--answers"));
 
-    let out = parley_cli(
+    let (out, err) = submit_and_wait(
         dir.path(),
-        &[
-            "submit",
-            "Design a URL shortener",
-            "--config",
-            "cli.json",
-            "--clarify",
-            "--answers",
-            "answers.json",
-            "--wait",
-            "--output",
-            "state.json",
-            "--nats-url",
-            &url,
-        ],
+        "Design a URL shortener",
+        "cli.json",
+        &url,
+        &["--clarify", "--answers", "answers.json"],
     )
     .await;
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("with the answers"));
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let state: Value = read_json(dir.path().join("state.json"));
     assert_eq!(state["status"], "completed");
-    let answers: Vec<&str> = state["clarifications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|g| g["items"].as_array().unwrap())
-        .map(|i| i["answer"].as_str().unwrap())
-        .collect();
+    let answers = clarification_answers(&state);
     assert_eq!(answers, ["About 10k users", "NA", "Around 500 rps", "NA"]);
     assert_no_completed_call_repeated(&c.fake);
 }
@@ -418,15 +389,12 @@ async fn submit_wait_asks_on_a_terminal() {
     let _coord = c.coordinator();
     let _agent = c.worker("agent");
     let _judge = c.worker("judge");
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = spec("unused");
-    cfg.as_object_mut().unwrap().remove("problem");
-    cfg["debate"]["rounds"] = json!(1);
-    std::fs::write(dir.path().join("cli.json"), cfg.to_string()).unwrap();
+    let dir = cli_config_dir();
     let wait = Duration::from_secs(60);
-    let mut cmd = tokio::process::Command::new(workspace_bin("parley"));
-    cmd.current_dir(dir.path())
-        .args([
+    let cmd = parley_command(
+        workspace_bin("parley"),
+        dir.path(),
+        &[
             "submit",
             "Design a URL shortener",
             "--config",
@@ -437,10 +405,8 @@ async fn submit_wait_asks_on_a_terminal() {
             "state.json",
             "--nats-url",
             &c.nats.url(),
-        ])
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env_remove("PARLEY_NATS_URL");
+        ],
+    );
     let mut cli = parley_testkit::OnPty::spawn(cmd).unwrap();
     cli.wait_for("1. How many users? >", wait).await.unwrap();
     assert!(
@@ -466,15 +432,8 @@ async fn submit_wait_asks_on_a_terminal() {
         "{}",
         cli.output()
     );
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
-    let answers: Vec<&str> = state["clarifications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|g| g["items"].as_array().unwrap())
-        .map(|i| i["answer"].as_str().unwrap())
-        .collect();
+    let state: Value = read_json(dir.path().join("state.json"));
+    let answers = clarification_answers(&state);
     assert_eq!(
         answers,
         [

@@ -189,6 +189,21 @@ async fn services_take_their_settings_from_a_toml_file() {
     assert!(bad.log().contains("concurency"), "{}", bad.log());
 }
 
+/// Submits [`spec`]`(problem)`; mid round 1 (some proposals or critiques stored, more in
+/// flight) kills `coord` (-9) and starts another coordinator: (the debate's id, the new
+/// coordinator).
+async fn kill_coordinator_mid_round_1(
+    c: &Cluster,
+    coord: &mut ChildProcess,
+    problem: &str,
+) -> (String, ChildProcess) {
+    let id = c.submit(&spec(problem)).await;
+    c.wait_status(&id, Duration::from_secs(30), |s| contributions(s) >= 3)
+        .await;
+    coord.kill9();
+    (id, c.coordinator())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coordinator_killed_mid_debate_resumes_without_repeating_calls() {
     let c = Cluster::start().await;
@@ -198,12 +213,8 @@ async fn coordinator_killed_mid_debate_resumes_without_repeating_calls() {
     let _agent = c.worker("agent");
     let _judge = c.worker("judge");
 
-    let id = c.submit(&spec("Design a job scheduler")).await;
-    // Mid round 1: some proposals or critiques stored, more in flight.
-    c.wait_status(&id, Duration::from_secs(30), |s| contributions(s) >= 3)
-        .await;
-    coord.kill9();
-    let _coord2 = c.coordinator();
+    let (id, _coord2) =
+        kill_coordinator_mid_round_1(&c, &mut coord, "Design a job scheduler").await;
 
     let state = c
         .wait_status(&id, Duration::from_secs(50), |s| {
@@ -353,18 +364,6 @@ async fn failing_agent_fails_the_node_and_retry_completes() {
     assert_eq!(ok, 22, "each task completed exactly once");
 }
 
-/// Runs the `parley` CLI (async, so the fake LLM in this runtime keeps serving).
-async fn parley_cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(workspace_bin("parley"))
-        .current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .output()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_submit_wait_watch_status() {
     let c = Cluster::start().await;
@@ -372,32 +371,15 @@ async fn cli_submit_wait_watch_status() {
     let _agent = c.worker("agent");
     let _judge = c.worker("judge");
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = spec("unused");
-    cfg.as_object_mut().unwrap().remove("problem");
-    std::fs::write(dir.path().join("cli.json"), cfg.to_string()).unwrap();
+    write_json(dir.path().join("cli.json"), &spec_config(None));
     let url = c.nats.url();
 
-    let out = parley_cli(
-        dir.path(),
-        &[
-            "submit",
-            "Design a rate limiter",
-            "--config",
-            "cli.json",
-            "--nats-url",
-            &url,
-            "--wait",
-            "--output",
-            "state.json",
-        ],
-    )
-    .await;
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let (out, err) =
+        submit_and_wait(dir.path(), "Design a rate limiter", "cli.json", &url, &[]).await;
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("Fake synthesized solution"));
     assert!(err.contains("[round 2/2]"), "{err}");
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let state: Value = read_json(dir.path().join("state.json"));
     assert_complete(&state);
     let id = state["id"].as_str().unwrap().to_string();
     assert_eq!(c.fake.request_count(), 22);
@@ -687,11 +669,8 @@ async fn coordinator_takeover_redispatches_with_the_same_attempt() {
     let _agent = c.worker("agent");
     let _judge = c.worker("judge");
 
-    let id = c.submit(&spec("Design a webhook relay")).await;
-    c.wait_status(&id, Duration::from_secs(30), |s| contributions(s) >= 3)
-        .await;
-    coord.kill9();
-    let _coord2 = c.coordinator();
+    let (id, _coord2) =
+        kill_coordinator_mid_round_1(&c, &mut coord, "Design a webhook relay").await;
     let state = c.wait_done(&id, Duration::from_secs(50)).await;
     assert_complete(&state);
 

@@ -3,7 +3,7 @@
 //! shipped NATS roles; a bad request is refused with its field named and the worker goes on.
 
 use parley_protocol::subjects::EVALS_SUBMIT;
-use parley_tests::{rubric, workspace_bin, Cluster};
+use parley_tests::{parley_cli, rubric, Cluster};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -17,18 +17,6 @@ fn write_debate(path: &Path) {
                           "synthesizedBy": "judge-main"}
     });
     std::fs::write(path, serde_json::to_vec(&debate).unwrap()).unwrap();
-}
-
-async fn parley(dir: &Path, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(workspace_bin("parley"))
-        .current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env("PARLEY_MODEL_DIR", dir.join("no-models"))
-        .output()
-        .await
-        .expect("run parley")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +42,7 @@ async fn eval_runs_on_judge_workers_under_the_operators_allow_list() {
     ]});
     std::fs::write(d.join("eval.json"), cfg.to_string()).unwrap();
     let url = cluster.nats_url_for("client");
-    let out = parley(
+    let out = parley_cli(
         d,
         &[
             "eval",

@@ -14,18 +14,6 @@ use parley_protocol::EventKind;
 use parley_tests::*;
 use serde_json::{json, Value};
 
-/// Runs the `parley` CLI (async, so the fake LLM in this runtime keeps serving).
-async fn parley_cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(workspace_bin("parley"))
-        .current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .output()
-        .await
-        .unwrap()
-}
-
 /// Polls `check` every 100 ms until it holds or `timeout` passes.
 async fn until<F, Fut>(timeout: Duration, mut check: F) -> bool
 where
@@ -44,16 +32,9 @@ where
     }
 }
 
-/// A connection that waits for slow replies (the default gives up after 500 ms, too soon
-/// for a loaded machine).
+/// A connection that waits for slow replies ([`redis_connection`]).
 async fn redis(c: &Cluster) -> redis::aio::MultiplexedConnection {
-    let config =
-        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
-    redis::Client::open(c.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .unwrap()
+    redis_connection(&c.redis.url()).await
 }
 
 async fn dbsize(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
@@ -73,6 +54,44 @@ async fn queued_tasks(c: &Cluster) -> u64 {
         Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
         Err(_) => 0,
     }
+}
+
+/// Waits until the tasks stream holds `n` messages (30 s at most).
+async fn wait_queued_tasks(c: &Cluster, n: u64) {
+    assert!(
+        until(Duration::from_secs(30), || async {
+            queued_tasks(c).await == n
+        })
+        .await
+    );
+}
+
+/// With the agent worker frozen, submits [`spec`]`(problem)` and waits for its three
+/// proposals to be queued; then stops Redis and wakes the worker: (the debate's id, when
+/// Redis stopped).
+async fn queue_proposals_then_stop_redis(
+    c: &mut Cluster,
+    agent: &ChildProcess,
+    problem: &str,
+) -> (String, Instant) {
+    send_signal(agent.pid(), "STOP");
+    let id = c.submit(&spec(problem)).await;
+    wait_queued_tasks(c, 3).await;
+    c.redis.kill();
+    let stopped = Instant::now();
+    send_signal(agent.pid(), "CONT");
+    (id, stopped)
+}
+
+/// Drops every message of the tasks stream: the queued tasks are lost.
+async fn purge_tasks(c: &Cluster) {
+    jetstream::new(c.client.clone())
+        .get_stream("PARLEY_TASKS")
+        .await
+        .unwrap()
+        .purge()
+        .await
+        .unwrap();
 }
 
 /// (task id, attempt) of every `taskDispatched` event.
@@ -96,16 +115,6 @@ fn quick_spec(problem: &str) -> Value {
     s
 }
 
-/// Sends `signal` (e.g. `STOP`, `CONT`) to a process.
-fn signal(p: &ChildProcess, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(p.pid().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{signal} failed");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_for_15_s_while_tasks_are_queued_the_debate_completes() {
     let mut c = Cluster::start().await;
@@ -117,17 +126,8 @@ async fn redis_stopped_for_15_s_while_tasks_are_queued_the_debate_completes() {
 
     // The agent worker is frozen while the debate starts: its three proposals wait in the
     // queue. Then Redis stops, and the worker wakes up to a queue it cannot serve.
-    signal(&agent, "STOP");
-    let id = c.submit(&spec("Design a session store")).await;
-    assert!(
-        until(Duration::from_secs(30), || async {
-            queued_tasks(&c).await == 3
-        })
-        .await
-    );
-    c.redis.kill();
-    let stopped = Instant::now();
-    signal(&agent, "CONT");
+    let (id, stopped) =
+        queue_proposals_then_stop_redis(&mut c, &agent, "Design a session store").await;
     tokio::time::sleep(Duration::from_secs(15)).await;
     c.redis.restart().unwrap();
     eprintln!("redis was down for {:?}", stopped.elapsed());
@@ -149,17 +149,8 @@ async fn the_last_delivery_of_a_queued_task_waits_for_redis_instead_of_dropping_
     let _coord = c.coordinator();
     let agent = c.worker("agent");
     let _judge = c.worker("judge");
-    signal(&agent, "STOP");
-    let id = c.submit(&spec("Design a rate card service")).await;
-    assert!(
-        until(Duration::from_secs(30), || async {
-            queued_tasks(&c).await == 3
-        })
-        .await
-    );
-    c.redis.kill();
-    let stopped = Instant::now();
-    signal(&agent, "CONT");
+    let (id, stopped) =
+        queue_proposals_then_stop_redis(&mut c, &agent, "Design a rate card service").await;
     // Redis stays down until a queued proposal is on its 5th and last delivery (each failed
     // delivery is given back; the old worker gave the last one back too, and the message
     // was gone for good).
@@ -259,19 +250,8 @@ async fn lost_task_messages_are_dispatched_again_at_their_deadline() {
     let _judge = c.worker("judge");
     let id = c.submit(&quick_spec("Design a DNS cache")).await;
     // The three proposals are queued; no agent worker runs. Then they are lost.
-    assert!(
-        until(Duration::from_secs(30), || async {
-            queued_tasks(&c).await == 3
-        })
-        .await
-    );
-    let js = jetstream::new(c.client.clone());
-    js.get_stream("PARLEY_TASKS")
-        .await
-        .unwrap()
-        .purge()
-        .await
-        .unwrap();
+    wait_queued_tasks(&c, 3).await;
+    purge_tasks(&c).await;
     let lost_at = Instant::now();
     let _agent = c.worker("agent");
 
@@ -313,19 +293,8 @@ async fn retry_of_a_running_debate_sends_its_lost_tasks_again() {
     let _coord = c.coordinator();
     let _judge = c.worker("judge");
     let id = c.submit(&spec("Design a job queue")).await;
-    assert!(
-        until(Duration::from_secs(30), || async {
-            queued_tasks(&c).await == 3
-        })
-        .await
-    );
-    let js = jetstream::new(c.client.clone());
-    js.get_stream("PARLEY_TASKS")
-        .await
-        .unwrap()
-        .purge()
-        .await
-        .unwrap();
+    wait_queued_tasks(&c, 3).await;
+    purge_tasks(&c).await;
     let _agent = c.worker("agent");
     // Stuck: nothing happens.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -419,12 +388,7 @@ async fn a_dead_lettered_task_is_recorded_and_dispatched_again() {
     let coord = c.coordinator_with(&[("PARLEY_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))]);
     let _judge = c.worker("judge");
     let id = c.submit(&spec("Design a leaderboard")).await;
-    assert!(
-        until(Duration::from_secs(30), || async {
-            queued_tasks(&c).await == 3
-        })
-        .await
-    );
+    wait_queued_tasks(&c, 3).await;
     nak_every_delivery(&c, 3).await;
     // A real worker now: its first pull makes JetStream notice the exhausted messages (the
     // `MAX_DELIVERIES` advisory) instead of delivering them.
@@ -667,22 +631,14 @@ async fn a_multi_mib_debate_completes_under_a_64_kib_max_payload() {
     let url = c.nats.url();
 
     let started = Instant::now();
-    let out = parley_cli(
+    let (out, err) = submit_and_wait(
         dir.path(),
-        &[
-            "submit",
-            "Design a global feature store",
-            "--config",
-            "big.json",
-            "--nats-url",
-            &url,
-            "--wait",
-            "--output",
-            "state.json",
-        ],
+        "Design a global feature store",
+        "big.json",
+        &url,
+        &[],
     )
     .await;
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{err}\n{}", coord.log());
     let took = started.elapsed();
     let bytes = std::fs::read(dir.path().join("state.json")).unwrap();
@@ -830,21 +786,11 @@ async fn a_worker_runs_an_inline_task_of_an_older_coordinator() {
     let _coord = c.coordinator();
     let _judge = c.worker("judge");
     let id = c.submit(&spec("Design a changelog service")).await;
-    assert!(
-        until(Duration::from_secs(30), || async {
-            queued_tasks(&c).await == 3
-        })
-        .await
-    );
+    wait_queued_tasks(&c, 3).await;
     // Replace the three task references by the tasks themselves, as a coordinator of an
     // older build published them (and stored no bodies).
+    purge_tasks(&c).await;
     let js = jetstream::new(c.client.clone());
-    js.get_stream("PARLEY_TASKS")
-        .await
-        .unwrap()
-        .purge()
-        .await
-        .unwrap();
     let mut conn = redis(&c).await;
     let key = format!("parley:{{{id}}}:tasks");
     let bodies: BTreeMap<String, String> = redis::cmd("HGETALL")

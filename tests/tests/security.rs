@@ -78,20 +78,6 @@ fn violations(c: &Cluster) -> Vec<String> {
         .collect()
 }
 
-/// Runs the `parley` CLI (async, so the fake LLMs in this runtime keep serving).
-async fn parley_cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(workspace_bin("parley"))
-        .current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env_remove("PARLEY_NATS_URL")
-        .env_remove("PARLEY_NATS_CREDS")
-        .output()
-        .await
-        .unwrap()
-}
-
 /// A whole debate with every process in its role (the judge worker as an NKey user from
 /// `--nats-creds`, the CLI as `client` with user/password in the URL); then each role is
 /// kept in its lane by NATS itself.
@@ -126,35 +112,24 @@ async fn roles_run_a_debate_and_keep_each_role_in_its_lane() {
     // The CLI submits as `client` and follows the events; its local config names an
     // endpoint, which it must not send.
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = spec("unused");
-    cfg.as_object_mut().unwrap().remove("problem");
-    cfg["baseUrl"] = json!(elsewhere.base_url());
+    let mut cfg = spec_config(Some(&elsewhere.base_url()));
     cfg["agents"][0]["baseUrl"] = json!(elsewhere.base_url());
-    std::fs::write(dir.path().join("cli.json"), cfg.to_string()).unwrap();
+    write_json(dir.path().join("cli.json"), &cfg);
     let client_url = c.nats_url_for("client");
-    let out = parley_cli(
+    let (out, err) = submit_and_wait(
         dir.path(),
-        &[
-            "submit",
-            "Design a multi-tenant job scheduler",
-            "--config",
-            "cli.json",
-            "--nats-url",
-            &client_url,
-            "--wait",
-            "--output",
-            "state.json",
-        ],
+        "Design a multi-tenant job scheduler",
+        "cli.json",
+        &client_url,
+        &[],
     )
     .await;
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
         err.contains("not sending the endpoints") && err.contains("agent-architect.baseUrl"),
         "{err}"
     );
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let state: Value = read_json(dir.path().join("state.json"));
     assert_complete(&state);
     assert_eq!(c.fake.request_count(), 22);
     assert_eq!(

@@ -190,14 +190,6 @@ fn parley_child(dir: &std::path::Path, args: &[&str]) -> ChildProcess {
     ChildProcess::spawn(cmd, "parley").unwrap()
 }
 
-fn sigint(p: &ChildProcess) {
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &p.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_watch_and_submit_wait_exit_130_on_ctrl_c_while_nats_is_down() {
     let mut c = Cluster::start().await;
@@ -206,9 +198,7 @@ async fn cli_watch_and_submit_wait_exit_130_on_ctrl_c_while_nats_is_down() {
     let _agent = c.worker("agent");
     let _judge = c.worker("judge");
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = spec("unused");
-    cfg.as_object_mut().unwrap().remove("problem");
-    std::fs::write(dir.path().join("cli.json"), cfg.to_string()).unwrap();
+    write_json(dir.path().join("cli.json"), &spec_config(None));
     let url = c.nats.url();
 
     let submit = parley_child(
@@ -256,8 +246,8 @@ async fn cli_watch_and_submit_wait_exit_130_on_ctrl_c_while_nats_is_down() {
     }
 
     c.nats.kill();
-    sigint(&submit);
-    sigint(&watch);
+    send_signal(submit.pid(), "INT");
+    send_signal(watch.pid(), "INT");
     let signalled = Instant::now();
     for (name, mut p) in [("submit --wait", submit), ("watch", watch)] {
         let (p, status) = tokio::task::spawn_blocking(move || {
@@ -300,12 +290,7 @@ async fn watch_ends_at_the_final_state_even_when_events_are_gone() {
         .await
         .unwrap();
     assert!(stream.delete_message(last.sequence).await.unwrap());
-    let out = tokio::process::Command::new(workspace_bin("parley"))
-        .current_dir(dir.path())
-        .args(["watch", &id, "--nats-url", &url])
-        .output()
-        .await
-        .unwrap();
+    let out = parley_cli(dir.path(), &["watch", &id, "--nats-url", &url]).await;
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("[round 2/2]"), "{err}");
@@ -317,12 +302,7 @@ async fn watch_ends_at_the_final_state_even_when_events_are_gone() {
 
     // Every event is gone (expired): watch says so and exits at once.
     stream.purge().filter(&subject).await.unwrap();
-    let out = tokio::process::Command::new(workspace_bin("parley"))
-        .current_dir(dir.path())
-        .args(["watch", &id, "--nats-url", &url])
-        .output()
-        .await
-        .unwrap();
+    let out = parley_cli(dir.path(), &["watch", &id, "--nats-url", &url]).await;
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(

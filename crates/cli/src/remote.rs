@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use futures::StreamExt;
-use parley_protocol::{subjects, DebateEvent, DebateState, DebateStatus, StatusPage};
+use parley_protocol::{subjects, DebateEvent, DebateState, DebateStatus};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -373,32 +373,13 @@ async fn fetch_state(client: &async_nats::Client, id: &str) -> Result<DebateStat
 /// The debate's state as JSON: the status reply itself, or the pages of its snapshot
 /// fetched (a few at a time) and put back together.
 async fn fetch_state_value(client: &async_nats::Client, id: &str) -> Result<Value, CliError> {
-    let first = request(client, subjects::STATUS, id_request(id)?).await?;
-    let Some(page) = StatusPage::from_reply(&first) else {
-        return Ok(first);
-    };
-    let (snapshot, count) = (page.snapshot, page.pages);
-    let rest: Vec<Result<StatusPage, CliError>> = futures::stream::iter(1..count)
-        .map(|k| async move {
-            let body = json!({ "debateId": id, "snapshot": snapshot, "page": k }).to_string();
-            let v = request(client, subjects::STATUS, body.into_bytes()).await?;
-            StatusPage::from_reply(&v).ok_or_else(|| {
-                CliError::general(format!(
-                    "unexpected reply for page {k} of debate {id}'s state"
-                ))
-            })
-        })
-        .buffered(8)
-        .collect()
-        .await;
-    let mut pages = vec![page];
-    for p in rest {
-        pages.push(p?);
-    }
-    let text = StatusPage::assemble(pages)
-        .map_err(|e| CliError::general(format!("cannot reassemble the state of {id}: {e}")))?;
-    serde_json::from_str(&text)
-        .map_err(|e| CliError::general(format!("unreadable debate state: {e}")))
+    id_request(id)?;
+    parley_cluster::status::fetch_state(
+        id,
+        |body| request(client, subjects::STATUS, body),
+        CliError::general,
+    )
+    .await
 }
 
 /// How long `follow` waits for an event before it asks whether the debate has ended.

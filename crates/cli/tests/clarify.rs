@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use parley_testkit::{FakeLlm, OnPty, RecordedRequest};
+use parley_testkit::{parley_command, send_signal, FakeLlm, OnPty, RecordedRequest};
+use parley_tests::{clarification_answers, read_json, write_json};
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
@@ -19,13 +20,7 @@ const FOLLOW_UP: &str = "Questions already asked and their answers";
 const WAIT: Duration = Duration::from_secs(60);
 
 fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(PARLEY);
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
-    cmd
+    parley_command(PARLEY, dir, args)
 }
 
 async fn parley(dir: &Path, args: &[&str]) -> Output {
@@ -53,11 +48,7 @@ fn write_config(dir: &Path, base_url: &str) {
         "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "model-judge"},
         "debate": {"rounds": 1, "terminationCondition": {"type": "fixed"}}
     });
-    std::fs::write(
-        dir.join("debate-config.json"),
-        serde_json::to_vec_pretty(&cfg).unwrap(),
-    )
-    .unwrap();
+    write_json(dir.join("debate-config.json"), &cfg);
 }
 
 /// Clarification replies: iteration 1 the architect asks two questions (one twice), the
@@ -96,7 +87,7 @@ fn responder(r: &RecordedRequest) -> String {
 
 fn checkpoint(dir: &Path, id: &str) -> Value {
     let path = dir.join("debates").join(format!("{id}.json"));
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    read_json(path)
 }
 
 fn saved_id(err: &str) -> String {
@@ -255,22 +246,12 @@ async fn without_a_terminal_or_an_answers_file_it_exits_2_naming_answers() {
     assert!(err.contains("--answers"), "{err}");
     assert_eq!(fake.request_count(), 0, "nothing ran");
     // The config's own setting asks too.
-    let mut cfg: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("debate-config.json")).unwrap())
-            .unwrap();
+    let mut cfg: Value = read_json(dir.path().join("debate-config.json"));
     cfg["debate"]["interactiveClarifications"] = json!(true);
     std::fs::write(dir.path().join("debate-config.json"), cfg.to_string()).unwrap();
     let out = parley(dir.path(), &["run", "Design a URL shortener"]).await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--answers"));
-}
-
-fn sigint(pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,7 +282,7 @@ async fn answers_typed_on_a_terminal_and_ctrl_c_while_waiting_then_resume_asks_a
         !shown.contains("Kiss (agent-kiss"),
         "kiss asked nothing: {shown}"
     );
-    sigint(run.child.id().unwrap());
+    send_signal(run.child.id().unwrap(), "INT");
     assert_eq!(
         run.exit_code(WAIT).await.unwrap(),
         Some(130),
@@ -345,13 +326,7 @@ async fn answers_typed_on_a_terminal_and_ctrl_c_while_waiting_then_resume_asks_a
     );
     let state = checkpoint(dir.path(), &id);
     assert_eq!(state["status"], "completed");
-    let answers: Vec<&str> = state["clarifications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|g| g["items"].as_array().unwrap())
-        .map(|i| i["answer"].as_str().unwrap())
-        .collect();
+    let answers = clarification_answers(&state);
     assert_eq!(
         answers,
         [

@@ -6,24 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use parley_testkit::FakeLlm;
-use parley_tests::rubric;
+use parley_testkit::{run_parley, FakeLlm};
+use parley_tests::{read_json, rubric, write_json};
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
 
-async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = tokio::process::Command::new(PARLEY);
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env_remove("OPENAI_COMPATIBLE_API_KEY")
-        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().await.expect("run parley")
+async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    run_parley(PARLEY, dir, args, env).await
 }
 
 async fn parley(dir: &Path, args: &[&str]) -> Output {
@@ -73,7 +63,7 @@ fn write_debate(path: &Path, tag: &str) {
             "items": [{"id": "q1", "question": "Peak writes per second?", "answer": "5000"}]
         }]
     });
-    std::fs::write(path, serde_json::to_vec_pretty(&debate).unwrap()).unwrap();
+    write_json(path, &debate);
 }
 
 /// Three evaluators against the fake server (root `baseUrl`), one disabled.
@@ -88,7 +78,7 @@ fn write_config(dir: &Path, base_url: &str) -> PathBuf {
         ]
     });
     let path = dir.join("eval-config.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    write_json(&path, &cfg);
     path
 }
 
@@ -169,7 +159,7 @@ async fn one_debate_in_all_three_formats() {
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "stderr:\n{}", stderr(&out));
-    let v: Value = serde_json::from_slice(&std::fs::read(d.join("out/r.json")).unwrap()).unwrap();
+    let v: Value = read_json(d.join("out/r.json"));
     assert_eq!(
         v["evaluation"]["functional_completeness"]["average_score"],
         7.5
@@ -278,7 +268,7 @@ async fn a_directory_of_debates_gives_one_row_each() {
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "stderr:\n{}", stderr(&out));
-    let v: Value = serde_json::from_slice(&std::fs::read(d.join("all.json")).unwrap()).unwrap();
+    let v: Value = read_json(d.join("all.json"));
     let debates = v["debates"].as_array().unwrap();
     assert_eq!(debates.len(), 2);
     assert_eq!(debates[0]["debate"], "a-one");
@@ -402,7 +392,12 @@ async fn dialectic_example_eval_config_env_files_and_prompt_files() {
     .unwrap();
     let mut with_file = args.to_vec();
     with_file.extend(["--env-file", "keys.env", "-v"]);
-    let out = parley_with_env(d, &with_file, &[("OPENROUTER_API_KEY", "process-key-789")]).await;
+    let out = parley_with_env(
+        d,
+        &with_file,
+        &[("OPENROUTER_API_KEY", "process-key-789".into())],
+    )
+    .await;
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{err}");
     assert!(err.contains("Loaded OTHER_VAR from keys.env"), "{err}");

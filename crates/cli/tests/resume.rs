@@ -8,7 +8,10 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use parley_testkit::{wait_until_async, FakeLlm, Fault, Match, RecordedRequest};
+use parley_testkit::{
+    parley_command, send_signal, wait_until_async, FakeLlm, Fault, Match, RecordedRequest,
+};
+use parley_tests::{read_json, write_json};
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
@@ -16,13 +19,8 @@ const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
 const CRITIQUE: &str = "Critique it from the perspective";
 
 fn command(dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(PARLEY);
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env("PARLEY_MODEL_DIR", dir.join("no-models"))
-        .stdin(Stdio::null())
+    let mut cmd = parley_command(PARLEY, dir, args);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
@@ -49,11 +47,7 @@ fn write_config(dir: &Path, base_url: &str) {
         "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"},
                    "retry": {"default": {"attempts": 2, "initialBackoffMs": 100, "maxBackoffMs": 200}}}
     });
-    std::fs::write(
-        dir.join("debate-config.json"),
-        serde_json::to_vec_pretty(&cfg).unwrap(),
-    )
-    .unwrap();
+    write_json(dir.join("debate-config.json"), &cfg);
 }
 
 /// The debate id of the `Saved debate to ./debates/<id>.json` line.
@@ -67,7 +61,7 @@ fn saved_id(err: &str) -> String {
 
 fn checkpoint(dir: &Path, id: &str) -> Value {
     let path = dir.join("debates").join(format!("{id}.json"));
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    read_json(path)
 }
 
 /// LLM calls whose results a saved state holds (carried-over proposals made none).
@@ -90,34 +84,32 @@ fn answered(reqs: &[RecordedRequest]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-fn sigint(pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ctrl_c_saves_the_debate_and_resume_makes_only_the_missing_calls() {
+/// `parley run PROBLEM` in a new directory against a fake LLM on which proposals answer and
+/// every critique hangs; returns once the 3 proposals are answered and the 6 critiques of
+/// round 1 sent (calls in flight for an interrupt): (the fake, the directory, the run).
+async fn run_until_the_critiques_hang(
+    problem: &str,
+) -> (FakeLlm, tempfile::TempDir, tokio::process::Child) {
     let fake = FakeLlm::start().await.unwrap();
-    // Proposals answer; every critique hangs (a call in flight at the interrupt).
     fake.add_fault(Fault::Hang {
         matching: Match::PromptContains(CRITIQUE.into()),
         times: None,
     });
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.base_url());
-    let child = command(dir.path(), &["run", "Design a session store"])
-        .spawn()
-        .unwrap();
-    let pid = child.id().unwrap();
-    // 3 proposals answered, the 6 critiques of round 1 sent and hanging.
+    let child = command(dir.path(), &["run", problem]).spawn().unwrap();
     assert!(
         wait_until_async(Duration::from_secs(60), || fake.request_count() >= 9).await,
         "the debate never reached its critiques"
     );
-    sigint(pid);
+    (fake, dir, child)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_saves_the_debate_and_resume_makes_only_the_missing_calls() {
+    let (fake, dir, child) = run_until_the_critiques_hang("Design a session store").await;
+    let pid = child.id().unwrap();
+    send_signal(pid, "INT");
     let signalled = std::time::Instant::now();
     let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
@@ -158,8 +150,7 @@ async fn ctrl_c_saves_the_debate_and_resume_makes_only_the_missing_calls() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("Fake synthesized solution"));
-    let done: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let done: Value = read_json(dir.path().join("state.json"));
     assert_eq!(done["status"], "completed");
     assert_eq!(done["id"], id.as_str());
     assert_eq!(calls_in(&done), 22);
@@ -185,22 +176,12 @@ async fn ctrl_c_saves_the_debate_and_resume_makes_only_the_missing_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_ctrl_c_exits_at_once_with_the_last_checkpoint_on_disk() {
-    let fake = FakeLlm::start().await.unwrap();
-    fake.add_fault(Fault::Hang {
-        matching: Match::PromptContains(CRITIQUE.into()),
-        times: None,
-    });
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &fake.base_url());
-    let child = command(dir.path(), &["run", "Design a job queue"])
-        .spawn()
-        .unwrap();
+    let (_fake, dir, child) = run_until_the_critiques_hang("Design a job queue").await;
     let pid = child.id().unwrap();
-    assert!(wait_until_async(Duration::from_secs(60), || fake.request_count() >= 9).await);
-    sigint(pid);
+    send_signal(pid, "INT");
     // The first signal is being handled (the grace period runs): a second one ends it.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    sigint(pid);
+    send_signal(pid, "INT");
     let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
         .expect("parley run did not exit")
@@ -215,7 +196,7 @@ async fn a_second_ctrl_c_exits_at_once_with_the_last_checkpoint_on_disk() {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
         .collect();
     assert_eq!(saved.len(), 1);
-    let state: Value = serde_json::from_slice(&std::fs::read(saved[0].path()).unwrap()).unwrap();
+    let state: Value = read_json(saved[0].path());
     assert_eq!(state["status"], "running");
     assert_eq!(calls_in(&state), 3);
 }
@@ -234,7 +215,7 @@ async fn a_failed_debate_is_retried_from_its_checkpoint_without_repeating_calls(
     // A failing critique fails the node too (by default it would be dropped, and a target
     // that refined without it keeps the drop: see run.rs's dropped-critique test).
     let path = dir.path().join("debate-config.json");
-    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut cfg: Value = read_json(&path);
     cfg["debate"]["onAgentFailure"] = json!("fail");
     std::fs::write(&path, cfg.to_string()).unwrap();
     let out = parley(dir.path(), &["run", "Design a cache"]).await;

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use parley_testkit::{FakeLlm, Fault, Match};
-use parley_tests::count;
+use parley_testkit::{run_parley, FakeLlm, Fault, Match};
+use parley_tests::{count, read_json, write_json};
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
@@ -16,16 +16,7 @@ async fn parley(dir: &Path, args: &[&str]) -> Output {
 
 /// [`parley`] with extra environment variables.
 async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut cmd = tokio::process::Command::new(PARLEY);
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().await.expect("run parley")
+    run_parley(PARLEY, dir, args, env).await
 }
 
 fn stderr(o: &Output) -> String {
@@ -39,13 +30,29 @@ fn stdout(o: &Output) -> String {
 /// Three agents with distinct models and temperatures, 2 rounds, fixed termination (the
 /// distributed tests' spec, as a config file).
 fn write_config(dir: &Path, base_url: &str) -> PathBuf {
-    let mut cfg = parley_tests::spec("");
-    let obj = cfg.as_object_mut().unwrap();
-    obj.remove("problem");
-    obj.insert("baseUrl".into(), json!(base_url));
     let path = dir.join("debate-config.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    write_json(&path, &parley_tests::spec_config(Some(base_url)));
     path
+}
+
+/// `parley run "Design a cache" --rounds 1 --output state.json --report r.md` with
+/// `extra` arguments; it exits 0: (its stderr, the state).
+async fn run_one_round(dir: &Path, extra: &[&str]) -> (String, Value) {
+    let mut args = vec![
+        "run",
+        "Design a cache",
+        "--rounds",
+        "1",
+        "--output",
+        "state.json",
+        "--report",
+        "r.md",
+    ];
+    args.extend_from_slice(extra);
+    let out = parley(dir, &args).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    (err, read_json(dir.join("state.json")))
 }
 
 fn saved_path(err: &str) -> String {
@@ -78,8 +85,7 @@ async fn three_agents_two_rounds_against_fake_llm() {
     assert!(text.contains("Confidence: 85/100"), "stdout:\n{text}");
     assert!(err.contains("[round 1/2]"), "stderr:\n{err}");
     let saved = saved_path(&err);
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join(&saved)).unwrap()).unwrap();
+    let state: Value = read_json(dir.path().join(&saved));
 
     let id = state["id"].as_str().unwrap();
     assert!(parley_protocol::is_valid_debate_id(id), "{id}");
@@ -180,7 +186,7 @@ async fn run_keeps_per_agent_endpoints_from_the_local_config() {
     let kiss_server = FakeLlm::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = write_config(dir.path(), &fake.base_url());
-    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut cfg: Value = read_json(&path);
     cfg["agents"][2]["baseUrl"] = json!(kiss_server.base_url());
     std::fs::write(&path, cfg.to_string()).unwrap();
     let out = parley(
@@ -201,25 +207,7 @@ async fn output_and_report_files() {
     let fake = FakeLlm::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.base_url());
-    let out = parley(
-        dir.path(),
-        &[
-            "run",
-            "Design a cache",
-            "--rounds",
-            "1",
-            "--output",
-            "state.json",
-            "--report",
-            "r.md",
-            "--verbose",
-        ],
-    )
-    .await;
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(0), "{err}");
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let (err, state) = run_one_round(dir.path(), &["--verbose"]).await;
     assert_eq!(state["status"], "completed");
     assert_eq!(state["rounds"].as_array().unwrap().len(), 1);
     assert_eq!(fake.request_count(), 3 + 6 + 3 + 1);
@@ -376,8 +364,7 @@ async fn provider_failures_exit_3_and_name_the_provider() {
     assert_eq!(sec_proposals, 1);
     // The failed state is saved with the failing node.
     let saved = saved_path(&err);
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join(saved)).unwrap()).unwrap();
+    let state: Value = read_json(dir.path().join(saved));
     assert_eq!(state["status"], "failed");
     // Whichever of agent-security's calls got its 401 first failed the debate: its proposal,
     // or (dataflow scheduling) its critique of a proposal that was already there.
@@ -508,8 +495,7 @@ async fn report_of_a_saved_debate_and_dialectic_judge_shape() {
     ] {
         assert!(text.contains(needle), "stdout lacks {needle:?}:\n{text}");
     }
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
+    let state: Value = read_json(dir.path().join("state.json"));
     let sol = &state["finalSolution"];
     assert_eq!(
         sol["description"],
@@ -590,31 +576,14 @@ async fn a_critique_that_keeps_failing_is_dropped_and_the_debate_completes() {
     });
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(dir.path(), &fake.base_url());
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    let mut v: Value = read_json(&cfg);
     v["debate"]["retry"] = json!({"default": {"attempts": 2, "initialBackoffMs": 100}});
-    std::fs::write(&cfg, serde_json::to_vec(&v).unwrap()).unwrap();
-    let out = parley(
-        dir.path(),
-        &[
-            "run",
-            "Design a cache",
-            "--rounds",
-            "1",
-            "--output",
-            "state.json",
-            "--report",
-            "r.md",
-        ],
-    )
-    .await;
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(0), "{err}");
+    write_json(&cfg, &v);
+    let (err, state) = run_one_round(dir.path(), &[]).await;
     assert!(
         err.contains("dropped agent-kiss's critique of agent-architect"),
         "{err}"
     );
-    let state: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("state.json")).unwrap()).unwrap();
     assert_eq!(state["status"], "completed");
     let round = &state["rounds"][0];
     let dropped = round["dropped"].as_array().expect("dropped list");
@@ -645,9 +614,9 @@ async fn langfuse_export_uses_the_keys_and_carries_prompts_only_when_asked() {
     let receiver = parley_testkit::OtlpReceiver::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(dir.path(), &fake.base_url());
-    let mut v: Value = serde_json::from_slice(&std::fs::read(&cfg).unwrap()).unwrap();
+    let mut v: Value = read_json(&cfg);
     v["debate"]["trace"] = json!("langfuse");
-    std::fs::write(&cfg, serde_json::to_vec(&v).unwrap()).unwrap();
+    write_json(&cfg, &v);
     let keys = |content: bool| {
         let mut env = vec![
             ("LANGFUSE_PUBLIC_KEY", "pk-lf-test".to_string()),

@@ -26,14 +26,8 @@ struct Serve {
 /// Three agents (architect, security, kiss), 2 fixed rounds, in `dir/debate-config.json`;
 /// with `base_url` the agents call it (embedded).
 fn write_config(dir: &Path, base_url: Option<&str>) -> PathBuf {
-    let mut cfg = parley_tests::spec("");
-    let obj = cfg.as_object_mut().unwrap();
-    obj.remove("problem");
-    if let Some(url) = base_url {
-        obj.insert("baseUrl".into(), json!(url));
-    }
     let path = dir.join("debate-config.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    parley_tests::write_json(&path, &parley_tests::spec_config(base_url));
     path
 }
 
@@ -122,6 +116,45 @@ impl Serve {
             stop,
         )
         .await
+    }
+
+    /// Posts `cancel` or `retry` for debate `id`: (HTTP status, reply).
+    async fn command(&self, id: &str, command: &str) -> (u16, Value) {
+        self.post(&format!("/api/debates/{id}/{command}"), json!({}))
+            .await
+    }
+
+    /// Submits `problem` and waits (20 s at most) for its first dispatched task.
+    async fn submit_running(&self, problem: &str) -> String {
+        let id = self.submit(json!({ "problem": problem })).await;
+        self.events_until(&id, None, Duration::from_secs(20), |e| {
+            e["type"] == "taskDispatched"
+        })
+        .await;
+        id
+    }
+
+    /// Reads debate `id`'s events until its end, which must be `debateFailed`: its
+    /// sequence number.
+    async fn wait_failed(&self, id: &str, timeout: Duration) -> u64 {
+        let events = self.events_until(id, None, timeout, is_final).await;
+        let (failed_seq, failed) = events.last().unwrap().clone();
+        assert_eq!(failed["type"], "debateFailed", "{failed}");
+        failed_seq
+    }
+
+    /// Retries failed debate `id` (accepted: 200) and reads its events after `failed_seq`
+    /// until `debateCompleted`, each once and in order: the reply to the retry.
+    async fn retry_to_completion(&self, id: &str, failed_seq: u64, timeout: Duration) -> Value {
+        let (status, v) = self.command(id, "retry").await;
+        assert_eq!(status, 200, "{v}");
+        let more = self
+            .events_until(id, Some(failed_seq), timeout, |e| {
+                e["type"] == "debateCompleted"
+            })
+            .await;
+        assert_contiguous(&more, failed_seq + 1);
+        v
     }
 
     async fn state(&self, id: &str) -> Value {
@@ -389,14 +422,8 @@ async fn embedded_cancel_and_retry() {
 
     // Cancel: a debate whose calls take long.
     fake.set_latency(Latency::Fixed(Duration::from_secs(3)));
-    let id = s.submit(json!({"problem": "Design a slow thing"})).await;
-    s.events_until(&id, None, Duration::from_secs(20), |e| {
-        e["type"] == "taskDispatched"
-    })
-    .await;
-    let (status, v) = s
-        .post(&format!("/api/debates/{id}/cancel"), json!({}))
-        .await;
+    let id = s.submit_running("Design a slow thing").await;
+    let (status, v) = s.command(&id, "cancel").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["status"], "cancelled");
     let events = s
@@ -405,9 +432,7 @@ async fn embedded_cancel_and_retry() {
     assert_contiguous(&events, 1);
     assert_eq!(events.last().unwrap().1["type"], "debateCancelled");
     assert_eq!(s.state(&id).await["status"], "cancelled");
-    let (status, v) = s
-        .post(&format!("/api/debates/{id}/cancel"), json!({}))
-        .await;
+    let (status, v) = s.command(&id, "cancel").await;
     assert_eq!(status, 409, "{v}");
     assert!(
         v["error"]["message"]
@@ -416,7 +441,7 @@ async fn embedded_cancel_and_retry() {
             .contains("already cancelled"),
         "{v}"
     );
-    let (status, _) = s.post(&format!("/api/debates/{id}/retry"), json!({})).await;
+    let (status, _) = s.command(&id, "retry").await;
     assert_eq!(status, 409);
 
     // Retry: one agent's provider refuses (401: not retried), then recovers.
@@ -429,24 +454,15 @@ async fn embedded_cancel_and_retry() {
     });
     let before = fake.request_count();
     let id = s.submit(json!({"problem": "Design a retried thing"})).await;
-    let events = s
-        .events_until(&id, None, Duration::from_secs(30), is_final)
-        .await;
-    let (failed_seq, failed) = events.last().unwrap().clone();
-    assert_eq!(failed["type"], "debateFailed", "{failed}");
+    let failed_seq = s.wait_failed(&id, Duration::from_secs(30)).await;
     let state = s.state(&id).await;
     assert_eq!(state["status"], "failed");
     assert_eq!(state["error"]["agentId"], "agent-security");
     fake.clear_faults();
-    let (status, v) = s.post(&format!("/api/debates/{id}/retry"), json!({})).await;
-    assert_eq!(status, 200, "{v}");
-    assert_eq!(v["accepted"], "retry");
-    let more = s
-        .events_until(&id, Some(failed_seq), Duration::from_secs(30), |e| {
-            e["type"] == "debateCompleted"
-        })
+    let v = s
+        .retry_to_completion(&id, failed_seq, Duration::from_secs(30))
         .await;
-    assert_contiguous(&more, failed_seq + 1);
+    assert_eq!(v["accepted"], "retry");
     let state = s.state(&id).await;
     assert_eq!(state["status"], "completed");
     assert_eq!(contributions(&state), 24);
@@ -748,16 +764,8 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
 
     // Cancel a slow one.
     c.fake.set_latency(Latency::Fixed(Duration::from_secs(2)));
-    let slow = s
-        .submit(json!({"problem": "Design a slow cluster thing"}))
-        .await;
-    s.events_until(&slow, None, Duration::from_secs(20), |e| {
-        e["type"] == "taskDispatched"
-    })
-    .await;
-    let (status, v) = s
-        .post(&format!("/api/debates/{slow}/cancel"), json!({}))
-        .await;
+    let slow = s.submit_running("Design a slow cluster thing").await;
+    let (status, v) = s.command(&slow, "cancel").await;
     assert_eq!(status, 200, "{v}");
     let events = s
         .events_until(&slow, None, Duration::from_secs(30), |e| {
@@ -778,26 +786,14 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
     let failing = s
         .submit(json!({"problem": "Design a retried cluster thing"}))
         .await;
-    let events = s
-        .events_until(&failing, None, Duration::from_secs(60), is_final)
-        .await;
-    let (failed_seq, failed) = events.last().unwrap().clone();
-    assert_eq!(failed["type"], "debateFailed", "{failed}");
+    let failed_seq = s.wait_failed(&failing, Duration::from_secs(60)).await;
     // A failed debate's state has an `error` field: it is the state, not an error reply.
     let state = s.state(&failing).await;
     assert_eq!(state["status"], "failed", "{state}");
     assert_eq!(state["error"]["node"], "synthesis", "{state}");
     c.fake.clear_faults();
-    let (status, v) = s
-        .post(&format!("/api/debates/{failing}/retry"), json!({}))
+    s.retry_to_completion(&failing, failed_seq, Duration::from_secs(60))
         .await;
-    assert_eq!(status, 200, "{v}");
-    let more = s
-        .events_until(&failing, Some(failed_seq), Duration::from_secs(60), |e| {
-            e["type"] == "debateCompleted"
-        })
-        .await;
-    assert_contiguous(&more, failed_seq + 1);
     assert_eq!(s.state(&failing).await["status"], "completed");
     assert_no_completed_call_repeated(&c.fake);
 

@@ -26,6 +26,25 @@ fn artifacts() -> PathBuf {
     target.join("test-artifacts")
 }
 
+fn need_browser() {
+    assert!(
+        browser_available(),
+        "chromium and chromedriver are needed (scripts/test.sh installs them: apt-get install chromium chromium-driver)"
+    );
+}
+
+/// Opens the page at `url`, types `problem` into the form and starts the debate.
+async fn start_from_the_form(b: &Browser, url: &str, problem: &str) {
+    b.goto(url).await.unwrap();
+    let field = b
+        .wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.type_text(&field, problem).await.unwrap();
+    let start = b.wait_for("#start", Duration::from_secs(5)).await.unwrap();
+    b.click(&start).await.unwrap();
+}
+
 /// What the model replies: HTML and script in the simplicity advocate's texts, Markdown in
 /// the judge's solution.
 const HOSTILE: &str = "Keep it simple: one process first. <script>window.__pwned = 1</script> \
@@ -82,25 +101,27 @@ fn serve_with(dir: &Path, port: u16, extra: &[&str]) -> ChildProcess {
     serve
 }
 
+/// `parley serve` (with `extra` arguments) on a free port in a new directory whose config
+/// calls `fake`: (the directory, the server, its address `http://127.0.0.1:PORT`).
+fn serve_fake(fake: &FakeLlm, extra: &[&str]) -> (tempfile::TempDir, ChildProcess, String) {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let port = free_port();
+    let serve = serve_with(dir.path(), port, extra);
+    (dir, serve, format!("http://127.0.0.1:{port}"))
+}
+
 /// The three-agent, two-round config calling `base_url`.
 fn write_config(dir: &Path, base_url: &str) {
-    let mut cfg = parley_tests::spec("");
-    let obj = cfg.as_object_mut().unwrap();
-    obj.remove("problem");
-    obj.insert("baseUrl".into(), json!(base_url));
-    std::fs::write(
+    parley_tests::write_json(
         dir.join("debate-config.json"),
-        serde_json::to_vec_pretty(&cfg).unwrap(),
-    )
-    .unwrap();
+        &parley_tests::spec_config(Some(base_url)),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_keeps_following_a_debate_across_a_server_restart() {
-    assert!(
-        browser_available(),
-        "chromium and chromedriver are needed (scripts/test.sh installs them)"
-    );
+    need_browser();
     let fake = FakeLlm::start().await.unwrap();
     fake.set_latency(Latency::Fixed(Duration::from_millis(700)));
     let dir = tempfile::tempdir().unwrap();
@@ -165,34 +186,21 @@ async fn the_page_keeps_following_a_debate_across_a_server_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
-    assert!(
-        browser_available(),
-        "chromium and chromedriver are needed (scripts/test.sh installs them: apt-get install chromium chromium-driver)"
-    );
+    need_browser();
     let fake = FakeLlm::start().await.unwrap();
     fake.set_latency(Latency::Fixed(Duration::from_millis(900)));
     fake.set_responder(|r| reply(&r.model, &r.prompt_text()));
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &fake.base_url());
-    let port = free_port();
-    let serve = serve(dir.path(), port);
-    let base = format!("http://127.0.0.1:{port}/");
+    let (_dir, serve, base) = serve_fake(&fake, &[]);
+    let base = format!("{base}/");
 
     let b = Browser::start().await.unwrap();
     b.set_window(1440, 1000).await.unwrap();
-    b.goto(&base).await.unwrap();
-    let problem = b
-        .wait_for("#problem", Duration::from_secs(15))
-        .await
-        .unwrap();
-    b.type_text(
-        &problem,
+    start_from_the_form(
+        &b,
+        &base,
         "Design a rate limiter for a public REST API: per-key quotas, bursts, and clear errors.",
     )
-    .await
-    .unwrap();
-    let start = b.wait_for("#start", Duration::from_secs(5)).await.unwrap();
-    b.click(&start).await.unwrap();
+    .await;
 
     // Contributions appear while the debate runs.
     let live = b
@@ -318,17 +326,11 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_the_page_signs_in_by_field_or_by_url_fragment() {
-    assert!(
-        browser_available(),
-        "chromium and chromedriver are needed (scripts/test.sh installs them)"
-    );
+    need_browser();
     let fake = FakeLlm::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &fake.base_url());
-    let port = free_port();
     let token = "page-token-0123456789abcdef";
-    let _serve = serve_with(dir.path(), port, &["--auth-token", token]);
-    let base = format!("http://127.0.0.1:{port}/");
+    let (_dir, _serve, base) = serve_fake(&fake, &["--auth-token", token]);
+    let base = format!("{base}/");
 
     let b = Browser::start().await.unwrap();
     b.goto(&base).await.unwrap();
@@ -391,29 +393,12 @@ async fn with_a_token_the_page_signs_in_by_field_or_by_url_fragment() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cancel_button_cancels_a_running_debate() {
-    assert!(
-        browser_available(),
-        "chromium and chromedriver are needed (scripts/test.sh installs them)"
-    );
+    need_browser();
     let fake = FakeLlm::start().await.unwrap();
     fake.set_latency(Latency::Fixed(Duration::from_secs(3)));
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &fake.base_url());
-    let port = free_port();
-    let _serve = serve(dir.path(), port);
-    let base = format!("http://127.0.0.1:{port}");
+    let (_dir, _serve, base) = serve_fake(&fake, &[]);
     let b = Browser::start().await.unwrap();
-    b.goto(&format!("{base}/")).await.unwrap();
-    let problem = b
-        .wait_for("#problem", Duration::from_secs(15))
-        .await
-        .unwrap();
-    b.type_text(&problem, "Design something slow")
-        .await
-        .unwrap();
-    b.click(&b.wait_for("#start", Duration::from_secs(5)).await.unwrap())
-        .await
-        .unwrap();
+    start_from_the_form(&b, &format!("{base}/"), "Design something slow").await;
     let cancel = b
         .wait_for("#cancel", Duration::from_secs(15))
         .await
@@ -451,10 +436,7 @@ async fn the_cancel_button_cancels_a_running_debate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_debate_shows_why_and_its_retry_button_finishes_it() {
-    assert!(
-        browser_available(),
-        "chromium and chromedriver are needed (scripts/test.sh installs them)"
-    );
+    need_browser();
     let fake = FakeLlm::start().await.unwrap();
     fake.add_fault(parley_testkit::Fault::Status {
         status: 401,
@@ -462,23 +444,9 @@ async fn a_failed_debate_shows_why_and_its_retry_button_finishes_it() {
         matching: parley_testkit::Match::Model("model-judge".into()),
         times: None,
     });
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &fake.base_url());
-    let port = free_port();
-    let _serve = serve(dir.path(), port);
-    let base = format!("http://127.0.0.1:{port}");
+    let (_dir, _serve, base) = serve_fake(&fake, &[]);
     let b = Browser::start().await.unwrap();
-    b.goto(&format!("{base}/")).await.unwrap();
-    let problem = b
-        .wait_for("#problem", Duration::from_secs(15))
-        .await
-        .unwrap();
-    b.type_text(&problem, "Design a feature flag service")
-        .await
-        .unwrap();
-    b.click(&b.wait_for("#start", Duration::from_secs(5)).await.unwrap())
-        .await
-        .unwrap();
+    start_from_the_form(&b, &format!("{base}/"), "Design a feature flag service").await;
     let failure = b
         .wait_for("#failure", Duration::from_secs(30))
         .await

@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::process::Output;
 
-use parley_testkit::{FakeLlm, FakeToolCall, RecordedRequest};
+use parley_testkit::{run_parley, FakeLlm, FakeToolCall, RecordedRequest};
+use parley_tests::read_json;
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
@@ -15,20 +16,7 @@ const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
 const MARKER: &str = "MARKER-7f3a: evict with a clock sweep";
 
 async fn parley(dir: &Path, args: &[&str]) -> Output {
-    parley_with_env(dir, args, &[]).await
-}
-
-async fn parley_with_env(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut cmd = tokio::process::Command::new(PARLEY);
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().await.expect("run parley")
+    run_parley(PARLEY, dir, args, &[]).await
 }
 
 fn stderr(o: &Output) -> String {
@@ -66,7 +54,7 @@ fn write_context(dir: &Path) -> std::path::PathBuf {
 }
 
 fn state(dir: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap()
+    read_json(dir.join("state.json"))
 }
 
 fn contributions(state: &Value) -> Vec<Value> {
@@ -88,6 +76,25 @@ fn user_prompt(r: &RecordedRequest) -> String {
         .to_string()
 }
 
+/// `parley run` of a product cache design with `ctx` as its context and the state in
+/// `state.json`; it exits 0.
+async fn run_with_context(dir: &Path) -> Output {
+    let out = parley(
+        dir,
+        &[
+            "run",
+            "Design a product cache",
+            "--context",
+            "ctx",
+            "-o",
+            "state.json",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_read_a_context_file_through_a_tool_call() {
     let fake = FakeLlm::start().await.unwrap();
@@ -102,19 +109,7 @@ async fn agents_read_a_context_file_through_a_tool_call() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.base_url(), None);
     write_context(dir.path());
-    let out = parley(
-        dir.path(),
-        &[
-            "run",
-            "Design a product cache",
-            "--context",
-            "ctx",
-            "-o",
-            "state.json",
-        ],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run_with_context(dir.path()).await;
 
     let reqs = fake.requests();
     let agent_reqs: Vec<&RecordedRequest> =
@@ -197,8 +192,7 @@ async fn agents_read_a_context_file_through_a_tool_call() {
         .lines()
         .find_map(|l| l.strip_prefix("Saved debate to "))
         .unwrap();
-    let checkpoint: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join(saved)).unwrap()).unwrap();
+    let checkpoint: Value = read_json(dir.path().join(saved));
     let files = checkpoint["spec"]["contextFiles"]["files"]
         .as_array()
         .unwrap();
@@ -214,19 +208,7 @@ async fn the_loop_stops_at_the_tool_call_limit() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &fake.base_url(), Some(3));
     write_context(dir.path());
-    let out = parley(
-        dir.path(),
-        &[
-            "run",
-            "Design a product cache",
-            "--context",
-            "ctx",
-            "-o",
-            "state.json",
-        ],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    run_with_context(dir.path()).await;
     let reqs = fake.requests();
     for model in ["model-a", "model-b"] {
         let mine: Vec<&RecordedRequest> = reqs.iter().filter(|r| r.model == model).collect();
@@ -273,19 +255,7 @@ async fn bad_tool_calls_get_an_error_result_and_the_debate_goes_on() {
     std::fs::write(dir.path().join("outside.txt"), "not for agents").unwrap();
     write_config(dir.path(), &fake.base_url(), None);
     write_context(dir.path());
-    let out = parley(
-        dir.path(),
-        &[
-            "run",
-            "Design a product cache",
-            "--context",
-            "ctx",
-            "-o",
-            "state.json",
-        ],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    run_with_context(dir.path()).await;
     let followups: Vec<RecordedRequest> = fake
         .requests()
         .into_iter()

@@ -18,6 +18,8 @@
 //! - [`trace`]: the `task` span every task run opens ([`task_span`]).
 //! - [`nats`]: connecting with credentials (URL user/password or token, `.creds` / NKey
 //!   seed file), a per-role inbox prefix, URLs redacted in messages.
+//! - [`status`]: a debate's full state read as a client: inline or in pages, put back
+//!   together.
 //! - [`dispatch`]: dispatch tokens (HMAC of task id and attempt under a per-debate secret)
 //!   that let a worker refuse a task the coordinator did not send.
 //!
@@ -29,6 +31,7 @@ pub mod nats;
 pub mod redis_store;
 pub mod service;
 pub mod settings;
+pub mod status;
 pub mod streams;
 pub mod trace;
 

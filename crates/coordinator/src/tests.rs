@@ -129,6 +129,26 @@ impl Run {
             }
         }
     }
+    /// Answers every task (a server error `boom` where `broken` holds, else `x`) and
+    /// applies each retry at once, until no retry is due.
+    pub(crate) fn drain_with_retries(&mut self, broken: impl Fn(&Task) -> bool) {
+        loop {
+            self.drain(|t| {
+                Some(if broken(t) {
+                    fail(t, ErrorKind::Server)
+                } else {
+                    ok(t, "x")
+                })
+            });
+            let due: Vec<_> = self.retries.drain(..).collect();
+            if due.is_empty() {
+                break;
+            }
+            for (id, _) in due {
+                self.apply(Input::RetryDue(id));
+            }
+        }
+    }
     pub(crate) fn run_ok(spec: DebateSpec) -> Self {
         let mut r = Self::new(spec);
         r.apply(Input::Start);
@@ -525,22 +545,7 @@ fn budget_spent_fails_the_debate_at_that_node_and_retry_resumes_without_repeats(
     ));
     r.apply(Input::Start);
     let broken = "a2";
-    loop {
-        r.drain(|t| {
-            Some(if t.agent.id == broken && t.kind == TaskKind::Critique {
-                fail(t, ErrorKind::Server)
-            } else {
-                ok(t, "x")
-            })
-        });
-        let due: Vec<_> = r.retries.drain(..).collect();
-        if due.is_empty() {
-            break;
-        }
-        for (id, _) in due {
-            r.apply(Input::RetryDue(id));
-        }
-    }
+    r.drain_with_retries(|t| t.agent.id == broken && t.kind == TaskKind::Critique);
     let s = r.machine.state().clone();
     assert_eq!(s.status, DebateStatus::Failed);
     let err = s.error.as_ref().unwrap();
@@ -597,22 +602,7 @@ fn a_critique_whose_budget_is_spent_is_dropped_and_the_debate_goes_on() {
     // a2's critique of a0 fails every attempt, in both rounds; everything else succeeds.
     let broken =
         |t: &Task| t.kind == TaskKind::Critique && t.agent.id == "a2" && t.id.ends_with("/a0");
-    loop {
-        r.drain(|t| {
-            Some(if broken(t) {
-                fail(t, ErrorKind::Server)
-            } else {
-                ok(t, "x")
-            })
-        });
-        let due: Vec<_> = r.retries.drain(..).collect();
-        if due.is_empty() {
-            break;
-        }
-        for (id, _) in due {
-            r.apply(Input::RetryDue(id));
-        }
-    }
+    r.drain_with_retries(broken);
     let s = r.machine.state();
     assert_eq!(s.status, DebateStatus::Completed, "{:?}", s.error);
     assert!(s.final_solution.is_some());
@@ -665,22 +655,7 @@ fn retry_runs_again_a_critique_dropped_before_its_target_refined() {
         (t.kind == TaskKind::Critique && t.agent.id == "a2")
             || (t.kind == TaskKind::Refine && t.agent.id == "a0")
     };
-    loop {
-        r.drain(|t| {
-            Some(if broken(t) {
-                fail(t, ErrorKind::Server)
-            } else {
-                ok(t, "x")
-            })
-        });
-        let due: Vec<_> = r.retries.drain(..).collect();
-        if due.is_empty() {
-            break;
-        }
-        for (id, _) in due {
-            r.apply(Input::RetryDue(id));
-        }
-    }
+    r.drain_with_retries(broken);
     assert_eq!(r.machine.state().status, DebateStatus::Failed);
     assert!(!r.machine.state().rounds[0].dropped.is_empty());
     r.apply(Input::Retry);

@@ -8,70 +8,22 @@ use chrono::Utc;
 use parley_cluster::redis_store::{Stored, DEAD_LETTERS_KEPT};
 use parley_cluster::RedisStore;
 use parley_coordinator::Machine;
-use parley_protocol::{
-    AgentConfig, ContributionMetadata, DebateSpec, ErrorKind, TaskError, TaskOutcome, TaskOutput,
-    TaskResult, SCHEMA_VERSION,
-};
+use parley_protocol::{DebateSpec, TaskResult};
 use parley_testkit::RedisServer;
+use parley_tests::{redis_connection, task_result, two_agent_spec};
 
 const ID: &str = "deb-20260101-000000-aaaaaa";
 
-fn agent(id: &str) -> AgentConfig {
-    serde_json::from_value(serde_json::json!({
-        "id": id, "name": id, "role": "architect", "model": "m", "temperature": 0.5
-    }))
-    .unwrap()
-}
-
 fn spec() -> DebateSpec {
-    DebateSpec {
-        schema_version: SCHEMA_VERSION,
-        problem: "p".into(),
-        context: None,
-        context_files: None,
-        agents: vec![agent("a"), agent("b")],
-        judge: agent("j"),
-        debate: Default::default(),
-        prompt_sources: Default::default(),
-        idempotency_key: None,
-    }
+    two_agent_spec()
 }
 
 fn result(task: &str, attempt: u32, ok: bool) -> TaskResult {
-    TaskResult {
-        schema_version: SCHEMA_VERSION,
-        task_id: task.into(),
-        debate_id: ID.into(),
-        attempt,
-        worker: "w".into(),
-        outcome: if ok {
-            TaskOutcome::Ok(TaskOutput {
-                content: format!("ok {attempt}"),
-                metadata: ContributionMetadata::default(),
-                solution: None,
-                confidence: None,
-                warnings: vec![],
-                questions: vec![],
-            })
-        } else {
-            TaskOutcome::Error(TaskError {
-                kind: ErrorKind::Server,
-                message: "boom".into(),
-                provider: None,
-                retry_after_ms: None,
-            })
-        },
-    }
+    task_result(ID, task, attempt, ok)
 }
 
 async fn conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let config =
-        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
-    redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .unwrap()
+    redis_connection(&redis.url()).await
 }
 
 async fn ttl_ms(c: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {

@@ -3,58 +3,16 @@
 use chrono::Utc;
 use parley_cluster::RedisStore;
 use parley_coordinator::Machine;
-use parley_protocol::{
-    AgentConfig, ContributionMetadata, DebateSpec, ErrorKind, TaskError, TaskOutcome, TaskOutput,
-    TaskResult, SCHEMA_VERSION,
-};
+use parley_protocol::{DebateSpec, TaskOutcome, TaskResult};
 use parley_testkit::RedisServer;
-
-fn agent(id: &str) -> AgentConfig {
-    serde_json::from_value(serde_json::json!({
-        "id": id, "name": id, "role": "architect", "model": "m", "temperature": 0.5
-    }))
-    .unwrap()
-}
+use parley_tests::{task_result, two_agent_spec};
 
 fn spec() -> DebateSpec {
-    DebateSpec {
-        schema_version: SCHEMA_VERSION,
-        problem: "p".into(),
-        context: None,
-        context_files: None,
-        agents: vec![agent("a"), agent("b")],
-        judge: agent("j"),
-        debate: Default::default(),
-        prompt_sources: Default::default(),
-        idempotency_key: None,
-    }
+    two_agent_spec()
 }
 
 fn result(task: &str, attempt: u32, ok: bool) -> TaskResult {
-    TaskResult {
-        schema_version: SCHEMA_VERSION,
-        task_id: task.into(),
-        debate_id: "deb-1".into(),
-        attempt,
-        worker: "w".into(),
-        outcome: if ok {
-            TaskOutcome::Ok(TaskOutput {
-                content: format!("ok {attempt}"),
-                metadata: ContributionMetadata::default(),
-                solution: None,
-                confidence: None,
-                warnings: vec![],
-                questions: vec![],
-            })
-        } else {
-            TaskOutcome::Error(TaskError {
-                kind: ErrorKind::Server,
-                message: "boom".into(),
-                provider: None,
-                retry_after_ms: None,
-            })
-        },
-    }
+    task_result("deb-1", task, attempt, ok)
 }
 
 #[tokio::test]

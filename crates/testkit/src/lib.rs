@@ -9,7 +9,8 @@
 //! - [`webdriver`]: [`Browser`], a headless Chromium driven over the W3C WebDriver
 //!   protocol (`chromedriver`), for the web page's browser tests.
 //! - [`process`]: [`ChildProcess`] for our own binaries ([`workspace_bin`] finds them),
-//!   plus [`free_port`], [`wait_until`] and [`wait_until_async`].
+//!   [`parley_command`] and [`run_parley`] for the CLI in a clean environment, plus [`free_port`],
+//!   [`send_signal`], [`wait_until`] and [`wait_until_async`].
 //! - [`pty`]: [`OnPty`], a process on a pseudo-terminal, for interactive commands.
 //!
 //! Every process and server is killed when its handle is dropped, and its temporary
@@ -27,7 +28,10 @@ pub use fake_llm::{
     FakeLlm, FakeToolCall, Fault, Latency, Match, RateLimit, RecordedRequest, StructuredOutput,
 };
 pub use otlp::{OtlpReceiver, ReceivedEvent, ReceivedSpan, SpanStatus};
-pub use process::{free_port, wait_until, wait_until_async, workspace_bin, ChildProcess};
+pub use process::{
+    free_port, parley_command, run_parley, send_signal, wait_until, wait_until_async,
+    workspace_bin, ChildProcess,
+};
 pub use pty::OnPty;
 pub use servers::{NatsServer, RedisServer};
 pub use webdriver::{browser_available, Browser};

@@ -1,7 +1,9 @@
-//! Spawning our own binaries in tests: [`ChildProcess`], [`workspace_bin`], plus the small
-//! helpers every process test needs ([`free_port`], [`wait_until`], [`wait_until_async`]).
+//! Spawning our own binaries in tests: [`ChildProcess`], [`workspace_bin`], the `parley`
+//! CLI in a clean environment ([`parley_command`], [`run_parley`]), plus the small helpers every process
+//! test needs ([`free_port`], [`send_signal`], [`wait_until`], [`wait_until_async`]).
 
 use anyhow::Context as _;
+use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -50,6 +52,49 @@ pub async fn wait_until_async<F: FnMut() -> bool>(timeout: Duration, mut f: F) -
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Sends `signal` (e.g. `INT`, `STOP`, `CONT`) to process `pid` with `kill`.
+pub fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// The `parley` CLI (the binary at `bin`) to run in `dir` as in a clean environment: no
+/// provider API keys, no `PARLEY_NATS_*` settings and no local models (`PARLEY_MODEL_DIR`
+/// is `dir/no-models`), whatever the environment of the test holds. Async (tokio), so a fake
+/// LLM in the test's runtime keeps serving while it runs.
+pub fn parley_command(
+    bin: impl AsRef<OsStr>,
+    dir: &Path,
+    args: &[&str],
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.current_dir(dir)
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("OPENAI_COMPATIBLE_API_KEY")
+        .env_remove("PARLEY_NATS_URL")
+        .env_remove("PARLEY_NATS_CREDS")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
+    cmd
+}
+
+/// Runs [`parley_command`] to its end with `env` added to its environment: its output.
+pub async fn run_parley(
+    bin: impl AsRef<OsStr>,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> std::process::Output {
+    let mut cmd = parley_command(bin, dir, args);
+    cmd.envs(env.iter().cloned());
+    cmd.output().await.expect("run parley")
 }
 
 /// Path of a binary of this workspace, built in the same target directory as the running

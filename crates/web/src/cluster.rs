@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
-use parley_protocol::{DebateState, StatusPage};
+use parley_protocol::DebateState;
 use serde_json::{json, Value};
 
 use crate::backend::{
@@ -114,32 +114,12 @@ impl ClusterBackend {
 
     /// The state JSON: the status reply itself, or its snapshot's pages put together.
     async fn fetch_state(&self, id: &str) -> Result<Value, ApiError> {
-        let first = self.by_id(subjects::STATUS, id).await?;
-        let Some(page) = StatusPage::from_reply(&first) else {
-            return Ok(first);
-        };
-        let (snapshot, count) = (page.snapshot, page.pages);
-        let rest: Vec<Result<StatusPage, ApiError>> = futures::stream::iter(1..count)
-            .map(|k| async move {
-                let body = json!({ "debateId": id, "snapshot": snapshot, "page": k });
-                let v = self
-                    .request(subjects::STATUS, body.to_string().into_bytes())
-                    .await?;
-                StatusPage::from_reply(&v).ok_or_else(|| {
-                    ApiError::internal(format!("unexpected reply for page {k} of debate {id}"))
-                })
-            })
-            .buffered(8)
-            .collect()
-            .await;
-        let mut pages = vec![page];
-        for p in rest {
-            pages.push(p?);
-        }
-        let text = StatusPage::assemble(pages)
-            .map_err(|e| ApiError::internal(format!("cannot reassemble debate {id}: {e}")))?;
-        serde_json::from_str(&text)
-            .map_err(|e| ApiError::internal(format!("unreadable state of debate {id}: {e}")))
+        parley_cluster::status::fetch_state(
+            id,
+            |body| self.request(subjects::STATUS, body),
+            ApiError::internal,
+        )
+        .await
     }
 
     async fn events_stream(&self) -> Result<jetstream::stream::Stream<()>, ApiError> {
