@@ -1085,10 +1085,26 @@ async fn ask_answer(actor: &ActorRef<DebateMsg>, id: &str, answers: Vec<Answer>)
         Ok(CallResult::Success(Err(crate::actor::AnswerRefusal::Other(e)))) => {
             Err(err(ErrorCode::Unavailable, e))
         }
-        _ => Err(err(
+        other => Err(no_answer(
+            id,
+            other.is_ok_and(|r| matches!(r, CallResult::Timeout)),
+        )),
+    }
+}
+
+/// The reply when a debate's actor did not answer a call: after a timeout, "try again";
+/// when it had stopped (the message could not be sent, or its reply port was dropped), the
+/// debate is between owners, which the callers treat as [`crate::actor::RELEASING`]: they
+/// look again for an actor, then adopt (seen when a retry arrives just as the debate
+/// fails and its actor stops).
+fn no_answer(id: &str, timed_out: bool) -> ErrorReply {
+    if timed_out {
+        err(
             ErrorCode::Unavailable,
             format!("debate {id} did not answer; try again"),
-        )),
+        )
+    } else {
+        err(ErrorCode::Unavailable, crate::actor::RELEASING)
     }
 }
 
@@ -1108,9 +1124,9 @@ async fn ask(actor: &ActorRef<DebateMsg>, id: &str, cmd: Command) -> Reply {
     match r {
         Ok(CallResult::Success(Ok(()))) => Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
         Ok(CallResult::Success(Err(e))) => Err(err(ErrorCode::Conflict, e)),
-        _ => Err(err(
-            ErrorCode::Unavailable,
-            format!("debate {id} did not answer; try again"),
+        other => Err(no_answer(
+            id,
+            other.is_ok_and(|r| matches!(r, CallResult::Timeout)),
         )),
     }
 }
