@@ -168,13 +168,16 @@ async fn the_page_keeps_following_a_debate_across_a_server_restart() {
     b.wait_for("#solution", Duration::from_secs(90))
         .await
         .unwrap();
+    // The status can read "completed" (from a state refresh) while the event stream is
+    // still waiting out its reconnect back-off (up to 8 s): wait for both.
     let page = b
         .wait_until(
             "const s = document.getElementById('status');
-             if (!s || s.textContent !== 'completed') return null;
+             const conn = document.getElementById('conn').className;
+             if (!s || s.textContent !== 'completed' || !conn.includes('live')) return null;
              return { same: window.__sameLoad || null, bars: document.querySelectorAll('#timeline .bar').length,
-                      conn: document.getElementById('conn').className };",
-            Duration::from_secs(20),
+                      conn };",
+            Duration::from_secs(30),
         )
         .await
         .unwrap();
