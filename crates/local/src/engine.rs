@@ -43,8 +43,9 @@ use crate::sample::Sampler;
 use crate::LocalError;
 
 /// Generations that run at once (sequences in the KV cache). Measured on 2 cores with a
-/// 3-agent, 2-round debate: 4 slots finished in 2:20, 6 slots in 2:48 (more streams share
-/// each pass, so every one of them is slower) with 190 MB more memory.
+/// 3-agent, 2-round debate: 4 slots finished in 2:20-2:50 (four runs), 6 slots in 2:48
+/// with 190 MB more memory (more streams share each pass, so every one of them is
+/// slower): no gain for the memory.
 pub const SLOTS: usize = 4;
 /// Tokens of context per generation (prompt + completion).
 pub const SLOT_CONTEXT: usize = 4096;
