@@ -102,17 +102,21 @@ fn runnable_elsewhere() -> Option<f64> {
         if i > 0 {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let running: f64 = stat
-            .lines()
-            .find_map(|l| l.strip_prefix("procs_running "))?
-            .trim()
-            .parse()
-            .ok()?;
+        let running = procs_running(&std::fs::read_to_string("/proc/stat").ok()?)?;
         // The sampling thread itself is running while it reads.
-        total += (running - 1.0).max(0.0);
+        total += f64::from(running.saturating_sub(1));
     }
     Some(total / f64::from(SAMPLES))
+}
+
+/// The `procs_running` count of a `/proc/stat` text; `None` when it is missing or not a
+/// count.
+fn procs_running(stat: &str) -> Option<u32> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix("procs_running "))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Per token id: its bytes and whether it ends a generation.
@@ -559,6 +563,24 @@ mod tests {
         assert_eq!(free_cores(2, 3.7), 1);
         assert_eq!(free_cores(8, 2.2), 6);
         assert_eq!(free_cores(1, 0.0), 1);
+    }
+
+    #[test]
+    fn procs_running_is_read_or_refused() {
+        assert_eq!(
+            procs_running("cpu 1 2 3\nprocs_running 3\nprocs_blocked 0\n"),
+            Some(3)
+        );
+        for bad in [
+            "",
+            "procs_running\n",
+            "procs_running -1\n",
+            "procs_running NaN\n",
+            "procs_running 99999999999999999999\n",
+            "procs_running 2\u{0}\n",
+        ] {
+            assert_eq!(procs_running(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

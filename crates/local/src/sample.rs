@@ -145,9 +145,8 @@ fn top_k(l: &[f32], k: usize, ids: &mut Vec<u32>) {
     let cap = 4 * k;
     let mut threshold = f32::NEG_INFINITY;
     for (i, &v) in l.iter().enumerate() {
-        // `!(v < threshold)` also keeps NaN, which `total_cmp` ranks first (as before).
-        #[allow(clippy::neg_cmp_op_on_partial_ord)]
-        if !(v < threshold) {
+        // The same order as `by_logit` (a NaN ranks first, as before).
+        if v.total_cmp(&threshold).is_ge() {
             ids.push(i as u32);
             if ids.len() == cap {
                 ids.select_nth_unstable_by(k - 1, by_logit);
