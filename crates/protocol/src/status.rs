@@ -80,7 +80,8 @@ impl StatusPage {
         if pages.len() != count as usize {
             return Err(format!("got {} of {count} pages", pages.len()));
         }
-        let mut out = String::with_capacity(usize::try_from(bytes).unwrap_or(0));
+        // Sized by what arrived, not by what the first page claims.
+        let mut out = String::with_capacity(pages.iter().map(|p| p.data.len()).sum());
         for (i, p) in pages.iter().enumerate() {
             if p.page as usize != i || p.snapshot != snapshot || p.pages != count {
                 return Err(format!(
@@ -99,6 +100,12 @@ impl StatusPage {
         Ok(out)
     }
 }
+
+/// The largest state a client reassembles from pages (a first page claiming more, or more
+/// than [`MAX_STATE_PAGES`] pages, is refused before any other page is asked for).
+pub const MAX_STATE_BYTES: u64 = 256 * 1024 * 1024;
+/// The most pages of one snapshot (the server's pages hold at least 4 KiB).
+pub const MAX_STATE_PAGES: u32 = 65_536;
 
 /// Splits `text` into parts of at most `max_bytes` bytes (at least one character each),
 /// on character boundaries.
