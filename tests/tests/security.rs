@@ -12,6 +12,9 @@
 //! - Forged results (records for tasks never dispatched or for the wrong attempt, notices
 //!   with content) and forged tasks (published with the coordinator's credentials but no
 //!   valid dispatch token) change nothing.
+//! - A forged entry in the result stash (written by anyone who can reach the bucket, with
+//!   an attempt number that once kept Redis busy for hours) is ignored and counted; the
+//!   task's real call runs and the debate completes.
 //! - Requests handled at once are bounded (`unavailable` past the bound); an idempotency
 //!   key sent again with another spec is a `conflict`.
 //!
@@ -511,6 +514,148 @@ async fn forged_results_and_tasks_change_nothing() {
     assert_eq!(rejected(&scrape(agent_port).await), 1.0);
     assert!(coord.log().contains("dropping a result"), "{}", coord.log());
     assert!(!coord.log().contains("panicked"));
+}
+
+/// The result stash is on the bus: an entry written there by anyone but a worker holding
+/// the debate's secret is not an answer. The security agent's proposal fails its first
+/// attempt (500s until the test clears them), so its next attempt looks in the stash
+/// and finds a forged success with attempt u32::MAX (unchecked, it once made Redis loop
+/// 4 billion times). The forgery is ignored, purged and counted; the real call runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_stash_entry_is_ignored_and_counted() {
+    let c = Cluster::start_with_roles(json!({})).await;
+    let agent_port = free_port();
+    let _coord = c.coordinator();
+    let agent = c.worker_with(
+        "agent",
+        &[],
+        &[("PARLEY_METRICS_ADDR", format!("127.0.0.1:{agent_port}"))],
+    );
+    let _judge = c.worker("judge");
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(1500)));
+    c.fake.add_fault(Fault::Status {
+        status: 500,
+        body: r#"{"error":{"message":"overloaded"}}"#.into(),
+        matching: Match::Model("model-sec".into()),
+        times: None,
+    });
+    let mut s = spec("Design a tamper-evident audit log");
+    s["debate"]["retry"] =
+        json!({"default": {"attempts": 5, "initialBackoffMs": 500, "maxBackoffMs": 500}});
+    let id = c.submit(&s).await;
+
+    // While the first attempt is failing, an entry for the task appears in the stash: what a
+    // worker wrote before this fix (a bare result), with an absurd attempt number.
+    let task = format!("{id}/1/propose/agent-security");
+    let forged = json!({
+        "schemaVersion": SCHEMA_VERSION, "taskId": task, "debateId": id,
+        "attempt": u32::MAX, "worker": "forger",
+        "outcome": {"status": "ok", "content": "FORGED proposal",
+                    "metadata": {"tokensUsed": 1, "latencyMs": 1, "model": "model-sec"}},
+    });
+    let (worker, _) = connect_watching(&c.nats_url_for("worker")).await;
+    let js = async_nats::jetstream::new(worker);
+    let kv = js.get_key_value("PARLEY_RESULT_STASH").await.unwrap();
+    kv.put(&task, forged.to_string().into()).await.unwrap();
+    // The first attempt fails (its call and the client's retries), then the model heals.
+    c.wait_status(&id, Duration::from_secs(60), |s| {
+        s["engine"]["failedAttempts"].get(&task).is_some()
+    })
+    .await;
+    c.fake.clear_faults();
+
+    let state = c.wait_done(&id, Duration::from_secs(90)).await;
+    assert_complete(&state);
+    assert!(!state.to_string().contains("FORGED"), "{state}");
+    let m = scrape(agent_port).await;
+    assert_eq!(
+        sample(&m, "parley_stash_rejected_total{reason=\"forged\"}"),
+        1.0,
+        "{m}\n{}",
+        agent.log()
+    );
+    assert!(
+        agent.log().contains("ignoring a stashed result"),
+        "{}",
+        agent.log()
+    );
+    // The forgery is gone from the bucket, and the security proposal came from the model.
+    assert!(kv.get(&task).await.unwrap().is_none());
+    let sec_ok = c
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.model == "model-sec" && r.status == 200)
+        .count();
+    assert!(sec_ok >= 1);
+    assert_no_completed_call_repeated(&c.fake);
+}
+
+/// A debate whose dispatch secret vanished from Redis does not stall: the workers cannot
+/// verify its tasks, so they give them back and tell the coordinator, which puts its own
+/// copy of the secret back; the tasks then run and the debate completes (before, they were
+/// dropped silently and the debate waited out every task's deadline, attempt after
+/// attempt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_dispatch_secret_is_reported_and_restored() {
+    let c = Cluster::start().await;
+    let agent_port = free_port();
+    let coord = c.coordinator();
+    let id = c.submit(&spec("Design a feature-flag service")).await;
+    c.wait_status(&id, Duration::from_secs(30), |s| s["status"] == "running")
+        .await;
+    let mut redis = redis_connection(&c.redis.url()).await;
+    let secret_key = format!("parley:{{{id}}}:secret");
+    let secret: String = redis::cmd("GET")
+        .arg(&secret_key)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg(&secret_key)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    // The workers start after the loss (nothing cached).
+    let agent = c.worker_with(
+        "agent",
+        &[],
+        &[("PARLEY_METRICS_ADDR", format!("127.0.0.1:{agent_port}"))],
+    );
+    let _judge = c.worker("judge");
+    let state = c.wait_done(&id, Duration::from_secs(90)).await;
+    assert_complete(&state);
+    assert!(
+        coord
+            .log()
+            .contains("restored it from the coordinator's copy"),
+        "{}",
+        coord.log()
+    );
+    assert!(
+        agent.log().contains("dispatch secret is missing"),
+        "{}",
+        agent.log()
+    );
+    let m = scrape(agent_port).await;
+    assert!(
+        sample(&m, "parley_tasks_rejected_total{reason=\"no_secret\"}") >= 1.0,
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "parley_tasks_rejected_total{reason=\"forged\"}"),
+        0.0,
+        "{m}"
+    );
+    // The same secret is back (tokens already issued verify again).
+    let back: String = redis::cmd("GET")
+        .arg(&secret_key)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(back, secret);
+    assert_eq!(c.fake.request_count(), 22);
 }
 
 /// Requests handled at once are bounded: with Redis stopped (SIGSTOP) every handler waits,

@@ -6,9 +6,13 @@
 //!
 //! What is taken: every regular file under DIR, recursively, in path order, by its path
 //! relative to DIR with `/` separators. Skipped: `.git` directories, files that are not text
-//! (a NUL byte, or not UTF-8), and symbolic links to directories (no cycles). A symbolic link
-//! to a file is taken when its target is inside DIR; a link whose target is outside DIR is
-//! refused with an error naming it. Caps (from `parley_protocol::limits`): 256 KiB per file,
+//! (a NUL byte, or not UTF-8), symbolic links to directories (no cycles), and files that
+//! commonly hold secrets ([`holds_secrets`]: `.env` and `.env.*` but the `.example` /
+//! `.sample` / `.template` ones, `.netrc`, `.npmrc`, `.pypirc`, private keys) — those are
+//! named in a warning on stderr, since the snapshot goes into prompts sent to providers. A
+//! symbolic link to a file is taken when its target is inside DIR and not inside a `.git`
+//! directory nor a secrets file; a link whose target is outside DIR is refused with an
+//! error naming it. Caps (from `parley_protocol::limits`): 256 KiB per file,
 //! 2 MiB in all, 1,000 files; past one, an error names the cap, the file and the flag.
 
 use std::path::{Component, Path, PathBuf};
@@ -32,9 +36,52 @@ pub fn snapshot(dir: &Path) -> Result<ContextFiles, CliError> {
         .map_err(|e| err(format!("cannot resolve it: {e}")))?;
     let mut files = Vec::new();
     let mut total = 0usize;
-    walk(&root, &root, &mut files, &mut total).map_err(err)?;
+    let mut left_out = Vec::new();
+    walk(&root, &root, &mut files, &mut total, &mut left_out).map_err(err)?;
+    if !left_out.is_empty() {
+        eprintln!(
+            "warning: --context {}: left out {} file(s) that may hold secrets or belong to \
+             git: {}",
+            dir.display(),
+            left_out.len(),
+            left_out.join(", ")
+        );
+    }
     files.sort_by(|a: &ContextFile, b| a.path.cmp(&b.path));
     Ok(ContextFiles { files })
+}
+
+/// Whether a file of this name commonly holds secrets (credentials, keys) and so is never
+/// put into a snapshot that travels into prompts.
+pub fn holds_secrets(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let template = [".example", ".sample", ".template", ".dist"]
+        .iter()
+        .any(|s| lower.ends_with(s));
+    (lower == ".env" || (lower.starts_with(".env.") && !template))
+        || matches!(
+            lower.as_str(),
+            ".netrc" | ".npmrc" | ".pypirc" | ".pgpass" | "credentials" | ".git-credentials"
+        )
+        || ["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"]
+            .iter()
+            .any(|k| lower == *k)
+        || [".pem", ".key", ".p12", ".pfx", ".jks", ".keystore"]
+            .iter()
+            .any(|ext| lower.ends_with(ext))
+}
+
+/// Why a file at `rel` (relative to the root, `/`-separated) is left out, if it is.
+fn left_out_reason(rel: &str) -> Option<&'static str> {
+    let mut parts = rel.split('/');
+    let name = parts.next_back().unwrap_or("");
+    if parts.any(|p| SKIPPED_DIRS.contains(&p)) {
+        Some("inside .git")
+    } else if holds_secrets(name) {
+        Some("may hold secrets")
+    } else {
+        None
+    }
 }
 
 fn walk(
@@ -42,6 +89,7 @@ fn walk(
     dir: &Path,
     files: &mut Vec<ContextFile>,
     total: &mut usize,
+    left_out: &mut Vec<String>,
 ) -> Result<(), String> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
@@ -74,11 +122,21 @@ fn walk(
         if meta.is_dir() {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if !link && !SKIPPED_DIRS.contains(&name) {
-                walk(root, &path, files, total)?;
+                walk(root, &path, files, total, left_out)?;
             }
             continue;
         }
         if !meta.is_file() {
+            continue;
+        }
+        // The file itself, and what a link points at (a link into .git, or to a .env).
+        let target_rel = relative(root, &target)?;
+        if let Some(why) = left_out_reason(&rel).or_else(|| left_out_reason(&target_rel)) {
+            left_out.push(if target_rel == rel {
+                format!("{rel} ({why})")
+            } else {
+                format!("{rel} -> {target_rel} ({why})")
+            });
             continue;
         }
         if meta.len() > limits::MAX_CONTEXT_FILE_BYTES as u64 {
@@ -187,6 +245,41 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), d.path().join("out")).unwrap();
         assert!(snapshot(d.path()).unwrap_err().message.contains("outside"));
+    }
+
+    #[test]
+    fn secrets_and_links_into_git_are_left_out() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join(".git")).unwrap();
+        std::fs::create_dir_all(d.path().join("deploy")).unwrap();
+        std::fs::write(
+            d.path().join(".git/config"),
+            "[remote] url=https://tok@host",
+        )
+        .unwrap();
+        for name in [
+            ".env",
+            ".env.local",
+            "deploy/.env.production",
+            "server.pem",
+            "id_ed25519",
+        ] {
+            std::fs::write(d.path().join(name), "OPENAI_API_KEY=sk-live").unwrap();
+        }
+        std::fs::write(d.path().join(".env.example"), "OPENAI_API_KEY=").unwrap();
+        std::fs::write(d.path().join("main.rs"), "fn main() {}").unwrap();
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(d.path().join(".git/config"), d.path().join("cfg")).unwrap();
+            std::os::unix::fs::symlink(d.path().join(".env"), d.path().join("settings.txt"))
+                .unwrap();
+        }
+        let s = snapshot(d.path()).unwrap();
+        let paths: Vec<&str> = s.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, [".env.example", "main.rs"]);
+        assert!(s.files.iter().all(|f| !f.content.contains("sk-live")));
+        assert!(!holds_secrets("README.md") && !holds_secrets("keys.rs"));
+        assert!(holds_secrets(".ENV") && holds_secrets("tls.key"));
     }
 
     #[test]

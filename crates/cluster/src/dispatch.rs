@@ -13,6 +13,12 @@
 //! the worker checks it on the reference ([`verify_ref`]) before reading the body the
 //! reference names from Redis.
 //!
+//! A result a worker keeps in the JetStream result stash (when Redis is unreachable) carries
+//! a seal ([`seal`]): `HMAC-SHA256(secret, "parley-stash\n" + the result's exact JSON)`.
+//! The JSON names the debate, task and attempt, so a stashed answer is bound to them as a
+//! dispatch is; the worker that takes it from the stash checks the seal ([`verify_seal`])
+//! before reading it. Anyone who can write the bucket but cannot read Redis cannot make one.
+//!
 //! The token binds the task id and attempt, not the whole body: what a task may contain is
 //! guarded by the NATS roles (only the coordinator may publish tasks), and a body-level
 //! signature would break between builds that serialise a task differently.
@@ -67,8 +73,31 @@ fn verify_token(
     let Some(got) = got else {
         return false;
     };
-    let want = token(secret, debate_id, task_id, attempt);
-    // Constant time: no early exit on the first differing byte.
+    constant_time_eq(got, &token(secret, debate_id, task_id, attempt))
+}
+
+/// The seal of a stashed result: its exact JSON bytes under the debate's secret, behind a
+/// prefix that no dispatch token's message starts with (those start with a debate id,
+/// which never contains a newline), so a token can never serve as a seal or the reverse.
+pub fn seal(secret: &str, result_json: &[u8]) -> String {
+    hex(&hmac_sha256(secret.as_bytes(), &stash_message(result_json)))
+}
+
+/// Whether `seal` is the seal of `result_json` under `secret` (constant time).
+pub fn verify_seal(secret: &str, result_json: &[u8], seal: &str) -> bool {
+    constant_time_eq(seal, &self::seal(secret, result_json))
+}
+
+fn stash_message(result_json: &[u8]) -> Vec<u8> {
+    const PREFIX: &[u8] = b"parley-stash\n";
+    let mut msg = Vec::with_capacity(PREFIX.len() + result_json.len());
+    msg.extend_from_slice(PREFIX);
+    msg.extend_from_slice(result_json);
+    msg
+}
+
+/// Equal strings, compared without an early exit on the first differing byte.
+fn constant_time_eq(got: &str, want: &str) -> bool {
     got.len() == want.len()
         && got
             .bytes()
@@ -144,5 +173,23 @@ mod tests {
         assert_ne!(t, token(&s, "d", "d/1/propose/a", 2));
         assert_ne!(t, token(&s, "d", "d/1/propose/b", 1));
         assert_ne!(t, token(&new_secret(), "d", "d/1/propose/a", 1));
+    }
+
+    #[test]
+    fn seals_bind_the_exact_result_and_the_secret() {
+        let s = new_secret();
+        let body = br#"{"taskId":"d/1/propose/a","attempt":1}"#;
+        let sealed = seal(&s, body);
+        assert!(verify_seal(&s, body, &sealed));
+        assert!(!verify_seal(
+            &s,
+            br#"{"taskId":"d/1/propose/a","attempt":2}"#,
+            &sealed
+        ));
+        assert!(!verify_seal(&new_secret(), body, &sealed));
+        assert!(!verify_seal(&s, body, ""));
+        assert!(!verify_seal(&s, body, &sealed[..63]));
+        // A seal is never a dispatch token of the same secret.
+        assert_ne!(sealed, token(&s, "d", "d/1/propose/a", 1));
     }
 }

@@ -61,6 +61,9 @@ pub enum RedisStoreError {
     Encode(#[from] serde_json::Error),
     #[error("{0}")]
     Inconsistent(&'static str),
+    /// A value refused before it reached Redis (e.g. a result with an attempt out of range).
+    #[error("refused: {0}")]
+    Invalid(String),
 }
 
 pub type Result<T> = std::result::Result<T, RedisStoreError>;
@@ -462,6 +465,32 @@ impl RedisStore {
         secret.ok_or(RedisStoreError::Inconsistent(
             "the dispatch secret vanished right after it was written",
         ))
+    }
+
+    /// Puts the debate's dispatch secret back (the coordinator's copy) when Redis lost it
+    /// (a failover that dropped the key, an operator's mistake), so tokens already issued
+    /// verify again. Only while the debate's state exists, with the state's TTL if it has
+    /// one; an existing secret is never replaced. True when it was put back.
+    pub async fn restore_dispatch_secret(&self, id: &str, secret: &str) -> Result<bool> {
+        static RESTORE: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+        let restored: i64 = RESTORE
+            .get_or_init(|| {
+                Script::new(
+                    r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if not redis.call('SET', KEYS[2], ARGV[1], 'NX') then return 0 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return 1
+",
+                )
+            })
+            .key(key(id, "state"))
+            .key(key(id, "secret"))
+            .arg(secret)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(restored == 1)
     }
 
     /// The debate's dispatch secret, if it has one (a debate that does not exist has none).

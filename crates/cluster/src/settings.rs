@@ -17,9 +17,9 @@
 //! config = "debate-config.json"        # operator config (providers); relative to the settings file
 //! retention = "7d"                     # coordinator: finished debates' Redis keys ("0": forever)
 //! task_deadline_margin_secs = 300      # coordinator: added to each task's timeout
-//! max_tokens = 16384                   # coordinator: cap on a participant's maxTokens
+//! max_tokens = 16384                   # coordinator: cap on a participant's maxTokens; workers: cap on every call
 //! max_pending_requests = 256           # coordinator: requests handled at once
-//! clarification_timeout_secs = 3600    # coordinator: unanswered clarification questions become "NA" (default: wait forever)
+//! clarification_timeout_secs = 3600    # coordinator: unanswered clarification questions become "NA" (default: a day)
 //! ```
 //!
 //! Environment variables and flags are read by clap (`env` on each flag), so they arrive

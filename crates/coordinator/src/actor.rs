@@ -133,6 +133,9 @@ pub enum DebateMsg {
     },
     /// This attempt's message exhausted its deliveries unanswered (dead letter).
     Lost { task_id: String, attempt: u32 },
+    /// A worker found no dispatch secret of this debate in Redis for this attempt (it gave
+    /// the message back to the queue): the actor puts its copy back.
+    SecretMissing { task_id: String, attempt: u32 },
     /// The user's answers to clarification questions; the reply is the number of
     /// questions still open.
     Answer {
@@ -495,6 +498,31 @@ impl Actor for DebateActor {
                             },
                         )
                         .await?;
+                }
+            }
+            DebateMsg::SecretMissing { task_id, attempt } => {
+                // Only for an attempt this actor waits for: anything else is noise (or a
+                // worker credential probing); restoring never replaces a secret.
+                if state.attempt_of(&task_id) == attempt
+                    && state.machine.in_flight().any(|t| t == task_id)
+                {
+                    let id = state.machine.id().to_string();
+                    match state
+                        .deps
+                        .store
+                        .restore_dispatch_secret(&id, &state.secret)
+                        .await
+                    {
+                        Ok(true) => {
+                            tracing::warn!(debate = %id, task = %task_id, "the debate's dispatch secret was missing in Redis; restored it from the coordinator's copy")
+                        }
+                        Ok(false) => {
+                            tracing::debug!(debate = %id, task = %task_id, "a worker reported a missing dispatch secret; it is there")
+                        }
+                        Err(e) => {
+                            tracing::warn!(debate = %id, error = %e, "cannot restore the debate's dispatch secret")
+                        }
+                    }
                 }
             }
             DebateMsg::RetryDue(task_id) => {

@@ -189,7 +189,15 @@ pub struct Machine {
     deadline_margin: Option<chrono::Duration>,
     /// Deadline of each in-flight attempt (entries of answered tasks are dropped lazily).
     deadlines: BTreeMap<String, DateTime<Utc>>,
+    /// When a user's retry of this running debate last re-sent its attempts (not
+    /// checkpointed): another within [`RUNNING_RETRY_INTERVAL_SECS`] is a no-op.
+    last_running_retry: Option<DateTime<Utc>>,
 }
+
+/// A user's `retry` of a running debate re-sends its outstanding attempts at most once in
+/// this many seconds; retries in between are no-ops, so repeating `retry` cannot multiply
+/// a debate's calls (each one re-sends at most what is in flight, once a minute).
+pub const RUNNING_RETRY_INTERVAL_SECS: i64 = 60;
 
 impl Machine {
     /// A new debate in `pending` state.
@@ -229,6 +237,7 @@ impl Machine {
             last_node: None,
             deadline_margin: None,
             deadlines: BTreeMap::new(),
+            last_running_retry: None,
         }
     }
 
@@ -430,7 +439,16 @@ impl Machine {
                 // A running debate that looks stuck: every outstanding attempt (in flight or
                 // waiting for its backoff) is given up and sent again now as a new attempt
                 // (a new message id), with a fresh retry budget. Completed tasks stay done; a
-                // late answer of a given-up attempt is still taken if it is a success.
+                // late answer of a given-up attempt is still taken if it is a success. At
+                // most once per RUNNING_RETRY_INTERVAL_SECS: a retry sooner is a no-op.
+                let interval = chrono::Duration::seconds(RUNNING_RETRY_INTERVAL_SECS);
+                if self
+                    .last_running_retry
+                    .is_some_and(|at| now.signed_duration_since(at) < interval)
+                {
+                    return fx;
+                }
+                self.last_running_retry = Some(now);
                 let outstanding: BTreeSet<String> = self
                     .in_flight
                     .keys()

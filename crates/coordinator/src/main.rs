@@ -54,8 +54,8 @@ struct Args {
     #[arg(long, env = "PARLEY_MAX_PENDING_REQUESTS")]
     max_pending_requests: Option<usize>,
     /// Seconds a debate waits for answers to its clarification questions; then every open
-    /// question is answered "NA" and the debate goes on (at least 1) [default: wait
-    /// forever].
+    /// question is answered "NA" and the debate goes on (at least 1) [default: 86400, a
+    /// day].
     #[arg(long, env = "PARLEY_CLARIFICATION_TIMEOUT_SECS")]
     clarification_timeout_secs: Option<u64>,
 }
@@ -115,10 +115,16 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         ),
         1,
     );
-    let clarification_timeout_secs = args
-        .clarification_timeout_secs
-        .or(file.clarification_timeout_secs)
-        .map(|secs| at_least(&mut problems, "clarification_timeout_secs", secs, 1));
+    let clarification_timeout_secs = at_least(
+        &mut problems,
+        "clarification_timeout_secs",
+        pick(
+            args.clarification_timeout_secs,
+            file.clarification_timeout_secs,
+            parley_coordinator::service::DEFAULT_CLARIFICATION_TIMEOUT.as_secs(),
+        ),
+        1,
+    );
     let providers = match args.config.clone().or(file.config.clone()) {
         Some(path) => operator_providers(&path).unwrap_or_else(|e| {
             problems.push("config", e);
@@ -142,7 +148,7 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         providers,
     };
     config.max_pending_requests = max_pending_requests;
-    config.clarification_timeout = clarification_timeout_secs.map(Duration::from_secs);
+    config.clarification_timeout = Some(Duration::from_secs(clarification_timeout_secs));
     Ok(config)
 }
 
@@ -239,7 +245,11 @@ mod tests {
         std::fs::write(&file, "retention = 3600\n").unwrap();
         let c = parse_file().unwrap();
         assert_eq!(c.retention, Some(Duration::from_secs(3600)));
-        assert_eq!(c.clarification_timeout, None, "no timeout by default");
+        assert_eq!(
+            c.clarification_timeout,
+            Some(Duration::from_secs(24 * 3600)),
+            "a day by default"
+        );
         std::fs::write(&file, "clarification_timeout_secs = 90\n").unwrap();
         assert_eq!(
             parse_file().unwrap().clarification_timeout,

@@ -87,6 +87,9 @@ pub const DEFAULT_MAX_PENDING_REQUESTS: usize = 256;
 /// Prefix of the owner-to-owner control subjects.
 pub const CONTROL_PREFIX: &str = "parley.control";
 
+/// How long a debate waits for answers to its clarification questions by default (a day):
+/// a debate nobody answers ends its wait instead of holding its keys forever.
+pub const DEFAULT_CLARIFICATION_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// Default drain deadline of a coordinator (setting `drain_secs`).
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 
@@ -140,7 +143,7 @@ impl CoordinatorConfig {
             drain: DEFAULT_DRAIN,
             policy: SubmissionPolicy::default(),
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
-            clarification_timeout: None,
+            clarification_timeout: Some(DEFAULT_CLARIFICATION_TIMEOUT),
         }
     }
 }
@@ -476,6 +479,8 @@ async fn route_results(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
         let (task_id, attempt) = (n.task_id, n.attempt);
         let routed = if n.dead_lettered {
             DebateMsg::Lost { task_id, attempt }
+        } else if n.secret_missing {
+            DebateMsg::SecretMissing { task_id, attempt }
         } else if let Some(delay_ms) = n.handed_back_ms {
             DebateMsg::HandedBack {
                 task_id,

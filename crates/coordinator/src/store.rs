@@ -88,9 +88,15 @@ impl FileStore {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(&self.dir).map_err(write_err)?;
+        create_private_dir(&self.dir).map_err(write_err)?;
         let tmp = self.dir.join(format!(".{}.json.tmp", state.id));
-        std::fs::write(&tmp, bytes).map_err(write_err)?;
+        let _ = std::fs::remove_file(&tmp);
+        private_file()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+            .map_err(write_err)?;
         std::fs::rename(&tmp, &path).map_err(write_err)?;
         Ok(path)
     }
@@ -169,4 +175,60 @@ pub fn answer_saved(
         .collect();
     store.save_with_spec(machine.state(), machine.spec())?;
     Ok((machine, events))
+}
+
+/// Options that create a file only its owner can read and write (0600 on Unix): a debate's
+/// checkpoint and events hold its problem, context and every contribution. Existing files
+/// keep their mode.
+pub fn private_file() -> std::fs::OpenOptions {
+    let mut o = std::fs::OpenOptions::new();
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    o
+}
+
+/// Creates `dir` (and its parents) when missing; a folder this creates is its owner's
+/// only (0700 on Unix), so the debate ids in it are not listed to other users.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    #[test]
+    fn checkpoints_are_readable_by_their_owner_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("debates");
+        let store = FileStore::new(&dir);
+        let spec: DebateSpec = serde_json::from_value(serde_json::json!({
+            "problem": "p",
+            "agents": [{"id": "a", "name": "A", "role": "architect", "model": "m"}],
+            "judge": {"id": "j", "name": "J", "role": "generalist", "model": "m"},
+        }))
+        .unwrap();
+        let m = crate::Machine::new(
+            "deb-20260101-000000-aaaaaa".into(),
+            spec.clone(),
+            chrono::Utc::now(),
+        );
+        let path = store.save_with_spec(m.state(), &spec).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&dir), 0o700);
+        // Saved again (an atomic replace): still private, and readable back.
+        store.save_with_spec(m.state(), &spec).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert!(store.load(&m.state().id).is_ok());
+    }
 }

@@ -871,6 +871,33 @@ fn progress_names_a_real_phase_between_tasks() {
 }
 
 #[test]
+fn retrying_a_running_debate_again_and_again_sends_its_tasks_once_a_minute() {
+    let mut r = Run::new(spec(3, 1, "fixed", json!({})));
+    r.apply(Input::Start);
+    let first: Vec<Task> = r.queue.drain(..).collect();
+    assert_eq!(first.len(), 3);
+    // The first retry re-sends the three proposals as attempt 2...
+    r.apply(Input::Retry);
+    let again: Vec<Task> = r.queue.drain(..).collect();
+    assert_eq!(again.len(), 3);
+    assert!(again.iter().all(|t| t.attempt == 2));
+    // ...and a hundred more within the minute send nothing.
+    for _ in 0..100 {
+        r.apply(Input::Retry);
+    }
+    assert!(r.queue.is_empty(), "{:?}", r.queue);
+    // A minute later a retry works again.
+    let later = now() + chrono::Duration::seconds(crate::machine::RUNNING_RETRY_INTERVAL_SECS);
+    for fx in r.machine.handle(Input::Retry, later) {
+        if let Effect::Dispatch(t) = fx {
+            assert_eq!(t.attempt, 3);
+            r.queue.push_back(t);
+        }
+    }
+    assert_eq!(r.queue.len(), 3);
+}
+
+#[test]
 fn retry_gives_attempts_still_out_a_fresh_budget() {
     let mut r = Run::new(spec(
         2,

@@ -85,6 +85,49 @@ async fn task_bodies_and_results_by_reference() {
     assert_eq!(got.len(), 2);
 }
 
+/// A result whose attempt number is out of range (a forged stash entry once carried
+/// u32::MAX, and the store script looped once per attempt: minutes of `BUSY`) is refused
+/// before any script runs; the script's loop is bounded on its own too.
+#[tokio::test]
+async fn a_huge_attempt_number_is_refused_before_any_script_runs() {
+    let redis = RedisServer::start().unwrap();
+    let store = store_with_debate(&redis).await;
+    let mut c = conn(&redis).await;
+    let t = format!("{ID}/1/propose/a");
+    for attempt in [u32::MAX, parley_protocol::limits::MAX_TASK_ATTEMPT + 1, 0] {
+        let e = store
+            .store_result(&result(&t, attempt, true))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("attempt"), "{e}");
+    }
+    let stored: bool = redis::cmd("HEXISTS")
+        .arg(format!("parley:{{{ID}}}:results"))
+        .arg(&t)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(!stored);
+    // The largest valid attempt runs the script at once, and drops that attempt's body.
+    let last = parley_protocol::limits::MAX_TASK_ATTEMPT;
+    store
+        .put_task_bodies(ID, &[(format!("{t}#{last}"), "{}".into())])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.store_result(&result(&t, last, true)).await.unwrap(),
+        Stored::New
+    );
+    assert!(store
+        .lookup_task(ID, &t, last)
+        .await
+        .unwrap()
+        .body
+        .is_none());
+    let pong: String = redis::cmd("PING").query_async(&mut c).await.unwrap();
+    assert_eq!(pong, "PONG");
+}
+
 #[tokio::test]
 async fn a_result_never_outlives_its_debate() {
     let redis = RedisServer::start().unwrap();

@@ -361,6 +361,16 @@ impl OpenAiClient {
         )
     }
 
+    /// `text` without this client's key, nor anything shaped like an API key (an endpoint
+    /// may echo a key it refused, or another one): what the rest of Parley may keep.
+    fn scrub(&self, text: &str) -> String {
+        let text = match &self.key {
+            Some(k) if !k.expose().is_empty() => text.replace(k.expose(), "[redacted]"),
+            _ => text.to_string(),
+        };
+        redact_key_like(&text)
+    }
+
     fn status_error(&self, status: u16, headers: &HeaderMap, body: &str) -> LlmError {
         let detail = serde_json::from_str::<Value>(body)
             .ok()
@@ -371,7 +381,9 @@ impl OpenAiClient {
                     .map(str::to_string)
             })
             .unwrap_or_else(|| body.to_string());
-        // Provider text is outside input: keep a few hundred characters of it.
+        // Provider text is outside input: the key it may echo is taken out first, then a
+        // few hundred characters are kept.
+        let detail = self.scrub(&detail);
         let detail = parley_protocol::preview(detail.trim(), limits::MAX_ERROR_TEXT_CHARS);
         let (kind, message) = match status {
             401 | 403 => (
@@ -404,6 +416,37 @@ impl OpenAiClient {
         err.retry_after = retry_after(headers);
         err
     }
+}
+
+/// `text` with every word that looks like an API key (`sk-`, `sk_`, `or-`, `key-` or
+/// `Bearer ` followed by 16 or more key characters) replaced by `[redacted]`. Linear time.
+pub fn redact_key_like(text: &str) -> String {
+    const PREFIXES: [&str; 5] = ["sk-", "sk_", "or-", "key-", "Bearer "];
+    let is_key_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    'scan: while !rest.is_empty() {
+        // Only at the start of a word.
+        let at_word_start = out.chars().next_back().is_none_or(|c| !is_key_char(c));
+        if at_word_start {
+            for p in PREFIXES {
+                if let Some(after) = rest.strip_prefix(p) {
+                    let len = after.find(|c: char| !is_key_char(c)).unwrap_or(after.len());
+                    if len >= 16 {
+                        out.push_str("[redacted]");
+                        rest = &after[len..];
+                        continue 'scan;
+                    }
+                }
+            }
+        }
+        let mut chars = rest.chars();
+        if let Some(c) = chars.next() {
+            out.push(c);
+        }
+        rest = chars.as_str();
+    }
+    out
 }
 
 /// `retry-after-ms`, else `Retry-After` (seconds), else OpenAI's
@@ -682,6 +725,35 @@ impl Provider for OpenAiClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provider_error_text_never_keeps_a_key() {
+        let key = "sk-parley-test-0123456789abcdef";
+        let c = OpenAiClient::new(
+            "openai",
+            "http://127.0.0.1:9/v1",
+            Some((Secret::new(key.into()), "OPENAI_API_KEY")),
+            Api::ChatCompletions,
+        )
+        .unwrap();
+        let body = format!(
+            r#"{{"error":{{"message":"Incorrect API key provided: {key}. Other: sk-proj-ABCDEFGHIJKLMNOPQRST, Authorization: Bearer abcdefghijklmnopqrstuvwx; desk-top sk-short"}}}}"#
+        );
+        let e = c.status_error(401, &HeaderMap::new(), &body);
+        let m = e.to_string();
+        assert!(!m.contains(key) && !m.contains("0123456789abcdef"), "{m}");
+        assert!(
+            !m.contains("ABCDEFGHIJKLMNOPQRST") && !m.contains("abcdefghijklmnop"),
+            "{m}"
+        );
+        // Words that only contain a prefix, and short ones, stay.
+        assert!(m.contains("desk-top sk-short"), "{m}");
+        assert!(m.contains("Incorrect API key provided: [redacted]"), "{m}");
+        assert_eq!(
+            redact_key_like("é sk-ééééééééééééééééé"),
+            "é sk-ééééééééééééééééé"
+        );
+    }
 
     #[test]
     fn go_durations() {

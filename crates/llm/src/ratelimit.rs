@@ -39,6 +39,33 @@ impl Rates {
 }
 
 /// The limits a key resolves to: the model's entry overrides the provider's, per field.
+/// The completion tokens a call to `provider`/`model` is sent with: what it asked for
+/// (`requested`), never more than the operator's caps — the model's `maxTokens`, the
+/// provider's, and the global `cap` — so a call that asks for nothing is capped too.
+pub fn completion_cap(
+    limits: &BTreeMap<String, ProviderLimits>,
+    cap: u32,
+    provider: &str,
+    model: &str,
+    requested: Option<u32>,
+) -> u32 {
+    let p = limits.get(provider);
+    let per_model = p
+        .and_then(|p| p.models.get(model))
+        .and_then(|m| m.max_tokens);
+    [
+        requested,
+        per_model,
+        p.and_then(|p| p.max_tokens),
+        Some(cap),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .unwrap_or(cap)
+    .max(1)
+}
+
 pub fn rates_for(
     limits: &BTreeMap<String, ProviderLimits>,
     provider: &str,
@@ -555,20 +582,25 @@ pub struct RateLimited {
     inner: std::sync::Arc<dyn crate::Provider>,
     limiter: std::sync::Arc<dyn Limiter>,
     limits: std::sync::Arc<BTreeMap<String, ProviderLimits>>,
+    /// The operator's global cap on one call's completion tokens (see [`completion_cap`]).
+    max_tokens: u32,
     /// Longest total wait slept through in one call; longer waits hand the task back.
     pub max_wait: Duration,
 }
 
 impl RateLimited {
+    /// `max_tokens`: the operator's global cap on one call's completion tokens.
     pub fn new(
         inner: std::sync::Arc<dyn crate::Provider>,
         limiter: std::sync::Arc<dyn Limiter>,
         limits: std::sync::Arc<BTreeMap<String, ProviderLimits>>,
+        max_tokens: u32,
     ) -> Self {
         Self {
             inner,
             limiter,
             limits,
+            max_tokens,
             max_wait: Duration::from_secs(5),
         }
     }
@@ -634,6 +666,24 @@ impl crate::Provider for RateLimited {
         &self,
         req: &crate::ChatRequest,
     ) -> Result<crate::ChatResponse, crate::LlmError> {
+        // Every call goes out with a completion cap, whether or not it asked for one.
+        let cap = completion_cap(
+            &self.limits,
+            self.max_tokens,
+            self.inner.name(),
+            &req.model,
+            req.max_tokens,
+        );
+        let capped;
+        let req = if req.max_tokens == Some(cap) {
+            req
+        } else {
+            capped = crate::ChatRequest {
+                max_tokens: Some(cap),
+                ..req.clone()
+            };
+            &capped
+        };
         let (key, rates) = rates_for(&self.limits, self.inner.name(), &req.model);
         let limited = rates.is_limited();
         let chars: usize = req
@@ -648,7 +698,7 @@ impl crate::Provider for RateLimited {
                 .flat_map(|e| &e.outputs)
                 .map(|o| o.output.chars().count())
                 .sum::<usize>();
-        let estimate = estimate_tokens(chars) + u64::from(req.max_tokens.unwrap_or(512));
+        let estimate = estimate_tokens(chars) + u64::from(cap);
         let mut waited = Duration::ZERO;
         let mut throttled = 0;
         loop {

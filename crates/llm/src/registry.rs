@@ -53,6 +53,10 @@ pub struct ProviderSettings {
     pub openrouter_key: Option<Secret>,
     pub compatible_key: Option<Secret>,
     pub model_path: PathBuf,
+    /// The operator's cap on one remote call's completion tokens (`max_tokens` setting);
+    /// `None`: [`parley_protocol::limits::DEFAULT_MAX_TOKENS`]. Applied to every call,
+    /// with or without a participant's `maxTokens` (see `ratelimit::completion_cap`).
+    pub max_tokens: Option<u32>,
 }
 
 impl ProviderSettings {
@@ -71,6 +75,7 @@ impl ProviderSettings {
             openrouter_key: key(OPENROUTER_KEY_VAR),
             compatible_key: key(COMPATIBLE_KEY_VAR),
             model_path: parley_local::default_model_path(),
+            max_tokens: None,
         }
     }
 }
@@ -256,6 +261,9 @@ impl Registry {
             Arc::new(client),
             self.limiter.clone(),
             self.limits.clone(),
+            self.settings
+                .max_tokens
+                .unwrap_or(parley_protocol::limits::DEFAULT_MAX_TOKENS),
         ));
         clients.insert(resolved, client.clone());
         Ok(client)
@@ -293,6 +301,7 @@ mod tests {
             openrouter_key: openrouter.then(|| Secret::new("or-test".into())),
             compatible_key: None,
             model_path: PathBuf::from("/nonexistent"),
+            max_tokens: None,
         }
     }
 

@@ -364,6 +364,10 @@ pub struct ProviderLimits {
     pub requests_per_minute: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_minute: Option<u32>,
+    /// The most completion tokens one call may ask for (provider or model level): a
+    /// participant's `maxTokens` above it, or none at all, is sent as this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, ProviderLimits>,
     /// The endpoint of this provider (provider level only); overrides the built-in one
@@ -408,6 +412,19 @@ pub fn validate_providers(providers: &BTreeMap<String, ProviderLimits>) -> Vec<c
                 ));
             }
         }
+        let caps = std::iter::once((field.clone(), p.max_tokens)).chain(
+            p.models
+                .iter()
+                .map(|(model, m)| (format!("{field}.models.{model}"), m.max_tokens)),
+        );
+        for (at, cap) in caps {
+            if cap == Some(0) {
+                errs.push(crate::SpecError::new(
+                    format!("{at}.maxTokens"),
+                    "must be at least 1",
+                ));
+            }
+        }
         if p.allowed_models.as_ref().is_some_and(|m| m.is_empty()) {
             errs.push(crate::SpecError::new(
                 format!("{field}.allowedModels"),
@@ -418,7 +435,7 @@ pub fn validate_providers(providers: &BTreeMap<String, ProviderLimits>) -> Vec<c
             if m.base_url.is_some() || m.allowed_models.is_some() || !m.models.is_empty() {
                 errs.push(crate::SpecError::new(
                     format!("{field}.models.{model}"),
-                    "a per-model entry takes only requestsPerMinute and tokensPerMinute",
+                    "a per-model entry takes only requestsPerMinute, tokensPerMinute and maxTokens",
                 ));
             }
         }

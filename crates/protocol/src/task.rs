@@ -477,9 +477,11 @@ pub enum TaskOutcome {
 /// attempt is stored"; `handedBackMs` says instead that the task went back to the queue
 /// for that long (rate limit), so the coordinator extends its deadline; `deadLettered`
 /// (from the coordinator's dead-letter handler) that the message exhausted its deliveries
-/// unanswered. Either is a hint only: what the coordinator does is bounded by its own
-/// state (a deadline moves by at most the clamped hand-back, a dead letter only re-sends
-/// the attempt it waits for).
+/// unanswered; `secretMissing` that a worker found no dispatch secret for the debate in
+/// Redis (the task cannot be verified; the worker gives it back to the queue). Each is a
+/// hint only: what the coordinator does is bounded by its own state (a deadline moves by
+/// at most the clamped hand-back, a dead letter only re-sends the attempt it waits for, a
+/// missing secret is put back from the coordinator's own copy, never replaced).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResultNotice {
@@ -492,6 +494,8 @@ pub struct ResultNotice {
     pub handed_back_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dead_lettered: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secret_missing: bool,
 }
 
 /// The longest hand-back a notice may announce (what the rate limiter clamps a
@@ -508,6 +512,7 @@ impl ResultNotice {
             attempt,
             handed_back_ms: None,
             dead_lettered: false,
+            secret_missing: false,
         }
     }
 

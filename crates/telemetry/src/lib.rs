@@ -60,7 +60,7 @@ pub use init::{
 };
 pub use metrics::{
     metrics, DeadLetterReason, DebateStatus, Direction, DropReason, InFlightGuard, Metrics,
-    Outcome, RejectReason, TaskKind,
+    Outcome, RejectReason, StashRejectReason, TaskKind,
 };
 pub use propagation::{
     context_from_traceparent, current_context, current_traceparent, extract_headers,

@@ -188,8 +188,26 @@ label_enum!(
         Invalid => "invalid",
         /// Its dispatch token does not verify: the coordinator did not send it.
         Forged => "forged",
+        /// Its debate exists but has no dispatch secret in Redis (lost): given back and
+        /// reported to the coordinator, which restores it.
+        NoSecret => "no_secret",
     }
 );
+
+label_enum!(
+    /// Why a worker ignored an entry of the result stash.
+    StashRejectReason {
+        /// Its seal does not verify under the debate's secret: not written by a worker.
+        Forged => "forged",
+        /// Sealed, but the result inside is invalid or names another task.
+        Invalid => "invalid",
+    }
+);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StashRejectLabels {
+    reason: StashRejectReason,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct DropLabels {
@@ -295,6 +313,7 @@ struct Inner {
     dead_lettered: Family<DeadLetterLabels, Counter>,
     results_dropped: Family<DropLabels, Counter>,
     tasks_rejected: Family<RejectLabels, Counter>,
+    stash_rejected: Family<StashRejectLabels, Counter>,
     request_errors: Family<RequestErrorLabels, Counter>,
 }
 
@@ -425,6 +444,12 @@ impl Metrics {
             "Task messages a worker refused to run (invalid, or not sent by the coordinator)",
             Family::clone(&tasks_rejected),
         );
+        let stash_rejected: Family<StashRejectLabels, Counter> = Family::default();
+        registry.register(
+            "parley_stash_rejected",
+            "Result-stash entries a worker ignored (forged: no valid seal; invalid)",
+            Family::clone(&stash_rejected),
+        );
         let request_errors = Family::default();
         registry.register(
             "parley_request_errors",
@@ -434,8 +459,15 @@ impl Metrics {
         for reason in DropReason::ALL {
             drop(results_dropped.get_or_create(&DropLabels { reason }));
         }
-        for reason in [RejectReason::Invalid, RejectReason::Forged] {
+        for reason in [
+            RejectReason::Invalid,
+            RejectReason::Forged,
+            RejectReason::NoSecret,
+        ] {
             drop(tasks_rejected.get_or_create(&RejectLabels { reason }));
+        }
+        for reason in [StashRejectReason::Forged, StashRejectReason::Invalid] {
+            drop(stash_rejected.get_or_create(&StashRejectLabels { reason }));
         }
         // Series whose labels are all enums exist from the start (at 0), so dashboards and
         // alerts see them before the first event; families with free-form labels appear
@@ -472,6 +504,7 @@ impl Metrics {
                 dead_lettered,
                 results_dropped,
                 tasks_rejected,
+                stash_rejected,
                 request_errors,
             }),
         }
@@ -653,6 +686,14 @@ impl Metrics {
         self.inner
             .tasks_rejected
             .get_or_create(&RejectLabels { reason })
+            .inc();
+    }
+
+    /// A worker ignored a result-stash entry (see [`StashRejectReason`]).
+    pub fn stash_rejected(&self, reason: StashRejectReason) {
+        self.inner
+            .stash_rejected
+            .get_or_create(&StashRejectLabels { reason })
             .inc();
     }
 

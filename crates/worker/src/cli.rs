@@ -43,6 +43,11 @@ pub struct WorkerArgs {
     /// it): how soon a crashed worker's tasks are redelivered [default: 30].
     #[arg(long, env = "PARLEY_ACK_WAIT_SECS")]
     pub ack_wait_secs: Option<u64>,
+    /// The most completion tokens one LLM call may ask for: a task's `maxTokens` above it,
+    /// or none (an evaluation, a participant without one), is sent as this; the
+    /// `providers` section may set lower caps per provider and model [default: 16384].
+    #[arg(long, env = "PARLEY_MAX_TOKENS")]
+    pub max_tokens: Option<u32>,
 }
 
 /// The worker's settings, layered and validated (every problem at once).
@@ -71,6 +76,16 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
         pick(args.drain_secs, file.drain_secs, DEFAULT_DRAIN_SECS),
         1,
     );
+    let max_tokens = at_least(
+        &mut problems,
+        "max_tokens",
+        pick(
+            args.max_tokens,
+            file.max_tokens,
+            parley_protocol::limits::DEFAULT_MAX_TOKENS,
+        ),
+        1,
+    );
     let (base_url, limits) = match args.config.clone().or(file.config) {
         Some(p) => provider_settings_from_config(&p).unwrap_or_else(|e| {
             problems.push("config", format!("{e:#}"));
@@ -86,6 +101,7 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
         redis_url: common.redis_url,
         base_url,
         limits,
+        max_tokens,
         concurrency,
         name: format!("{}-worker-{}", kind.as_str(), std::process::id()),
         drain_timeout: Duration::from_secs(drain_secs),

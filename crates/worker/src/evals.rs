@@ -7,10 +7,16 @@
 //! deadline and rendered prompts; the worker runs the calls in parallel (temperature 0.1,
 //! dialectic's) and replies with each reply text (cut to
 //! [`parley_protocol::MAX_EVAL_REPLY_TEXT_BYTES`]) or error, in request order. The request
-//! is served by one judge worker of the queue group; at most `concurrency` requests run on a
-//! worker at once and a request beyond that is answered `unavailable` at once (the CLI
-//! retries), never queued without bound. At shutdown the subscription stops first; a
-//! request still running at the drain deadline is answered `unavailable`.
+//! is served by one judge worker of the queue group.
+//!
+//! Evaluator calls share the worker's `concurrency` slots with its tasks: a request takes a
+//! slot when it arrives (none free: `unavailable` at once, the CLI retries; never queued
+//! without bound), then as many more as are free, up to one per evaluator, and runs its
+//! calls that many at a time. So tasks and evaluations together never make more than
+//! `concurrency` LLM calls at once on a worker. Every call goes out with the operator's
+//! completion cap (the provider registry applies `max_tokens` to calls that name none).
+//! At shutdown the subscription stops first; a request still running at the drain
+//! deadline is answered `unavailable`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +37,7 @@ use tracing::Instrument as _;
 pub(crate) struct EvalService {
     pub nats: async_nats::Client,
     pub registry: Arc<Registry>,
-    /// Requests running at once on this worker.
+    /// The worker's task slots: each evaluator call running holds one.
     pub slots: Arc<Semaphore>,
     /// Cancelled at the drain deadline: requests still running answer `unavailable`.
     pub hard_stop: CancellationToken,
@@ -60,14 +66,13 @@ pub(crate) async fn serve(
         match service.slots.clone().try_acquire_owned() {
             Ok(permit) => {
                 tracker.spawn(async move {
-                    let body = handle(&service, &msg).await;
-                    let _ = service.nats.publish(reply_to, body.into()).await;
-                    drop(permit);
+                    let body = handle(&service, &msg, permit).await;
+                    send_reply(&service.nats, reply_to, body).await;
                 });
             }
             Err(_) => {
                 let body = error(ErrorCode::Unavailable, "this judge worker is busy; retry");
-                let _ = service.nats.publish(reply_to, body.into()).await;
+                send_reply(&service.nats, reply_to, body).await;
             }
         }
     }
@@ -75,11 +80,79 @@ pub(crate) async fn serve(
     Ok(())
 }
 
+/// Publishes a reply; a failure is logged and counted, never ignored (the requester's
+/// timeout then tells its user that no reply came).
+async fn send_reply(nats: &async_nats::Client, reply_to: async_nats::Subject, body: Vec<u8>) {
+    let published = match nats.publish(reply_to, body.into()).await {
+        Ok(()) => nats.flush().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = published {
+        parley_telemetry::metrics().request_error("evals", "reply_failed");
+        tracing::error!(error = %e, "cannot send an evaluation reply");
+    }
+}
+
+/// The reply's JSON, made to fit in `max_payload` bytes (the server's limit): when the
+/// texts make it too large, each text is cut to an equal share of what is left (a cut
+/// text ends with a note saying so), so the calls that were paid for still reach the
+/// requester. If even the texts' notes do not fit, the reply is a `payload_too_large`
+/// error saying why.
+fn fit_reply(mut reply: EvalReply, max_payload: usize) -> Vec<u8> {
+    let encode = |r: &EvalReply| serde_json::to_vec(r).unwrap_or_default();
+    let body = encode(&reply);
+    if body.len() <= max_payload {
+        return body;
+    }
+    const NOTE: &str = "\n[cut: the reply did not fit in the bus's max_payload]";
+    let texts = reply.results.iter().filter(|o| o.text.is_some()).count();
+    let text_bytes: usize = reply
+        .results
+        .iter()
+        .filter_map(|o| o.text.as_ref())
+        .map(|t| serde_json::to_string(t).map_or(t.len(), |j| j.len()))
+        .sum();
+    // What the reply takes without its texts, and some room for JSON escapes in the cuts.
+    let rest = body.len() - text_bytes;
+    let share = max_payload
+        .saturating_sub(rest + 64)
+        .checked_div(texts.max(1))
+        .unwrap_or(0)
+        / 2;
+    if share > NOTE.len() {
+        for text in reply.results.iter_mut().filter_map(|o| o.text.as_mut()) {
+            if text.len() > share {
+                let cut = clip_text(text, share - NOTE.len());
+                *text = format!("{cut}{NOTE}");
+            }
+        }
+        let body = encode(&reply);
+        if body.len() <= max_payload {
+            tracing::warn!(
+                max_payload,
+                "evaluation reply texts cut to fit the bus's max_payload"
+            );
+            return body;
+        }
+    }
+    error(
+        ErrorCode::PayloadTooLarge,
+        format!(
+            "the evaluators' replies do not fit in the bus's max_payload ({max_payload} \
+             bytes); ask for fewer evaluators per request"
+        ),
+    )
+}
+
 fn error(code: ErrorCode, message: impl Into<String>) -> Vec<u8> {
     serde_json::to_vec(&ErrorReply::new(code, message)).unwrap_or_default()
 }
 
-async fn handle(service: &EvalService, msg: &async_nats::Message) -> Vec<u8> {
+async fn handle(
+    service: &EvalService,
+    msg: &async_nats::Message,
+    first: tokio::sync::OwnedSemaphorePermit,
+) -> Vec<u8> {
     let request = match decode_eval_request(&msg.payload) {
         Ok(r) => r,
         Err(rejection) => {
@@ -92,18 +165,34 @@ async fn handle(service: &EvalService, msg: &async_nats::Message) -> Vec<u8> {
         &span,
         parley_telemetry::extract_headers(msg.headers.as_ref()),
     );
-    let calls = request
+    // One slot per evaluator at most, of those free now; the calls run that many at a time.
+    let mut permits = vec![first];
+    while permits.len() < request.evaluators.len() {
+        match service.slots.clone().try_acquire_owned() {
+            Ok(p) => permits.push(p),
+            Err(_) => break,
+        }
+    }
+    let calls: Vec<_> = request
         .evaluators
-        .iter()
-        .map(|call| run_call(&service.registry, call));
-    let work = futures::future::join_all(calls).instrument(span);
+        .into_iter()
+        .map(|call| {
+            let registry = service.registry.clone();
+            async move { run_call(&registry, &call).await }
+        })
+        .collect();
+    let work = futures::stream::iter(calls)
+        .buffered(permits.len())
+        .collect::<Vec<_>>()
+        .instrument(span);
     let results = tokio::select! {
         r = work => r,
         _ = service.hard_stop.cancelled() => {
             return error(ErrorCode::Unavailable, "the judge worker is shutting down; retry");
         }
     };
-    serde_json::to_vec(&EvalReply { results }).unwrap_or_default()
+    let max_payload = service.nats.server_info().max_payload;
+    fit_reply(EvalReply { results }, max_payload)
 }
 
 async fn run_call(registry: &Registry, call: &EvalCall) -> EvalOutcome {
@@ -174,4 +263,59 @@ async fn run_call(registry: &Registry, call: &EvalCall) -> EvalOutcome {
         Err(e) => out.error = Some(clip_text(&e.to_string(), 1024)),
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parley_protocol::EvalOutcome;
+
+    fn outcome(id: &str, text: &str) -> EvalOutcome {
+        EvalOutcome {
+            id: id.into(),
+            text: Some(text.into()),
+            error: None,
+            model: "m".into(),
+            latency_ms: 1,
+            prompt_tokens: 2,
+            completion_tokens: 3,
+        }
+    }
+
+    #[test]
+    fn a_reply_is_cut_to_fit_the_bus_or_refused_with_a_reason() {
+        let small = EvalReply {
+            results: vec![outcome("a", "short")],
+        };
+        assert_eq!(
+            fit_reply(small.clone(), 1 << 20),
+            serde_json::to_vec(&small).unwrap()
+        );
+
+        // 16 replies of 40 KB (quotes and escapes included) into 64 KiB: every one is cut,
+        // none dropped, and the ids and usage stay.
+        let big = EvalReply {
+            results: (0..16)
+                .map(|i| outcome(&format!("e{i}"), &"\"é".repeat(10_000)))
+                .collect(),
+        };
+        let body = fit_reply(big, 64 * 1024);
+        assert!(body.len() <= 64 * 1024, "{}", body.len());
+        let reply: EvalReply = serde_json::from_slice(&body).unwrap();
+        assert_eq!(reply.results.len(), 16);
+        for o in &reply.results {
+            assert!(o.text.as_ref().unwrap().ends_with("max_payload]"));
+            assert_eq!(o.completion_tokens, 3);
+        }
+
+        // Nothing fits: an error that says why.
+        let body = fit_reply(
+            EvalReply {
+                results: vec![outcome("a", &"x".repeat(1000))],
+            },
+            100,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "payload_too_large", "{v}");
+    }
 }

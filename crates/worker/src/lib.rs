@@ -137,6 +137,8 @@ pub struct WorkerConfig {
     /// The operator's `providers` section: rate limits per provider (and model), shared by
     /// every replica through Redis; endpoints and model allow-lists per provider.
     pub limits: std::collections::BTreeMap<String, parley_protocol::ProviderLimits>,
+    /// The operator's cap on one call's completion tokens (applied to every call).
+    pub max_tokens: u32,
     /// Tasks run at once.
     pub concurrency: usize,
     /// Name recorded in results.
@@ -218,7 +220,7 @@ pub async fn run(
         let service = Arc::new(evals::EvalService {
             nats: shared.nats.clone(),
             registry,
-            slots: Arc::new(Semaphore::new(shared.config.concurrency.max(1))),
+            slots: slots.clone(),
             hard_stop: shared.hard_stop.clone(),
         });
         let (tracker, shutdown) = (tracker.clone(), shutdown.clone());
@@ -353,7 +355,10 @@ async fn start(
         .await
         .context("while connecting the rate limiter to Redis")?;
     let registry = Registry::with_limits(
-        ProviderSettings::from_env(config.base_url.clone()),
+        ProviderSettings {
+            max_tokens: Some(config.max_tokens),
+            ..ProviderSettings::from_env(config.base_url.clone())
+        },
         config.limits.clone(),
         Arc::new(parley_llm::ratelimit::RedisLimiter::new(limiter_conn)),
     );
@@ -595,9 +600,25 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         let _alive = keep_alive(shared, &msg);
         verify_and_lookup(shared, &tref, last_delivery).await
     };
-    let lookup = match looked_up {
-        Ok(Some(l)) => l,
-        Ok(None) => {
+    let (secret, lookup) = match looked_up {
+        Ok(Verified::Yes(secret, lookup)) => (secret, lookup),
+        Ok(Verified::NoSecret) => {
+            // The debate exists but Redis lost its secret: the coordinator (which keeps a
+            // copy) is told and puts it back; the message returns to the queue meanwhile.
+            // On the last delivery it ends here, and the coordinator's deadline re-sends
+            // the attempt (by then with the secret restored).
+            parley_telemetry::metrics().task_rejected(RejectReason::NoSecret);
+            tracing::warn!(task = %tref.id, debate = %tref.debate_id, "the debate's dispatch secret is missing in Redis; telling the coordinator and giving the task back");
+            notify_secret_missing(shared, &tref).await;
+            let _ = if last_delivery {
+                msg.ack_with(AckKind::Term).await
+            } else {
+                msg.ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+                    .await
+            };
+            return;
+        }
+        Ok(Verified::No) => {
             let detail = format!("task {} attempt {}", tref.id, tref.attempt);
             reject_shared(
                 msg,
@@ -684,7 +705,7 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
     }
     let span = task_span(&msg, &task, delivered);
     let _running = Running::new(shared, &task.id);
-    handle_task(shared, msg, task, delivered)
+    handle_task(shared, msg, task, &secret, delivered)
         .instrument(span)
         .await;
 }
@@ -701,28 +722,50 @@ async fn reject_shared(
     let _ = msg.ack_with(AckKind::Term).await;
 }
 
+/// What [`verify_and_lookup`] found.
+enum Verified {
+    /// The token verifies: the debate's secret (it seals a stashed answer) and the task's
+    /// lookup.
+    Yes(String, TaskLookup),
+    /// The token does not verify, or the debate has no secret and no state (unknown, or its
+    /// keys expired).
+    No,
+    /// The debate's state exists but its secret does not: Redis lost it.
+    NoSecret,
+}
+
 /// Checks the reference's dispatch token against the debate's secret, then reads what the
-/// worker must know before running the task. `Ok(None)`: the token does not verify (or the
-/// debate has no secret: unknown, or its keys expired). On the last delivery keeps trying
-/// for up to [`STORE_PATIENCE`] (Redis restarting).
+/// worker must know before running the task. On the last delivery keeps trying for up to
+/// [`STORE_PATIENCE`] (Redis restarting).
 async fn verify_and_lookup(
     shared: &Shared,
     tref: &TaskRef,
     last_delivery: bool,
-) -> Result<Option<TaskLookup>, parley_cluster::redis_store::RedisStoreError> {
+) -> Result<Verified, parley_cluster::redis_store::RedisStoreError> {
     let deadline = tokio::time::Instant::now() + STORE_PATIENCE;
     let mut backoff = Duration::from_millis(100);
     loop {
         let attempt = async {
-            match secret_of(shared, &tref.debate_id).await? {
-                Some(secret) if parley_cluster::dispatch::verify_ref(&secret, tref) => {}
-                _ => return Ok(None),
-            }
+            let secret = match secret_of(shared, &tref.debate_id).await? {
+                Some(secret) if parley_cluster::dispatch::verify_ref(&secret, tref) => secret,
+                Some(_) => return Ok(Verified::No),
+                None => {
+                    let lookup = shared
+                        .store
+                        .lookup_task(&tref.debate_id, &tref.id, tref.attempt)
+                        .await?;
+                    return Ok(if lookup.debate_exists {
+                        Verified::NoSecret
+                    } else {
+                        Verified::No
+                    });
+                }
+            };
             shared
                 .store
                 .lookup_task(&tref.debate_id, &tref.id, tref.attempt)
                 .await
-                .map(Some)
+                .map(|lookup| Verified::Yes(secret, lookup))
         };
         let e = match attempt.await {
             Ok(l) => return Ok(l),
@@ -761,6 +804,7 @@ async fn handle_task(
     shared: &Arc<Shared>,
     msg: Arc<jetstream::Message>,
     task: Task,
+    secret: &str,
     delivered: i64,
 ) {
     let last_delivery = delivered >= streams::MAX_DELIVER;
@@ -771,7 +815,7 @@ async fn handle_task(
     // task is handed back), so the first delivery of a first attempt skips the lookup.
     let may_be_stashed = delivered > 1 || task.attempt > 1;
     let stashed = if may_be_stashed {
-        shared.stash.lookup(&task).await
+        shared.stash.lookup(&task, secret).await
     } else {
         None
     };
@@ -848,7 +892,7 @@ async fn handle_task(
             return;
         }
     }
-    run_claimed(shared, msg, &task, last_delivery).await;
+    run_claimed(shared, msg, &task, secret, last_delivery).await;
     // (A claim not released expires after its TTL.)
     let release = shared
         .store
@@ -874,6 +918,7 @@ async fn run_claimed(
     shared: &Arc<Shared>,
     msg: Arc<jetstream::Message>,
     task: &Task,
+    secret: &str,
     last_delivery: bool,
 ) {
     let worker = shared.config.name.as_str();
@@ -971,7 +1016,7 @@ async fn run_claimed(
         None => {
             // Keep the answer for the next delivery or attempt (see `stash`) before handing
             // the task back.
-            match shared.stash.put(&result).await {
+            match shared.stash.put(&result, secret).await {
                 Ok(()) => {
                     tracing::warn!(task = %task.id, "cannot store the result; stashed it")
                 }
@@ -1150,6 +1195,15 @@ async fn notify_hand_back(shared: &Shared, task: &Task, delay: Duration) {
     let notice = ResultNotice {
         handed_back_ms: Some(ms.min(parley_protocol::MAX_HANDED_BACK_MS)),
         ..ResultNotice::result(&task.debate_id, &task.id, task.attempt)
+    };
+    publish_notice(shared, &notice).await;
+}
+
+/// Tells the coordinator this debate's dispatch secret is missing in Redis (it restores it).
+async fn notify_secret_missing(shared: &Shared, tref: &TaskRef) {
+    let notice = ResultNotice {
+        secret_missing: true,
+        ..ResultNotice::result(&tref.debate_id, &tref.id, tref.attempt)
     };
     publish_notice(shared, &notice).await;
 }

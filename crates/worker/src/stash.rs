@@ -11,11 +11,21 @@
 //! Keys are the task id, made a valid KV key (see [`key`]); entries expire after
 //! [`MAX_AGE`] and are deleted once the result is in Redis. The bucket is created by the
 //! first worker that starts.
+//!
+//! The bucket is on the bus, so an entry is untrusted until checked: each one is sealed
+//! with the debate's dispatch secret (`parley_cluster::dispatch::seal`, over the result's
+//! exact JSON, which names debate, task and attempt). A worker uses an entry only when its
+//! seal verifies and the result inside passes [`TaskResult::validate`] (attempt within
+//! `MAX_TASK_ATTEMPT`, sizes) and names the task being run; any other entry is ignored,
+//! purged and counted (`parley_stash_rejected_total{reason}`).
 
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
+use parley_cluster::dispatch;
 use parley_protocol::{Task, TaskOutcome, TaskResult};
+use parley_telemetry::StashRejectReason;
+use serde::{Deserialize, Serialize};
 
 /// The key-value bucket (stream `KV_PARLEY_RESULT_STASH`).
 pub const BUCKET: &str = "PARLEY_RESULT_STASH";
@@ -23,6 +33,15 @@ pub const BUCKET: &str = "PARLEY_RESULT_STASH";
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 /// How long a lookup may take before the worker goes on without it.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One stash entry: a result's exact JSON and its seal under the debate's secret.
+#[derive(Serialize, Deserialize)]
+struct Sealed {
+    /// `parley_cluster::dispatch::seal` of `result`.
+    seal: String,
+    /// The [`TaskResult`] as JSON text, kept as the bytes that were sealed.
+    result: String,
+}
 
 /// The stash bucket of one worker process.
 #[derive(Clone)]
@@ -66,18 +85,26 @@ impl ResultStash {
         Err(last.unwrap_or_else(|| "cannot open the result stash".into()))
     }
 
-    /// Keeps `result` until a worker writes it to Redis.
-    pub async fn put(&self, result: &TaskResult) -> Result<(), async_nats::Error> {
-        let body = serde_json::to_vec(result)?;
-        self.kv.put(key(&result.task_id), body.into()).await?;
+    /// Keeps `result`, sealed with its debate's dispatch `secret`, until a worker writes it
+    /// to Redis.
+    pub async fn put(&self, result: &TaskResult, secret: &str) -> Result<(), async_nats::Error> {
+        let json = serde_json::to_string(result)?;
+        let entry = Sealed {
+            seal: dispatch::seal(secret, json.as_bytes()),
+            result: json,
+        };
+        self.kv
+            .put(key(&result.task_id), serde_json::to_vec(&entry)?.into())
+            .await?;
         Ok(())
     }
 
     /// The stashed result that answers this delivery of `task`, if any: a success of any
-    /// attempt (the first success wins), or a failure of this very attempt. An entry that
-    /// cannot be read is ignored (logged); a lookup error is `None` (logged), so a stash
-    /// that is unreachable never stops a task from running.
-    pub async fn lookup(&self, task: &Task) -> Option<TaskResult> {
+    /// attempt (the first success wins), or a failure of this very attempt. An entry whose
+    /// seal does not verify under the debate's `secret`, or whose result is invalid or
+    /// names another task, is ignored, purged and counted. A lookup error is `None`
+    /// (logged), so a stash that is unreachable never stops a task from running.
+    pub async fn lookup(&self, task: &Task, secret: &str) -> Option<TaskResult> {
         let raw = match tokio::time::timeout(LOOKUP_TIMEOUT, self.kv.get(key(&task.id))).await {
             Ok(Ok(raw)) => raw?,
             Ok(Err(e)) => {
@@ -89,20 +116,15 @@ impl ResultStash {
                 return None;
             }
         };
-        let result: TaskResult = match serde_json::from_slice(&raw) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(task = %task.id, error = %e, "ignoring an unreadable stashed result");
-                return None;
+        match open_entry(&raw, task, secret) {
+            Ok(result) => result,
+            Err((reason, why)) => {
+                parley_telemetry::metrics().stash_rejected(reason);
+                tracing::warn!(task = %task.id, reason = reason.as_str(), "ignoring a stashed result: {why}");
+                self.remove(&task.id).await;
+                None
             }
-        };
-        let answers = result.task_id == task.id
-            && result.debate_id == task.debate_id
-            && match result.outcome {
-                TaskOutcome::Ok(_) => true,
-                TaskOutcome::Error(_) => result.attempt == task.attempt,
-            };
-        answers.then_some(result)
+        }
     }
 
     /// Forgets the entry of `task_id` (its result is in Redis now).
@@ -112,6 +134,40 @@ impl ResultStash {
             tracing::debug!(task = %task_id, error = %e, "cannot remove a stashed result");
         }
     }
+}
+
+/// The result a stash entry holds for `task`: `Ok(None)` when it is authentic but does not
+/// answer this delivery (a failure of another attempt); `Err` when it must not be used.
+fn open_entry(
+    raw: &[u8],
+    task: &Task,
+    secret: &str,
+) -> Result<Option<TaskResult>, (StashRejectReason, String)> {
+    let forged = |why: String| (StashRejectReason::Forged, why);
+    let entry: Sealed = serde_json::from_slice(raw)
+        .map_err(|e| forged(format!("not a sealed stash entry ({e})")))?;
+    if !dispatch::verify_seal(secret, entry.result.as_bytes(), &entry.seal) {
+        return Err(forged(
+            "its seal does not verify under the debate's secret (not written by a worker)".into(),
+        ));
+    }
+    let invalid = |why: String| (StashRejectReason::Invalid, why);
+    let result: TaskResult = serde_json::from_str(&entry.result)
+        .map_err(|e| invalid(format!("not a task result ({e})")))?;
+    result
+        .validate()
+        .map_err(|e| invalid(format!("an invalid task result ({e})")))?;
+    if result.task_id != task.id || result.debate_id != task.debate_id {
+        return Err(invalid(format!(
+            "it is sealed for task {} of debate {}",
+            result.task_id, result.debate_id
+        )));
+    }
+    let answers = match result.outcome {
+        TaskOutcome::Ok(_) => true,
+        TaskOutcome::Error(_) => result.attempt == task.attempt,
+    };
+    Ok(answers.then_some(result))
 }
 
 /// A task id as a KV key: ASCII letters, digits, `-`, `_` and `/` are kept; every other
@@ -130,7 +186,92 @@ pub fn key(task_id: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::key;
+    use super::*;
+    use parley_telemetry::StashRejectReason::{Forged, Invalid};
+
+    const DEBATE: &str = "deb-20250101-000000-abcdef";
+
+    fn task(attempt: u32) -> Task {
+        serde_json::from_value(serde_json::json!({
+            "id": format!("{DEBATE}/1/propose/agent-a"), "debateId": DEBATE, "round": 1,
+            "kind": "propose", "attempt": attempt,
+            "agent": {"id": "agent-a", "name": "A", "role": "architect", "model": "m"},
+            "problem": "p", "input": {}, "timeoutMs": 1000,
+        }))
+        .unwrap()
+    }
+
+    fn result(task_id: &str, attempt: u32, ok: bool) -> TaskResult {
+        let outcome = if ok {
+            serde_json::json!({"status": "ok", "content": "answer",
+                "metadata": {"tokensUsed": 1, "latencyMs": 1, "model": "m"}})
+        } else {
+            serde_json::json!({"status": "error", "kind": "timeout", "message": "slow"})
+        };
+        serde_json::from_value(serde_json::json!({
+            "taskId": task_id, "debateId": DEBATE, "attempt": attempt, "worker": "w",
+            "outcome": outcome,
+        }))
+        .unwrap()
+    }
+
+    fn sealed(secret: &str, r: &TaskResult) -> Vec<u8> {
+        let json = serde_json::to_string(r).unwrap();
+        let seal = dispatch::seal(secret, json.as_bytes());
+        serde_json::to_vec(&Sealed { seal, result: json }).unwrap()
+    }
+
+    fn reason(r: Result<Option<TaskResult>, (StashRejectReason, String)>) -> StashRejectReason {
+        r.err().expect("the entry must be refused").0
+    }
+
+    #[test]
+    fn only_entries_sealed_with_the_debates_secret_are_used() {
+        let secret = dispatch::new_secret();
+        let t = task(2);
+        let ok = result(&t.id, 1, true);
+        // Sealed by a worker: a success of any attempt answers.
+        assert_eq!(
+            open_entry(&sealed(&secret, &ok), &t, &secret).unwrap(),
+            Some(ok.clone())
+        );
+        // A failure answers only its own attempt.
+        let failed = result(&t.id, 1, false);
+        assert_eq!(
+            open_entry(&sealed(&secret, &failed), &t, &secret).unwrap(),
+            None
+        );
+        let failed = result(&t.id, 2, false);
+        assert!(open_entry(&sealed(&secret, &failed), &t, &secret)
+            .unwrap()
+            .is_some());
+
+        // Forgeries: a bare result (the old format), another secret, a tampered result, junk.
+        let bare = serde_json::to_vec(&ok).unwrap();
+        assert_eq!(reason(open_entry(&bare, &t, &secret)), Forged);
+        let other = dispatch::new_secret();
+        assert_eq!(
+            reason(open_entry(&sealed(&other, &ok), &t, &secret)),
+            Forged
+        );
+        let mut entry: Sealed = serde_json::from_slice(&sealed(&secret, &ok)).unwrap();
+        entry.result = entry.result.replace("answer", "FORGED");
+        let tampered = serde_json::to_vec(&entry).unwrap();
+        assert_eq!(reason(open_entry(&tampered, &t, &secret)), Forged);
+        assert_eq!(reason(open_entry(b"\x00not json", &t, &secret)), Forged);
+
+        // Authentic but unusable: an attempt past the limit, another task.
+        let huge = result(&t.id, u32::MAX, true);
+        assert_eq!(
+            reason(open_entry(&sealed(&secret, &huge), &t, &secret)),
+            Invalid
+        );
+        let elsewhere = result(&format!("{DEBATE}/1/propose/agent-b"), 1, true);
+        assert_eq!(
+            reason(open_entry(&sealed(&secret, &elsewhere), &t, &secret)),
+            Invalid
+        );
+    }
 
     #[test]
     fn keys_are_valid_and_one_to_one() {

@@ -29,11 +29,16 @@ static PERSIST_ALL: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
 /// KEYS: state, results, tasks. ARGV: field, result JSON, task id, attempt, 1 if a success.
 /// Writes nothing when the debate's state is gone (expired or deleted), so a late result
 /// never re-creates a key without a TTL; the results hash takes the state's remaining TTL.
+/// A success drops the task bodies of its attempt and of at most 31 attempts before it
+/// (earlier attempts' bodies were dropped by their own failures, or expire with the
+/// debate): the loop runs at most 32 times whatever the attempt says (it is also checked
+/// before the script runs, [`TaskResult::validate`]).
 const STORE_RESULT_SCRIPT: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local set = redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
 if ARGV[5] == '1' then
-  for a = 1, tonumber(ARGV[4]) do redis.call('HDEL', KEYS[3], ARGV[3] .. '#' .. a) end
+  local last = tonumber(ARGV[4]) or 0
+  for a = math.max(1, last - 31), last do redis.call('HDEL', KEYS[3], ARGV[3] .. '#' .. a) end
 else
   redis.call('HDEL', KEYS[3], ARGV[3] .. '#' .. ARGV[4])
 end
@@ -110,7 +115,12 @@ fn millis(d: Duration) -> u64 {
 impl RedisStore {
     /// Stores a result (first result per field wins) unless the debate is gone; a success
     /// also drops the task's stored bodies, a failure that attempt's body.
+    /// A result that is not valid ([`TaskResult::validate`]: an attempt out of range, sizes)
+    /// is refused before any script runs.
     pub async fn store_result(&self, result: &TaskResult) -> Result<Stored> {
+        result
+            .validate()
+            .map_err(|e| super::RedisStoreError::Invalid(format!("a task result: {e}")))?;
         let json = serde_json::to_string(result)?;
         let ok = matches!(result.outcome, TaskOutcome::Ok(_));
         let id = &result.debate_id;
