@@ -242,11 +242,9 @@ async fn eval_on_cluster(
             e.agent.id
         );
     }
-    let endpoint = parley_cluster::NatsEndpoint::new(
-        url.to_string(),
-        args.nats_creds.clone(),
-        parley_cluster::nats::INBOX_CLIENT,
-    );
+    let endpoint =
+        parley_cluster::NatsEndpoint::client(url.to_string(), args.nats_creds.clone(), None)
+            .map_err(|e| CliError::usage(format!("{e:#}")))?;
     let client = parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(5))
         .await
         .map_err(|e| CliError::general(format!("{e:#}")))?;

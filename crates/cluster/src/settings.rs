@@ -19,6 +19,7 @@
 //! task_deadline_margin_secs = 300      # coordinator: added to each task's timeout
 //! max_tokens = 16384                   # coordinator: cap on a participant's maxTokens
 //! max_pending_requests = 256           # coordinator: requests handled at once
+//! max_followers = 512                  # coordinator: event followers (consumers) open at once
 //! clarification_timeout_secs = 3600    # coordinator: unanswered clarification questions become "NA" (default: wait forever)
 //! ```
 //!
@@ -113,6 +114,7 @@ pub struct SettingsFile {
     pub nats_creds: Option<PathBuf>,
     pub max_tokens: Option<u32>,
     pub max_pending_requests: Option<usize>,
+    pub max_followers: Option<usize>,
     pub clarification_timeout_secs: Option<u64>,
 }
 

@@ -330,7 +330,7 @@ async fn start(
     let endpoint = parley_cluster::NatsEndpoint::new(
         config.nats_url.clone(),
         config.nats_creds.clone(),
-        parley_cluster::nats::INBOX_WORKER,
+        parley_cluster::nats::inbox_worker(config.kind),
     );
     let (nats, store) =
         parley_cluster::start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown)
