@@ -264,7 +264,8 @@ impl Follower {
             ErrorReply::new(
                 ErrorCode::Unavailable,
                 format!(
-                    "no reply on {subject} within {} s: is a coordinator running?",
+                    "no reply on {subject} within {} s: is a coordinator running, and may \
+                     this NATS user ask it?",
                     FOLLOW_REQUEST_TIMEOUT.as_secs()
                 ),
             )
