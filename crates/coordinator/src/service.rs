@@ -98,6 +98,8 @@ pub struct CoordinatorConfig {
     pub nats_url: String,
     /// NATS credentials file (`.creds` or NKey seed), see `parley_cluster::nats`.
     pub nats_creds: Option<std::path::PathBuf>,
+    /// Inbox prefix of the NATS replies; `None`: `_INBOX_coordinator`.
+    pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
     /// Lease time-to-live: how long a crashed replica's debates wait before a takeover.
     pub lease_ttl: Duration,
@@ -132,6 +134,7 @@ impl CoordinatorConfig {
         Self {
             nats_url,
             nats_creds: None,
+            nats_inbox_prefix: None,
             redis_url,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
@@ -293,7 +296,10 @@ async fn connect(
     let endpoint = NatsEndpoint::new(
         config.nats_url.clone(),
         config.nats_creds.clone(),
-        INBOX_COORDINATOR,
+        config
+            .nats_inbox_prefix
+            .clone()
+            .unwrap_or_else(|| INBOX_COORDINATOR.to_string()),
     );
     let (nats, store) =
         start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown).await?;
