@@ -16,7 +16,8 @@
 #   5. negative cases: each helm/tests/invalid/*.yaml must make `helm lint` (schema) or
 #      `helm template` (template checks) fail with the message its `# expect-...` line names;
 #      KEDA / monitors enabled without their APIs must fail; the checksum annotation must
-#      change with the ConfigMap and only then.
+#      change with the ConfigMap and only then; without a NATS credential per component the
+#      chart refuses to render, and the defaults render the NetworkPolicy.
 #
 # The /jsz check (the rendered ScaledObjects name the stream, consumers and account the
 # real services create, and the lag KEDA reads reflects a burst) is the Rust test
@@ -198,17 +199,30 @@ for values in "$CHART"/ci/*-values.yaml; do
 done
 echo "  ok"
 
+echo "==> least privilege by default: per-component NATS credentials, the NetworkPolicy"
+# Without a NATS credential per component the chart refuses to render (nats.auth=none must
+# be asked for); the default values render a NetworkPolicy for every component.
+if render parley >"$OUT/neg.log" 2>&1; then
+    die "the chart rendered without NATS credentials"
+fi
+grep -qF "needs secrets.nats.coordinator" "$OUT/neg.log" || { cat "$OUT/neg.log"; die "no NATS credentials, but not refused naming secrets.nats"; }
+[[ "$(grep -c '^kind: NetworkPolicy' "$OUT/default.yaml")" == 3 ]] || die "the default values render no NetworkPolicy per component"
+echo "  no credentials: refused; defaults: 3 NetworkPolicies, each component its own NATS user"
+
+# The negative cases and the checksum renders start from the default values (credentials).
+BASE=(-f "$CHART/ci/default-values.yaml")
+
 echo "==> negative cases"
 for values in helm/tests/invalid/*.yaml; do
     expect_lint="$(sed -n 's/^# expect-lint: //p' "$values")"
     expect_template="$(sed -n 's/^# expect-template: //p' "$values")"
     if [[ -n "$expect_lint" ]]; then
-        if "$HELM" lint --strict "$CHART" -f "$values" --kube-version "$KUBE_VERSION" >"$OUT/neg.log" 2>&1; then
+        if "$HELM" lint --strict "$CHART" "${BASE[@]}" -f "$values" --kube-version "$KUBE_VERSION" >"$OUT/neg.log" 2>&1; then
             die "helm lint accepted $values"
         fi
         expected="$expect_lint"
     elif [[ -n "$expect_template" ]]; then
-        if render parley -f "$values" >"$OUT/neg.log" 2>&1; then
+        if render parley "${BASE[@]}" -f "$values" >"$OUT/neg.log" 2>&1; then
             die "helm template accepted $values"
         fi
         expected="$expect_template"
@@ -222,7 +236,7 @@ for values in helm/tests/invalid/*.yaml; do
     echo "  $(basename "$values"): refused ($expected)"
 done
 for flag in keda.enabled=true metrics.serviceMonitor.enabled=true metrics.podMonitor.enabled=true; do
-    if "$HELM" template parley "$CHART" --kube-version "$KUBE_VERSION" --set "$flag" >"$OUT/neg.log" 2>&1; then
+    if "$HELM" template parley "$CHART" "${BASE[@]}" --kube-version "$KUBE_VERSION" --set "$flag" >"$OUT/neg.log" 2>&1; then
         die "--set $flag rendered without the API in the cluster"
     fi
     grep -q "install .* first" "$OUT/neg.log" || { cat "$OUT/neg.log"; die "--set $flag failed without naming the missing API"; }
@@ -230,10 +244,10 @@ for flag in keda.enabled=true metrics.serviceMonitor.enabled=true metrics.podMon
 done
 
 echo "==> checksum annotations roll pods on a settings change, only then"
-render parley >"$OUT/a.yaml"
-render parley >"$OUT/b.yaml"
-render parley --set agentWorker.concurrency=3 >"$OUT/c.yaml"
-render parley --set secrets.openaiApiKey=sk-test-rotated >"$OUT/d.yaml"
+render parley "${BASE[@]}" >"$OUT/a.yaml"
+render parley "${BASE[@]}" >"$OUT/b.yaml"
+render parley "${BASE[@]}" --set agentWorker.concurrency=3 >"$OUT/c.yaml"
+render parley "${BASE[@]}" --set secrets.openaiApiKey=sk-test-rotated >"$OUT/d.yaml"
 "$PY" helm/tests/check_rendered.py --checksums "$OUT/a.yaml" >"$OUT/a.sum"
 "$PY" helm/tests/check_rendered.py --checksums "$OUT/b.yaml" >"$OUT/b.sum"
 "$PY" helm/tests/check_rendered.py --checksums "$OUT/c.yaml" >"$OUT/c.sum"

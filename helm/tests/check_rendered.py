@@ -337,8 +337,44 @@ class Check:
             if marker in cms:
                 self.fail(f"a secret-looking value ({marker}...) is in a ConfigMap")
 
+    def nats_identities(self):
+        """Each component connects to NATS with its own credential: its own Secret key
+        (`nats-<component>`, as a password in its own user's URL or a mounted .creds file),
+        never another component's; no two components share a user or a key."""
+        users, keys = {}, {}
+        for d in self.of("Deployment"):
+            comp = self.component(d)
+            pod = d["spec"]["template"]["spec"]
+            env = {e["name"]: e for e in pod["containers"][0].get("env", [])}
+            own = f"nats-{comp}"
+            refs = [e["valueFrom"]["secretKeyRef"]["key"] for e in env.values()
+                    if "secretKeyRef" in (e.get("valueFrom") or {})
+                    and e["valueFrom"]["secretKeyRef"]["key"].startswith("nats-")]
+            for v in pod.get("volumes", []):
+                for item in (v.get("secret") or {}).get("items", []):
+                    if item["key"].startswith("nats-"):
+                        refs.append(item["key"])
+            if any(r != own for r in refs):
+                self.fail(f"Deployment/{self.name(d)}: reads another component's NATS credential: {refs}")
+            url = (env.get("PARLEY_NATS_URL") or {}).get("value", "")
+            if "NATS_PASSWORD" in env:
+                m = re.match(r"^(?:[a-z]+://)?([^:@/]+):\$\(NATS_PASSWORD\)@", url)
+                if not m:
+                    self.fail(f"Deployment/{self.name(d)}: PARLEY_NATS_URL does not carry its own user: {url}")
+                else:
+                    users[comp] = m.group(1)
+            if refs:
+                keys[comp] = refs[0]
+            elif "PARLEY_NATS_URL" in env or "PARLEY_NATS_CREDS" in env:
+                self.fail(f"Deployment/{self.name(d)}: NATS credentials not from its own Secret key")
+        for what, seen in (("user", users), ("credential", keys)):
+            if len(set(seen.values())) != len(seen):
+                self.fail(f"components share a NATS {what}: {seen}")
+        return keys
+
     def run(self):
         self.custom_resources()
+        self.nats_identities()
         self.workloads()
         self.triggers()
         settings = self.settings()

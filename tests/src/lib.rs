@@ -25,13 +25,49 @@ pub use parley_testkit::{
 };
 use serde_json::{json, Value};
 
-/// The passwords of the NATS roles of `deploy/nats/parley.conf` in a [`Cluster`] started
+/// The passwords of the NATS users of `deploy/nats/parley.conf` in a [`Cluster`] started
 /// with [`Cluster::start_with_roles`].
 #[derive(Debug, Clone)]
 pub struct Roles {
     pub client: String,
     pub coordinator: String,
-    pub worker: String,
+    pub agent_worker: String,
+    pub judge_worker: String,
+    pub serve: String,
+}
+
+/// The users' passwords, the NATS config text and more environment for the server.
+type RolesSetup = (Roles, String, Vec<(String, String)>);
+
+/// `deploy/nats/client-user.sh`: writes a client user line for the shipped config.
+pub fn client_user_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/nats/client-user.sh")
+}
+
+/// The user line `deploy/nats/client-user.sh NAME` writes (its password variable is
+/// `PARLEY_NATS_<NAME>_PASSWORD`).
+pub fn client_user_line(name: &str) -> String {
+    let out = Command::new("sh")
+        .arg(client_user_script())
+        .arg(name)
+        .output()
+        .expect("run deploy/nats/client-user.sh");
+    assert!(
+        out.status.success(),
+        "client-user.sh {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The inbox prefix a connection as NATS user `user` of the shipped config receives on.
+pub fn inbox_of(user: &str) -> String {
+    match user {
+        "coordinator" => "_INBOX_coordinator".into(),
+        "worker" | "agent-worker" => "_INBOX_agent_worker".into(),
+        "judge-worker" => "_INBOX_judge_worker".into(),
+        other => format!("_INBOX_{other}"),
+    }
 }
 
 /// `deploy/nats/parley.conf`: the shipped NATS configuration with its roles.
@@ -69,21 +105,33 @@ impl Cluster {
         Self::start_inner(json!({}), None, Some(bytes)).await
     }
 
-    /// A cluster whose NATS server runs `deploy/nats/parley.conf` (account `PARLEY`, roles
-    /// `client`, `coordinator`, `worker` with random passwords); every service connects as
-    /// its role, [`Cluster::client`] as `client`.
+    /// A cluster whose NATS server runs `deploy/nats/parley.conf` (account `PARLEY`, users
+    /// `coordinator`, `agent-worker`, `judge-worker`, `serve`, `client` with random
+    /// passwords); every service connects as its user, [`Cluster::client`] as `client`.
     pub async fn start_with_roles(extra: Value) -> Cluster {
         Self::start_with_roles_and_users(extra, &[]).await
     }
 
     /// [`Cluster::start_with_roles`] with more user entries in the `PARLEY` account, e.g.
-    /// `{nkey: U..., permissions: $WORKER_PERMISSIONS}`.
+    /// `{nkey: U..., permissions: $JUDGE_WORKER_PERMISSIONS}`.
     pub async fn start_with_roles_and_users(extra: Value, users: &[String]) -> Cluster {
+        Self::start_with_roles_users_env(extra, users, &[]).await
+    }
+
+    /// [`Cluster::start_with_roles_and_users`] with more environment variables for the
+    /// NATS server (e.g. the passwords of the added users).
+    pub async fn start_with_roles_users_env(
+        extra: Value,
+        users: &[String],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let pw = |role: &str| format!("{role}-{:016x}", rand_u64());
         let roles = Roles {
             client: pw("client"),
             coordinator: pw("coordinator"),
-            worker: pw("worker"),
+            agent_worker: pw("agent-worker"),
+            judge_worker: pw("judge-worker"),
+            serve: pw("serve"),
         };
         let shipped = std::fs::read_to_string(roles_config()).unwrap();
         let marker = "{user: client,";
@@ -92,12 +140,16 @@ impl Cluster {
             .and_then(|i| shipped[i..].find('\n').map(|j| i + j + 1))
             .expect("the client user line in deploy/nats/parley.conf");
         let conf = format!("{}{}\n{}", &shipped[..at], users.join("\n"), &shipped[at..]);
-        Self::start_inner(extra, Some((roles, conf)), None).await
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::start_inner(extra, Some((roles, conf, env)), None).await
     }
 
     async fn start_inner(
         extra: Value,
-        roles: Option<(Roles, String)>,
+        roles: Option<RolesSetup>,
         max_payload: Option<usize>,
     ) -> Cluster {
         // Holds the worker config and the NATS config (read again by a NATS restart).
@@ -107,19 +159,25 @@ impl Cluster {
                 None => NatsServer::start().unwrap(),
                 Some(bytes) => NatsServer::start_with_max_payload(bytes).unwrap(),
             },
-            Some((r, conf)) => NatsServer::start_with_config(
-                &{
-                    let p = dir.path().join("nats-parley.conf");
-                    std::fs::write(&p, conf).unwrap();
-                    p
-                },
-                &[
+            Some((r, conf, more)) => {
+                let mut env: Vec<(&str, &str)> = vec![
                     ("PARLEY_NATS_CLIENT_PASSWORD", &r.client),
                     ("PARLEY_NATS_COORDINATOR_PASSWORD", &r.coordinator),
-                    ("PARLEY_NATS_WORKER_PASSWORD", &r.worker),
-                ],
-            )
-            .unwrap(),
+                    ("PARLEY_NATS_AGENT_WORKER_PASSWORD", &r.agent_worker),
+                    ("PARLEY_NATS_JUDGE_WORKER_PASSWORD", &r.judge_worker),
+                    ("PARLEY_NATS_SERVE_PASSWORD", &r.serve),
+                ];
+                env.extend(more.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                NatsServer::start_with_config(
+                    &{
+                        let p = dir.path().join("nats-parley.conf");
+                        std::fs::write(&p, conf).unwrap();
+                        p
+                    },
+                    &env,
+                )
+                .unwrap()
+            }
         };
         let redis = RedisServer::start().unwrap();
         let fake = FakeLlm::start().await.unwrap();
@@ -129,7 +187,7 @@ impl Cluster {
             into.extend(from.clone());
         }
         std::fs::write(&config, serde_json::to_vec(&file).unwrap()).unwrap();
-        let roles = roles.map(|(r, _)| r);
+        let roles = roles.map(|(r, _, _)| r);
         let client_url = match &roles {
             None => nats.url(),
             Some(r) => nats.url_as("client", &r.client),
@@ -146,18 +204,21 @@ impl Cluster {
         }
     }
 
-    /// The NATS URL a service of `role` (`coordinator`, `worker`, `client`) connects to:
-    /// with that role's password when the cluster runs with roles.
+    /// The NATS URL a service of `role` (`coordinator`, `agent-worker` (or `worker`),
+    /// `judge-worker`, `serve`, `client`) connects to: as that user, with its password, when
+    /// the cluster runs with roles.
     pub fn nats_url_for(&self, role: &str) -> String {
         match &self.roles {
             None => self.nats.url(),
             Some(r) => {
-                let pw = match role {
-                    "coordinator" => &r.coordinator,
-                    "worker" => &r.worker,
-                    _ => &r.client,
+                let (user, pw) = match role {
+                    "coordinator" => ("coordinator", &r.coordinator),
+                    "worker" | "agent-worker" => ("agent-worker", &r.agent_worker),
+                    "judge-worker" => ("judge-worker", &r.judge_worker),
+                    "serve" => ("serve", &r.serve),
+                    _ => ("client", &r.client),
                 };
-                self.nats.url_as(role, pw)
+                self.nats.url_as(user, pw)
             }
         }
     }
@@ -202,7 +263,10 @@ impl Cluster {
     /// config) and extra environment variables.
     pub fn worker_with(&self, kind: &str, args: &[&str], env: &[(&str, String)]) -> ChildProcess {
         let mut flags: Vec<(String, String)> = vec![
-            ("--nats-url".into(), self.nats_url_for("worker")),
+            (
+                "--nats-url".into(),
+                self.nats_url_for(&format!("{kind}-worker")),
+            ),
             ("--redis-url".into(), self.redis.url()),
             ("--concurrency".into(), "4".into()),
             ("--ack-wait-secs".into(), "3".into()),
@@ -404,13 +468,10 @@ pub async fn connect_watching(
         }
     });
     if let (Some(u), Some(p)) = (user, pass) {
-        // The services' roles may only receive on their own inbox prefix.
-        match u.as_str() {
-            "coordinator" => options = options.custom_inbox_prefix("_INBOX_coordinator"),
-            "worker" => options = options.custom_inbox_prefix("_INBOX_worker"),
-            _ => {}
-        }
-        options = options.user_and_password(u, p);
+        // Every user may only receive on its own inbox prefix.
+        options = options
+            .custom_inbox_prefix(inbox_of(&u))
+            .user_and_password(u, p);
     }
     (options.connect(bare).await.unwrap(), rx)
 }

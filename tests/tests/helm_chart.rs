@@ -9,9 +9,10 @@
 //! rendered ConfigMap's files in place of `/etc/parley` (only the metrics address is
 //! overridden, so parallel tests do not collide), against a `nats-server -js` with a
 //! monitoring port whose endpoint is the one in the rendered trigger. Two NATS set-ups: no
-//! accounts (KEDA `account` "$G", the chart's default) and a named account `PARLEY` with a
-//! user, as deploy/'s NATS config has (the chart then takes the NATS URL with its password
-//! from the Secret). `/jsz` is read exactly as KEDA's nats-jetstream scaler reads it:
+//! accounts (`nats.auth=none`, KEDA `account` "$G") and the shipped `deploy/nats/parley.conf`
+//! (the chart's default: account `PARLEY`, each component its own user, whose password the
+//! chart puts in that component's Secret key and URL — `$(NATS_PASSWORD)` expanded as
+//! Kubernetes does; the test's client is the config's `client` user). `/jsz` is read exactly as KEDA's nats-jetstream scaler reads it:
 //! `http://<natsServerMonitoringEndpoint>/jsz?acc=<account>&config=true&consumers=true`,
 //! matching the account by id or name, then the stream, then the consumer.
 //!
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 use parley_testkit::{free_port, ChildProcess, FakeLlm, Latency, RedisServer};
-use parley_tests::{assert_complete, is_done, spec, workspace_bin};
+use parley_tests::{assert_complete, connect_as, is_done, roles_config, spec, workspace_bin};
 use serde_json::{json, Value};
 
 /// Debates submitted at once; each queues one proposal task per agent (3).
@@ -49,34 +50,31 @@ struct MonitoredNats {
 }
 
 impl MonitoredNats {
-    /// With `account`: a named account with JetStream and one user (`user`, `password`).
-    async fn start(account: Option<(&str, &str, &str)>) -> anyhow::Result<MonitoredNats> {
+    /// With `shipped`: `deploy/nats/parley.conf` (its users' passwords from these
+    /// environment variables); else no accounts.
+    async fn start(shipped: Option<&[(&str, &str)]>) -> anyhow::Result<MonitoredNats> {
         let http = reqwest::Client::new();
         let mut last = String::new();
         // Another process may take a free port before the server binds it: try again.
         for _ in 0..3 {
             let dir = tempfile::tempdir()?;
             let (port, monitor_port) = (free_port(), free_port());
-            let mut config = format!(
-                "listen: \"127.0.0.1:{port}\"\nhttp: \"127.0.0.1:{monitor_port}\"\n\
-                 jetstream {{ store_dir: {:?} }}\n",
-                dir.path().join("js")
-            );
-            if let Some((name, user, password)) = account {
-                // `no_auth_user`: a client that sends no credentials is that user. The
-                // services get the URL with the password from the Secret, but async-nats
-                // 0.51 does not send a URL's user and password (see the chart's README
-                // section); valid credentials land in the same account once it does.
-                config.push_str(&format!(
-                    "accounts {{ {name}: {{ jetstream: enabled, users: [ \
-                     {{ user: {user:?}, password: {password:?} }} ] }} }}\n\
-                     no_auth_user: {user:?}\n"
-                ));
-            }
+            let listen =
+                format!("listen: \"127.0.0.1:{port}\"\nhttp: \"127.0.0.1:{monitor_port}\"\n");
+            let store = format!("store_dir: {:?}", dir.path().join("js"));
+            let config = match shipped {
+                None => format!("{listen}jetstream {{ {store} }}\n"),
+                Some(_) => std::fs::read_to_string(roles_config())?
+                    .replacen("port: 4222\n", &listen, 1)
+                    .replacen("jetstream {\n", &format!("jetstream {{\n  {store}\n"), 1),
+            };
             let config_path = dir.path().join("nats.conf");
             std::fs::write(&config_path, config)?;
             let mut cmd = Command::new("nats-server");
             cmd.arg("-c").arg(&config_path);
+            for (k, v) in shipped.unwrap_or_default() {
+                cmd.env(k, v);
+            }
             let mut process = ChildProcess::spawn(cmd, "nats-server")
                 .context("while starting nats-server (apt-get install nats-server)")?;
             let healthz = format!("http://127.0.0.1:{monitor_port}/healthz");
@@ -312,6 +310,10 @@ fn pod_env(docs: &[Value], component_name: &str, config_dir: &Path) -> Vec<(Stri
             Some(file) => config_dir.join(file).display().to_string(),
             None => value,
         };
+        // `$(NAME)` refers to an earlier variable of the container, as Kubernetes expands it.
+        let value = env.iter().fold(value, |v, (k, x): &(String, String)| {
+            v.replace(&format!("$({k})"), x)
+        });
         env.push((name, value));
     }
     env
@@ -350,25 +352,43 @@ async fn request(client: &async_nats::Client, subject: &'static str, body: &Valu
 
 /// The NATS set-up of a run.
 enum Account {
-    /// No accounts: JetStream lives in `$G`, the chart's default `keda.account`.
+    /// No accounts: JetStream lives in `$G` (`nats.auth=none`, `keda.account=$G`).
     Global,
-    /// A named account `PARLEY` with one user (deploy/'s roles): `keda.account=PARLEY`, the
-    /// URL with the password in the Secret (`nats.urlFromSecret`).
+    /// `deploy/nats/parley.conf`, the chart's default: account `PARLEY`, one user per
+    /// component with its password in the chart's Secret.
     Parley,
 }
 
-const PARLEY_USER: &str = "parley-service";
-const PARLEY_PASSWORD: &str = "s3cret-for-the-helm-test";
+/// The passwords of the shipped config's users in the `Parley` set-up (environment
+/// variable of the server, value of the chart, password).
+const PASSWORDS: [(&str, &str, &str); 5] = [
+    (
+        "PARLEY_NATS_COORDINATOR_PASSWORD",
+        "secrets.nats.coordinator",
+        "helm-coordinator-pw",
+    ),
+    (
+        "PARLEY_NATS_AGENT_WORKER_PASSWORD",
+        "secrets.nats.agentWorker",
+        "helm-agent-worker-pw",
+    ),
+    (
+        "PARLEY_NATS_JUDGE_WORKER_PASSWORD",
+        "secrets.nats.judgeWorker",
+        "helm-judge-worker-pw",
+    ),
+    ("PARLEY_NATS_SERVE_PASSWORD", "serve", "helm-serve-pw"),
+    ("PARLEY_NATS_CLIENT_PASSWORD", "client", "helm-client-pw"),
+];
 
 /// Runs the chart's services against a monitored NATS, queues a burst and checks `/jsz` as
 /// KEDA reads it. With `drain`, also one worker holding tasks, then workers finishing every
 /// debate.
 async fn trigger_and_lag(account: Account, drain: bool) {
+    let env: Vec<(&str, &str)> = PASSWORDS.iter().map(|(var, _, pw)| (*var, *pw)).collect();
     let nats = match account {
         Account::Global => MonitoredNats::start(None).await,
-        Account::Parley => {
-            MonitoredNats::start(Some(("PARLEY", PARLEY_USER, PARLEY_PASSWORD))).await
-        }
+        Account::Parley => MonitoredNats::start(Some(&env)).await,
     }
     .unwrap();
     let redis = RedisServer::start().unwrap();
@@ -378,10 +398,7 @@ async fn trigger_and_lag(account: Account, drain: bool) {
     let (client_url, expected_account) = match account {
         Account::Global => (nats.url(), "$G"),
         Account::Parley => (
-            format!(
-                "nats://{PARLEY_USER}:{PARLEY_PASSWORD}@127.0.0.1:{}",
-                nats.port
-            ),
+            format!("nats://client:helm-client-pw@127.0.0.1:{}", nats.port),
             "PARLEY",
         ),
     };
@@ -402,10 +419,16 @@ async fn trigger_and_lag(account: Account, drain: bool) {
         ("agentWorker.drainSecs", "2".into()),
         ("judgeWorker.drainSecs", "2".into()),
     ];
-    if let Account::Parley = account {
-        sets.push(("keda.account", "PARLEY".into()));
-        sets.push(("nats.urlFromSecret", "true".into()));
-        sets.push(("secrets.natsUrl", client_url.clone()));
+    match account {
+        Account::Global => {
+            sets.push(("keda.account", "$G".into()));
+            sets.push(("nats.auth", "none".into()));
+        }
+        Account::Parley => {
+            for (_, key, pw) in &PASSWORDS[..3] {
+                sets.push((key, pw.to_string()));
+            }
+        }
     }
     let docs = render(&sets).unwrap();
     let triggers = triggers(&docs);
@@ -433,13 +456,19 @@ async fn trigger_and_lag(account: Account, drain: bool) {
     }
     let env = |c: &str| pod_env(&docs, c, dir.path());
     if let Account::Parley = account {
-        let coordinator_env = env("coordinator");
-        assert!(
-            coordinator_env
-                .iter()
-                .any(|(k, v)| k == "PARLEY_NATS_URL" && v == &client_url),
-            "the pods take the NATS URL from the Secret: {coordinator_env:?}"
-        );
+        // Each component connects as its own user, with its own password.
+        for (c, user, pw) in [
+            ("coordinator", "coordinator", PASSWORDS[0].2),
+            ("agent-worker", "agent-worker", PASSWORDS[1].2),
+            ("judge-worker", "judge-worker", PASSWORDS[2].2),
+        ] {
+            let url = format!("nats://{user}:{pw}@127.0.0.1:{}", nats.port);
+            let e = env(c);
+            assert!(
+                e.iter().any(|(k, v)| k == "PARLEY_NATS_URL" && v == &url),
+                "{c} does not connect as {user}: {e:?}"
+            );
+        }
     }
     let (_coordinator, coordinator_metrics) = service(
         "parley-coordinator",
@@ -499,7 +528,7 @@ async fn trigger_and_lag(account: Account, drain: bool) {
         p.terminate();
         assert!(p.wait_exit(TIMEOUT).is_some(), "a worker did not drain");
     }
-    let client = async_nats::connect(client_url.as_str()).await.unwrap();
+    let client = connect_as(&client_url).await;
     let mut ids = Vec::new();
     for i in 0..DEBATES {
         let r = request(

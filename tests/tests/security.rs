@@ -90,7 +90,7 @@ async fn roles_run_a_debate_and_keep_each_role_in_its_lane() {
     let c = Cluster::start_with_roles_and_users(
         json!({}),
         &[format!(
-            "{{nkey: {}, permissions: $WORKER_PERMISSIONS}}",
+            "{{nkey: {}, permissions: $JUDGE_WORKER_PERMISSIONS}}",
             judge_key.public_key()
         )],
     )
@@ -165,14 +165,19 @@ async fn roles_run_a_debate_and_keep_each_role_in_its_lane() {
         let e = refused(&mut errors, &format!("Publish to \"{subject}\"")).await;
         assert!(e.contains("Permissions Violation"), "{e}");
     }
-    for subject in ["parley.tasks.>", "_INBOX_worker.>", "parley.results.>"] {
+    for subject in [
+        "parley.tasks.>",
+        "_INBOX_agent_worker.>",
+        "_INBOX.>",
+        "parley.results.>",
+    ] {
         let _sub = client.subscribe(subject).await.unwrap();
         client.flush().await.unwrap();
         refused(&mut errors, &format!("Subscription to \"{subject}\"")).await;
     }
 
     // A worker cannot submit a debate (nor publish a task).
-    let (worker, mut errors) = connect_watching(&c.nats_url_for("worker")).await;
+    let (worker, mut errors) = connect_watching(&c.nats_url_for("agent-worker")).await;
     let body = serde_json::to_vec(&spec("A worker's own debate")).unwrap();
     let reply = tokio::time::timeout(
         Duration::from_secs(3),

@@ -83,6 +83,10 @@ pub struct EvalArgs {
         requires = "nats_url"
     )]
     pub nats_creds: Option<PathBuf>,
+    /// Inbox prefix of this client's NATS replies [default: `_INBOX_<user>` for a user in
+    /// the URL, else `_INBOX`].
+    #[arg(long, env = "PARLEY_NATS_INBOX_PREFIX", value_name = "PREFIX")]
+    pub nats_inbox_prefix: Option<String>,
 }
 
 /// One evaluator call's reply, wherever it ran.
@@ -242,11 +246,12 @@ async fn eval_on_cluster(
             e.agent.id
         );
     }
-    let endpoint = parley_cluster::NatsEndpoint::new(
+    let endpoint = parley_cluster::NatsEndpoint::client(
         url.to_string(),
         args.nats_creds.clone(),
-        parley_cluster::nats::INBOX_CLIENT,
-    );
+        args.nats_inbox_prefix.as_deref(),
+    )
+    .map_err(|e| CliError::usage(format!("{e:#}")))?;
     let client = parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(5))
         .await
         .map_err(|e| CliError::general(format!("{e:#}")))?;

@@ -22,14 +22,16 @@
 //!
 //! Credentials: `--nats-url nats://user:password@host:4222` (or `TOKEN@host`), or
 //! `--nats-creds FILE` (`.creds` / NKey seed; `PARLEY_NATS_CREDS`). With the shipped NATS
-//! roles the CLI is a `client`: it may send requests on `parley.debates.submit|status|
-//! retry|cancel|answer` and read a debate's events through an ephemeral ordered consumer whose
-//! create subject names the debate's events subject.
+//! roles the CLI is a client: it may send requests on `parley.debates.submit|status|
+//! retry|cancel|answer|follow` and pull a debate's events from the consumer a coordinator
+//! created for it (`parley_cluster::events`); replies reach it on its own inbox prefix
+//! (`--nats-inbox-prefix`, default `_INBOX_<user>`). When the coordinator has no follower
+//! to spare, `watch` and `submit --wait` follow the debate's status instead.
 
 use std::time::Duration;
 
-use async_nats::jetstream;
-use futures::StreamExt;
+use parley_cluster::events::{FollowTarget, Follower};
+use parley_protocol::subjects::ErrorCode;
 use parley_protocol::{subjects, DebateEvent, DebateState, DebateStatus};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -45,6 +47,10 @@ pub struct NatsArgs {
     /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
     #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<std::path::PathBuf>,
+    /// Inbox prefix of this client's replies (the only subjects its NATS user may receive
+    /// on) [default: `_INBOX_<user>` for a user in the URL, else `_INBOX`].
+    #[arg(long, env = "PARLEY_NATS_INBOX_PREFIX", value_name = "PREFIX")]
+    pub nats_inbox_prefix: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -90,11 +96,12 @@ pub struct StatusArgs {
 }
 
 async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
-    let endpoint = parley_cluster::NatsEndpoint::new(
+    let endpoint = parley_cluster::NatsEndpoint::client(
         n.nats_url.clone(),
         n.nats_creds.clone(),
-        parley_cluster::nats::INBOX_CLIENT,
-    );
+        n.nats_inbox_prefix.as_deref(),
+    )
+    .map_err(|e| CliError::usage(format!("{e:#}")))?;
     parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(5))
         .await
         .map_err(|e| CliError::general(format!("{e:#}")))
@@ -418,32 +425,32 @@ async fn follow(
     id: &str,
     asking: Option<Asking<'_>>,
 ) -> Result<(), CliError> {
-    let js = jetstream::new(client.clone());
-    // No stream info request (a client may not list the stream's subjects): the consumer
-    // is created directly, named, so its create subject carries the events filter the
-    // client role is allowed.
-    let stream = js
-        .get_stream_no_info(subjects::EVENTS_STREAM)
-        .await
-        .map_err(|e| CliError::general(format!("events stream unavailable: {e}")))?;
-    let name = format!(
-        "watch-{:x}-{:x}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default()
-    );
-    let consumer = stream
-        .create_consumer(jetstream::consumer::pull::OrderedConfig {
-            name: Some(name),
-            filter_subject: subjects::events_subject(id),
-            deliver_policy: jetstream::consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| CliError::general(format!("cannot follow events: {e}")))?;
-    if consumer.cached_info().num_pending == 0 {
+    // The coordinator creates the consumer (clients may not): see
+    // `parley_cluster::events`. When it refuses (every follower it allows is open), the
+    // debate's status is followed instead.
+    let target = FollowTarget::Debate {
+        id: id.to_string(),
+        after_stream_seq: 0,
+    };
+    let mut follower = match Follower::start(client.clone(), target).await {
+        Ok(f) => f,
+        Err(e) if e.error.code == ErrorCode::Unavailable => {
+            eprintln!(
+                "note: cannot follow the events of debate {id} ({}); following its status \
+                 instead",
+                e.error.message
+            );
+            return follow_status(client, id, asking).await;
+        }
+        Err(e) => {
+            return Err(CliError::general(format!(
+                "cannot follow events: {}: {}",
+                e.error.code.as_str(),
+                e.error.message
+            )))
+        }
+    };
+    if follower.pending_at_start() == 0 {
         // No event at all: just submitted, or its events are gone.
         let status = fetch_status(client, id).await?;
         if has_ended(status) {
@@ -455,22 +462,21 @@ async fn follow(
             return Ok(());
         }
     }
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(|e| CliError::general(format!("cannot follow events: {e}")))?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<DebateEvent>();
     let display = tokio::spawn(progress::show(rx));
     let mut warned = false;
     let mut expected_seq = 1;
     loop {
-        let next = tokio::time::timeout(QUIET_CHECK, messages.next()).await;
+        let next = tokio::time::timeout(QUIET_CHECK, follower.next()).await;
         let msg = match next {
             Ok(Some(Ok(msg))) => msg,
             Ok(Some(Err(e))) => {
-                // The consumer recreates itself once NATS is back.
+                // The follower asks for a new consumer once NATS is back.
                 if !warned {
-                    eprintln!("warning: event stream: {e}; still following (Ctrl-C to stop)");
+                    eprintln!(
+                        "warning: {}; still following (Ctrl-C to stop)",
+                        e.error.message
+                    );
                     warned = true;
                 }
                 continue;
@@ -521,6 +527,38 @@ async fn follow(
     drop(tx);
     let _ = display.await;
     Ok(())
+}
+
+/// How often [`follow_status`] asks for the status.
+const STATUS_POLL: Duration = Duration::from_secs(2);
+
+/// Follows a debate by its status (when no event follower is available): prints each new
+/// status, answers clarification questions when asked, returns when the debate ended.
+async fn follow_status(
+    client: &async_nats::Client,
+    id: &str,
+    asking: Option<Asking<'_>>,
+) -> Result<(), CliError> {
+    let mut last = None;
+    loop {
+        if let Some(status) = quick_status(client, id).await {
+            if last != Some(status) {
+                eprintln!("Debate {id} is {}", status.as_str());
+                last = Some(status);
+            }
+            if has_ended(status) {
+                return Ok(());
+            }
+            if let (DebateStatus::AwaitingClarifications, Some(asking)) = (status, asking.as_ref())
+            {
+                if let Some(reply) = send_answers(client, id, asking, false).await? {
+                    let left = reply["remaining"].as_u64().unwrap_or(0);
+                    eprintln!("Sent the answers; {left} question(s) left");
+                }
+            }
+        }
+        tokio::time::sleep(STATUS_POLL).await;
+    }
 }
 
 fn finish(

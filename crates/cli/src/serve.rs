@@ -45,6 +45,14 @@ pub struct ServeArgs {
     /// NATS credentials file for --nats-url: a `.creds` file or an NKey seed file.
     #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<PathBuf>,
+    /// Inbox prefix of this server's NATS replies [default: `_INBOX_<user>` for a user in
+    /// the URL, else `_INBOX`].
+    #[arg(long, env = "PARLEY_NATS_INBOX_PREFIX", value_name = "PREFIX")]
+    pub nats_inbox_prefix: Option<String>,
+    /// With --nats-url: debates' event streams followed at once (each is a consumer in the
+    /// cluster); past it a page's stream is refused with a 503 [default: 64].
+    #[arg(long, env = "PARLEY_MAX_EVENT_STREAMS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_event_streams: Option<u32>,
     /// Debate configuration: the form's defaults and the settings of every debate
     /// (default ./debate-config.json).
     #[arg(short = 'c', long, value_name = "FILE")]
@@ -183,18 +191,23 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
                     endpoints.describe()
                 );
             }
-            let endpoint = parley_cluster::NatsEndpoint::new(
+            let endpoint = parley_cluster::NatsEndpoint::client(
                 url.clone(),
                 args.nats_creds.clone(),
-                parley_cluster::nats::INBOX_CLIENT,
-            );
+                args.nats_inbox_prefix.as_deref(),
+            )
+            .map_err(|e| CliError::usage(format!("{e:#}")))?;
             let client = parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(10))
                 .await
                 .map_err(|e| CliError::general(format!("{e:#}")))?;
-            Arc::new(parley_web::ClusterBackend::new(
+            Arc::new(parley_web::ClusterBackend::with_max_event_streams(
                 client,
                 specs,
                 report::markdown,
+                args.max_event_streams
+                    .map_or(parley_web::cluster::DEFAULT_MAX_EVENT_STREAMS, |n| {
+                        n as usize
+                    }),
             ))
         }
         None => {

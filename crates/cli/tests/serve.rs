@@ -704,7 +704,7 @@ async fn the_api_refuses_what_it_must() {
     assert!(!s.proc.log().contains(token), "the token was logged");
 }
 
-/// A cluster with the shipped NATS roles; `serve` connects as a `client`.
+/// A cluster with the shipped NATS roles; `serve` connects as the `serve` user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
     let c = Cluster::start_with_roles(json!({})).await;
@@ -713,10 +713,10 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
     let _judge = c.worker("judge");
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), None);
-    let url = c.nats_url_for("client");
+    let url = c.nats_url_for("serve");
     let s = Serve::start(dir.path(), &["--nats-url", &url]);
     assert!(
-        !s.proc.log().contains(&c.roles.as_ref().unwrap().client),
+        !s.proc.log().contains(&c.roles.as_ref().unwrap().serve),
         "the password was logged"
     );
     let (_, cfg) = s.get("/api/config").await;

@@ -18,6 +18,8 @@
 //! - [`trace`]: the `task` span every task run opens ([`task_span`]).
 //! - [`nats`]: connecting with credentials (URL user/password or token, `.creds` / NKey
 //!   seed file), a per-role inbox prefix, URLs redacted in messages.
+//! - [`events`]: following a debate's events as a client through a consumer the
+//!   coordinator creates (`parley.debates.follow` / `list`), and creating those consumers.
 //! - [`status`]: a debate's full state read as a client: inline or in pages, put back
 //!   together.
 //! - [`dispatch`]: dispatch tokens (HMAC of task id and attempt under a per-debate secret)
@@ -27,6 +29,7 @@
 //! `parley-worker`) → this crate → `parley-protocol`.
 
 pub mod dispatch;
+pub mod events;
 pub mod nats;
 pub mod redis_store;
 pub mod service;

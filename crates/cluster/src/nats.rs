@@ -11,9 +11,14 @@
 //! Giving both is an error (which one would win is not obvious). URLs are never logged or
 //! echoed with their credentials ([`redact`]).
 //!
-//! Each role uses its own inbox prefix ([`INBOX_COORDINATOR`], [`INBOX_WORKER`]), so the
-//! server's permissions can keep replies meant for a service (JetStream API answers, pulled
-//! task messages) away from clients, who subscribe to `_INBOX.>`.
+//! Each identity uses its own inbox prefix, so the server's permissions can keep replies
+//! meant for one identity (request replies, JetStream API answers, pulled task messages and
+//! events) away from every other: the coordinator [`INBOX_COORDINATOR`], the workers
+//! [`inbox_worker`] (one per kind), and each client its own ([`NatsEndpoint::client`]):
+//! given explicitly (`--nats-inbox-prefix`, `PARLEY_NATS_INBOX_PREFIX`), else
+//! `_INBOX_<user>` for a user named in the URL, else NATS's default `_INBOX` (a server
+//! without per-user permissions). The shipped server config lets each user subscribe only
+//! to its own prefix (`deploy/nats/parley.conf`, `deploy/nats/client-user.sh`).
 //!
 //! Server errors (a permission violation above all) are logged as warnings: with the
 //! shipped roles a refused publish is otherwise silent.
@@ -25,10 +30,45 @@ use anyhow::{anyhow, Context as _};
 
 /// Inbox prefix of the coordinator's connections.
 pub const INBOX_COORDINATOR: &str = "_INBOX_coordinator";
-/// Inbox prefix of the workers' connections.
-pub const INBOX_WORKER: &str = "_INBOX_worker";
-/// Inbox prefix of clients (the CLI): the NATS default.
+/// Inbox prefix of the agent workers' connections.
+pub const INBOX_AGENT_WORKER: &str = "_INBOX_agent_worker";
+/// Inbox prefix of the judge workers' connections.
+pub const INBOX_JUDGE_WORKER: &str = "_INBOX_judge_worker";
+/// Inbox prefix of a client that names no user: the NATS default.
 pub const INBOX_CLIENT: &str = "_INBOX";
+/// Longest inbox prefix accepted (a subject token; the server's control line is bounded).
+pub const MAX_INBOX_PREFIX_BYTES: usize = 64;
+
+/// Inbox prefix of a worker of `kind`.
+pub fn inbox_worker(kind: parley_protocol::WorkerKind) -> &'static str {
+    match kind {
+        parley_protocol::WorkerKind::Agent => INBOX_AGENT_WORKER,
+        parley_protocol::WorkerKind::Judge => INBOX_JUDGE_WORKER,
+    }
+}
+
+/// Checks an inbox prefix: one subject token of letters, digits, `_` and `-`, at most
+/// [`MAX_INBOX_PREFIX_BYTES`] bytes (no `.`, no wildcard, no space).
+pub fn validate_inbox_prefix(prefix: &str) -> anyhow::Result<()> {
+    let ok = !prefix.is_empty()
+        && prefix.len() <= MAX_INBOX_PREFIX_BYTES
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(anyhow!(
+            "NATS inbox prefix {:?}: expected 1 to {MAX_INBOX_PREFIX_BYTES} letters, digits, \
+             '_' or '-' (one subject token)",
+            clip(prefix)
+        ))
+    }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
+}
 
 /// Where and as whom to connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,17 +77,55 @@ pub struct NatsEndpoint {
     pub url: String,
     /// A `.creds` or NKey seed file.
     pub creds: Option<PathBuf>,
-    /// Inbox prefix of this role (see the module docs).
-    pub inbox_prefix: &'static str,
+    /// Inbox prefix of this identity (see the module docs).
+    pub inbox_prefix: String,
 }
 
 impl NatsEndpoint {
-    pub fn new(url: impl Into<String>, creds: Option<PathBuf>, inbox_prefix: &'static str) -> Self {
+    pub fn new(
+        url: impl Into<String>,
+        creds: Option<PathBuf>,
+        inbox_prefix: impl Into<String>,
+    ) -> Self {
         Self {
             url: url.into(),
             creds,
-            inbox_prefix,
+            inbox_prefix: inbox_prefix.into(),
         }
+    }
+
+    /// A client's endpoint (the CLI, `parley serve`): its inbox prefix is `inbox_prefix`
+    /// when given, else `_INBOX_<user>` when the (first) URL names a user, else
+    /// [`INBOX_CLIENT`]. An invalid prefix (given, or derived from a user name that is not
+    /// one subject token) is an error naming it.
+    pub fn client(
+        url: impl Into<String>,
+        creds: Option<PathBuf>,
+        inbox_prefix: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let url = url.into();
+        let prefix = match inbox_prefix.map(str::trim).filter(|p| !p.is_empty()) {
+            Some(p) => p.to_string(),
+            None => {
+                let first = url.split(',').find(|s| !s.trim().is_empty()).unwrap_or("");
+                match split_credentials(first).1 {
+                    Some(UrlAuth::UserPassword(user, _)) => {
+                        let derived = format!("{INBOX_CLIENT}_{user}");
+                        validate_inbox_prefix(&derived).map_err(|_| {
+                            anyhow!(
+                                "the NATS user name {:?} cannot name an inbox (letters, digits, \
+                                 '_' and '-' only): give --nats-inbox-prefix",
+                                clip(&user)
+                            )
+                        })?;
+                        derived
+                    }
+                    _ => INBOX_CLIENT.to_string(),
+                }
+            }
+        };
+        validate_inbox_prefix(&prefix)?;
+        Ok(Self::new(url, creds, prefix))
     }
 }
 
@@ -163,7 +241,9 @@ pub fn connect_options(
     if servers.is_empty() {
         return Err(anyhow!("no NATS server URL given"));
     }
-    let mut options = async_nats::ConnectOptions::new().custom_inbox_prefix(endpoint.inbox_prefix);
+    validate_inbox_prefix(&endpoint.inbox_prefix)?;
+    let mut options =
+        async_nats::ConnectOptions::new().custom_inbox_prefix(endpoint.inbox_prefix.clone());
     match (&endpoint.creds, url_auth) {
         (Some(_), Some(_)) => {
             return Err(anyhow!(
@@ -264,5 +344,33 @@ mod tests {
         assert!(!e.contains("SUPERSECRET"), "{e}");
         let both = NatsEndpoint::new("nats://u:p@h:1", Some(seed), INBOX_CLIENT);
         assert!(connect_options(&both).is_err());
+    }
+
+    #[test]
+    fn each_client_gets_its_own_inbox_prefix() {
+        let prefix = |url: &str, given: Option<&str>| {
+            NatsEndpoint::client(url, None, given).map(|e| e.inbox_prefix)
+        };
+        assert_eq!(prefix("nats://alice:pw@h:1", None).unwrap(), "_INBOX_alice");
+        assert_eq!(
+            prefix("nats://alice:pw@h:1,nats://h2:2", Some("_INBOX_team-a")).unwrap(),
+            "_INBOX_team-a"
+        );
+        assert_eq!(prefix("nats://h:1", None).unwrap(), "_INBOX");
+        assert_eq!(prefix("nats://tok@h:1", None).unwrap(), "_INBOX");
+        for bad in ["_INBOX.>", "a b", "*", &"x".repeat(65)] {
+            let e = prefix("nats://h:1", Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("inbox prefix"), "{e}");
+        }
+        // A user name that cannot be a subject token needs an explicit prefix.
+        let e = prefix("nats://a.b:pw@h:1", None).unwrap_err().to_string();
+        assert!(
+            e.contains("--nats-inbox-prefix") && !e.contains("pw"),
+            "{e}"
+        );
+        assert_eq!(
+            prefix("nats://a.b:pw@h:1", Some("_INBOX_ab")).unwrap(),
+            "_INBOX_ab"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! ```toml
 //! nats_url = "nats://nats:4222"        # PARLEY_NATS_URL, --nats-url (may carry user:password@ or token@)
 //! nats_creds = "worker.creds"          # PARLEY_NATS_CREDS, --nats-creds (.creds or NKey seed file)
+//! nats_inbox_prefix = "_INBOX_agent_worker" # PARLEY_NATS_INBOX_PREFIX (default: the role's, see `nats`)
 //! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url
 //! metrics_addr = "0.0.0.0:9090"        # PARLEY_METRICS_ADDR, --metrics-addr ("off" disables)
 //! lease_ttl_ms = 10000                 # coordinator
@@ -19,6 +20,7 @@
 //! task_deadline_margin_secs = 300      # coordinator: added to each task's timeout
 //! max_tokens = 16384                   # coordinator: cap on a participant's maxTokens; workers: cap on every call
 //! max_pending_requests = 256           # coordinator: requests handled at once
+//! max_followers = 512                  # coordinator: event followers (consumers) open at once
 //! clarification_timeout_secs = 3600    # coordinator: unanswered clarification questions become "NA" (default: a day)
 //! ```
 //!
@@ -111,8 +113,10 @@ pub struct SettingsFile {
     pub retention: Option<DurationSetting>,
     pub task_deadline_margin_secs: Option<u64>,
     pub nats_creds: Option<PathBuf>,
+    pub nats_inbox_prefix: Option<String>,
     pub max_tokens: Option<u32>,
     pub max_pending_requests: Option<usize>,
+    pub max_followers: Option<usize>,
     pub clarification_timeout_secs: Option<u64>,
 }
 
@@ -171,6 +175,9 @@ pub struct CommonSettings {
     pub nats_url: String,
     /// NATS credentials file (`.creds` or NKey seed).
     pub nats_creds: Option<PathBuf>,
+    /// Inbox prefix of this service's NATS replies; `None`: its role's
+    /// ([`crate::nats::INBOX_COORDINATOR`], [`crate::nats::inbox_worker`]).
+    pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
     pub metrics_addr: Option<SocketAddr>,
 }
@@ -187,6 +194,11 @@ pub struct CommonArgs {
     /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
     #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<PathBuf>,
+    /// Inbox prefix of this service's NATS replies (the only subjects its NATS user may
+    /// receive replies on) [default: `_INBOX_coordinator`, `_INBOX_agent_worker`,
+    /// `_INBOX_judge_worker`].
+    #[arg(long, env = "PARLEY_NATS_INBOX_PREFIX", value_name = "PREFIX")]
+    pub nats_inbox_prefix: Option<String>,
     /// Redis URL (`redis://`, `rediss://`; may carry credentials) [default: redis://127.0.0.1:6379].
     #[arg(long, env = "PARLEY_REDIS_URL")]
     pub redis_url: Option<String>,
@@ -236,6 +248,15 @@ impl CommonArgs {
                 );
             }
         }
+        let nats_inbox_prefix = self
+            .nats_inbox_prefix
+            .clone()
+            .or(file.nats_inbox_prefix.clone());
+        if let Some(prefix) = &nats_inbox_prefix {
+            if let Err(e) = crate::nats::validate_inbox_prefix(prefix) {
+                problems.push("nats_inbox_prefix", format!("{e:#}"));
+            }
+        }
         let redis_url = pick(
             self.redis_url.clone(),
             file.redis_url.clone(),
@@ -261,6 +282,7 @@ impl CommonArgs {
             CommonSettings {
                 nats_url,
                 nats_creds,
+                nats_inbox_prefix,
                 redis_url,
                 metrics_addr,
             },
@@ -318,6 +340,7 @@ mod tests {
             settings: Some(path),
             nats_url: Some("tls://flag:4222".into()),
             nats_creds: None,
+            nats_inbox_prefix: None,
             redis_url: None,
             metrics_addr: Some("off".into()),
         };
@@ -338,6 +361,7 @@ mod tests {
             settings: Some(write(dir.path(), "nats_url = \"http://localhost:4222\"\n")),
             nats_url: None,
             nats_creds: Some(dir.path().join("missing.creds")),
+            nats_inbox_prefix: Some("_INBOX.>".into()),
             redis_url: Some("http://:hunter2@x".into()),
             metrics_addr: Some("nonsense".into()),
         };
@@ -348,6 +372,7 @@ mod tests {
         for key in [
             "nats_url:",
             "nats_creds:",
+            "nats_inbox_prefix:",
             "redis_url:",
             "metrics_addr:",
             "concurrency:",

@@ -53,6 +53,11 @@ struct Args {
     /// Requests handled at once; more are answered `unavailable` [default: 256].
     #[arg(long, env = "PARLEY_MAX_PENDING_REQUESTS")]
     max_pending_requests: Option<usize>,
+    /// Event followers (consumers clients read a debate's events from) open at once, for
+    /// the whole cluster; past it `parley.debates.follow` answers `unavailable` [default:
+    /// 512].
+    #[arg(long, env = "PARLEY_MAX_FOLLOWERS")]
+    max_followers: Option<usize>,
     /// Seconds a debate waits for answers to its clarification questions; then every open
     /// question is answered "NA" and the debate goes on (at least 1) [default: 86400, a
     /// day].
@@ -115,6 +120,16 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         ),
         1,
     );
+    let max_followers = at_least(
+        &mut problems,
+        "max_followers",
+        pick(
+            args.max_followers,
+            file.max_followers,
+            parley_cluster::events::DEFAULT_MAX_FOLLOWERS,
+        ),
+        1,
+    );
     let clarification_timeout_secs = at_least(
         &mut problems,
         "clarification_timeout_secs",
@@ -139,6 +154,7 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         Duration::from_millis(lease_ttl_ms),
     );
     config.nats_creds = common.nats_creds;
+    config.nats_inbox_prefix = common.nats_inbox_prefix;
     config.metrics_addr = common.metrics_addr;
     config.retention = (!retention.is_zero()).then_some(retention);
     config.task_deadline_margin = Duration::from_secs(task_deadline_margin_secs);
@@ -148,6 +164,7 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         providers,
     };
     config.max_pending_requests = max_pending_requests;
+    config.max_followers = max_followers;
     config.clarification_timeout = Some(Duration::from_secs(clarification_timeout_secs));
     Ok(config)
 }

@@ -10,6 +10,9 @@
 //!   lease) but has nothing in flight; it survives crashes and takeovers like any other.
 //!   With [`CoordinatorConfig::clarification_timeout`] its actor answers every open
 //!   question `"NA"` once the debate has waited that long (counted from the checkpoint).
+//! - `parley.debates.follow` / `parley.debates.list`: a consumer of one debate's events (at
+//!   most [`CoordinatorConfig::max_followers`] at once), or of every debate's last event,
+//!   created for the requester, who only pulls from it (`parley_cluster::events`).
 //! - `parley.results.>`: every replica listens; a notification goes to the local actor of
 //!   that debate, if any.
 //! - `parley.control.<id>.<retry|cancel>`: every replica listens; only the owner of the
@@ -98,6 +101,8 @@ pub struct CoordinatorConfig {
     pub nats_url: String,
     /// NATS credentials file (`.creds` or NKey seed), see `parley_cluster::nats`.
     pub nats_creds: Option<std::path::PathBuf>,
+    /// Inbox prefix of the NATS replies; `None`: `_INBOX_coordinator`.
+    pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
     /// Lease time-to-live: how long a crashed replica's debates wait before a takeover.
     pub lease_ttl: Duration,
@@ -120,6 +125,8 @@ pub struct CoordinatorConfig {
     pub policy: SubmissionPolicy,
     /// Requests handled at once; past it a request is answered `unavailable`.
     pub max_pending_requests: usize,
+    /// Event followers open at once (see `parley_cluster::events`).
+    pub max_followers: usize,
     /// How long a debate waits for clarification answers before open questions are
     /// answered `"NA"`; `None`: as long as it takes.
     pub clarification_timeout: Option<Duration>,
@@ -130,6 +137,7 @@ impl CoordinatorConfig {
         Self {
             nats_url,
             nats_creds: None,
+            nats_inbox_prefix: None,
             redis_url,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
@@ -143,6 +151,7 @@ impl CoordinatorConfig {
             drain: DEFAULT_DRAIN,
             policy: SubmissionPolicy::default(),
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
+            max_followers: parley_cluster::events::DEFAULT_MAX_FOLLOWERS,
             clarification_timeout: Some(DEFAULT_CLARIFICATION_TIMEOUT),
         }
     }
@@ -174,6 +183,8 @@ struct Service {
     policy: SubmissionPolicy,
     /// One permit per request being handled (bounds the spawned handlers).
     requests: Arc<Semaphore>,
+    /// Event followers open at once, at most.
+    max_followers: usize,
 }
 
 /// Runs a coordinator replica until `shutdown` is cancelled.
@@ -219,6 +230,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         page_bytes,
         policy: config.policy.clone(),
         requests: Arc::new(Semaphore::new(config.max_pending_requests.max(1))),
+        max_followers: config.max_followers.max(1),
     });
 
     let mut loops = Vec::new();
@@ -228,6 +240,8 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         subjects::RETRY,
         subjects::CANCEL,
         subjects::ANSWER,
+        subjects::FOLLOW,
+        subjects::LIST,
     ] {
         let sub = nats
             .queue_subscribe(subject, subjects::COORDINATOR_QUEUE.into())
@@ -285,7 +299,10 @@ async fn connect(
     let endpoint = NatsEndpoint::new(
         config.nats_url.clone(),
         config.nats_creds.clone(),
-        INBOX_COORDINATOR,
+        config
+            .nats_inbox_prefix
+            .clone()
+            .unwrap_or_else(|| INBOX_COORDINATOR.to_string()),
     );
     let (nats, store) =
         start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown).await?;
@@ -408,6 +425,8 @@ fn subject_label(subject: &str) -> &'static str {
         subjects::RETRY => "retry",
         subjects::CANCEL => "cancel",
         subjects::ANSWER => "answer",
+        subjects::FOLLOW => "follow",
+        subjects::LIST => "list",
         _ => "control",
     }
 }
@@ -442,6 +461,8 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
                 subjects::RETRY => Some(svc.user_command(&msg.payload, Command::Retry).await),
                 subjects::CANCEL => Some(svc.user_command(&msg.payload, Command::Cancel).await),
                 subjects::ANSWER => Some(svc.answer(&msg.payload).await),
+                subjects::FOLLOW => Some(within_deadline(svc.follow(&msg.payload)).await),
+                subjects::LIST => Some(within_deadline(svc.follow_all()).await),
                 s => svc.control(s, &msg.payload).await,
             };
             let Some(reply) = reply else { return };
@@ -954,6 +975,25 @@ impl Service {
 
     /// `parley.debates.answer`: checked against the checkpoint, then applied by the
     /// debate's actor (see the module docs).
+    /// `parley.debates.follow`: a consumer of exactly one debate's events, created for the
+    /// requester (clients may not create consumers; see `parley_cluster::events`).
+    async fn follow(&self, payload: &[u8]) -> Reply {
+        let target = parley_cluster::events::FollowTarget::decode(payload)?;
+        let reply =
+            parley_cluster::events::create_follower(&self.js, &target, Some(self.max_followers))
+                .await?;
+        serde_json::to_value(reply).map_err(|e| err(ErrorCode::Internal, e.to_string()))
+    }
+
+    /// `parley.debates.list`: a consumer of every debate's last event (only the `serve`
+    /// and `operator` roles may ask). Not counted against `max_followers`: the page's list
+    /// keeps working when followers are exhausted.
+    async fn follow_all(&self) -> Reply {
+        let target = parley_cluster::events::FollowTarget::LastOfEach;
+        let reply = parley_cluster::events::create_follower(&self.js, &target, None).await?;
+        serde_json::to_value(reply).map_err(|e| err(ErrorCode::Internal, e.to_string()))
+    }
+
     async fn answer(&self, payload: &[u8]) -> Reply {
         let req = decode_answer_request(payload).map_err(ErrorReply::from)?;
         let id = req.debate_id.clone();

@@ -12,6 +12,11 @@ pub const EVALS_SUBMIT: &str = "parley.evals.submit";
 pub const JUDGE_WORKERS_QUEUE: &str = "parley-judge-workers";
 /// Answers to a debate's clarification questions (`parley_protocol::AnswerRequest`).
 pub const ANSWER: &str = "parley.debates.answer";
+/// A consumer of one debate's events, created by a coordinator for the requester
+/// (`parley_cluster::events`): clients never create consumers themselves.
+pub const FOLLOW: &str = "parley.debates.follow";
+/// A consumer of every debate's last event (the page's list; `serve` and `operator` roles).
+pub const LIST: &str = "parley.debates.list";
 /// Queue group shared by coordinator replicas.
 pub const COORDINATOR_QUEUE: &str = "parley-coordinators";
 

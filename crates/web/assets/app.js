@@ -248,6 +248,21 @@
     c.textContent = state === 'live' ? 'Live' : 'Reconnecting…';
   }
 
+  /** A 503 (the server follows as many event streams as it allows, or the cluster has no
+   *  event follower to spare): the server's reason, shown where the connection state is,
+   *  instead of a list or a stream that silently stops. */
+  function showUnavailable(message) {
+    const c = $('conn');
+    c.hidden = false;
+    c.className = 'conn retrying';
+    c.textContent = `Unavailable (503): ${message || 'the server is busy'}. Retrying…`;
+  }
+
+  /** The message of a 503 response's `{"error": {"message"}}` body. */
+  async function unavailableMessage(res) {
+    try { const d = await res.json(); return d && d.error ? d.error.message : ''; } catch (_) { return ''; }
+  }
+
   function showLogin(message) {
     $('login').hidden = false;
     clear($('view'));
@@ -298,7 +313,10 @@
       const data = await api('GET', '/debates');
       app.debates = data.debates || [];
       renderList();
-    } catch (_) { /* shown by the next successful refresh */ }
+    } catch (e) {
+      // A 503 says why; anything else is shown by the next successful refresh.
+      if (e && e.status === 503) showUnavailable(e.message);
+    }
   }
 
   function shownStatus(d) {
@@ -388,6 +406,12 @@
         });
         if (res.status === 401) { showLogin('The token was not accepted.'); return; }
         if (res.status === 404) { view.gone(); return; }
+        if (res.status === 503) {
+          showUnavailable(await unavailableMessage(res));
+          await new Promise((r) => setTimeout(r, backoff));
+          backoff = Math.min(backoff * 2, 8000);
+          continue;
+        }
         if (!res.ok || !res.body) throw new Error(`events: ${res.status}`);
         setConn('live');
         backoff = 1000;

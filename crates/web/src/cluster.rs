@@ -5,15 +5,21 @@
 //!   (`parley.debates.*`), exactly as `parley submit / status / retry / cancel / answer`
 //!   send them. A state larger than one NATS message arrives in pages and is put back
 //!   together.
-//! - events: an ordered consumer of the `PARLEY_EVENTS` stream filtered on the debate's
-//!   subject, replayed from the start; events at or below the resume point are skipped.
-//! - the list: an ordered consumer delivering the last event of every debate in the stream
-//!   (status, round, phase); the problem of the most recent ones is fetched once with a
+//! - events: a consumer of the `PARLEY_EVENTS` stream filtered on the debate's subject,
+//!   which a coordinator creates for this server (`parley.debates.follow`; clients may not
+//!   create consumers, see `parley_cluster::events`), replayed from the start; events at
+//!   or below the resume point are skipped. At most [`DEFAULT_MAX_EVENT_STREAMS`] (or
+//!   `--max-event-streams`) at once: past it, and when the coordinators have no follower
+//!   to spare, the stream is refused with a 503 the page shows.
+//! - the list: a consumer delivering the last event of every debate in the stream
+//!   (`parley.debates.list`, which only the `serve` and `operator` roles may ask for):
+//!   status, round, phase; the problem of the most recent ones is fetched once with a
 //!   status request and cached (it never changes). Debates whose events have expired from
 //!   the stream are not listed (their state stays reachable by id).
 //!
 //! The server connects as a NATS client; with the shipped roles (`deploy/nats/parley.conf`)
-//! that is the `client` role plus `parley.debates.answer`.
+//! that is the `serve` user: a client that may also ask for the list and delete the list's
+//! consumer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,9 +29,11 @@ use async_nats::jetstream;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
+use parley_cluster::events::{FollowTarget, Follower};
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::DebateState;
 use serde_json::{json, Value};
+use tokio::sync::Semaphore;
 
 use crate::backend::{
     problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream, FormDefaults,
@@ -40,6 +48,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const COMMAND_ATTEMPTS: u32 = 4;
 /// Wait between those attempts.
 const COMMAND_BACKOFF: Duration = Duration::from_millis(500);
+/// Event streams one server follows at once by default (each is a consumer in the cluster).
+pub const DEFAULT_MAX_EVENT_STREAMS: usize = 64;
 /// Debates whose problem the list fetches per call, at most (the rest show theirs once
 /// fetched by a later call).
 const PROBLEMS_PER_LIST: usize = 24;
@@ -54,15 +64,33 @@ pub struct ClusterBackend {
     /// Debate id → its problem's preview (immutable, so caching it keeps `serve`
     /// stateless in every way that matters).
     problems: Mutex<HashMap<String, String>>,
+    /// One permit per open event stream: a server follows at most
+    /// `max_event_streams` debates at once (each is a consumer in the cluster).
+    event_streams: Arc<Semaphore>,
+    max_event_streams: usize,
 }
 
 impl ClusterBackend {
     pub fn new(client: async_nats::Client, specs: Arc<dyn SpecSource>, report: ReportFn) -> Self {
+        Self::with_max_event_streams(client, specs, report, DEFAULT_MAX_EVENT_STREAMS)
+    }
+
+    /// A front end that follows at most `max_event_streams` debates' events at once (past
+    /// it, a new stream is refused with a 503).
+    pub fn with_max_event_streams(
+        client: async_nats::Client,
+        specs: Arc<dyn SpecSource>,
+        report: ReportFn,
+        max_event_streams: usize,
+    ) -> Self {
+        let max_event_streams = max_event_streams.max(1);
         Self {
             client,
             specs,
             report,
             problems: Mutex::new(HashMap::new()),
+            event_streams: Arc::new(Semaphore::new(max_event_streams)),
+            max_event_streams,
         }
     }
 
@@ -122,72 +150,43 @@ impl ClusterBackend {
         .await
     }
 
-    async fn events_stream(&self) -> Result<jetstream::stream::Stream<()>, ApiError> {
-        jetstream::new(self.client.clone())
+    /// The last event of every debate in the events stream, from a consumer a
+    /// coordinator creates for this server (`parley.debates.list`; see
+    /// `parley_cluster::events`).
+    async fn last_events(&self) -> Result<Vec<Value>, ApiError> {
+        let mut follower = Follower::start(self.client.clone(), FollowTarget::LastOfEach)
+            .await
+            .map_err(api_error)?;
+        let mut out = Vec::new();
+        if follower.pending_at_start() > 0 {
+            while let Ok(Some(msg)) =
+                tokio::time::timeout(Duration::from_secs(3), follower.next()).await
+            {
+                let Ok(msg) = msg else { break };
+                let pending = msg.info().map(|i| i.pending).unwrap_or(0);
+                if let Ok(v) = serde_json::from_slice::<Value>(&msg.payload) {
+                    out.push(v);
+                }
+                if pending == 0 {
+                    break;
+                }
+            }
+        }
+        // Not left for the server to expire: a page lists every few seconds. (Only the
+        // `serve` role may delete consumers; without it the consumer expires on its own.)
+        if let Ok(stream) = jetstream::new(self.client.clone())
             .get_stream_no_info(subjects::EVENTS_STREAM)
             .await
-            .map_err(|e| ApiError::unavailable(format!("events stream unavailable: {e}")))
-    }
-
-    /// The last event of every debate in the events stream.
-    async fn last_events(&self) -> Result<Vec<Value>, ApiError> {
-        let stream = self.events_stream().await?;
-        let name = consumer_name("list");
-        let consumer = stream
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                name: Some(name.clone()),
-                filter_subject: subjects::events_subject("*"),
-                deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| ApiError::unavailable(format!("cannot read the events stream: {e}")))?;
-        let mut out = Vec::new();
-        if consumer.cached_info().num_pending > 0 {
-            self.read_last_events(consumer, &mut out).await?;
-        }
-        // Not left for the server to expire: a page lists every few seconds.
-        let _ = stream.delete_consumer(&name).await;
-        Ok(out)
-    }
-
-    async fn read_last_events(
-        &self,
-        consumer: jetstream::consumer::Consumer<jetstream::consumer::pull::OrderedConfig>,
-        out: &mut Vec<Value>,
-    ) -> Result<(), ApiError> {
-        let mut messages = consumer
-            .messages()
-            .await
-            .map_err(|e| ApiError::unavailable(format!("cannot read the events stream: {e}")))?;
-        while let Ok(Some(msg)) =
-            tokio::time::timeout(Duration::from_secs(3), messages.next()).await
         {
-            let Ok(msg) = msg else { break };
-            let pending = msg.info().map(|i| i.pending).unwrap_or(0);
-            if let Ok(v) = serde_json::from_slice::<Value>(&msg.payload) {
-                out.push(v);
-            }
-            if pending == 0 {
-                break;
-            }
+            let _ = stream.delete_consumer(follower.consumer()).await;
         }
-        Ok(())
+        Ok(out)
     }
 }
 
-/// A unique consumer name (the client role creates consumers by name).
-fn consumer_name(what: &str) -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    format!(
-        "serve-{what}-{:x}-{:x}-{:x}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros())
-            .unwrap_or_default(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    )
+/// A coordinator's error reply as the API's error (`unavailable` is a 503).
+fn api_error(e: ErrorReply) -> ApiError {
+    ApiError::new(e.error.code, e.error.message)
 }
 
 fn list_item(v: &Value) -> Option<DebateListItem> {
@@ -300,27 +299,33 @@ impl Backend for ClusterBackend {
         // 404 for an unknown debate, before a stream that would wait forever.
         let body = json!({ "debateId": id, "view": "summary" }).to_string();
         self.request(subjects::STATUS, body.into_bytes()).await?;
-        let stream = self.events_stream().await?;
-        let consumer = stream
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                name: Some(consumer_name("events")),
-                filter_subject: subjects::events_subject(id),
-                deliver_policy: jetstream::consumer::DeliverPolicy::All,
-                ..Default::default()
-            })
+        // At most `max_event_streams` at once per server; the permit lives as long as the
+        // stream (a closed browser tab gives it back).
+        let permit = self
+            .event_streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                ApiError::unavailable(format!(
+                    "this server follows {} debates' events at once, the most it allows; \
+                 try again later",
+                    self.max_event_streams
+                ))
+            })?;
+        let target = FollowTarget::Debate {
+            id: id.to_string(),
+            after_stream_seq: 0,
+        };
+        let messages = Follower::start(self.client.clone(), target)
             .await
-            .map_err(|e| ApiError::unavailable(format!("cannot follow events: {e}")))?;
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| ApiError::unavailable(format!("cannot follow events: {e}")))?;
+            .map_err(api_error)?
+            .into_messages();
         let mut last = after;
         let events = messages.filter_map(move |m| {
-            // An error is the ordered consumer recreating itself (e.g. NATS restarted): it
-            // goes on from where it was.
-            let event = m
+            // (The follower goes on after an error, e.g. NATS restarted, from where it was.)
+            let _held = &permit;
+            let event = String::from_utf8(m.payload.to_vec())
                 .ok()
-                .and_then(|m| String::from_utf8(m.payload.to_vec()).ok())
                 .and_then(WireEvent::from_json)
                 .filter(|e| e.seq > last);
             if let Some(e) = &event {

@@ -98,6 +98,7 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
         kind,
         nats_url: common.nats_url,
         nats_creds: common.nats_creds,
+        nats_inbox_prefix: common.nats_inbox_prefix,
         redis_url: common.redis_url,
         base_url,
         limits,

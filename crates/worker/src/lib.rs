@@ -131,6 +131,8 @@ pub struct WorkerConfig {
     pub nats_url: String,
     /// NATS credentials file (`.creds` or NKey seed), see `parley_cluster::nats`.
     pub nats_creds: Option<std::path::PathBuf>,
+    /// Inbox prefix of the NATS replies; `None`: the kind's (`parley_cluster::nats`).
+    pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
     /// Global OpenAI-compatible base URL (the debate config's `baseUrl`).
     pub base_url: Option<String>,
@@ -332,7 +334,10 @@ async fn start(
     let endpoint = parley_cluster::NatsEndpoint::new(
         config.nats_url.clone(),
         config.nats_creds.clone(),
-        parley_cluster::nats::INBOX_WORKER,
+        config
+            .nats_inbox_prefix
+            .clone()
+            .unwrap_or_else(|| parley_cluster::nats::inbox_worker(config.kind).to_string()),
     );
     let (nats, store) =
         parley_cluster::start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown)

@@ -163,6 +163,8 @@ metrics_addr = {{ printf "0.0.0.0:%d" (int $ctx.Values.metrics.port) | toJson }}
 drain_secs = {{ int $v.drainSecs }}
 {{- if eq .component "coordinator" }}
 lease_ttl_ms = {{ int $v.leaseTtlMs }}
+# The operator's providers section: allowedModels are refused at submission.
+config = "debate-config.json"
 {{- else }}
 concurrency = {{ include "parley.concurrency" . }}
 ack_wait_secs = {{ int $v.ackWaitSecs }}
@@ -173,14 +175,44 @@ config = "debate-config.json"
 {{- end }}
 {{- end }}
 
+{{/*
+PARLEY_NATS_URL of a component with nats.auth=password: its own user, and the password
+from $(NATS_PASSWORD), in the first server URL (the client takes the credentials from it).
+*/}}
+{{- define "parley.natsUrlWithUser" -}}
+{{- $ctx := .ctx }}
+{{- $user := get $ctx.Values.nats.users (get (dict "coordinator" "coordinator" "agent-worker" "agentWorker" "judge-worker" "judgeWorker") .component) }}
+{{- $urls := splitList "," $ctx.Values.nats.url }}
+{{- $first := trim (first $urls) }}
+{{- $withUser := "" }}
+{{- if contains "://" $first }}
+{{- $parts := splitn "://" 2 $first }}
+{{- $withUser = printf "%s://%s:$(NATS_PASSWORD)@%s" $parts._0 $user $parts._1 }}
+{{- else }}
+{{- $withUser = printf "%s:$(NATS_PASSWORD)@%s" $user $first }}
+{{- end }}
+{{- join "," (prepend (rest $urls) $withUser) }}
+{{- end }}
+
 {{/* Checks that fail the render with a message naming the value. */}}
 {{- define "parley.validate" -}}
 {{- $ctx := . }}
-{{- if and .Values.nats.credentials.enabled (not .Values.secrets.existingSecret) (not .Values.secrets.natsCreds) }}
-{{- fail "nats.credentials.enabled needs secrets.natsCreds (the .creds file's contents) or secrets.existingSecret" }}
+{{- if ne .Values.nats.auth "none" }}
+{{- if not .Values.secrets.existingSecret }}
+{{- range $k := list "coordinator" "agentWorker" "judgeWorker" }}
+{{- if not (get $ctx.Values.secrets.nats $k) }}
+{{- fail (printf "nats.auth=%s needs secrets.nats.%s (each component its own NATS credential) or secrets.existingSecret; nats.auth=none only for a NATS without authentication" $ctx.Values.nats.auth $k) }}
 {{- end }}
-{{- if and .Values.nats.urlFromSecret (not .Values.secrets.existingSecret) (not .Values.secrets.natsUrl) }}
-{{- fail "nats.urlFromSecret needs secrets.natsUrl or secrets.existingSecret" }}
+{{- end }}
+{{- $n := .Values.secrets.nats }}
+{{- if or (and $n.coordinator (eq $n.coordinator $n.agentWorker)) (and $n.coordinator (eq $n.coordinator $n.judgeWorker)) (and $n.agentWorker (eq $n.agentWorker $n.judgeWorker)) }}
+{{- fail "secrets.nats: two components share one NATS credential; give each its own (deploy/nats/parley.conf has a user per component)" }}
+{{- end }}
+{{- end }}
+{{- $u := .Values.nats.users }}
+{{- if and (eq .Values.nats.auth "password") (or (eq $u.coordinator $u.agentWorker) (eq $u.coordinator $u.judgeWorker) (eq $u.agentWorker $u.judgeWorker)) }}
+{{- fail "nats.users: two components share one NATS user; give each its own" }}
+{{- end }}
 {{- end }}
 {{- if and .Values.redis.urlFromSecret (not .Values.secrets.existingSecret) (not .Values.secrets.redisUrl) }}
 {{- fail "redis.urlFromSecret needs secrets.redisUrl or secrets.existingSecret" }}
