@@ -17,10 +17,12 @@ use serde_json::Value;
 
 /// Characters of the problem a list entry shows.
 pub const PROBLEM_PREVIEW_CHARS: usize = 240;
-/// Clarification answers in one request, at most.
-pub const MAX_ANSWERS: usize = 256;
-/// Characters in one clarification answer.
-pub const MAX_ANSWER_CHARS: usize = 10_000;
+/// Clarification answers in one request, at most: the protocol's limit, the same for the
+/// terminal, the page and the cluster.
+pub const MAX_ANSWERS: usize = parley_protocol::limits::MAX_ANSWERS;
+/// Characters in one clarification answer: the protocol's limit (one constant for every
+/// way of answering; a longer answer is refused with this number, never cut).
+pub const MAX_ANSWER_CHARS: usize = parley_protocol::limits::MAX_ANSWER_CHARS;
 
 /// A failed API call: the HTTP status, the error code every Parley service uses, and a
 /// message in the user's terms.
