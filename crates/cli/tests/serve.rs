@@ -1083,6 +1083,20 @@ async fn embedded_clarifications_are_answered_over_the_api() {
             .contains("no-such-q"),
         "{v}"
     );
+    // An answer over the one limit (4,000 characters, as in the terminal and over NATS)
+    // is refused naming it, not cut.
+    let (status, v) = s
+        .post(
+            &answers,
+            json!({"answers": [{"id": q1, "answer": "y".repeat(4001)}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("answers[0].answer") && msg.contains("4000"),
+        "{msg}"
+    );
     let (status, v) = s
         .post(
             &answers,

@@ -377,6 +377,29 @@ mod tests {
         assert!(e.message.contains("answers[0].id"), "{}", e.message);
         assert!(e.message.contains("answers[0].answer"), "{}", e.message);
         assert!(AnswersRequest { answers: vec![] }.validate().is_err());
+        // One limit for every way of answering: the protocol's (what the terminal and the
+        // NATS subject enforce), refused with its number, never cut.
+        assert_eq!(MAX_ANSWER_CHARS, parley_protocol::limits::MAX_ANSWER_CHARS);
+        let long = AnswersRequest {
+            answers: vec![Answer {
+                id: "q1".into(),
+                answer: "é".repeat(MAX_ANSWER_CHARS + 1),
+            }],
+        };
+        let e = long.validate().unwrap_err();
+        assert!(
+            e.message
+                .contains(&format!("the limit is {MAX_ANSWER_CHARS}")),
+            "{}",
+            e.message
+        );
+        let at_limit = AnswersRequest {
+            answers: vec![Answer {
+                id: "q1".into(),
+                answer: "é".repeat(MAX_ANSWER_CHARS),
+            }],
+        };
+        assert!(at_limit.validate().is_ok());
     }
 
     #[test]
