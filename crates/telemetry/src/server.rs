@@ -236,6 +236,7 @@ async fn serve_connection(
 
 /// When a byte last moved on a connection.
 struct Activity {
+    /// When the connection was accepted: the origin of `last_ms`.
     start: Instant,
     /// Milliseconds after `start`.
     last_ms: AtomicU64,
@@ -270,6 +271,7 @@ impl Activity {
 /// The TCP stream, noting every read and write that moved bytes.
 struct Metered {
     inner: TcpStream,
+    /// Shared with the connection's idle watch.
     activity: Arc<Activity>,
 }
 
@@ -345,6 +347,7 @@ impl Drop for Busy {
 /// A response body that keeps its connection marked busy until it is done or dropped.
 struct Tracked {
     body: Body,
+    /// Dropped with the body: the connection is idle again (evictable at the cap).
     _busy: Busy,
 }
 
