@@ -32,13 +32,20 @@ pub struct ServeArgs {
     #[arg(long, env = "PARLEY_SERVE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Bearer token the API requires (at least 16 characters); the page asks for it.
+    /// Without one, a token is generated and printed once, in the page's address
+    /// (`http://127.0.0.1:8080/#token=...`).
     #[arg(
         long,
         env = "PARLEY_SERVE_TOKEN",
         hide_env_values = true,
-        value_name = "TOKEN"
+        value_name = "TOKEN",
+        conflicts_with = "no_auth"
     )]
     pub auth_token: Option<String>,
+    /// Serve a loopback address without any token: anyone who can reach it (other users
+    /// of this machine, an SSH tunnel, a port-forward) can start debates on your keys.
+    #[arg(long)]
+    pub no_auth: bool,
     /// Front this cluster over NATS instead of running debates in this process.
     #[arg(long, value_name = "URL")]
     pub nats_url: Option<String>,
@@ -254,21 +261,31 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
     };
     let kind = backend.kind();
     let options = parley_web::ServeOptions {
-        listen: args.listen,
         token: args.auth_token.clone(),
+        no_auth: args.no_auth,
+        ..parley_web::ServeOptions::new(args.listen)
     };
     let server = parley_web::Server::bind(options, backend)
         .await
         .map_err(|e| match e {
-            parley_web::ServeError::TokenRequired(_) | parley_web::ServeError::BadToken(_) => {
-                CliError::usage(e.to_string())
-            }
+            parley_web::ServeError::TokenRequired(_)
+            | parley_web::ServeError::BadToken(_)
+            | parley_web::ServeError::AuthConflict => CliError::usage(e.to_string()),
             _ => CliError::general(e.to_string()),
         })?;
+    // The generated token is printed here, once (never logged); a token the operator gave
+    // is not printed at all.
     eprintln!(
-        "Parley is serving {kind} debates on http://{}/ (Ctrl-C to stop)",
-        server.local_addr()
+        "Parley is serving {kind} debates on {} (Ctrl-C to stop)",
+        server.sign_in_url()
     );
+    if args.no_auth {
+        eprintln!(
+            "warning: --no-auth: anyone who can reach {} can start debates on this \
+             machine's API keys",
+            server.local_addr()
+        );
+    }
     let served = server.run(interrupt.clone()).await;
     if let Some(e) = embedded {
         e.stopped().await;

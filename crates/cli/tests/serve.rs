@@ -57,17 +57,35 @@ fn serve_in(dir: &Path, port: u16, extra: &[&str], env: &[(&str, &str)]) -> Chil
     p
 }
 
+/// The token `serve` generated and printed in its start line (`.../#token=<token>`).
+fn generated_token(proc: &ChildProcess) -> Option<String> {
+    let line = proc.wait_for_log_line("Parley is serving", Duration::from_secs(1))?;
+    let rest = line.split_once("#token=")?.1;
+    Some(rest.split_whitespace().next()?.to_string())
+}
+
 impl Serve {
     fn start(dir: &Path, extra: &[&str]) -> Serve {
         Self::start_on(dir, free_port(), extra)
     }
 
+    /// Started with `extra` arguments; without `--auth-token` or `--no-auth` the server
+    /// generates a token, and this client sends it with every request.
     fn start_on(dir: &Path, port: u16, extra: &[&str]) -> Serve {
         let proc = serve_in(dir, port, extra, &[]);
+        let mut http = reqwest::Client::builder();
+        if let Some(token) = generated_token(&proc) {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {token}").parse().unwrap(),
+            );
+            http = http.default_headers(headers);
+        }
         Serve {
             proc,
             base: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::new(),
+            http: http.build().unwrap(),
         }
     }
 
@@ -250,7 +268,8 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     let (status, cfg) = s.get("/api/config").await;
     assert_eq!(status, 200);
     assert_eq!(cfg["backend"], "embedded");
-    assert_eq!(cfg["auth"], false);
+    assert_eq!(cfg["auth"], true, "a generated token");
+    assert_eq!(cfg["limits"]["answerChars"], 4000);
     assert_eq!(cfg["defaults"]["rounds"], 2);
     let roles: Vec<&str> = cfg["defaults"]["agents"]
         .as_array()
@@ -553,7 +572,13 @@ async fn the_api_refuses_what_it_must() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--auth-token"), "{err}");
 
-    let s = Serve::start(dir.path(), &[]);
+    // Without any token (--no-auth, loopback only): the Host and Origin guards.
+    let s = Serve::start(dir.path(), &["--no-auth"]);
+    assert!(
+        s.proc.log().contains("warning: --no-auth"),
+        "{}",
+        s.proc.log()
+    );
     let http = &s.http;
     // DNS rebinding: a name other than loopback.
     let r = http
@@ -702,6 +727,134 @@ async fn the_api_refuses_what_it_must() {
     let (status, _) = s.get("/").await;
     assert_eq!(status, 200);
     assert!(!s.proc.log().contains(token), "the token was logged");
+}
+
+/// Loopback is not authentication: started without a token, `serve` generates one, prints
+/// it once in the page's address, and refuses every API request that does not carry it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_serve_makes_one_and_refuses_requests_without_it() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+    let s = Serve::start(dir.path(), &[]);
+    let token = generated_token(&s.proc).expect("a token in the start line");
+    assert_eq!(token.len(), 64, "{token}");
+    let line = s
+        .proc
+        .wait_for_log_line("Parley is serving", Duration::from_secs(1))
+        .unwrap();
+    assert!(
+        line.contains(&format!("{}/#token={token}", s.base)),
+        "the sign-in address: {line}"
+    );
+    assert_eq!(
+        s.proc.log().matches(&token).count(),
+        1,
+        "the token is printed once"
+    );
+
+    // A local process without the token (another user, a tunnel, a port-forward) is
+    // refused: reading, submitting, streaming.
+    let anyone = reqwest::Client::new();
+    for path in ["/api/debates", "/api/config"] {
+        let r = anyone.get(s.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+        assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"parley\"");
+    }
+    let r = anyone
+        .post(s.url("/api/debates"))
+        .json(&json!({"problem": "spend the operator's keys"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = anyone
+        .post(s.url("/api/debates"))
+        .bearer_auth("0".repeat(64))
+        .json(&json!({"problem": "spend the operator's keys"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(fake.requests().is_empty(), "no call was made");
+    // The page and the liveness probe need no token (they hold no data).
+    assert_eq!(anyone.get(s.url("/")).send().await.unwrap().status(), 200);
+    let r = anyone.get(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    // With the token: served.
+    let (status, _) = s.get("/api/debates").await;
+    assert_eq!(status, 200);
+    drop(s);
+
+    // --no-auth and --auth-token together: a usage error.
+    let out = Command::new(PARLEY)
+        .current_dir(dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-auth"])
+        .args(["--auth-token", "s3cret-token-for-tests-0123456789"])
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env("PARLEY_MODEL_DIR", dir.path().join("no-models"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // --no-auth is for loopback only.
+    let out = Command::new(PARLEY)
+        .current_dir(dir.path())
+        .args(["serve", "--listen", "0.0.0.0:0", "--no-auth"])
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env("PARLEY_MODEL_DIR", dir.path().join("no-models"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loopback"), "{err}");
+}
+
+/// Slowloris: 300 connections (more than the 256 `serve` keeps) each send half a request
+/// head and then nothing. `/healthz` and the API still answer, and the server closes every
+/// one of them (at the cap, or when the 10 s header-read timeout passes) instead of holding
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_cannot_hold_serve_and_healthz_answers_meanwhile() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+    let s = Serve::start(dir.path(), &[]);
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut slow = Vec::new();
+    for _ in 0..300 {
+        let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        c.write_all(b"GET /api/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            .await
+            .unwrap();
+        slow.push(c);
+    }
+    let fresh = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let r = fresh
+        .get(s.url("/healthz"))
+        .send()
+        .await
+        .expect("/healthz answers while 300 slow connections are open");
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "ok");
+    let (status, _) = s.get("/api/debates").await;
+    assert_eq!(status, 200);
+    for (i, c) in slow.iter_mut().enumerate() {
+        let mut buf = [0u8; 256];
+        let ended = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                match c.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => continue,
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "slow connection {i} was held open");
+    }
 }
 
 /// A cluster with the shipped NATS roles; `serve` connects as the `serve` user.
@@ -929,6 +1082,20 @@ async fn embedded_clarifications_are_answered_over_the_api() {
             .unwrap()
             .contains("no-such-q"),
         "{v}"
+    );
+    // An answer over the one limit (4,000 characters, as in the terminal and over NATS)
+    // is refused naming it, not cut.
+    let (status, v) = s
+        .post(
+            &answers,
+            json!({"answers": [{"id": q1, "answer": "y".repeat(4001)}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("answers[0].answer") && msg.contains("4000"),
+        "{msg}"
     );
     let (status, v) = s
         .post(

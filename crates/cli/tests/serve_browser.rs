@@ -1,7 +1,8 @@
 //! The web page in a real headless Chromium (Debian packages `chromium` and
 //! `chromium-driver`; `scripts/test.sh` installs them), driven over WebDriver: a debate
 //! started from the form shows its contributions while it runs and its final solution when
-//! it ends, and a model's reply holding HTML is shown as text, never run.
+//! it ends, a model's reply holding HTML is shown as text, never run, and replies built to
+//! make a backtracking Markdown renderer take quadratic time render at once.
 //!
 //! Screenshots of the live view and of the finished debate are saved under
 //! `target/test-artifacts/`.
@@ -76,9 +77,24 @@ fn reply(model: &str, prompt: &str) -> String {
     }
 }
 
-/// `parley serve` on `port` in `dir` (no API keys in its environment).
+/// The token of the restart test: given, so it stays the same across the restart.
+const RESTART_TOKEN: &str = "restart-token-0123456789abcdef";
+
+/// `parley serve` on `port` in `dir` with [`RESTART_TOKEN`] (no API keys in its
+/// environment).
 fn serve(dir: &Path, port: u16) -> ChildProcess {
-    serve_with(dir, port, &[])
+    serve_with(dir, port, &["--auth-token", RESTART_TOKEN])
+}
+
+/// The token `serve` generated and printed in its start line (`.../#token=<token>`).
+fn generated_token(serve: &ChildProcess) -> String {
+    let line = serve
+        .wait_for_log_line("Parley is serving", Duration::from_secs(1))
+        .unwrap_or_default();
+    let rest = line.split_once("#token=").map(|(_, r)| r).unwrap_or("");
+    let token = rest.split_whitespace().next().unwrap_or("").to_string();
+    assert!(!token.is_empty(), "no generated token in {line:?}");
+    token
 }
 
 fn serve_with(dir: &Path, port: u16, extra: &[&str]) -> ChildProcess {
@@ -131,6 +147,7 @@ async fn the_page_keeps_following_a_debate_across_a_server_restart() {
     let base = format!("http://127.0.0.1:{port}");
     let id: String = reqwest::Client::new()
         .post(format!("{base}/api/debates"))
+        .bearer_auth(RESTART_TOKEN)
         .json(&json!({"problem": "Design a job scheduler that survives restarts"}))
         .send()
         .await
@@ -143,7 +160,9 @@ async fn the_page_keeps_following_a_debate_across_a_server_restart() {
         .to_string();
 
     let b = Browser::start().await.unwrap();
-    b.goto(&format!("{base}/?d={id}")).await.unwrap();
+    b.goto(&format!("{base}/?d={id}#token={RESTART_TOKEN}"))
+        .await
+        .unwrap();
     b.wait_until(
         "return document.querySelectorAll('#rounds .contrib .md.body').length >= 3;",
         Duration::from_secs(30),
@@ -195,12 +214,13 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
     fake.set_responder(|r| reply(&r.model, &r.prompt_text()));
     let (_dir, serve, base) = serve_fake(&fake, &[]);
     let base = format!("{base}/");
+    let token = generated_token(&serve);
 
     let b = Browser::start().await.unwrap();
     b.set_window(1440, 1000).await.unwrap();
     start_from_the_form(
         &b,
-        &base,
+        &format!("{base}#token={token}"),
         "Design a rate limiter for a public REST API: per-key quotas, bursts, and clear errors.",
     )
     .await;
@@ -399,9 +419,15 @@ async fn the_cancel_button_cancels_a_running_debate() {
     need_browser();
     let fake = FakeLlm::start().await.unwrap();
     fake.set_latency(Latency::Fixed(Duration::from_secs(3)));
-    let (_dir, _serve, base) = serve_fake(&fake, &[]);
+    let (_dir, serve, base) = serve_fake(&fake, &[]);
+    let token = generated_token(&serve);
     let b = Browser::start().await.unwrap();
-    start_from_the_form(&b, &format!("{base}/"), "Design something slow").await;
+    start_from_the_form(
+        &b,
+        &format!("{base}/#token={token}"),
+        "Design something slow",
+    )
+    .await;
     let cancel = b
         .wait_for("#cancel", Duration::from_secs(15))
         .await
@@ -427,13 +453,15 @@ async fn the_cancel_button_cancels_a_running_debate() {
         )
         .await
         .unwrap();
-    let state: serde_json::Value =
-        reqwest::get(format!("{base}/api/debates/{}", id.as_str().unwrap()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+    let state: serde_json::Value = reqwest::Client::new()
+        .get(format!("{base}/api/debates/{}", id.as_str().unwrap()))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(state["status"], "cancelled");
 }
 
@@ -447,9 +475,15 @@ async fn a_failed_debate_shows_why_and_its_retry_button_finishes_it() {
         matching: parley_testkit::Match::Model("model-judge".into()),
         times: None,
     });
-    let (_dir, _serve, base) = serve_fake(&fake, &[]);
+    let (_dir, serve, base) = serve_fake(&fake, &[]);
+    let token = generated_token(&serve);
     let b = Browser::start().await.unwrap();
-    start_from_the_form(&b, &format!("{base}/"), "Design a feature flag service").await;
+    start_from_the_form(
+        &b,
+        &format!("{base}/#token={token}"),
+        "Design a feature flag service",
+    )
+    .await;
     let failure = b
         .wait_for("#failure", Duration::from_secs(30))
         .await
@@ -477,4 +511,107 @@ async fn a_failed_debate_shows_why_and_its_retry_button_finishes_it() {
     .await
     .unwrap();
     parley_tests::assert_no_completed_call_repeated(&fake);
+}
+
+/// Replies built against backtracking Markdown renderers, `N` characters of the pattern
+/// each: the finding's heading (`# a` + spaces + `x`, which never finished rendering
+/// before), and the other shapes that took quadratic time in the old patterns (a table
+/// separator or rule followed by spaces, unclosed `[`, `http://` runs, backtick runs,
+/// unclosed emphasis).
+const N: usize = 20_000;
+
+fn pathological(model: &str) -> String {
+    let heading = format!("# a{}x", " ".repeat(N));
+    match model {
+        "model-judge" => json!({
+            "description": format!("{heading}\n\n| a | b |\n|--|--{}x\n\n{}x", " ".repeat(N), "- ".repeat(N)),
+            "tradeoffs": ["none"],
+            "recommendations": ["none"],
+            "unfulfilledMajorRequirements": [],
+            "openQuestions": [],
+            "confidence": 70
+        })
+        .to_string(),
+        "model-arch" => format!("{heading}\n\n{}](x\n\n{}", "[".repeat(N), "http://".repeat(N / 7)),
+        "model-sec" => format!("intro\n\n{}\n\n{}", "``a`".repeat(N / 4), "*a **b _c ".repeat(N / 10)),
+        _ => format!("{heading}\n\n{}x", "> ".repeat(N / 2)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pathological_markdown_from_a_model_renders_at_once() {
+    need_browser();
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_responder(|r| pathological(&r.model));
+    let (_dir, serve, base) = serve_fake(&fake, &[]);
+    let token = generated_token(&serve);
+    let api = reqwest::Client::new();
+    let id = api
+        .post(format!("{base}/api/debates"))
+        .bearer_auth(&token)
+        .json(&json!({"problem": "Render this"}))
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()["debateId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The debate completes first (over the API), so what the page then does is render.
+    let mut status = String::new();
+    for _ in 0..600 {
+        let state: serde_json::Value = api
+            .get(format!("{base}/api/debates/{id}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        status = state["status"].as_str().unwrap_or_default().to_string();
+        if status == "completed" || status == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "completed");
+
+    let b = Browser::start().await.unwrap();
+    b.goto(&format!("{base}/?d={id}#token={token}"))
+        .await
+        .unwrap();
+    // Every contribution and the solution are rendered while a 10 s wait is under way (a
+    // renderer that backtracks on these replies keeps the tab busy far longer: the wait's
+    // script cannot even run).
+    let page = b
+        .wait_until(
+            "const sol = document.getElementById('solution');
+             const bodies = document.querySelectorAll('#rounds .contrib .md.body');
+             if (!sol || bodies.length < 12) return null;
+             const h = [...document.querySelectorAll('#view .md h3')].map(e => e.textContent);
+             return {
+               bodies: bodies.length,
+               headings: h.length,
+               headingOk: h.every(t => t.startsWith('a ') && t.endsWith('x')),
+               solutionHeading: !!sol.querySelector('.md h3'),
+               hr: document.querySelectorAll('#view .md hr').length,
+               code: document.querySelectorAll('#view .md code').length,
+             };",
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the pathological replies rendered within the 10 s wait");
+    assert!(page["bodies"].as_u64().unwrap() >= 12, "{page}");
+    assert!(page["headings"].as_u64().unwrap() >= 2, "{page}");
+    assert_eq!(page["headingOk"], true, "{page}");
+    assert_eq!(page["solutionHeading"], true, "{page}");
+    // The page still answers (not frozen) after the render.
+    let v = b.execute("return 1 + 1;", vec![]).await.unwrap();
+    assert_eq!(v, 2);
+    b.screenshot(&artifacts().join("serve-pathological.png"))
+        .await
+        .unwrap();
 }

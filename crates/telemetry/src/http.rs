@@ -15,6 +15,7 @@
 //! ```
 
 use crate::metrics::{metrics, Metrics, CONTENT_TYPE};
+use crate::server::{serve_router, ConnectionLimits};
 use anyhow::Context as _;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -35,8 +36,8 @@ pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9090";
 const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A readiness check: resolves to `Ok(())` when the service can do its work, or to the
-/// reason it cannot (shown in the `/readyz` 503 body; no secrets in it). Called on every
-/// `/readyz` request, so it should be cheap; it is given 2 s.
+/// reason it cannot (shown in the `/readyz` 503 body; no secrets in it). Called at most
+/// once per [`READINESS_CACHE`], one call at a time; it is given 2 s.
 pub type Readiness = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 /// Always ready.
@@ -101,7 +102,17 @@ pub fn parse_metrics_addr(value: &str) -> Result<Option<SocketAddr>, String> {
 /// - `GET /metrics`: the process-wide [`metrics()`] in the OpenMetrics text format
 ///   (`application/openmetrics-text; version=1.0.0; charset=utf-8`);
 /// - `GET /healthz`: `200 ok` while the process runs (liveness);
-/// - `GET /readyz`: `200 ready` when `readiness` passes, else `503` with the reason.
+/// - `GET /readyz`: `200 ready` when `readiness` passes, else `503` with the reason. The
+///   result is kept for [`READINESS_CACHE`] and one check runs at a time, so probes (or
+///   anyone else who reaches the port) cost the backends at most one check a second.
+///
+/// The connections are bounded by [`ConnectionLimits::OPERATIONS`] (see [`crate::server`]):
+/// a client that sends its request slowly, or holds connections open, cannot keep the
+/// probes from getting an answer.
+///
+/// What the port shows without authentication: counters and gauges (no debate content, no
+/// secrets), `ok`, and readiness reasons such as `redis: connection refused`. Bind it to
+/// the pod network or loopback, not to the internet.
 ///
 /// Returns the bound address (bind port 0 in tests). Must be called inside a Tokio runtime.
 pub async fn serve_http(
@@ -119,6 +130,24 @@ pub async fn serve_http_with(
     readiness: Readiness,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<SocketAddr> {
+    serve_http_limited(
+        addr,
+        metrics,
+        readiness,
+        ConnectionLimits::OPERATIONS,
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve_http_with`] within explicit connection limits (tests use small ones).
+pub async fn serve_http_limited(
+    addr: SocketAddr,
+    metrics: Metrics,
+    readiness: Readiness,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the metrics address {addr}"))?;
@@ -127,22 +156,56 @@ pub async fn serve_http_with(
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz_handler))
-        .with_state(AppState { metrics, readiness });
+        .with_state(AppState {
+            metrics,
+            readiness: Arc::new(CachedReadiness::new(readiness)),
+        });
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, addr = %bound, "metrics HTTP server stopped");
-        }
+        serve_router(listener, router, limits, shutdown).await;
+        tracing::debug!(addr = %bound, "metrics HTTP server stopped");
     });
     Ok(bound)
+}
+
+/// How long a `/readyz` answer is reused.
+pub const READINESS_CACHE: Duration = Duration::from_secs(1);
+
+/// A readiness check run at most once per [`READINESS_CACHE`], one at a time.
+struct CachedReadiness {
+    check: Readiness,
+    /// The last answer and when it was computed; the lock also makes concurrent requests
+    /// wait for one check instead of each starting its own.
+    last: tokio::sync::Mutex<Option<(tokio::time::Instant, Result<(), String>)>>,
+}
+
+impl CachedReadiness {
+    fn new(check: Readiness) -> Self {
+        Self {
+            check,
+            last: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn get(&self) -> Result<(), String> {
+        let mut last = self.last.lock().await;
+        if let Some((at, result)) = last.as_ref() {
+            if at.elapsed() < READINESS_CACHE {
+                return result.clone();
+            }
+        }
+        let result = match tokio::time::timeout(READINESS_TIMEOUT, (self.check)()).await {
+            Ok(r) => r,
+            Err(_) => Err("readiness check timed out".to_string()),
+        };
+        *last = Some((tokio::time::Instant::now(), result.clone()));
+        result
+    }
 }
 
 #[derive(Clone)]
 struct AppState {
     metrics: Metrics,
-    readiness: Readiness,
+    readiness: Arc<CachedReadiness>,
 }
 
 async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
@@ -153,13 +216,9 @@ async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz_handler(State(state): State<AppState>) -> impl IntoResponse {
-    match tokio::time::timeout(READINESS_TIMEOUT, (state.readiness)()).await {
-        Ok(Ok(())) => (StatusCode::OK, "ready".to_string()),
-        Ok(Err(reason)) => (StatusCode::SERVICE_UNAVAILABLE, reason),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "readiness check timed out".to_string(),
-        ),
+    match state.readiness.get().await {
+        Ok(()) => (StatusCode::OK, "ready".to_string()),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
     }
 }
 
@@ -225,6 +284,8 @@ mod tests {
         assert_eq!(r.status(), 503);
         assert_eq!(r.text().await.unwrap(), "NATS connection is pending");
         ready.store(true, Ordering::SeqCst);
+        // The last answer is kept for READINESS_CACHE.
+        tokio::time::sleep(READINESS_CACHE).await;
         let r = get("/readyz").await.unwrap();
         assert_eq!(r.status(), 200);
         assert_eq!(r.text().await.unwrap(), "ready");
@@ -269,6 +330,97 @@ mod tests {
         assert!(refused, "the server stops after shutdown resolves");
     }
 
+    /// The slowloris attack: 50 connections that each send half a request head and then
+    /// nothing, against a server capped at 8 connections. `/healthz` still answers, and
+    /// every one of the 50 is closed by the server (evicted at the cap or timed out waiting
+    /// for its headers) instead of being held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slow_clients_are_closed_and_healthz_answers_meanwhile() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(5),
+            max_connections: 8,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let addr = serve_http_limited(
+            "127.0.0.1:0".parse().unwrap(),
+            Metrics::new(),
+            always_ready(),
+            limits,
+            async {
+                let _ = stopped.await;
+            },
+        )
+        .await
+        .unwrap();
+        let mut slow = Vec::new();
+        for _ in 0..50 {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .await
+                .unwrap();
+            slow.push(c);
+        }
+        let r = reqwest::Client::new()
+            .get(format!("http://{addr}/healthz"))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .expect("/healthz answers while 50 slow connections are open");
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), "ok");
+        // Every slow connection is closed by the server: a read ends (EOF or reset) long
+        // before the 30 s this allows, where without the bounds it would wait forever.
+        for (i, c) in slow.iter_mut().enumerate() {
+            let mut buf = [0u8; 256];
+            let ended = tokio::time::timeout(Duration::from_secs(30), async {
+                loop {
+                    match c.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => continue, // a 408 before the close
+                    }
+                }
+            })
+            .await;
+            assert!(ended.is_ok(), "slow connection {i} was held open");
+        }
+        // A kept-alive connection that sends nothing more is closed too (header timeout
+        // between requests).
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(30), idle.read_to_end(&mut got)).await;
+        assert!(
+            closed.is_ok(),
+            "an idle kept-alive connection was held open"
+        );
+        assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"));
+        let _ = stop.send(());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readiness_is_checked_at_most_once_a_second() {
+        use std::sync::atomic::AtomicUsize;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        let check: Readiness = Arc::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(()) })
+        });
+        let cached = CachedReadiness::new(check);
+        for _ in 0..20 {
+            assert_eq!(cached.get().await, Ok(()));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        tokio::time::advance(READINESS_CACHE).await;
+        assert_eq!(cached.get().await, Ok(()));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
     #[tokio::test]
     async fn readiness_combinators_and_nats() {
         // No server on port 1: the client exists but is not connected.
@@ -297,7 +449,7 @@ mod tests {
         let hanging: Readiness = Arc::new(|| Box::pin(futures::future::pending()));
         let state = AppState {
             metrics: Metrics::new(),
-            readiness: hanging,
+            readiness: Arc::new(CachedReadiness::new(hanging)),
         };
         let response = readyz_handler(State(state)).await.into_response();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -14,6 +14,8 @@
 //! - [`http`]: [`serve_http`] serves `GET /metrics`, `/healthz` and `/readyz`;
 //!   [`nats_ready`] is a ready-made readiness check; [`parse_metrics_addr`] parses the
 //!   `--metrics-addr` / `PARLEY_METRICS_ADDR` value.
+//! - [`server`]: [`serve_router`], the HTTP loop of every port Parley opens (this one and
+//!   `parley serve`), with a header-read timeout, an idle timeout and a connection cap.
 //!
 //! # Environment
 //! | variable | meaning | default |
@@ -49,6 +51,7 @@ mod init;
 pub mod langfuse;
 pub mod metrics;
 pub mod propagation;
+pub mod server;
 
 pub use http::{
     all_ready, always_ready, nats_ready, parse_metrics_addr, serve_http, Readiness,
@@ -66,6 +69,7 @@ pub use propagation::{
     context_from_traceparent, current_context, current_traceparent, extract_headers,
     inject_current, inject_headers, set_parent, traceparent_of, NatsExtractor, NatsInjector,
 };
+pub use server::{serve_router, ConnectionLimits};
 
 /// Re-exported so services need no direct dependency to name a context or call
 /// `OpenTelemetrySpanExt::set_parent` / `context()`.

@@ -2,6 +2,7 @@
 //!
 //! | method | path | what |
 //! |---|---|---|
+//! | GET | `/healthz` | `ok` while the server runs (no token needed; no data) |
 //! | GET | `/api/config` | the backend kind and the form's defaults |
 //! | GET | `/api/debates` | the debates, most recently updated first |
 //! | POST | `/api/debates` | start one: `{problem, roles?, rounds?, idempotencyKey?}` → 201 `{debateId}` |
@@ -105,6 +106,7 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .nest("/api", api)
+        .route("/healthz", get(|| async { "ok" }))
         .merge(assets::routes())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), guard_origin))
@@ -246,6 +248,7 @@ async fn config(State(s): State<AppState>) -> Response {
             "backend": s.backend.kind(),
             "auth": s.token.is_some(),
             "defaults": d,
+            "limits": { "answerChars": crate::backend::MAX_ANSWER_CHARS },
         }),
     )
 }

@@ -1,9 +1,18 @@
-//! The bearer token: required to listen on anything but loopback.
+//! The bearer token: required to listen on anything but loopback; on loopback generated at
+//! start-up when the operator gives none (unless `--no-auth`).
 
 use sha2::{Digest, Sha256};
 
 /// Bytes in a token, at least (shorter ones are refused at start-up).
 pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// A new random token: 32 bytes from the operating system's generator, hex-encoded.
+pub fn generate() -> String {
+    use rand::RngCore as _;
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// A bearer token, kept as its SHA-256 so a comparison takes the same time whatever the
 /// guess (and the token itself is not kept around).
@@ -59,5 +68,13 @@ mod tests {
         let e = Token::new("short").unwrap_err();
         assert!(e.contains("at least") && !e.contains("short"), "{e}");
         assert!(Token::new("has a space in it ok").is_err());
+    }
+
+    #[test]
+    fn generated_tokens_are_long_valid_and_different() {
+        let (a, b) = (generate(), generate());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+        assert!(Token::new(&a).unwrap().matches(&a));
     }
 }

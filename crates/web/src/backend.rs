@@ -17,10 +17,12 @@ use serde_json::Value;
 
 /// Characters of the problem a list entry shows.
 pub const PROBLEM_PREVIEW_CHARS: usize = 240;
-/// Clarification answers in one request, at most.
-pub const MAX_ANSWERS: usize = 256;
-/// Characters in one clarification answer.
-pub const MAX_ANSWER_CHARS: usize = 10_000;
+/// Clarification answers in one request, at most: the protocol's limit, the same for the
+/// terminal, the page and the cluster.
+pub const MAX_ANSWERS: usize = parley_protocol::limits::MAX_ANSWERS;
+/// Characters in one clarification answer: the protocol's limit (one constant for every
+/// way of answering; a longer answer is refused with this number, never cut).
+pub const MAX_ANSWER_CHARS: usize = parley_protocol::limits::MAX_ANSWER_CHARS;
 
 /// A failed API call: the HTTP status, the error code every Parley service uses, and a
 /// message in the user's terms.
@@ -375,6 +377,29 @@ mod tests {
         assert!(e.message.contains("answers[0].id"), "{}", e.message);
         assert!(e.message.contains("answers[0].answer"), "{}", e.message);
         assert!(AnswersRequest { answers: vec![] }.validate().is_err());
+        // One limit for every way of answering: the protocol's (what the terminal and the
+        // NATS subject enforce), refused with its number, never cut.
+        assert_eq!(MAX_ANSWER_CHARS, parley_protocol::limits::MAX_ANSWER_CHARS);
+        let long = AnswersRequest {
+            answers: vec![Answer {
+                id: "q1".into(),
+                answer: "é".repeat(MAX_ANSWER_CHARS + 1),
+            }],
+        };
+        let e = long.validate().unwrap_err();
+        assert!(
+            e.message
+                .contains(&format!("the limit is {MAX_ANSWER_CHARS}")),
+            "{}",
+            e.message
+        );
+        let at_limit = AnswersRequest {
+            answers: vec![Answer {
+                id: "q1".into(),
+                answer: "é".repeat(MAX_ANSWER_CHARS),
+            }],
+        };
+        assert!(at_limit.validate().is_ok());
     }
 
     #[test]

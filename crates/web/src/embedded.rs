@@ -20,6 +20,13 @@
 //!   records answers through `parley_coordinator::answer_saved` and, once none is left,
 //!   drives the debate on.
 //!
+//! - Bounds: file work (checkpoints, event logs, the directory listing) runs on the
+//!   blocking thread pool, never on the async threads that serve requests; at most
+//!   [`MAX_LIVE`] debates are held in memory (a request for another one while every held
+//!   debate is driven or watched is refused with 503), an event stream copies at most
+//!   [`STREAM_BATCH`] events at a time, and the list keeps the newest [`MAX_LISTED`]
+//!   checkpoints however many the directory holds.
+//!
 //! One debate is driven by at most one task of this process (a per-debate lock); two
 //! processes driving one checkpoint file (a `serve` and a `parley resume` of the same id)
 //! is not prevented.
@@ -51,8 +58,11 @@ use crate::backend::{
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Debates `GET /api/debates` lists, at most (the most recently updated).
 pub const MAX_LISTED: usize = 200;
-/// Debates whose events this process keeps in memory before it forgets the idle ones.
-const MAX_LIVE: usize = 256;
+/// Debates whose events this process keeps in memory, at most: past it the idle ones are
+/// forgotten, and when none is idle a request for another debate is refused (503).
+pub const MAX_LIVE: usize = 256;
+/// Events an event stream copies out of its debate's record at a time.
+pub const STREAM_BATCH: usize = 64;
 
 /// Gives a debate its task runner (the CLI's: the agent and judge logic over its provider
 /// registry, like `parley run`).
@@ -115,16 +125,22 @@ impl Inner {
     /// says it stopped (anything but running or pending) is between its last event and its
     /// exit: it is given [`SETTLE`] to finish, so a retry or an answer sent right after
     /// `debateFailed` / `clarificationsRequested` is taken, not refused as "running".
-    async fn still_driving(&self, id: &str, driver: &mut Option<Driver>) -> bool {
+    async fn still_driving(self: &Arc<Self>, id: &str, driver: &mut Option<Driver>) -> bool {
         let Some(d) = driver.as_mut() else {
             return false;
         };
         if !d.running() {
             return false;
         }
-        let stopped = self.load(id).is_ok_and(|(_, state)| {
-            !matches!(state.status, DebateStatus::Running | DebateStatus::Pending)
-        });
+        let owned = id.to_string();
+        let stopped = self
+            .off_thread(move |i| i.load(&owned))
+            .await
+            .is_ok_and(|loaded| {
+                loaded.is_ok_and(|(_, state)| {
+                    !matches!(state.status, DebateStatus::Running | DebateStatus::Pending)
+                })
+            });
         if !stopped || tokio::time::timeout(SETTLE, &mut d.handle).await.is_err() {
             return true;
         }
@@ -210,7 +226,7 @@ impl EmbeddedBackend {
     ) -> Result<Value, ApiError> {
         use parley_coordinator::{AnswerError, AnswerSavedError};
         let inner = &self.inner;
-        let live = inner.live(id)?;
+        let live = inner.live_off_thread(id).await?;
         let mut driver = live.driver.lock().await;
         if inner.still_driving(id, &mut driver).await {
             return Err(ApiError::conflict(format!(
@@ -225,7 +241,11 @@ impl EmbeddedBackend {
                 answer: a.answer,
             })
             .collect();
-        let (machine, events) = match parley_coordinator::answer_saved(&inner.store, id, answers) {
+        let owned = id.to_string();
+        let saved = inner
+            .off_thread(move |i| parley_coordinator::answer_saved(&i.store, &owned, answers))
+            .await?;
+        let (machine, events) = match saved {
             Ok(done) => done,
             Err(AnswerSavedError::Refused(e @ AnswerError::NotWaiting { .. })) => {
                 return Err(ApiError::conflict(e.to_string()))
@@ -249,7 +269,7 @@ impl EmbeddedBackend {
                 _ => None,
             })
             .unwrap_or(0);
-        inner.append(id, &live, events);
+        inner.append_off_thread(id, &live, events).await?;
         if remaining == 0 {
             let runner = inner.runner(machine.spec()).await?;
             *driver = Some(inner.spawn_driver(live.clone(), machine, Input::Resume, runner));
@@ -260,12 +280,13 @@ impl EmbeddedBackend {
     /// `retry` of a failed debate or `resume` of an interrupted one.
     async fn continue_debate(&self, id: &str) -> Result<Value, ApiError> {
         let inner = &self.inner;
-        let live = inner.live(id)?;
+        let live = inner.live_off_thread(id).await?;
         let mut driver = live.driver.lock().await;
         if inner.still_driving(id, &mut driver).await {
             return Err(ApiError::conflict(format!("debate {id} is running")));
         }
-        let (spec, state) = inner.load(id)?;
+        let owned = id.to_string();
+        let (spec, state) = inner.off_thread(move |i| i.load(&owned)).await??;
         let (input, what) = match state.status {
             DebateStatus::Failed => (Input::Retry, "retry"),
             DebateStatus::Running | DebateStatus::Pending => (Input::Resume, "resume"),
@@ -284,6 +305,34 @@ impl EmbeddedBackend {
 }
 
 impl Inner {
+    /// Runs file work on the blocking thread pool.
+    async fn off_thread<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Inner) -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || work(&inner))
+            .await
+            .map_err(|e| ApiError::internal(format!("a file task stopped: {e}")))
+    }
+
+    /// [`Inner::live`] (which may read the event log) off the async threads.
+    async fn live_off_thread(self: &Arc<Self>, id: &str) -> Result<Arc<Live>, ApiError> {
+        let id = id.to_string();
+        self.off_thread(move |i| i.live(&id)).await?
+    }
+
+    /// [`Inner::append`] (which writes the event log) off the async threads.
+    async fn append_off_thread(
+        self: &Arc<Self>,
+        id: &str,
+        live: &Arc<Live>,
+        events: Vec<DebateEvent>,
+    ) -> Result<(), ApiError> {
+        let (id, live) = (id.to_string(), live.clone());
+        self.off_thread(move |i| i.append(&id, &live, events)).await
+    }
+
     fn events_path(&self, id: &str) -> PathBuf {
         self.store.dir().join(format!("{id}.events.jsonl"))
     }
@@ -309,7 +358,7 @@ impl Inner {
         let events = read_event_log(&self.events_path(id));
         let latest = events.last().map_or(0, |e| e.seq);
         let mut map = lock(&self.live);
-        if map.len() >= MAX_LIVE {
+        if map.len() >= MAX_LIVE && !map.contains_key(id) {
             // Forget debates nobody drives or watches (their events stay in their log).
             map.retain(|_, l| {
                 Arc::strong_count(l) > 1
@@ -318,6 +367,11 @@ impl Inner {
                         .try_lock()
                         .map_or(true, |d| d.as_ref().is_some_and(Driver::running))
             });
+            if map.len() >= MAX_LIVE {
+                return Err(ApiError::unavailable(format!(
+                    "{MAX_LIVE} debates are being run or watched on this server; try again when one ends"
+                )));
+            }
         }
         let live = map
             .entry(id.to_string())
@@ -399,7 +453,9 @@ impl Inner {
                         while let Ok(more) = rx.try_recv() {
                             batch.push(more);
                         }
-                        inner.append(&id, &live, batch);
+                        if let Err(e) = inner.append_off_thread(&id, &live, batch).await {
+                            tracing::warn!(debate = %id, "cannot record events: {}", e.message);
+                        }
                     }
                 })
             };
@@ -423,6 +479,96 @@ impl Inner {
             }
         });
         Driver { stop, handle }
+    }
+
+    /// `GET /api/debates` (blocking file work): the newest [`MAX_LISTED`] checkpoints, kept
+    /// in a heap of that size while the directory is read, however many files it holds.
+    fn list(&self) -> Result<Vec<DebateListItem>, ApiError> {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let dir = self.store.dir();
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(ApiError::internal(format!(
+                    "cannot read {}: {e}",
+                    dir.display()
+                )))
+            }
+        };
+        // The oldest of the kept files on top, so a newer one replaces it.
+        let mut newest: BinaryHeap<Reverse<(SystemTime, u64, PathBuf)>> =
+            BinaryHeap::with_capacity(MAX_LISTED + 1);
+        for e in entries.flatten() {
+            let Ok(name) = e.file_name().into_string() else {
+                continue;
+            };
+            let Some(id) = name.strip_suffix(".json") else {
+                continue;
+            };
+            if !parley_protocol::is_valid_debate_id(id) {
+                continue;
+            }
+            let Ok(meta) = e.metadata() else { continue };
+            let Ok(modified) = meta.modified() else {
+                continue;
+            };
+            newest.push(Reverse((modified, meta.len(), e.path())));
+            if newest.len() > MAX_LISTED {
+                newest.pop();
+            }
+        }
+        let files: Vec<(SystemTime, u64, PathBuf)> =
+            newest.into_iter().map(|Reverse(f)| f).collect();
+        // The cache holds the listed files only.
+        {
+            let mut briefs = lock(&self.briefs);
+            briefs.retain(|path, _| files.iter().any(|f| &f.2 == path));
+        }
+        let mut items = Vec::with_capacity(files.len());
+        for (modified, len, path) in files {
+            let Some(mut item) = self.brief(&path, modified, len) else {
+                continue;
+            };
+            let live = lock(&self.live).get(&item.id).cloned();
+            if let Some(live) = live {
+                if let Some(last) = lock(&live.events).last() {
+                    if let Ok(v) = serde_json::from_str::<Value>(&last.json) {
+                        let p = &v["progress"];
+                        item.phase = p["phase"].as_str().unwrap_or_default().to_string();
+                        if let Some(r) = p["rounds"].as_u64() {
+                            item.rounds = u32::try_from(r).unwrap_or(item.rounds);
+                        }
+                    }
+                }
+                item.live = live
+                    .driver
+                    .try_lock()
+                    .map_or(true, |d| d.as_ref().is_some_and(Driver::running));
+            }
+            items.push(item);
+        }
+        items.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
+        Ok(items)
+    }
+
+    /// `GET /api/debates/{id}` (blocking file work): the checkpoint without its spec.
+    fn state(&self, id: &str) -> Result<Value, ApiError> {
+        let path = self.store.path_of(id);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ApiError::not_found(id))
+            }
+            Err(e) => return Err(ApiError::internal(format!("cannot read debate {id}: {e}"))),
+        };
+        let mut v: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::internal(format!("debate {id} is not readable: {e}")))?;
+        if let Some(fields) = v.as_object_mut() {
+            fields.remove(parley_coordinator::store::SPEC_FIELD);
+        }
+        Ok(v)
     }
 
     /// The list entry of a checkpoint file, from the cache while the file is unchanged.
@@ -515,94 +661,41 @@ impl Backend for EmbeddedBackend {
         let machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
         let id = machine.id().to_string();
         // Saved before the reply, so the debate exists for every later request.
-        inner
-            .store
-            .save_with_spec(machine.state(), machine.spec())
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        let live = inner.live(&id)?;
+        let (machine, live) = inner
+            .off_thread(move |i| {
+                i.store
+                    .save_with_spec(machine.state(), machine.spec())
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                let live = i.live(machine.id())?;
+                Ok::<_, ApiError>((machine, live))
+            })
+            .await??;
         let mut driver = live.driver.lock().await;
         *driver = Some(inner.spawn_driver(live.clone(), machine, Input::Start, runner));
         Ok(id)
     }
 
     async fn list(&self) -> Result<Vec<DebateListItem>, ApiError> {
-        let inner = &self.inner;
-        let dir = inner.store.dir();
-        let entries = match std::fs::read_dir(dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(ApiError::internal(format!(
-                    "cannot read {}: {e}",
-                    dir.display()
-                )))
-            }
-        };
-        let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                let id = name.strip_suffix(".json")?;
-                if !parley_protocol::is_valid_debate_id(id) {
-                    return None;
-                }
-                let meta = e.metadata().ok()?;
-                Some((meta.modified().ok()?, meta.len(), e.path()))
-            })
-            .collect();
-        files.sort_by_key(|f| std::cmp::Reverse(f.0));
-        files.truncate(MAX_LISTED);
-        let mut items = Vec::with_capacity(files.len());
-        for (modified, len, path) in files {
-            let Some(mut item) = inner.brief(&path, modified, len) else {
-                continue;
-            };
-            let live = lock(&inner.live).get(&item.id).cloned();
-            if let Some(live) = live {
-                if let Some(last) = lock(&live.events).last() {
-                    if let Ok(v) = serde_json::from_str::<Value>(&last.json) {
-                        let p = &v["progress"];
-                        item.phase = p["phase"].as_str().unwrap_or_default().to_string();
-                        if let Some(r) = p["rounds"].as_u64() {
-                            item.rounds = u32::try_from(r).unwrap_or(item.rounds);
-                        }
-                    }
-                }
-                item.live = live
-                    .driver
-                    .try_lock()
-                    .map_or(true, |d| d.as_ref().is_some_and(Driver::running));
-            }
-            items.push(item);
-        }
-        items.sort_by_key(|i| std::cmp::Reverse(i.updated_at));
-        Ok(items)
+        self.inner.off_thread(Inner::list).await?
     }
 
     async fn state(&self, id: &str) -> Result<Value, ApiError> {
-        let path = self.inner.store.path_of(id);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ApiError::not_found(id))
-            }
-            Err(e) => return Err(ApiError::internal(format!("cannot read debate {id}: {e}"))),
-        };
-        let mut v: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::internal(format!("debate {id} is not readable: {e}")))?;
-        if let Some(fields) = v.as_object_mut() {
-            fields.remove(parley_coordinator::store::SPEC_FIELD);
-        }
-        Ok(v)
+        let id = id.to_string();
+        self.inner.off_thread(move |i| i.state(&id)).await?
     }
 
     async fn report(&self, id: &str) -> Result<String, ApiError> {
-        let (spec, state) = self.inner.load(id)?;
-        Ok((self.inner.report)(Some(&spec), &state))
+        let id = id.to_string();
+        self.inner
+            .off_thread(move |i| {
+                let (spec, state) = i.load(&id)?;
+                Ok((i.report)(Some(&spec), &state))
+            })
+            .await?
     }
 
     async fn events(&self, id: &str, after: u64) -> Result<EventStream, ApiError> {
-        let live = self.inner.live(id)?;
+        let live = self.inner.live_off_thread(id).await?;
         let rx = live.latest.subscribe();
         let stream = futures::stream::unfold(
             (live, rx, after, std::collections::VecDeque::new()),
@@ -614,7 +707,17 @@ impl Backend for EmbeddedBackend {
                         return Some((e, (live, rx, last, buf)));
                     }
                     let _ = rx.borrow_and_update();
-                    buf.extend(lock(&live.events).iter().filter(|e| e.seq > last).cloned());
+                    {
+                        // The events after `last`, STREAM_BATCH at a time (a stream that
+                        // starts at 0 does not copy a whole debate at once).
+                        let events = lock(&live.events);
+                        let from = events.partition_point(|e| e.seq <= last);
+                        buf.extend(events[from..].iter().take(STREAM_BATCH).cloned());
+                    }
+                    if !buf.is_empty() {
+                        // More may be waiting: read them before waiting for a change.
+                        continue;
+                    }
                     if buf.is_empty() && rx.changed().await.is_err() {
                         return None;
                     }
@@ -630,37 +733,42 @@ impl Backend for EmbeddedBackend {
 
     async fn cancel(&self, id: &str) -> Result<Value, ApiError> {
         let inner = &self.inner;
-        let live = inner.live(id)?;
+        let live = inner.live_off_thread(id).await?;
         let mut driver = live.driver.lock().await;
         if let Some(d) = driver.take() {
             d.stop.cancel();
             let _ = d.handle.await;
         }
-        let (spec, state) = inner.load(id)?;
-        if matches!(
-            state.status,
-            DebateStatus::Completed | DebateStatus::Cancelled
-        ) {
-            return Err(ApiError::conflict(format!(
-                "debate {id} is already {}",
-                state.status.as_str()
-            )));
-        }
-        let mut machine = Machine::from_checkpoint(spec, state);
-        let effects = machine.handle(Input::Cancel, Utc::now());
+        let (owned, held) = (id.to_string(), live.clone());
         inner
-            .store
-            .save_with_spec(machine.state(), machine.spec())
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        let events = effects
-            .into_iter()
-            .filter_map(|e| match e {
-                Effect::Emit(e) => Some(e),
-                _ => None,
+            .off_thread(move |i| {
+                let id = owned.as_str();
+                let (spec, state) = i.load(id)?;
+                if matches!(
+                    state.status,
+                    DebateStatus::Completed | DebateStatus::Cancelled
+                ) {
+                    return Err(ApiError::conflict(format!(
+                        "debate {id} is already {}",
+                        state.status.as_str()
+                    )));
+                }
+                let mut machine = Machine::from_checkpoint(spec, state);
+                let effects = machine.handle(Input::Cancel, Utc::now());
+                i.store
+                    .save_with_spec(machine.state(), machine.spec())
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                let events = effects
+                    .into_iter()
+                    .filter_map(|e| match e {
+                        Effect::Emit(e) => Some(e),
+                        _ => None,
+                    })
+                    .collect();
+                i.append(id, &held, events);
+                Ok(json!({ "debateId": id, "status": machine.state().status.as_str() }))
             })
-            .collect();
-        inner.append(id, &live, events);
-        Ok(json!({ "debateId": id, "status": machine.state().status.as_str() }))
+            .await?
     }
 
     async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError> {

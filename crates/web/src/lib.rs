@@ -11,7 +11,8 @@
 //!   subjects and the JetStream events stream (any number of replicas).
 //! - [`api`]: the routes, the guards (Host/Origin checks, bearer token, JSON-only POSTs,
 //!   body limit) and the SSE endpoint.
-//! - [`auth`]: the bearer token, compared in constant time.
+//! - [`auth`]: the bearer token, compared in constant time; generated at start-up when the
+//!   operator gives none (unless `--no-auth`).
 //! - [`assets`]: the page (HTML/CSS/JS in `assets/`, compiled in) and the security
 //!   headers (a strict Content-Security-Policy).
 
@@ -36,8 +37,10 @@ use tokio_util::sync::CancellationToken;
 /// Why the server cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("--listen {0} is not a loopback address: set --auth-token (or PARLEY_SERVE_TOKEN) to serve other machines")]
+    #[error("--listen {0} is not a loopback address: set --auth-token (or PARLEY_SERVE_TOKEN) to serve other machines (--no-auth is for loopback only)")]
     TokenRequired(SocketAddr),
+    #[error("--auth-token and --no-auth contradict each other: give one")]
+    AuthConflict,
     #[error("--auth-token: {0}")]
     BadToken(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -45,16 +48,33 @@ pub enum ServeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("the server stopped: {0}")]
-    Serve(std::io::Error),
 }
 
 /// How to serve.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub listen: SocketAddr,
-    /// The bearer token; required unless `listen` is a loopback address.
+    /// The bearer token; required unless `listen` is a loopback address. On loopback
+    /// without one, a token is generated (see [`Server::sign_in_url`]) unless `no_auth`.
     pub token: Option<String>,
+    /// Serve a loopback address with no token at all (only loopback `Host` names pass):
+    /// anyone who can reach the address (other local users, tunnels, port-forwards) can
+    /// start debates on the operator's keys.
+    pub no_auth: bool,
+    /// Bounds on the connections (header-read and idle timeouts, connection cap).
+    pub limits: parley_telemetry::ConnectionLimits,
+}
+
+impl ServeOptions {
+    /// `listen` with a generated token and the default connection limits.
+    pub fn new(listen: SocketAddr) -> Self {
+        Self {
+            listen,
+            token: None,
+            no_auth: false,
+            limits: parley_telemetry::ConnectionLimits::WEB,
+        }
+    }
 }
 
 /// A bound server, not yet serving: its address is known (port 0 picks one).
@@ -62,6 +82,10 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     app: axum::Router,
     addr: SocketAddr,
+    /// The token generated at start-up (none when the operator gave one or chose
+    /// `--no-auth`): shown once, in [`Server::sign_in_url`].
+    generated: Option<String>,
+    limits: parley_telemetry::ConnectionLimits,
     /// Cancelled when the server shuts down: ends the open event streams, which would
     /// otherwise hold the graceful shutdown forever.
     stop: CancellationToken,
@@ -74,10 +98,18 @@ impl Server {
         backend: Arc<dyn Backend>,
     ) -> Result<Self, ServeError> {
         let loopback = options.listen.ip().is_loopback();
-        let token = match options.token.as_deref() {
-            Some(t) => Some(Arc::new(auth::Token::new(t).map_err(ServeError::BadToken)?)),
-            None if loopback => None,
-            None => return Err(ServeError::TokenRequired(options.listen)),
+        let mut generated = None;
+        let token = match (options.token.as_deref(), options.no_auth) {
+            (Some(_), true) => return Err(ServeError::AuthConflict),
+            (Some(t), false) => Some(Arc::new(auth::Token::new(t).map_err(ServeError::BadToken)?)),
+            (None, _) if !loopback => return Err(ServeError::TokenRequired(options.listen)),
+            (None, true) => None,
+            (None, false) => {
+                let t = auth::generate();
+                let token = auth::Token::new(&t).map_err(ServeError::BadToken)?;
+                generated = Some(t);
+                Some(Arc::new(token))
+            }
         };
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
@@ -100,6 +132,8 @@ impl Server {
             listener,
             app: api::router(state),
             addr,
+            generated,
+            limits: options.limits,
             stop,
         })
     }
@@ -108,15 +142,25 @@ impl Server {
         self.addr
     }
 
-    /// Serves until `shutdown` is cancelled. Open event streams end then.
+    /// The page's address; with a generated token, carrying it in the fragment
+    /// (`#token=...`): the fragment is not sent to the server, and the page keeps the token
+    /// for the tab and removes it from the address bar. Print it once, to the operator.
+    pub fn sign_in_url(&self) -> String {
+        match &self.generated {
+            Some(t) => format!("http://{}/#token={t}", self.addr),
+            None => format!("http://{}/", self.addr),
+        }
+    }
+
+    /// Serves until `shutdown` is cancelled, within the connection limits (see
+    /// `parley_telemetry::server`). Open event streams end then.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ServeError> {
         let stop = self.stop;
-        axum::serve(self.listener, self.app)
-            .with_graceful_shutdown(async move {
-                shutdown.cancelled().await;
-                stop.cancel();
-            })
-            .await
-            .map_err(ServeError::Serve)
+        parley_telemetry::serve_router(self.listener, self.app, self.limits, async move {
+            shutdown.cancelled().await;
+            stop.cancel();
+        })
+        .await;
+        Ok(())
     }
 }
