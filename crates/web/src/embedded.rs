@@ -417,7 +417,8 @@ impl Inner {
             return;
         }
         let path = self.events_path(id);
-        let written = std::fs::OpenOptions::new()
+        // Owner-only, like the checkpoint beside it.
+        let written = parley_coordinator::store::private_file()
             .create(true)
             .append(true)
             .open(&path)
