@@ -20,6 +20,9 @@
 //! max_tokens = 16384                   # coordinator: cap on a participant's maxTokens
 //! max_pending_requests = 256           # coordinator: requests handled at once
 //! clarification_timeout_secs = 3600    # coordinator: unanswered clarification questions become "NA" (default: wait forever)
+//! max_debate_usd = 5.0                 # coordinator: cap on one debate's spend (and its budget when it sets none)
+//! max_debate_tokens = 2000000          # coordinator: the same in tokens
+//! prices = "model_prices.json"         # PARLEY_PRICES, --prices: LiteLLM-format price file; relative to the settings file
 //! ```
 //!
 //! Environment variables and flags are read by clap (`env` on each flag), so they arrive
@@ -114,6 +117,9 @@ pub struct SettingsFile {
     pub max_tokens: Option<u32>,
     pub max_pending_requests: Option<usize>,
     pub clarification_timeout_secs: Option<u64>,
+    pub prices: Option<PathBuf>,
+    pub max_debate_usd: Option<f64>,
+    pub max_debate_tokens: Option<u64>,
 }
 
 impl SettingsFile {
@@ -127,9 +133,13 @@ impl SettingsFile {
             .map_err(|e| format!("settings file {}: {e}", path.display()))?;
         let mut file: Self = toml::from_str(&text)
             .map_err(|e| format!("settings file {}: {}", path.display(), e.message()))?;
-        for c in [file.config.as_mut(), file.nats_creds.as_mut()]
-            .into_iter()
-            .flatten()
+        for c in [
+            file.config.as_mut(),
+            file.nats_creds.as_mut(),
+            file.prices.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
         {
             if c.is_relative() {
                 if let Some(dir) = path.parent() {
@@ -173,6 +183,9 @@ pub struct CommonSettings {
     pub nats_creds: Option<PathBuf>,
     pub redis_url: String,
     pub metrics_addr: Option<SocketAddr>,
+    /// The price file's prices (empty without one); the services add the operator
+    /// config's inline prices.
+    pub prices: parley_protocol::PriceTable,
 }
 
 /// Flags (with their `PARLEY_*` variables) every service takes.
@@ -193,6 +206,10 @@ pub struct CommonArgs {
     /// Address of `/metrics`, `/healthz` and `/readyz`, or `off` [default: 0.0.0.0:9090].
     #[arg(long, env = "PARLEY_METRICS_ADDR")]
     pub metrics_addr: Option<String>,
+    /// LiteLLM-format price file (`model_prices_and_context_window.json`): what each call
+    /// costs. Without one only `local` has a cost (0); others are "unknown".
+    #[arg(long, env = "PARLEY_PRICES", value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 impl CommonArgs {
@@ -256,6 +273,13 @@ impl CommonArgs {
             problems.push("metrics_addr", e);
             None
         });
+        let prices = match self.prices.clone().or(file.prices.clone()) {
+            Some(path) => parley_protocol::PriceTable::load(&path).unwrap_or_else(|e| {
+                problems.push("prices", e);
+                Default::default()
+            }),
+            None => Default::default(),
+        };
         (
             file,
             CommonSettings {
@@ -263,6 +287,7 @@ impl CommonArgs {
                 nats_creds,
                 redis_url,
                 metrics_addr,
+                prices,
             },
         )
     }
@@ -320,6 +345,7 @@ mod tests {
             nats_creds: None,
             redis_url: None,
             metrics_addr: Some("off".into()),
+            prices: None,
         };
         let mut problems = Problems::default();
         let (file, s) = args.resolve(&mut problems);
@@ -340,6 +366,7 @@ mod tests {
             nats_creds: Some(dir.path().join("missing.creds")),
             redis_url: Some("http://:hunter2@x".into()),
             metrics_addr: Some("nonsense".into()),
+            prices: Some(dir.path().join("prices.json")),
         };
         let mut problems = Problems::default();
         args.resolve(&mut problems);
@@ -351,6 +378,7 @@ mod tests {
             "redis_url:",
             "metrics_addr:",
             "concurrency:",
+            "prices:",
         ] {
             assert!(e.contains(key), "{key} missing in {e}");
         }

@@ -113,8 +113,11 @@ pub struct CoordinatorConfig {
     pub max_actor_failures: u32,
     /// How long after shutdown was requested `run` returns at the latest.
     pub drain: Duration,
-    /// What the operator allows a submission (maxTokens cap, model allow-lists).
+    /// What the operator allows a submission (maxTokens cap, model allow-lists, spend
+    /// caps).
     pub policy: SubmissionPolicy,
+    /// Prices and the completion cap budgets reserve with (see [`crate::budget`]).
+    pub pricing: crate::budget::Pricing,
     /// Requests handled at once; past it a request is answered `unavailable`.
     pub max_pending_requests: usize,
     /// How long a debate waits for clarification answers before open questions are
@@ -139,6 +142,7 @@ impl CoordinatorConfig {
             max_actor_failures: crate::actor::DEFAULT_MAX_ACTOR_FAILURES,
             drain: DEFAULT_DRAIN,
             policy: SubmissionPolicy::default(),
+            pricing: Default::default(),
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
             clarification_timeout: None,
         }
@@ -169,6 +173,7 @@ struct Service {
     page_bytes: usize,
     /// What submissions may choose.
     policy: SubmissionPolicy,
+    pricing: crate::budget::Pricing,
     /// One permit per request being handled (bounds the spawned handlers).
     requests: Arc<Semaphore>,
 }
@@ -200,6 +205,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         retention: config.retention,
         max_actor_failures: config.max_actor_failures,
         clarification_timeout: config.clarification_timeout,
+        pricing: config.pricing.clone(),
     });
     let (sup, sup_join) = Actor::spawn(None, Supervisor, deps)
         .await
@@ -215,6 +221,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         retention: config.retention,
         page_bytes,
         policy: config.policy.clone(),
+        pricing: config.pricing.clone(),
         requests: Arc::new(Semaphore::new(config.max_pending_requests.max(1))),
     });
 
@@ -630,7 +637,9 @@ impl Service {
     }
 
     async fn submit(&self, payload: &[u8]) -> Reply {
-        let spec = decode_submission(payload, &self.policy).map_err(ErrorReply::from)?;
+        let mut spec = decode_submission(payload, &self.policy).map_err(ErrorReply::from)?;
+        crate::budget::admit(&mut spec, &self.policy.max_debate, &self.pricing)
+            .map_err(|m| err(ErrorCode::InvalidRequest, m))?;
         let (id, start) = within_deadline(self.create(spec)).await?;
         if start {
             match self.adopt(&id, None).await {
