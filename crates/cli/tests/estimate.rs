@@ -249,3 +249,126 @@ async fn bad_price_files_exit_4_naming_the_file_and_key() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// A 3-agent, 3-round debate with `budget` and completions capped at 120 tokens.
+fn budget_config(base_url: &str, budget: Value) -> Value {
+    let mut cfg = config(base_url, 3, 3, false);
+    for a in cfg["agents"].as_array_mut().unwrap() {
+        a["maxTokens"] = json!(120);
+    }
+    cfg["judge"]["maxTokens"] = json!(120);
+    cfg["debate"]["budget"] = budget;
+    cfg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_for_about_one_round_ends_with_a_synthesis_and_never_overspends() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 75_000u64;
+    write_json(
+        dir.path().join("debate-config.json"),
+        &budget_config(&fake.base_url(), json!({"tokens": budget})),
+    );
+    write_json(dir.path().join("prices.json"), &prices());
+    let out = parley(
+        dir.path(),
+        &[
+            "run",
+            "Design a cache",
+            "--output",
+            "state.json",
+            "--verbose",
+        ],
+    )
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let state = read_json(dir.path().join("state.json"));
+    assert_eq!(state["status"], "completed", "{err}");
+    assert!(state["finalSolution"]["description"].is_string());
+    let b = &state["budget"];
+    println!("{}", serde_json::to_string_pretty(b).unwrap());
+    let spent = b["spent"]["tokens"].as_u64().unwrap();
+    assert!(spent <= budget, "spent {spent} of {budget}");
+    assert_eq!(spent, total_tokens(&state), "the ledger settles real usage");
+    assert_eq!(b["reserved"]["tokens"], 0, "{b}");
+    assert!(
+        b.get("reservations").is_none(),
+        "nothing left reserved: {b}"
+    );
+    let rounds = state["rounds"].as_array().unwrap().len();
+    assert!(rounds < 3, "{rounds} rounds ran on a budget for fewer");
+    let steps: Vec<&str> = b["degraded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["step"].as_str().unwrap())
+        .collect();
+    assert!(steps.contains(&"noNewRound"), "{steps:?}");
+    // Every degradation was announced as it happened.
+    let events = err.matches("budget:").count();
+    assert!(events >= 1, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tight_budget_drops_critiques_for_the_budget_and_still_synthesizes() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 50_000u64;
+    write_json(
+        dir.path().join("debate-config.json"),
+        &budget_config(&fake.base_url(), json!({"tokens": budget})),
+    );
+    write_json(dir.path().join("prices.json"), &prices());
+    let out = parley(
+        dir.path(),
+        &["run", "Design a cache", "--output", "state.json"],
+    )
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let state = read_json(dir.path().join("state.json"));
+    assert_eq!(state["status"], "completed");
+    let spent = state["budget"]["spent"]["tokens"].as_u64().unwrap();
+    assert!(spent <= budget, "spent {spent} of {budget}");
+    let dropped = state["rounds"][0]["dropped"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!dropped.is_empty(), "{state}");
+    assert!(dropped
+        .iter()
+        .all(|d| d["error"].as_str().unwrap().starts_with("budget")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_that_cannot_work_are_refused_before_any_call_with_the_figures() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_json(dir.path().join("prices.json"), &prices());
+    let cases = [
+        (json!({"tokens": 1000}), "reserves up to"),
+        (json!({"tokens": 0}), "debate.budget.tokens"),
+        (json!({"usd": -1.0}), "debate.budget.usd"),
+        (json!({"usd": 1e12}), "debate.budget.usd"),
+        (json!({}), "debate.budget"),
+        // model-1 and model-2 have no price: a dollar budget cannot be kept.
+        (json!({"usd": 5.0}), "no price for agents[1]: model-1"),
+    ];
+    for (budget, wanted) in cases {
+        write_json(
+            dir.path().join("debate-config.json"),
+            &budget_config(&fake.base_url(), budget.clone()),
+        );
+        let out = parley(dir.path(), &["run", "Design a cache"]).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(2) | Some(4)),
+            "{budget}: {:?} {err}",
+            out.status.code()
+        );
+        assert!(err.contains(wanted), "{budget}: {err}");
+    }
+    assert_eq!(fake.request_count(), 0, "no call was made");
+}

@@ -165,8 +165,10 @@ impl Amount {
         }
     }
     pub fn minus(self, o: Amount) -> Amount {
+        let usd = self.usd - o.usd;
         Amount {
-            usd: (self.usd - o.usd).max(0.0),
+            // Float sums leave crumbs: below a nano-dollar is nothing.
+            usd: if usd < 1e-9 { 0.0 } else { usd },
             tokens: self.tokens.saturating_sub(o.tokens),
         }
     }
