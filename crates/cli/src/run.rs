@@ -125,7 +125,7 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
 
 /// `--estimate`: the debate's calls, tokens and cost, with no LLM call (see
 /// [`parley_cli::estimate`]).
-fn print_estimate(
+pub(crate) fn print_estimate(
     spec: &DebateSpec,
     prices: &parley_protocol::PriceTable,
     endpoints: &config::Endpoints,

@@ -214,6 +214,20 @@ async fn early_stopping_termination_is_a_range_and_the_table_names_every_partici
     assert_eq!(est["calls"]["evaluation"]["max"], 2, "{est}");
     assert_eq!(est["total"]["calls"]["min"], 14, "{est}");
     assert_eq!(est["total"]["calls"]["max"], 33, "{est}");
+    // `submit --estimate` prints the same and sends nothing (no NATS here).
+    let out = parley(
+        dir.path(),
+        &["submit", "Design a cache", "--estimate", "--json"],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(again["total"]["calls"], est["total"]["calls"]);
     let out = parley(dir.path(), &["run", "Design a cache", "--estimate"]).await;
     let text = String::from_utf8_lossy(&out.stdout);
     for name in ["agent-0", "agent-1", "agent-2", "judge", "total", "unknown"] {
