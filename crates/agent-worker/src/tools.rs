@@ -589,6 +589,7 @@ mod tests {
             Ok(parley_llm::ChatResponse {
                 text: String::new(),
                 prompt_tokens: 10,
+                cached_prompt_tokens: 0,
                 completion_tokens: 1,
                 model: "m".into(),
                 latency_ms: 1,

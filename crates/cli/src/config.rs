@@ -257,6 +257,26 @@ pub fn load_as_operator(
     Ok((loaded, endpoints, limits))
 }
 
+/// The prices `parley run` charges calls at: the price file (`--prices`, else the config's
+/// `prices`, relative to the config's folder) plus the config's inline
+/// `providers.<p>.models.<m>.price`. A bad file is a configuration error (exit 4) naming
+/// the file and the key.
+pub fn load_prices(
+    flag: Option<&Path>,
+    loaded: &LoadedConfig,
+) -> Result<parley_protocol::PriceTable, CliError> {
+    let path = flag
+        .map(Path::to_path_buf)
+        .or_else(|| loaded.file.prices.as_ref().map(|p| loaded.base_dir.join(p)));
+    let table = match path {
+        Some(p) => {
+            parley_protocol::PriceTable::load(&p).map_err(|e| CliError::config(e.to_string()))?
+        }
+        None => parley_protocol::PriceTable::new(),
+    };
+    Ok(table.with_inline(&loaded.file.providers))
+}
+
 /// Moves the endpoints out of a loaded config: the agents' and the judge's `baseUrl` and
 /// the top-level one. `parley run` hands them to its provider registry (the user is the
 /// operator there); `parley submit` does not send them.

@@ -70,6 +70,10 @@ pub struct EvalArgs {
     /// Provider, model and prompt source of each evaluator, and each call's latency.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// LiteLLM-format price file: the evaluator calls made from this machine are priced
+    /// with it (their `costUsd`; without one only `local` is priced, at 0).
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
     /// Run the evaluator calls on a cluster's judge workers (`parley.evals.submit`) with
     /// the operator's providers and rate limits, instead of from this machine. The URL may
     /// carry `user:password@` or `token@`.
@@ -185,6 +189,11 @@ pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
     let mut warn = |w: String| eprintln!("warning: {w}");
     let mut evaluators = load_config(&args.config, args.verbose, &mut warn)?;
     let debates = load_debates(&args.debate, &mut warn)?;
+    if let Some(path) = &args.prices {
+        let table =
+            parley_protocol::PriceTable::load(path).map_err(|e| CliError::config(e.to_string()))?;
+        parley_llm::set_prices(table);
+    }
     if let Some(url) = &args.nats_url {
         return eval_on_cluster(&args, url, &evaluators, &debates).await;
     }

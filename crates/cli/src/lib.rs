@@ -1,4 +1,8 @@
 //! Library side of the `parley` CLI: what benchmarks and tests reuse.
+//!
+//! - [`estimate`]: what a debate will cost, from its spec, with no LLM call.
+
+pub mod estimate;
 
 use std::sync::Arc;
 

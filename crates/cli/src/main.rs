@@ -91,6 +91,9 @@ enum Command {
     /// Run a debate in this process and print the final solution.
     #[command(alias = "debate")]
     Run(RunArgs),
+    /// What a debate would cost: calls, tokens and dollars (min/expected/max), with no LLM
+    /// call. Takes `run`'s arguments (`parley run --estimate`).
+    Estimate(RunArgs),
     /// Submit a debate to a cluster over NATS (prints its id; --wait follows it).
     Submit(remote::SubmitArgs),
     /// Replay and follow a debate's events.
@@ -168,6 +171,19 @@ pub struct RunArgs {
     /// `context_search`) may read: snapshotted now (256 KiB per file, 2 MiB, 1000 files).
     #[arg(long, value_name = "DIR")]
     pub context: Option<PathBuf>,
+    /// LiteLLM-format price file (model_prices_and_context_window.json): what each call
+    /// costs (default: the config's `prices`; without one only `local` is priced, at 0).
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
+    /// Print what the debate would cost (calls, tokens, dollars; no LLM call) and exit.
+    #[arg(long)]
+    pub estimate: bool,
+    /// With --estimate: print it as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// With --estimate: the expected length of one reply, in tokens [default: 400].
+    #[arg(long, value_name = "N")]
+    pub expected_reply_tokens: Option<u32>,
 }
 
 /// With a Langfuse export, `true` puts each LLM call's prompt and completion on its span.
@@ -187,7 +203,7 @@ fn main() -> ExitCode {
     };
     // Before telemetry and the runtime: both read the environment.
     let env_file = match &cli.command {
-        Command::Run(a) => Some((a.env_file.as_deref(), a.verbose)),
+        Command::Run(a) | Command::Estimate(a) => Some((a.env_file.as_deref(), a.verbose)),
         Command::Eval(a) => Some((a.env_file.as_deref(), a.verbose)),
         Command::Serve(a) => Some((a.env_file.as_deref(), false)),
         _ => None,
@@ -230,6 +246,10 @@ fn main() -> ExitCode {
         let interrupt = &interrupt;
         match cli.command {
             Command::Run(args) => run::run(args, interrupt).await,
+            Command::Estimate(mut args) => {
+                args.estimate = true;
+                run::run(args, interrupt).await
+            }
             Command::Resume(args) => {
                 run::continue_saved(args, run::Continue::Resume, interrupt).await
             }

@@ -55,6 +55,24 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
                 let then = if *will_retry { "retrying" } else { "giving up" };
                 let _ = writeln!(err, "task {task_id} failed: {error} ({then})");
             }
+            EventKind::BudgetDegraded { step, round, tasks } => {
+                if tty {
+                    let _ = write!(err, "\r\x1b[K");
+                }
+                let what = match step.as_str() {
+                    "dropCritiques" => "dropped critique(s) that do not fit",
+                    "noNewRound" => "no new round starts",
+                    "skipSummaries" => "skipped summary(ies)",
+                    "synthesizeNow" => "synthesizing with what exists",
+                    _ => "skipped the clarification questions",
+                };
+                let n = if tasks.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", tasks.len())
+                };
+                let _ = writeln!(err, "budget: round {round}: {what}{n}");
+            }
             _ => {}
         }
         let line = status_line(&e.progress);

@@ -183,7 +183,18 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
             .map(crate::context_dir::snapshot)
             .transpose()?,
     };
+    let prices = if r.estimate {
+        Some(config::load_prices(r.prices.as_deref(), &loaded)?)
+    } else {
+        None
+    };
+    let limits = loaded.file.providers.clone();
     let mut spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
+    if let Some(prices) = prices {
+        // What it would cost, from the local price file (the cluster's operator may price
+        // it differently); nothing is sent.
+        return crate::run::print_estimate(&spec, &prices, &endpoints, &limits, r);
+    }
     spec.idempotency_key = args.idempotency_key.clone();
     // `--wait` answers the questions as they come: a file or a terminal is needed.
     let answers = clarify::Answers::choose(r.answers.as_deref())?;

@@ -34,6 +34,32 @@ pub fn solution_text(state: &DebateState) -> String {
         "Confidence: {:.0}/100 (synthesized by {})",
         s.confidence, s.synthesized_by
     );
+    if let Some(sp) = &state.spend {
+        let _ = writeln!(
+            out,
+            "Cost: {} ({} tokens, {} LLM calls)",
+            parley_protocol::format_cost(sp.cost_usd),
+            sp.total_tokens,
+            sp.calls
+        );
+    }
+    out
+}
+
+/// Each participant's calls, tokens and cost, one line each (the report and `--verbose`).
+pub fn spend_lines(state: &DebateState, bullet: &str) -> String {
+    let mut out = String::new();
+    if let Some(sp) = &state.spend {
+        for (id, p) in &sp.participants {
+            let _ = writeln!(
+                out,
+                "{bullet}{id}: {} calls, {} tokens, {}",
+                p.calls,
+                p.tokens,
+                parley_protocol::format_cost(p.cost_usd)
+            );
+        }
+    }
     out
 }
 
@@ -229,11 +255,16 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         + usize::from(state.judge_summary.is_some());
     let _ = writeln!(
         md,
-        "\n## Totals\n\n- Rounds: {}\n- LLM calls: {}\n- Tokens: {}",
+        "\n## Totals\n\n- Rounds: {}\n- LLM calls: {}\n- Tokens: {}\n- Cost: {}",
         state.rounds.len(),
         calls,
-        state.total_tokens()
+        state.total_tokens(),
+        parley_protocol::format_cost(state.spend.as_ref().and_then(|s| s.cost_usd)),
     );
+    let per = spend_lines(state, "- ");
+    if !per.is_empty() {
+        let _ = writeln!(md, "\n### Cost per participant\n\n{per}");
+    }
     md
 }
 
@@ -279,9 +310,11 @@ pub fn verbose_summary(spec: &DebateSpec, state: &DebateState) -> String {
     }
     let _ = writeln!(
         out,
-        "Total tokens: {} across {} agents",
+        "Total tokens: {} across {} agents; cost {}",
         state.total_tokens(),
-        spec.active_agents().count()
+        spec.active_agents().count(),
+        parley_protocol::format_cost(state.spend.as_ref().and_then(|s| s.cost_usd)),
     );
+    out.push_str(&spend_lines(state, "  "));
     out
 }

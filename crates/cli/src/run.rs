@@ -80,7 +80,19 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
             .map(crate::context_dir::snapshot)
             .transpose()?,
     };
-    let spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
+    let prices = config::load_prices(args.prices.as_deref(), &loaded)?;
+    let mut spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
+    if args.estimate {
+        return print_estimate(&spec, &prices, &endpoints, &limits, &args);
+    }
+    // Embedded, the user is the operator: no caps beyond the debate's own budget.
+    let pricing = parley_coordinator::Pricing::new(
+        prices.clone(),
+        parley_protocol::limits::DEFAULT_MAX_TOKENS,
+    );
+    parley_coordinator::budget::admit(&mut spec, &Default::default(), &pricing)
+        .map_err(CliError::config)?;
+    parley_llm::set_prices(prices);
     // Before any call: with clarifications, answers must be had (a file or a terminal).
     let answers = clarify::Answers::choose(args.answers.as_deref())?;
     if spec.debate.interactive_clarifications {
@@ -92,7 +104,8 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         );
     }
     let registry = registry_for(&spec, endpoints, limits)?;
-    let machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
+    let mut machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
+    machine.set_pricing(pricing);
     let outputs = Outputs {
         config: args.config,
         output: args.output,
@@ -108,6 +121,45 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         interrupt,
     )
     .await
+}
+
+/// `--estimate`: the debate's calls, tokens and cost, with no LLM call (see
+/// [`parley_cli::estimate`]).
+pub(crate) fn print_estimate(
+    spec: &DebateSpec,
+    prices: &parley_protocol::PriceTable,
+    endpoints: &config::Endpoints,
+    limits: &std::collections::BTreeMap<String, ProviderLimits>,
+    args: &RunArgs,
+) -> Result<(), CliError> {
+    spec.validate()
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    // Which provider each participant would use, without loading any model.
+    let mut settings = ProviderSettings::from_env(endpoints.base_url.clone());
+    settings.agent_base_urls = endpoints.per_agent.clone();
+    let registry =
+        Registry::with_limits(settings, limits.clone(), Arc::new(LocalLimiter::default()));
+    let provider_of = |a: &parley_protocol::AgentConfig| {
+        registry
+            .resolve(a)
+            .map(|r| r.kind.to_string())
+            .unwrap_or_else(|_| a.provider.clone().unwrap_or_else(|| "unknown".into()))
+    };
+    let mut assumptions = parley_cli::estimate::Assumptions::default();
+    if let Some(n) = args.expected_reply_tokens {
+        assumptions.reply_tokens = n;
+    }
+    let est = parley_cli::estimate::estimate(spec, prices, &provider_of, &assumptions)
+        .map_err(CliError::general)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&est).map_err(|e| CliError::general(e.to_string()))?
+        );
+    } else {
+        print!("{}", est.table());
+    }
+    Ok(())
 }
 
 /// Which way a saved debate continues.
@@ -171,11 +223,20 @@ pub async fn continue_saved(
         .config
         .clone()
         .unwrap_or_else(|| PathBuf::from(config::DEFAULT_CONFIG));
-    let (endpoints, limits) = if explicit || path.is_file() {
+    let (endpoints, limits, prices) = if explicit || path.is_file() {
         let mut loaded = config::load(Some(&path), &mut |_| {})?;
-        (config::take_endpoints(&mut loaded), loaded.file.providers)
+        let prices = config::load_prices(None, &loaded)?;
+        (
+            config::take_endpoints(&mut loaded),
+            loaded.file.providers,
+            prices,
+        )
     } else {
-        (config::Endpoints::default(), Default::default())
+        (
+            config::Endpoints::default(),
+            Default::default(),
+            Default::default(),
+        )
     };
     let answers = clarify::Answers::choose(args.answers.as_deref())?;
     if status == DebateStatus::AwaitingClarifications {
@@ -196,7 +257,13 @@ pub async fn continue_saved(
         },
         display_path(&store.path_of(id)),
     );
-    let machine = Machine::from_checkpoint(spec, state);
+    let pricing = parley_coordinator::Pricing::new(
+        prices.clone(),
+        parley_protocol::limits::DEFAULT_MAX_TOKENS,
+    );
+    parley_llm::set_prices(prices);
+    let mut machine = Machine::from_checkpoint(spec, state);
+    machine.set_pricing(pricing);
     let input = match how {
         Continue::Resume => Input::Resume,
         Continue::Retry => Input::Retry,

@@ -22,6 +22,9 @@
 //! max_pending_requests = 256           # coordinator: requests handled at once
 //! max_followers = 512                  # coordinator: event followers (consumers) open at once
 //! clarification_timeout_secs = 3600    # coordinator: unanswered clarification questions become "NA" (default: a day)
+//! max_debate_usd = 5.0                 # coordinator: cap on one debate's spend (and its budget when it sets none)
+//! max_debate_tokens = 2000000          # coordinator: the same in tokens
+//! prices = "model_prices.json"         # PARLEY_PRICES, --prices: LiteLLM-format price file; relative to the settings file
 //! ```
 //!
 //! Environment variables and flags are read by clap (`env` on each flag), so they arrive
@@ -118,6 +121,9 @@ pub struct SettingsFile {
     pub max_pending_requests: Option<usize>,
     pub max_followers: Option<usize>,
     pub clarification_timeout_secs: Option<u64>,
+    pub prices: Option<PathBuf>,
+    pub max_debate_usd: Option<f64>,
+    pub max_debate_tokens: Option<u64>,
 }
 
 impl SettingsFile {
@@ -131,9 +137,13 @@ impl SettingsFile {
             .map_err(|e| format!("settings file {}: {e}", path.display()))?;
         let mut file: Self = toml::from_str(&text)
             .map_err(|e| format!("settings file {}: {}", path.display(), e.message()))?;
-        for c in [file.config.as_mut(), file.nats_creds.as_mut()]
-            .into_iter()
-            .flatten()
+        for c in [
+            file.config.as_mut(),
+            file.nats_creds.as_mut(),
+            file.prices.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
         {
             if c.is_relative() {
                 if let Some(dir) = path.parent() {
@@ -180,6 +190,9 @@ pub struct CommonSettings {
     pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
     pub metrics_addr: Option<SocketAddr>,
+    /// The price file's prices (empty without one); the services add the operator
+    /// config's inline prices.
+    pub prices: parley_protocol::PriceTable,
 }
 
 /// Flags (with their `PARLEY_*` variables) every service takes.
@@ -205,6 +218,10 @@ pub struct CommonArgs {
     /// Address of `/metrics`, `/healthz` and `/readyz`, or `off` [default: 0.0.0.0:9090].
     #[arg(long, env = "PARLEY_METRICS_ADDR")]
     pub metrics_addr: Option<String>,
+    /// LiteLLM-format price file (`model_prices_and_context_window.json`): what each call
+    /// costs. Without one only `local` has a cost (0); others are "unknown".
+    #[arg(long, env = "PARLEY_PRICES", value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 impl CommonArgs {
@@ -277,6 +294,13 @@ impl CommonArgs {
             problems.push("metrics_addr", e);
             None
         });
+        let prices = match self.prices.clone().or(file.prices.clone()) {
+            Some(path) => parley_protocol::PriceTable::load(&path).unwrap_or_else(|e| {
+                problems.push("prices", e);
+                Default::default()
+            }),
+            None => Default::default(),
+        };
         (
             file,
             CommonSettings {
@@ -285,6 +309,7 @@ impl CommonArgs {
                 nats_inbox_prefix,
                 redis_url,
                 metrics_addr,
+                prices,
             },
         )
     }
@@ -343,6 +368,7 @@ mod tests {
             nats_inbox_prefix: None,
             redis_url: None,
             metrics_addr: Some("off".into()),
+            prices: None,
         };
         let mut problems = Problems::default();
         let (file, s) = args.resolve(&mut problems);
@@ -364,6 +390,7 @@ mod tests {
             nats_inbox_prefix: Some("_INBOX.>".into()),
             redis_url: Some("http://:hunter2@x".into()),
             metrics_addr: Some("nonsense".into()),
+            prices: Some(dir.path().join("prices.json")),
         };
         let mut problems = Problems::default();
         args.resolve(&mut problems);
@@ -376,6 +403,7 @@ mod tests {
             "redis_url:",
             "metrics_addr:",
             "concurrency:",
+            "prices:",
         ] {
             assert!(e.contains(key), "{key} missing in {e}");
         }

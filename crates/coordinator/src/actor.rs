@@ -106,6 +106,8 @@ pub struct Deps {
     pub max_actor_failures: u32,
     /// How long a debate waits for clarification answers (`None`: as long as it takes).
     pub clarification_timeout: Option<Duration>,
+    /// Prices and the completion cap a budgeted debate reserves with.
+    pub pricing: crate::budget::Pricing,
 }
 
 /// Failed adoptions after which a debate is failed, by default.
@@ -240,6 +242,7 @@ impl Actor for DebateActor {
         let secret = store.ensure_dispatch_secret(&args.id).await?;
         let mut machine = Machine::from_checkpoint(spec, cp.state);
         machine.set_task_deadline_margin(Some(args.deps.task_deadline_margin));
+        machine.set_pricing(args.deps.pricing.clone());
         let trace = DebateTrace::open(&mut machine);
         parley_telemetry::metrics().debate_status_changed(None, metrics_status(status));
         let ticker = myself.send_interval(args.deps.poll_every, || DebateMsg::Tick);
@@ -827,6 +830,7 @@ async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateSt
     // The previous owner's last events first (best effort), so the stream keeps its order.
     publish_best_effort(deps, id, &cp.state.engine.outbox).await;
     let mut machine = Machine::from_checkpoint(spec, cp.state);
+    machine.set_pricing(deps.pricing.clone());
     let events: Vec<parley_protocol::DebateEvent> = machine
         .handle(input, Utc::now())
         .into_iter()

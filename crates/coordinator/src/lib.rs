@@ -20,12 +20,14 @@
 //!   retry, cancel, result routing, takeover scan. `main.rs` is a thin binary over it.
 
 pub mod actor;
+pub mod budget;
 pub mod driver;
 pub mod machine;
 pub mod service;
 pub mod store;
 pub mod trace;
 
+pub use budget::Pricing;
 pub use driver::{run_debate, run_debate_until, Driven, TaskRunner};
 pub use machine::{AnswerError, Effect, Expectation, Input, Machine};
 pub use store::{answer_saved, AnswerSavedError, FileStore, LoadError};

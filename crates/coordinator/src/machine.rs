@@ -192,6 +192,9 @@ pub struct Machine {
     /// When a user's retry of this running debate last re-sent its attempts (not
     /// checkpointed): another within [`RUNNING_RETRY_INTERVAL_SECS`] is a no-op.
     last_running_retry: Option<DateTime<Utc>>,
+    /// Prices and the completion cap budgets reserve with (operator settings: not
+    /// checkpointed, set again by the driver).
+    pricing: crate::budget::Pricing,
 }
 
 /// A user's `retry` of a running debate re-sends its outstanding attempts at most once in
@@ -217,6 +220,8 @@ impl Machine {
             synthesis_metadata: None,
             prompt_sources: spec.prompt_sources.clone(),
             error: None,
+            spend: None,
+            budget: None,
             engine: Default::default(),
             created_at: now,
             updated_at: now,
@@ -238,7 +243,56 @@ impl Machine {
             deadline_margin: None,
             deadlines: BTreeMap::new(),
             last_running_retry: None,
+            pricing: Default::default(),
         }
+    }
+
+    /// The operator's prices and completion cap, for a debate with a budget (see
+    /// [`crate::budget`]). Set it before [`Input::Start`] or [`Input::Resume`].
+    pub fn set_pricing(&mut self, pricing: crate::budget::Pricing) {
+        self.pricing = pricing;
+    }
+
+    /// What a debate with a budget must be able to reserve before its first call: the
+    /// synthesis held back, and every agent's round-1 proposal. A budget below it is
+    /// refused at submit (with these figures).
+    pub fn minimum_reservation(&self) -> parley_protocol::Amount {
+        let mut total = self.synthesis_hold();
+        for i in 0..self.agents.len() {
+            let p = Planned {
+                round: 1,
+                kind: TaskKind::Propose,
+                agent: Some(i),
+                target: None,
+            };
+            let id = self.task_id_of(&p);
+            total = total.plus(self.pricing.worst_case(&self.build_task(&p, id, 1)));
+        }
+        total
+    }
+
+    /// The synthesis's worst case: its transcript is at most
+    /// [`Self::synthesis_transcript_cap`] bytes under a budget.
+    fn synthesis_hold(&self) -> parley_protocol::Amount {
+        let p = Planned {
+            round: self.spec.debate.rounds,
+            kind: TaskKind::Synthesize,
+            agent: None,
+            target: None,
+        };
+        let id = self.task_id_of(&p);
+        let mut task = self.build_task(&p, id, 1);
+        task.input.transcript = Some("x".repeat(self.synthesis_transcript_cap()));
+        self.pricing.worst_case(&task)
+    }
+
+    /// Bytes of transcript a synthesis under a budget reads: the judge's summarization
+    /// threshold or summary length, whichever is larger (the newest text is kept).
+    fn synthesis_transcript_cap(&self) -> usize {
+        let s = self.summarization_for(None);
+        s.threshold
+            .max(s.max_length)
+            .clamp(1_000, limits::MAX_SUMMARY_LENGTH)
     }
 
     /// Gives every attempt dispatched from now on a deadline: its timeout plus `margin`
@@ -380,6 +434,15 @@ impl Machine {
                     return fx;
                 }
                 self.state.status = DebateStatus::Running;
+                if let Some(limit) = self.spec.debate.budget {
+                    let hold = self.synthesis_hold();
+                    self.state.budget = Some(parley_protocol::BudgetRecord {
+                        limit,
+                        reserved: hold,
+                        hold,
+                        ..Default::default()
+                    });
+                }
                 let agents = self.agents.iter().map(|a| a.id.clone()).collect();
                 let rounds = self.spec.debate.rounds;
                 self.emit(&mut fx, now, EventKind::DebateStarted { agents, rounds });
@@ -620,8 +683,15 @@ impl Machine {
                 for w in &out.warnings {
                     self.warn(fx, now, format!("{}: {w}", result.task_id));
                 }
-                let (tokens, latency) = (out.metadata.tokens_used, out.metadata.latency_ms);
+                self.settle(&result.task_id, &out.metadata);
+                let (tokens, latency, cost_usd) = (
+                    out.metadata.tokens_used,
+                    out.metadata.latency_ms,
+                    out.metadata.cost_usd,
+                );
                 self.record(&planned, out, now, fx);
+                self.state.spend =
+                    Some(parley_protocol::Spend::of(&self.state, &self.spec.judge.id));
                 let agent_id = self.executor(&planned).id.clone();
                 self.emit(
                     fx,
@@ -632,6 +702,7 @@ impl Machine {
                         agent_id,
                         tokens,
                         latency_ms: latency,
+                        cost_usd,
                     },
                 );
             }
@@ -749,14 +820,16 @@ impl Machine {
         else {
             return;
         };
-        rd.dropped.push(DroppedCritique {
+        let dropped = DroppedCritique {
             task_id: id.to_string(),
             agent_id: agent_id.clone(),
             target_agent_id: target_agent_id.clone(),
             error: err.message.clone(),
             attempts,
             at: now,
-        });
+        };
+        rd.dropped.push(dropped);
+        self.release(id);
         self.warn(
             fx,
             now,
@@ -796,16 +869,28 @@ impl Machine {
             self.emit(fx, now, EventKind::DebateCompleted { confidence });
             return;
         }
+        let mut degraded = false;
         for p in self.plan() {
-            self.dispatch(p, now, fx);
+            degraded |= self.dispatch(p, now, fx);
+        }
+        if degraded {
+            // The state changed (a critique dropped, a summary skipped, the last round
+            // set): plan again. Each degradation happens once per task, so this ends.
+            self.advance(now, fx);
         }
     }
 
-    /// Dispatches `p` unless it is in flight or backing off.
-    fn dispatch(&mut self, p: Planned, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+    /// Dispatches `p` unless it is in flight or backing off. Under a budget it first
+    /// reserves the task's worst case; when that does not fit, the debate degrades
+    /// instead ([`Self::degrade`]) and `true` is returned.
+    fn dispatch(&mut self, p: Planned, now: DateTime<Utc>, fx: &mut Vec<Effect>) -> bool {
         let id = self.task_id_of(&p);
         if self.in_flight.contains_key(&id) || self.backing_off.contains(&id) {
-            return;
+            return false;
+        }
+        if self.state.budget.is_some() && !self.reserve(&p, &id) {
+            self.degrade(&p, id, now, fx);
+            return true;
         }
         // Clarification iterations all belong before round 1.
         let node_round = if p.kind == TaskKind::Clarify {
@@ -841,6 +926,156 @@ impl Machine {
             },
         );
         fx.push(Effect::Dispatch(task));
+        false
+    }
+
+    /// Reserves `p`'s worst case in the budget (its own reservation if it has one: a
+    /// re-dispatched task keeps it; the synthesis takes the hold). False: it does not fit.
+    fn reserve(&mut self, p: &Planned, id: &str) -> bool {
+        let worst = self
+            .pricing
+            .worst_case(&self.build_task(p, id.to_string(), 1));
+        let priced = self.pricing.priced(self.executor(p));
+        let Some(b) = self.state.budget.as_mut() else {
+            return true;
+        };
+        if b.reservations.contains_key(id) {
+            return true;
+        }
+        if p.kind == TaskKind::Synthesize {
+            let hold = std::mem::take(&mut b.hold);
+            b.reservations.insert(id.to_string(), hold);
+            return true;
+        }
+        if (b.limit.usd.is_some() && !priced) || !b.fits(worst) {
+            return false;
+        }
+        b.reserved = b.reserved.plus(worst);
+        b.reservations.insert(id.to_string(), worst);
+        true
+    }
+
+    /// Settles a task's real usage: its reservation is released and what it used is
+    /// spent (an unpriced call counts its reserved dollars).
+    fn settle(&mut self, id: &str, meta: &ContributionMetadata) {
+        let Some(b) = self.state.budget.as_mut() else {
+            return;
+        };
+        let held = b.reservations.remove(id).unwrap_or_default();
+        b.reserved = b.reserved.minus(held);
+        b.spent = b.spent.plus(parley_protocol::Amount {
+            usd: meta.cost_usd.unwrap_or(held.usd),
+            tokens: meta.tokens_used,
+        });
+    }
+
+    /// Releases the reservation of a task given up.
+    fn release(&mut self, id: &str) {
+        if let Some(b) = self.state.budget.as_mut() {
+            if let Some(held) = b.reservations.remove(id) {
+                b.reserved = b.reserved.minus(held);
+            }
+        }
+    }
+
+    /// The next task does not fit the budget: take the next step of the degradation order
+    /// for its kind, record it and announce it.
+    /// - a critique is dropped (recorded like a failed one, reason `budget`);
+    /// - a summary (an agent's or the judge's) is skipped: the full history is used;
+    /// - an evaluation: no new round starts; the debate synthesizes after this round;
+    /// - a proposal or a refinement (or a clarification): synthesize with what exists, as
+    ///   soon as the calls in flight are back.
+    ///
+    /// (Before a new round opens, [`Self::open_rounds_and_carry_over`] also checks that
+    /// its refinements would fit, else no new round starts.)
+    fn degrade(&mut self, p: &Planned, id: String, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+        let step = match p.kind {
+            TaskKind::Critique => {
+                let err = TaskError {
+                    kind: parley_protocol::ErrorKind::Internal,
+                    message: "budget: the critique does not fit the debate's budget".into(),
+                    provider: None,
+                    retry_after_ms: None,
+                };
+                self.drop_critique(p, &id, 0, &err, now, fx);
+                "dropCritiques"
+            }
+            TaskKind::Summarize | TaskKind::JudgeSummarize => {
+                if let Some(b) = self.state.budget.as_mut() {
+                    b.skipped.insert(id.clone());
+                }
+                "skipSummaries"
+            }
+            TaskKind::Evaluate => {
+                if let Some(b) = self.state.budget.as_mut() {
+                    b.final_round = Some(p.round);
+                }
+                "noNewRound"
+            }
+            TaskKind::Clarify => {
+                self.state.engine.clarifications_done = true;
+                "skipClarifications"
+            }
+            TaskKind::Propose | TaskKind::Refine | TaskKind::Synthesize => {
+                if let Some(b) = self.state.budget.as_mut() {
+                    b.synthesize_now = true;
+                }
+                "synthesizeNow"
+            }
+        };
+        self.record_degradation(step, p.round, vec![id], now, fx);
+    }
+
+    /// Adds a degradation to the budget record (a step repeated in the same round joins
+    /// the last entry) and emits its event.
+    fn record_degradation(
+        &mut self,
+        step: &str,
+        round: u32,
+        tasks: Vec<String>,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        if let Some(b) = self.state.budget.as_mut() {
+            match b.degraded.last_mut() {
+                Some(d) if d.step == step && d.round == round => d.tasks.extend(tasks.clone()),
+                _ => b.degraded.push(parley_protocol::Degradation {
+                    step: step.to_string(),
+                    round,
+                    tasks: tasks.clone(),
+                    at: now,
+                }),
+            }
+        }
+        self.emit(
+            fx,
+            now,
+            EventKind::BudgetDegraded {
+                step: step.to_string(),
+                round,
+                tasks,
+            },
+        );
+    }
+
+    /// Under a budget: whether round `r + 1`'s refinements (the least a round needs; its
+    /// critiques can be dropped) would not fit next to what is spent and reserved.
+    fn next_round_unaffordable(&self, r: u32) -> bool {
+        let Some(b) = &self.state.budget else {
+            return false;
+        };
+        let mut need = parley_protocol::Amount::default();
+        for i in 0..self.agents.len() {
+            let p = Planned {
+                round: r,
+                kind: TaskKind::Refine,
+                agent: Some(i),
+                target: None,
+            };
+            let id = self.task_id_of(&p);
+            need = need.plus(self.pricing.worst_case(&self.build_task(&p, id, 1)));
+        }
+        !b.fits(need)
     }
 
     /// Whether this debate has a clarification phase.
@@ -1035,7 +1270,12 @@ impl Machine {
                     .is_some_and(|rd| rd.count(ContributionType::Refinement) > 0),
                 _ => self.round(r).is_some_and(|rd| rd.evaluation.is_some()),
             };
-            if open_next {
+            if open_next && self.next_round_unaffordable(r) {
+                if let Some(b) = self.state.budget.as_mut() {
+                    b.final_round = Some(r);
+                }
+                self.record_degradation("noNewRound", r, Vec::new(), now, fx);
+            } else if open_next {
                 self.open_round(r + 1, now, fx);
                 changed = true;
             }
@@ -1109,6 +1349,15 @@ impl Machine {
         if r >= self.spec.debate.rounds {
             return true;
         }
+        if self
+            .state
+            .budget
+            .as_ref()
+            .and_then(|b| b.final_round)
+            .is_some_and(|f| r >= f)
+        {
+            return true;
+        }
         match self.termination() {
             TerminationType::Fixed => false,
             _ => self
@@ -1140,6 +1389,9 @@ impl Machine {
         if self.round(r)?.summaries.contains_key(id) {
             return Some(true);
         }
+        if self.budget_skipped(&task_id(&self.state.id, r, TaskKind::Summarize, id, None)) {
+            return Some(true);
+        }
         let len = self.history_chars(i, r);
         Some(len <= self.summarization_for(Some(i)).threshold)
     }
@@ -1149,6 +1401,18 @@ impl Machine {
         let mut out = Vec::new();
         let n = self.agents.len();
         let rounds = self.state.rounds.len() as u32;
+        if self.state.budget.as_ref().is_some_and(|b| b.synthesize_now) {
+            // Over budget: synthesize with what exists once nothing else is out.
+            if rounds > 0 && self.in_flight.is_empty() && self.backing_off.is_empty() {
+                out.push(Planned {
+                    round: rounds,
+                    kind: TaskKind::Synthesize,
+                    agent: None,
+                    target: None,
+                });
+            }
+            return out;
+        }
         for r in 1..=rounds {
             let Some(rd) = self.round(r) else { continue };
             for i in 0..n {
@@ -1221,6 +1485,12 @@ impl Machine {
                 && r < self.spec.debate.rounds
                 && self.termination() != TerminationType::Fixed
                 && rd.evaluation.is_none()
+                && self
+                    .state
+                    .budget
+                    .as_ref()
+                    .and_then(|b| b.final_round)
+                    .is_none_or(|f| r < f)
             {
                 out.push(Planned {
                     round: r,
@@ -1235,6 +1505,13 @@ impl Machine {
             let judge_sum = self.summarization_for(None);
             let summary_due = judge_sum.enabled
                 && self.state.judge_summary.is_none()
+                && !self.budget_skipped(&task_id(
+                    &self.state.id,
+                    rounds,
+                    TaskKind::JudgeSummarize,
+                    &self.spec.judge.id,
+                    None,
+                ))
                 && self.final_transcript().chars().count() > judge_sum.threshold;
             if summary_due {
                 out.push(Planned {
@@ -1253,6 +1530,14 @@ impl Machine {
             }
         }
         out
+    }
+
+    /// Whether the budget skipped the task with this id.
+    fn budget_skipped(&self, id: &str) -> bool {
+        self.state
+            .budget
+            .as_ref()
+            .is_some_and(|b| b.skipped.contains(id))
     }
 
     fn is_done(&self, p: &Planned) -> bool {
@@ -1477,10 +1762,22 @@ impl Machine {
                 input.max_length = Some(self.summarization_for(None).max_length);
             }
             (TaskKind::Synthesize, _) => {
-                input.transcript = Some(match &self.state.judge_summary {
+                let mut t = match &self.state.judge_summary {
                     Some(s) => s.summary.clone(),
                     None => self.final_transcript(),
-                });
+                };
+                if self.state.budget.is_some() {
+                    // The hold was reserved for this many bytes: keep the newest text.
+                    let cap = self.synthesis_transcript_cap();
+                    if t.len() > cap {
+                        let mut cut = t.len() - cap;
+                        while !t.is_char_boundary(cut) {
+                            cut += 1;
+                        }
+                        t = t.split_off(cut);
+                    }
+                }
+                input.transcript = Some(t);
             }
             (TaskKind::Clarify, _) => {
                 input.max_questions = Some(self.spec.debate.clarifications_max_per_agent);
@@ -1489,6 +1786,11 @@ impl Machine {
         }
         input.clarifications = answered_clarifications(&self.state.clarifications);
         let node = p.kind.node();
+        let mut agent = self.executor(p).clone();
+        if self.spec.debate.budget.is_some() {
+            // The reservation counted this many completion tokens: ask for no more.
+            agent.max_tokens = Some(self.pricing.completion_cap(&agent));
+        }
         Task {
             schema_version: SCHEMA_VERSION,
             id,
@@ -1496,7 +1798,7 @@ impl Machine {
             round: p.round,
             kind: p.kind,
             attempt,
-            agent: self.executor(p).clone(),
+            agent,
             target_agent_id: p.target.map(|j| self.agents[j].id.clone()),
             problem: self.spec.problem.clone(),
             context: self.spec.context.clone(),
@@ -1558,6 +1860,7 @@ impl Machine {
                         latency_ms: out.metadata.latency_ms,
                         tokens_used: out.metadata.tokens_used,
                         model: out.metadata.model,
+                        cost_usd: out.metadata.cost_usd,
                     },
                     summary,
                 };

@@ -50,6 +50,13 @@ struct Args {
     /// Cap on any participant's `maxTokens` [default: 16384].
     #[arg(long, env = "PARLEY_MAX_TOKENS")]
     max_tokens: Option<u32>,
+    /// Cap on one debate's spend in dollars; a debate without a budget gets it as its
+    /// budget [default: none].
+    #[arg(long, env = "PARLEY_MAX_DEBATE_USD")]
+    max_debate_usd: Option<f64>,
+    /// Cap on one debate's spend in tokens [default: none].
+    #[arg(long, env = "PARLEY_MAX_DEBATE_TOKENS")]
+    max_debate_tokens: Option<u64>,
     /// Requests handled at once; more are answered `unavailable` [default: 256].
     #[arg(long, env = "PARLEY_MAX_PENDING_REQUESTS")]
     max_pending_requests: Option<usize>,
@@ -147,6 +154,16 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         }),
         None => Default::default(),
     };
+    let max_debate = parley_protocol::Budget {
+        usd: args.max_debate_usd.or(file.max_debate_usd),
+        tokens: args.max_debate_tokens.or(file.max_debate_tokens),
+    };
+    if max_debate.usd.is_some() || max_debate.tokens.is_some() {
+        for p in max_debate.problems("max_debate") {
+            let key = p.field.replace("max_debate.", "max_debate_");
+            problems.push(&key, p.message);
+        }
+    }
     problems.into_result()?;
     let mut config = CoordinatorConfig::new(
         common.nats_url,
@@ -159,9 +176,12 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
     config.retention = (!retention.is_zero()).then_some(retention);
     config.task_deadline_margin = Duration::from_secs(task_deadline_margin_secs);
     config.drain = Duration::from_secs(drain_secs);
+    config.pricing =
+        parley_coordinator::Pricing::new(common.prices.clone().with_inline(&providers), max_tokens);
     config.policy = SubmissionPolicy {
         max_tokens,
         providers,
+        max_debate,
     };
     config.max_pending_requests = max_pending_requests;
     config.max_followers = max_followers;

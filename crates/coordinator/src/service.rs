@@ -121,8 +121,11 @@ pub struct CoordinatorConfig {
     pub max_actor_failures: u32,
     /// How long after shutdown was requested `run` returns at the latest.
     pub drain: Duration,
-    /// What the operator allows a submission (maxTokens cap, model allow-lists).
+    /// What the operator allows a submission (maxTokens cap, model allow-lists, spend
+    /// caps).
     pub policy: SubmissionPolicy,
+    /// Prices and the completion cap budgets reserve with (see [`crate::budget`]).
+    pub pricing: crate::budget::Pricing,
     /// Requests handled at once; past it a request is answered `unavailable`.
     pub max_pending_requests: usize,
     /// Event followers open at once (see `parley_cluster::events`).
@@ -150,6 +153,7 @@ impl CoordinatorConfig {
             max_actor_failures: crate::actor::DEFAULT_MAX_ACTOR_FAILURES,
             drain: DEFAULT_DRAIN,
             policy: SubmissionPolicy::default(),
+            pricing: Default::default(),
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
             max_followers: parley_cluster::events::DEFAULT_MAX_FOLLOWERS,
             clarification_timeout: Some(DEFAULT_CLARIFICATION_TIMEOUT),
@@ -181,6 +185,7 @@ struct Service {
     page_bytes: usize,
     /// What submissions may choose.
     policy: SubmissionPolicy,
+    pricing: crate::budget::Pricing,
     /// One permit per request being handled (bounds the spawned handlers).
     requests: Arc<Semaphore>,
     /// Event followers open at once, at most.
@@ -214,6 +219,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         retention: config.retention,
         max_actor_failures: config.max_actor_failures,
         clarification_timeout: config.clarification_timeout,
+        pricing: config.pricing.clone(),
     });
     let (sup, sup_join) = Actor::spawn(None, Supervisor, deps)
         .await
@@ -229,6 +235,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         retention: config.retention,
         page_bytes,
         policy: config.policy.clone(),
+        pricing: config.pricing.clone(),
         requests: Arc::new(Semaphore::new(config.max_pending_requests.max(1))),
         max_followers: config.max_followers.max(1),
     });
@@ -656,7 +663,9 @@ impl Service {
     }
 
     async fn submit(&self, payload: &[u8]) -> Reply {
-        let spec = decode_submission(payload, &self.policy).map_err(ErrorReply::from)?;
+        let mut spec = decode_submission(payload, &self.policy).map_err(ErrorReply::from)?;
+        crate::budget::admit(&mut spec, &self.policy.max_debate, &self.pricing)
+            .map_err(|m| err(ErrorCode::InvalidRequest, m))?;
         let (id, start) = within_deadline(self.create(spec)).await?;
         if start {
             match self.adopt(&id, None).await {

@@ -37,27 +37,24 @@ fn system(task: &Task) -> String {
         .unwrap_or_else(|| prompts::SYSTEM.to_string())
 }
 
-async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmError> {
-    let transcript = task.input.transcript.as_deref().ok_or_else(|| {
-        LlmError::new(
-            ErrorKind::InvalidRequest,
-            provider.name(),
-            "judge task without a transcript",
-        )
-    })?;
+/// The chat messages of a judge task (system prompt, then the task's prompt); an error
+/// names what the task lacks. `parley estimate` builds the same messages to count tokens.
+pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
+    let transcript = task
+        .input
+        .transcript
+        .as_deref()
+        .ok_or("judge task without a transcript")?;
     // The judge sees the answered clarifications with the problem.
     let problem =
         parley_protocol::problem_with_clarifications(&task.problem, &task.input.clarifications);
     let problem = problem.as_ref();
-    let (user, format) = match task.kind {
-        TaskKind::Synthesize => (
-            prompts::synthesize(problem, task.context.as_deref(), transcript),
-            schema::synthesis(),
-        ),
-        TaskKind::Evaluate => (prompts::evaluate(problem, transcript), schema::evaluation()),
+    let user = match task.kind {
+        TaskKind::Synthesize => prompts::synthesize(problem, task.context.as_deref(), transcript),
+        TaskKind::Evaluate => prompts::evaluate(problem, transcript),
         TaskKind::JudgeSummarize => {
             let max = task.input.max_length.unwrap_or(2500);
-            let user = match task
+            match task
                 .agent
                 .summary_prompt
                 .as_deref()
@@ -67,13 +64,26 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
                     format!("{custom}\n\nKeep it under {max} characters.\n\n{transcript}")
                 }
                 None => prompts::summarize(problem, transcript, max),
-            };
-            let (content, metadata) = call_for_task(
-                provider,
-                task,
-                vec![ChatMessage::system(system(task)), ChatMessage::user(user)],
-            )
-            .await?;
+            }
+        }
+        other => return Err(format!("{} is not a judge task", other.as_str())),
+    };
+    Ok(vec![
+        ChatMessage::system(system(task)),
+        ChatMessage::user(user),
+    ])
+}
+
+async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmError> {
+    let messages = build_messages(task)
+        .map_err(|m| LlmError::new(ErrorKind::InvalidRequest, provider.name(), m))?;
+    let format = match task.kind {
+        TaskKind::Synthesize => schema::synthesis(),
+        TaskKind::Evaluate => schema::evaluation(),
+        _ => {
+            // The judge's summary: plain text, cut to its length.
+            let max = task.input.max_length.unwrap_or(2500);
+            let (content, metadata) = call_for_task(provider, task, messages).await?;
             let content = content.chars().take(max).collect();
             return Ok(TaskOutput {
                 content,
@@ -84,15 +94,8 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
                 questions: vec![],
             });
         }
-        other => {
-            return Err(LlmError::new(
-                ErrorKind::InvalidRequest,
-                provider.name(),
-                format!("{} is not a judge task", other.as_str()),
-            ))
-        }
     };
-    let mut messages = vec![ChatMessage::system(system(task)), ChatMessage::user(user)];
+    let mut messages = messages;
     let (first, mut metadata, _) =
         call_for_task_structured(provider, task, messages.clone(), Some(&format)).await?;
     let mut content = first;

@@ -43,6 +43,7 @@ impl Provider for Scripted {
         Ok(ChatResponse {
             text,
             prompt_tokens: 10,
+            cached_prompt_tokens: 0,
             completion_tokens: 5,
             model: "judge-model".into(),
             latency_ms: 3,

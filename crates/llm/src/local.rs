@@ -191,6 +191,7 @@ impl Provider for LocalProvider {
         Ok(ChatResponse {
             text,
             prompt_tokens: out.prompt_tokens as u64,
+            cached_prompt_tokens: 0,
             completion_tokens: out.completion_tokens as u64,
             model: self.model.model_name().to_string(),
             latency_ms: started.elapsed().as_millis() as u64,

@@ -287,9 +287,21 @@ impl OpenAiClient {
             .and_then(Value::as_str)
             .unwrap_or(&req.model)
             .to_string();
+        // Prompt-cache hits (`prompt_tokens_details` / `input_tokens_details`), priced as
+        // such; never more than the prompt.
+        let cached = v
+            .pointer(if chat {
+                "/usage/prompt_tokens_details/cached_tokens"
+            } else {
+                "/usage/input_tokens_details/cached_tokens"
+            })
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            .min(pt);
         Ok(ChatResponse {
             text,
             prompt_tokens: pt,
+            cached_prompt_tokens: cached,
             completion_tokens: ct,
             model,
             latency_ms,

@@ -78,6 +78,8 @@ pub struct ChatRequest {
 pub struct ChatResponse {
     pub text: String,
     pub prompt_tokens: u64,
+    /// Of `prompt_tokens`, those the provider read from its prompt cache.
+    pub cached_prompt_tokens: u64,
     pub completion_tokens: u64,
     pub model: String,
     pub latency_ms: u64,
@@ -153,6 +155,29 @@ static RECORD_CONTENT: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 /// turns it on, for a Langfuse export with `PARLEY_TRACE_CONTENT=true`.
 pub fn record_content_on_spans(on: bool) {
     RECORD_CONTENT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The operator's prices this process charges calls at (see [`set_prices`]).
+static PRICES: std::sync::RwLock<Option<std::sync::Arc<parley_protocol::PriceTable>>> =
+    std::sync::RwLock::new(None);
+
+/// From now on, price every call with `table` (the operator's price file and inline
+/// prices; see [`parley_protocol::prices`]). A process-wide setting like the metrics
+/// registry: the CLI and each service set it once at start-up. Without it only `local` has
+/// a cost (0); every other call's cost is unknown.
+pub fn set_prices(table: parley_protocol::PriceTable) {
+    if let Ok(mut p) = PRICES.write() {
+        *p = Some(std::sync::Arc::new(table));
+    }
+}
+
+/// The prices calls are charged at now.
+pub fn prices() -> std::sync::Arc<parley_protocol::PriceTable> {
+    PRICES
+        .read()
+        .ok()
+        .and_then(|p| p.clone())
+        .unwrap_or_default()
 }
 
 /// Runs one LLM call for `task` with the task's agent settings, returning the text and the
@@ -243,6 +268,7 @@ async fn call(
         gen_ai.response.model = tracing::field::Empty,
         gen_ai.usage.input_tokens = tracing::field::Empty,
         gen_ai.usage.output_tokens = tracing::field::Empty,
+        parley.cost_usd = tracing::field::Empty,
         error.type = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
         langfuse.observation.input = tracing::field::Empty,
@@ -285,6 +311,18 @@ async fn call(
             return Err(e);
         }
     };
+    // Priced by the model asked for (the reply may name a dated snapshot of it).
+    let cost = prices().cost(
+        provider.name(),
+        &req.model,
+        r.prompt_tokens,
+        r.cached_prompt_tokens,
+        r.completion_tokens,
+    );
+    if let Some(usd) = cost {
+        span.record("parley.cost_usd", usd);
+        parley_telemetry::metrics().record_cost(provider.name(), &req.model, usd);
+    }
     let meta = parley_protocol::ContributionMetadata {
         tokens_used: r.prompt_tokens + r.completion_tokens,
         latency_ms: r.latency_ms,
@@ -294,6 +332,8 @@ async fn call(
         provider: Some(provider.name().to_string()),
         carried_over: false,
         tool_calls: Vec::new(),
+        cached_prompt_tokens: (r.cached_prompt_tokens > 0).then_some(r.cached_prompt_tokens),
+        cost_usd: cost,
     };
     Ok(Called {
         text: r.text,
@@ -313,6 +353,11 @@ pub fn add_usage(
     into.prompt_tokens = Some(into.prompt_tokens.unwrap_or(0) + more.prompt_tokens.unwrap_or(0));
     into.completion_tokens =
         Some(into.completion_tokens.unwrap_or(0) + more.completion_tokens.unwrap_or(0));
+    if more.cached_prompt_tokens.is_some() {
+        into.cached_prompt_tokens =
+            Some(into.cached_prompt_tokens.unwrap_or(0) + more.cached_prompt_tokens.unwrap_or(0));
+    }
+    into.cost_usd = parley_protocol::add_cost(into.cost_usd, more.cost_usd);
 }
 
 /// The result message for `task` from an outcome.

@@ -300,6 +300,9 @@ pub struct DebateSettings {
     /// What a critique whose retry budget is spent does (dialectic's `onAgentFailure`).
     #[serde(default)]
     pub on_agent_failure: OnAgentFailure,
+    /// The most the debate may spend (dollars, tokens or both); see [`crate::Budget`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::Budget>,
 }
 
 /// What happens when a critique's retry budget is spent. A critique is one voice among
@@ -350,6 +353,7 @@ impl Default for DebateSettings {
             retry: RetryPolicies::default(),
             max_concurrency: default_max_concurrency(),
             on_agent_failure: OnAgentFailure::default(),
+            budget: None,
         }
     }
 }
@@ -378,6 +382,10 @@ pub struct ProviderLimits {
     /// means any model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_models: Option<Vec<String>>,
+    /// The model's price (per-model entries only; LiteLLM's field names), over the price
+    /// file's (see [`crate::prices`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<crate::ModelPrice>,
 }
 
 impl ProviderLimits {
@@ -431,12 +439,24 @@ pub fn validate_providers(providers: &BTreeMap<String, ProviderLimits>) -> Vec<c
                 "is empty: no model could be used (remove it to allow any model)",
             ));
         }
+        if p.price.is_some() {
+            errs.push(crate::SpecError::new(
+                format!("{field}.price"),
+                "a price belongs to a model: providers.<p>.models.<m>.price",
+            ));
+        }
         for (model, m) in &p.models {
             if m.base_url.is_some() || m.allowed_models.is_some() || !m.models.is_empty() {
                 errs.push(crate::SpecError::new(
                     format!("{field}.models.{model}"),
-                    "a per-model entry takes only requestsPerMinute, tokensPerMinute and maxTokens",
+                    "a per-model entry takes only requestsPerMinute, tokensPerMinute, maxTokens and price",
                 ));
+            }
+            if let Some(price) = &m.price {
+                for problem in price.problems(&format!("{field}.models.{model}.price")) {
+                    let (f, msg) = problem.split_once(": ").unwrap_or(("", &problem));
+                    errs.push(crate::SpecError::new(f, msg));
+                }
             }
         }
     }
@@ -459,4 +479,8 @@ pub struct DebateConfigFile {
     pub base_url: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub providers: BTreeMap<String, ProviderLimits>,
+    /// An operator setting of `parley run`: the LiteLLM-format price file (relative to this
+    /// file's folder); `--prices` wins over it. Never sent with a submission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<String>,
 }

@@ -45,6 +45,9 @@ pub enum EventKind {
         agent_id: String,
         tokens: u64,
         latency_ms: u64,
+        /// Dollars the task cost (absent: unknown).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
     },
     #[serde(rename_all = "camelCase")]
     TaskFailed {
@@ -75,6 +78,16 @@ pub enum EventKind {
     },
     DebateResumed,
     DebateCancelled,
+    /// The next task did not fit the debate's budget: the debate took one step of the
+    /// degradation order (`dropCritiques`, `noNewRound`, `skipSummaries`, `synthesizeNow`).
+    #[serde(rename_all = "camelCase")]
+    BudgetDegraded {
+        step: String,
+        round: u32,
+        /// What was given up (task ids), when any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tasks: Vec<String>,
+    },
     /// The agents asked questions: the debate waits for answers
     /// (`awaiting_clarifications`). `questions` holds the questions still unanswered,
     /// grouped by agent (texts may be cut to keep the event small; the state has them whole).

@@ -11,12 +11,16 @@
 //! - [`submission`]: decoding requests at the edge ([`decode_submission`],
 //!   [`decode_debate_ref`]): refuses endpoints and credentials in a submission, reports
 //!   every problem with its field, never panics.
+//! - [`spend`]: what a debate spent ([`Spend`]) and its budget ([`Budget`],
+//!   [`BudgetRecord`]).
 //! - [`state`]: [`DebateState`], the saved debate in dialectic's camelCase shape.
 //! - [`task`]: [`Task`] and [`TaskResult`], what the coordinator sends to workers and gets
 //!   back, and the [`ResultNotice`] a worker publishes once a result is stored.
 //! - [`event`]: [`DebateEvent`], the progress stream of a debate.
 //! - [`evaluation`]: `parley.evals.submit`, evaluator calls run by the judge workers
 //!   ([`decode_eval_request`]).
+//! - [`prices`]: model prices (a LiteLLM-format file, inline config entries) and the cost
+//!   of a call; unknown without a price, 0 on `local`.
 //! - [`subjects`]: NATS subjects, header names and error replies.
 //! - [`status`]: the replies of `parley.debates.status`: a summary view, and the full state
 //!   inline or in pages (so no reply outgrows NATS's `max_payload`).
@@ -25,7 +29,9 @@ pub mod config;
 pub mod context_files;
 pub mod evaluation;
 pub mod event;
+pub mod prices;
 pub mod spec;
+pub mod spend;
 pub mod state;
 pub mod status;
 pub mod subjects;
@@ -36,7 +42,9 @@ pub use config::*;
 pub use context_files::*;
 pub use evaluation::*;
 pub use event::*;
+pub use prices::{add_cost, format_cost, ModelPrice, PriceError, PriceTable};
 pub use spec::*;
+pub use spend::*;
 pub use state::*;
 pub use status::*;
 pub use submission::*;

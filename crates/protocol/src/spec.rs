@@ -89,6 +89,11 @@ pub mod limits {
     pub const MAX_CONTEXT_FILES: usize = 1_000;
     /// Bytes of one path in a context snapshot.
     pub const MAX_CONTEXT_PATH_BYTES: usize = 1_024;
+    /// Bytes a worker's prompt adds around a task's own texts ([`crate::Task::text_bytes`]):
+    /// the built-in role and judge prompts, the templates, a stricter JSON instruction and
+    /// the chat format's per-message tokens. The workers' tests check their prompts stay
+    /// within it; budgets count a prompt as at most this plus the texts, a token per byte.
+    pub const MAX_PROMPT_TEMPLATE_BYTES: u64 = 8_192;
 }
 
 /// Where an agent's system/summary prompt came from.
@@ -170,6 +175,10 @@ pub struct SubmissionPolicy {
     pub max_tokens: u32,
     /// The operator's providers: their model allow-lists.
     pub providers: BTreeMap<String, ProviderLimits>,
+    /// The operator's caps on one debate's spend (`max_debate_usd`, `max_debate_tokens`):
+    /// a submission whose `debate.budget` is over them is refused; one without a budget
+    /// gets them as its budget.
+    pub max_debate: crate::Budget,
 }
 
 impl Default for SubmissionPolicy {
@@ -177,8 +186,19 @@ impl Default for SubmissionPolicy {
         Self {
             max_tokens: limits::DEFAULT_MAX_TOKENS,
             providers: BTreeMap::new(),
+            max_debate: crate::Budget::default(),
         }
     }
+}
+
+/// The most completion tokens one call of `agent` may produce: its `maxTokens`, capped by
+/// the operator's `max_tokens` (which applies alone when the participant sets none). The
+/// one place estimates (and budgets) read a call's completion bound from.
+pub fn completion_cap(agent: &AgentConfig, operator_max_tokens: u32) -> u32 {
+    agent
+        .max_tokens
+        .map_or(operator_max_tokens, |m| m.min(operator_max_tokens))
+        .max(1)
 }
 
 /// True for an id of `[A-Za-z0-9_-]{1,64}`: safe in NATS subjects and headers, Redis keys,
@@ -374,6 +394,7 @@ impl DebateSpec {
         }
         validate_agent("judge", &self.judge, policy, &mut c);
         validate_settings(&self.debate, &mut c);
+        validate_budget(self, policy, &mut c);
         validate_prompt_sources(&self.prompt_sources, &mut c);
         c.into_result()
     }
@@ -430,6 +451,52 @@ fn validate_settings(d: &DebateSettings, c: &mut Check) {
             );
         }
         validate_retry(&field, p, c);
+    }
+}
+
+/// `debate.budget`: sane figures, within the operator's caps, and no participant whose
+/// calls a budget cannot bound (tools add calls the reservation does not know).
+fn validate_budget(spec: &DebateSpec, policy: &SubmissionPolicy, c: &mut Check) {
+    let Some(b) = &spec.debate.budget else {
+        return;
+    };
+    c.0.extend(b.problems("debate.budget"));
+    let cap = &policy.max_debate;
+    if let (Some(v), Some(max)) = (b.usd, cap.usd) {
+        if v > max {
+            c.push(
+                "debate.budget.usd",
+                format!("${v} is over the operator's cap of ${max} per debate"),
+            );
+        }
+    }
+    if let (Some(v), Some(max)) = (b.tokens, cap.tokens) {
+        if v > max {
+            c.push(
+                "debate.budget.tokens",
+                format!("{v} tokens is over the operator's cap of {max} per debate"),
+            );
+        }
+    }
+    for (i, a) in spec.active_agents().enumerate() {
+        if !a.tools.is_empty() {
+            c.push(
+                format!("agents[{i}].tools"),
+                "a debate with a budget cannot give agents tools (their calls are not bounded in advance)",
+            );
+        }
+    }
+}
+
+impl DebateSpec {
+    /// The budget this debate runs under: its own `debate.budget`, tightened by the
+    /// operator's caps (which alone apply when it sets none); `None`: unlimited.
+    pub fn effective_budget(&self, caps: &crate::Budget) -> Option<crate::Budget> {
+        let b = match self.debate.budget {
+            Some(b) => b.tighter(*caps),
+            None => *caps,
+        };
+        (b.usd.is_some() || b.tokens.is_some()).then_some(b)
     }
 }
 

@@ -76,6 +76,13 @@ pub struct ContributionMetadata {
     /// The tool calls the agent made for this contribution, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallRecord>,
+    /// Prompt tokens the provider read from its prompt cache (priced as such).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_prompt_tokens: Option<u64>,
+    /// Dollars the call cost, from the provider's reported usage and the operator's prices;
+    /// absent when the model has no price (unknown, never guessed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// One tool call of a contribution: which tool, its arguments as the model sent them (cut
@@ -120,6 +127,9 @@ pub struct SummaryMetadata {
     pub latency_ms: u64,
     pub tokens_used: u64,
     pub model: String,
+    /// Dollars the summary cost (absent: unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -415,6 +425,13 @@ pub struct DebateState {
     pub prompt_sources: PromptSources,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<DebateFailure>,
+    /// Tokens and dollars spent so far, per participant and in total (refreshed after
+    /// every result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<crate::Spend>,
+    /// The debate's budget and how it was kept (`debate.budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::BudgetRecord>,
     #[serde(default)]
     pub engine: EngineRecord,
     pub created_at: DateTime<Utc>,

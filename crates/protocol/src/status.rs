@@ -138,6 +138,16 @@ pub struct StatusSummary {
     pub rounds: usize,
     pub contributions: usize,
     pub total_tokens: u64,
+    /// Dollars spent so far; absent while unknown (a call without a price) or before the
+    /// first call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Per participant: calls, tokens, dollars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<crate::Spend>,
+    /// The debate's budget as kept, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::BudgetRecord>,
     /// The final solution's confidence, once there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f64>,
@@ -164,6 +174,9 @@ impl StatusSummary {
             rounds: state.rounds.len(),
             contributions: state.rounds.iter().map(|r| r.contributions.len()).sum(),
             total_tokens: state.total_tokens(),
+            cost_usd: state.spend.as_ref().and_then(|s| s.cost_usd),
+            spend: state.spend.clone(),
+            budget: state.budget.clone(),
             confidence: state.final_solution.as_ref().map(|s| s.confidence),
             error: state.error.clone(),
             created_at: state.created_at,

@@ -191,6 +191,44 @@ pub struct Task {
 }
 
 impl Task {
+    /// Bytes of every text this task carries into its prompt: the problem, context,
+    /// history, proposal, critiques, transcript, clarifications and the participant's own
+    /// prompts. A worker's prompt is at most this plus
+    /// [`crate::limits::MAX_PROMPT_TEMPLATE_BYTES`].
+    pub fn text_bytes(&self) -> u64 {
+        let i = &self.input;
+        let peer = |p: &PeerText| (p.agent_id.len() + p.agent_role.len() + p.content.len()) as u64;
+        let clar: u64 = i
+            .clarifications
+            .iter()
+            .map(|g| {
+                (g.agent_name.len() + g.role.len()) as u64
+                    + g.items
+                        .iter()
+                        .map(|q| {
+                            (q.question.len() + q.answer.as_deref().map_or(0, str::len) + 16) as u64
+                        })
+                        .sum::<u64>()
+            })
+            .sum();
+        let own = [
+            &self.agent.system_prompt,
+            &self.agent.summary_prompt,
+            &self.agent.clarification_prompt,
+        ]
+        .iter()
+        .map(|t| t.as_deref().map_or(0, str::len) as u64)
+        .sum::<u64>();
+        (self.problem.len() + self.context.as_deref().map_or(0, str::len)) as u64
+            + i.history.as_deref().map_or(0, str::len) as u64
+            + i.proposal.as_ref().map_or(0, peer)
+            + i.critiques.iter().map(peer).sum::<u64>()
+            + i.transcript.as_deref().map_or(0, str::len) as u64
+            + clar
+            + own
+            + (self.agent.name.len() + self.agent.role.len()) as u64
+    }
+
     /// Checks a task as a worker receives it: schema version, ids (the task id must be the
     /// one its fields make), the attempt, the timeout, the participant's fields and the
     /// sizes of its texts. Every problem is reported with its field.

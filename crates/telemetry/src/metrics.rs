@@ -7,6 +7,7 @@
 //! | `parley_tasks_total` | counter | `kind`, `outcome` |
 //! | `parley_task_failures_total` | counter | `kind`, `error_kind` |
 //! | `parley_llm_tokens_total` | counter | `provider`, `model`, `direction` |
+//! | `parley_llm_cost_usd_total` | counter (dollars, priced calls only) | `provider`, `model` |
 //! | `parley_llm_retries_total` | counter | `provider`, `reason` |
 //! | `parley_llm_rate_limited_total` | counter (429s received) | `provider` |
 //! | `parley_rate_limit_wait_seconds` | histogram | `provider` |
@@ -250,6 +251,12 @@ struct FailureLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ModelLabels {
+    provider: String,
+    model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct TokenLabels {
     provider: String,
     model: String,
@@ -302,6 +309,8 @@ struct Inner {
     tasks: Family<TaskLabels, Counter>,
     task_failures: Family<FailureLabels, Counter>,
     llm_tokens: Family<TokenLabels, Counter>,
+    /// Dollars spent on LLM calls with a known price.
+    llm_cost: Family<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     llm_retries: Family<RetryLabels, Counter>,
     llm_rate_limited: Family<ProviderLabels, Counter>,
     rate_limit_wait: HistogramFamily<ProviderLabels>,
@@ -376,6 +385,12 @@ impl Metrics {
             "parley_llm_tokens",
             "LLM tokens reported by the provider",
             Family::clone(&llm_tokens),
+        );
+        let llm_cost = Family::default();
+        registry.register(
+            "parley_llm_cost_usd",
+            "Dollars spent on LLM calls (calls with a known price only)",
+            Family::clone(&llm_cost),
         );
         let llm_retries = Family::default();
         registry.register(
@@ -493,6 +508,7 @@ impl Metrics {
                 tasks,
                 task_failures,
                 llm_tokens,
+                llm_cost,
                 llm_retries,
                 llm_rate_limited,
                 rate_limit_wait,
@@ -580,6 +596,20 @@ impl Metrics {
                 })
                 .inc_by(n);
         }
+    }
+
+    /// Dollars one LLM call cost (a call with no price records nothing).
+    pub fn record_cost(&self, provider: &str, model: &str, usd: f64) {
+        if !(usd.is_finite() && usd >= 0.0) {
+            return;
+        }
+        self.inner
+            .llm_cost
+            .get_or_create(&ModelLabels {
+                provider: provider.to_string(),
+                model: model.to_string(),
+            })
+            .inc_by(usd);
     }
 
     /// An LLM call is being retried (e.g. reason `timeout`, `server_error`, `rate_limited`,
@@ -784,6 +814,7 @@ mod tests {
         m.task_started(TaskKind::Agent).finish("p", Outcome::Ok);
         m.task_failed(TaskKind::Agent, "timeout");
         m.record_tokens("p", "m", 1, 1);
+        m.record_cost("p", "m", 0.25);
         m.llm_retry("p", "timeout");
         m.llm_rate_limited("p");
         m.rate_limit_wait("p", Duration::ZERO);
@@ -796,6 +827,7 @@ mod tests {
             ("parley_tasks", "counter"),
             ("parley_task_failures", "counter"),
             ("parley_llm_tokens", "counter"),
+            ("parley_llm_cost_usd", "counter"),
             ("parley_llm_retries", "counter"),
             ("parley_llm_rate_limited", "counter"),
             ("parley_rate_limit_wait_seconds", "histogram"),

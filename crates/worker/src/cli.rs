@@ -94,6 +94,9 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
         None => Default::default(),
     };
     problems.into_result()?;
+    // Every call this worker makes is priced with the file's prices and the config's
+    // inline ones.
+    parley_llm::set_prices(common.prices.clone().with_inline(&limits));
     Ok(WorkerConfig {
         kind,
         nats_url: common.nats_url,

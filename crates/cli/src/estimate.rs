@@ -1,0 +1,391 @@
+//! `parley estimate` / `parley run --estimate`: what a debate will cost, before its first
+//! call and without any.
+//!
+//! The debate's own state machine ([`parley_coordinator::Machine`]) is driven to its end
+//! with made-up replies of a chosen length, so every call it would make is planned exactly
+//! as in a real run (summaries when the history passes its threshold, the judge's summary,
+//! evaluations for early-stopping termination). Each call's prompt is built by the workers'
+//! own prompt builders (`parley_agent_worker::build_messages`,
+//! `parley_judge_worker::build_messages`) and counted.
+//!
+//! Three runs give the range:
+//! - **min**: one-token replies; a `convergence` / `quality` debate stops after round 1;
+//!   no clarification question is asked.
+//! - **expected**: replies of [`Assumptions::reply_tokens`] tokens; every round runs.
+//! - **max**: every reply as long as its completion cap allows (the participant's
+//!   `maxTokens`, else the operator's `max_tokens`; see
+//!   [`parley_protocol::completion_cap`]); every round runs; every clarification iteration
+//!   asks its most questions.
+//!
+//! Tokens are counted at [`Assumptions::chars_per_token`] characters per token (4, the
+//! usual figure for English text on OpenAI-family and SmolLM2 tokenizers); the max run
+//! counts a prompt's UTF-8 bytes instead (a byte-level BPE token is at least one byte), so
+//! it stays an upper bound. Tool calls of agents with `tools` are not counted (each may
+//! add calls up to its `toolCallLimit`).
+
+use std::collections::BTreeMap;
+
+use chrono::{TimeZone, Utc};
+use parley_coordinator::{Effect, Input, Machine};
+use parley_protocol::{
+    completion_cap, AgentConfig, Answer, ContributionMetadata, DebateSpec, DebateStatus,
+    PriceTable, Solution, Task, TaskKind, TaskOutcome, TaskOutput, TaskResult, TerminationType,
+    WorkerKind,
+};
+use serde::Serialize;
+
+/// What the estimate assumes about replies and tokens.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Assumptions {
+    /// Expected completion tokens of one reply.
+    pub reply_tokens: u32,
+    /// Characters per token.
+    pub chars_per_token: f64,
+    /// The operator's completion cap (`max_tokens`), for participants without `maxTokens`.
+    pub operator_max_tokens: u32,
+}
+
+impl Default for Assumptions {
+    fn default() -> Self {
+        Self {
+            reply_tokens: 400,
+            chars_per_token: 4.0,
+            operator_max_tokens: parley_protocol::limits::DEFAULT_MAX_TOKENS,
+        }
+    }
+}
+
+/// Min, expected and max of one figure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Range<T> {
+    pub min: T,
+    pub expected: T,
+    pub max: T,
+}
+
+/// One participant's (or the total) estimate.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Line {
+    pub id: String,
+    pub model: String,
+    pub provider: String,
+    pub calls: Range<u64>,
+    pub tokens: Range<u64>,
+    /// Dollars; `null` when the model has no price (unknown).
+    pub cost_usd: Range<Option<f64>>,
+}
+
+/// The whole estimate.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Estimate {
+    /// Calls per kind (`proposal`, `critique`, `refinement`, `summary`, `clarification`,
+    /// `evaluation`, `judgeSummary`, `synthesis`).
+    pub calls: BTreeMap<String, Range<u64>>,
+    pub participants: Vec<Line>,
+    pub total: Line,
+    pub assumptions: Assumptions,
+}
+
+/// One call the simulated debate made.
+#[derive(Debug, Clone)]
+struct Call {
+    participant: String,
+    kind: &'static str,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    Min,
+    Expected,
+    Max,
+}
+
+fn kind_name(k: TaskKind) -> &'static str {
+    match k {
+        TaskKind::Clarify => "clarification",
+        TaskKind::Propose => "proposal",
+        TaskKind::Critique => "critique",
+        TaskKind::Refine => "refinement",
+        TaskKind::Summarize => "summary",
+        TaskKind::Evaluate => "evaluation",
+        TaskKind::JudgeSummarize => "judgeSummary",
+        TaskKind::Synthesize => "synthesis",
+    }
+}
+
+/// The most tasks a simulation runs (far above any valid spec's: 12 agents × 20 rounds).
+const MAX_SIMULATED_TASKS: usize = 200_000;
+
+/// Estimates `spec` (already validated) under `prices`; `provider_of` names the provider
+/// each participant's calls go to.
+pub fn estimate(
+    spec: &DebateSpec,
+    prices: &PriceTable,
+    provider_of: &dyn Fn(&AgentConfig) -> String,
+    a: &Assumptions,
+) -> Result<Estimate, String> {
+    let runs = [
+        simulate(spec, Scenario::Min, a)?,
+        simulate(spec, Scenario::Expected, a)?,
+        simulate(spec, Scenario::Max, a)?,
+    ];
+    let mut calls: BTreeMap<String, Range<u64>> = BTreeMap::new();
+    let participants: Vec<&AgentConfig> = spec
+        .active_agents()
+        .chain(std::iter::once(&spec.judge))
+        .collect();
+    let mut lines: Vec<Line> = participants
+        .iter()
+        .map(|p| Line {
+            id: p.id.clone(),
+            model: p.model.clone(),
+            provider: provider_of(p),
+            cost_usd: Range {
+                min: Some(0.0),
+                expected: Some(0.0),
+                max: Some(0.0),
+            },
+            ..Default::default()
+        })
+        .collect();
+    for (s, run) in runs.iter().enumerate() {
+        for c in run {
+            *slot(calls.entry(c.kind.to_string()).or_default(), s) += 1;
+            let Some(i) = lines.iter().position(|l| l.id == c.participant) else {
+                continue;
+            };
+            let line = &mut lines[i];
+            *slot(&mut line.calls, s) += 1;
+            *slot(&mut line.tokens, s) += c.prompt_tokens + c.completion_tokens;
+            let cost = prices
+                .price_of(&line.provider, &line.model)
+                .map(|p| p.cost(c.prompt_tokens, 0, c.completion_tokens));
+            let into = slot(&mut line.cost_usd, s);
+            *into = parley_protocol::add_cost(*into, cost);
+        }
+    }
+    // A participant that makes no call costs nothing, priced or not.
+    for (line, p) in lines.iter_mut().zip(&participants) {
+        if prices.price_of(&line.provider, &p.model).is_none() {
+            let unknown_if = |n: u64| (n == 0).then_some(0.0);
+            line.cost_usd = Range {
+                min: unknown_if(line.calls.min),
+                expected: unknown_if(line.calls.expected),
+                max: unknown_if(line.calls.max),
+            };
+        }
+    }
+    let mut total = Line {
+        id: "total".into(),
+        cost_usd: Range {
+            min: Some(0.0),
+            expected: Some(0.0),
+            max: Some(0.0),
+        },
+        ..Default::default()
+    };
+    for l in &lines {
+        total.calls.min += l.calls.min;
+        total.calls.expected += l.calls.expected;
+        total.calls.max += l.calls.max;
+        total.tokens.min += l.tokens.min;
+        total.tokens.expected += l.tokens.expected;
+        total.tokens.max += l.tokens.max;
+        total.cost_usd.min = parley_protocol::add_cost(total.cost_usd.min, l.cost_usd.min);
+        total.cost_usd.expected =
+            parley_protocol::add_cost(total.cost_usd.expected, l.cost_usd.expected);
+        total.cost_usd.max = parley_protocol::add_cost(total.cost_usd.max, l.cost_usd.max);
+    }
+    Ok(Estimate {
+        calls,
+        participants: lines,
+        total,
+        assumptions: a.clone(),
+    })
+}
+
+/// The min (0), expected (1) or max (2) figure of `r`.
+fn slot<T>(r: &mut Range<T>, s: usize) -> &mut T {
+    match s {
+        0 => &mut r.min,
+        1 => &mut r.expected,
+        _ => &mut r.max,
+    }
+}
+
+impl Estimate {
+    /// The estimate as a text table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let kinds: Vec<String> = self
+            .calls
+            .iter()
+            .map(|(k, r)| {
+                if r.min == r.max {
+                    format!("{} {k}", r.expected)
+                } else {
+                    format!("{}-{} {k}", r.min, r.max)
+                }
+            })
+            .collect();
+        out.push_str(&format!("Calls: {}\n\n", kinds.join(", ")));
+        out.push_str(&format!(
+            "{:<14} {:<22} {:>9} {:>26} {:>32}\n",
+            "participant", "model", "calls", "tokens min/exp/max", "cost min/exp/max"
+        ));
+        for l in self.participants.iter().chain(std::iter::once(&self.total)) {
+            let calls = if l.calls.min == l.calls.max {
+                l.calls.expected.to_string()
+            } else {
+                format!("{}-{}", l.calls.min, l.calls.max)
+            };
+            let model = if l.model.is_empty() {
+                String::new()
+            } else {
+                format!("{}/{}", l.provider, l.model)
+            };
+            out.push_str(&format!(
+                "{:<14} {:<22} {:>9} {:>26} {:>32}\n",
+                parley_protocol::preview(&l.id, 14),
+                parley_protocol::preview(&model, 22),
+                calls,
+                format!("{}/{}/{}", l.tokens.min, l.tokens.expected, l.tokens.max),
+                format!(
+                    "{}/{}/{}",
+                    parley_protocol::format_cost(l.cost_usd.min),
+                    parley_protocol::format_cost(l.cost_usd.expected),
+                    parley_protocol::format_cost(l.cost_usd.max)
+                ),
+            ));
+        }
+        out.push_str(&format!(
+            "\nExpected assumes replies of {} tokens and every round; max assumes every reply \
+             at its completion cap; tokens at {} characters per token (max: a token per prompt byte).\n",
+            self.assumptions.reply_tokens, self.assumptions.chars_per_token
+        ));
+        out
+    }
+}
+
+/// Drives the machine to its end with made-up replies; returns every call it made.
+fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>, String> {
+    let now = Utc
+        .with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or_else(Utc::now);
+    let mut m = Machine::new("deb-20000101-000000-estim8".into(), spec.clone(), now);
+    let mut calls = Vec::new();
+    let mut queue: std::collections::VecDeque<Task> = Default::default();
+    let mut fx = m.handle(Input::Start, now);
+    let mut asked = 0u64;
+    for _ in 0..MAX_SIMULATED_TASKS {
+        queue.extend(fx.drain(..).filter_map(|e| match e {
+            Effect::Dispatch(t) => Some(t),
+            _ => None,
+        }));
+        let Some(task) = queue.pop_front() else {
+            if m.state().status == DebateStatus::AwaitingClarifications {
+                let answers: Vec<Answer> =
+                    parley_protocol::pending_clarifications(&m.state().clarifications)
+                        .iter()
+                        .flat_map(|g| &g.items)
+                        .map(|i| Answer {
+                            id: i.id.clone(),
+                            answer: String::new(),
+                        })
+                        .collect();
+                fx = m.handle(Input::Answers(answers), now);
+                continue;
+            }
+            return Ok(calls);
+        };
+        let messages = match task.kind.worker() {
+            WorkerKind::Agent => parley_agent_worker::build_messages(&task),
+            WorkerKind::Judge => parley_judge_worker::build_messages(&task),
+        }?;
+        let cpt = a.chars_per_token.max(0.5);
+        let prompt_tokens: u64 = messages
+            .iter()
+            .map(|msg| match s {
+                Scenario::Max => msg.content.len() as u64 + 8,
+                _ => (msg.content.chars().count() as f64 / cpt).ceil() as u64,
+            })
+            .sum();
+        let cap = completion_cap(&task.agent, a.operator_max_tokens);
+        let reply_tokens = match s {
+            Scenario::Min => 1,
+            Scenario::Expected => a.reply_tokens.min(cap),
+            Scenario::Max => cap,
+        };
+        let reply_chars = (f64::from(reply_tokens) * cpt) as usize;
+        calls.push(Call {
+            participant: task.agent.id.clone(),
+            kind: kind_name(task.kind),
+            prompt_tokens,
+            completion_tokens: u64::from(reply_tokens),
+        });
+        asked += 1;
+        let output = made_up_output(&task, s, reply_chars, spec, asked);
+        let result = TaskResult {
+            schema_version: parley_protocol::SCHEMA_VERSION,
+            task_id: task.id.clone(),
+            debate_id: task.debate_id.clone(),
+            attempt: task.attempt,
+            worker: "estimate".into(),
+            outcome: TaskOutcome::Ok(output),
+        };
+        fx = m.handle(Input::Result(result), now);
+    }
+    Err(format!(
+        "the debate did not end within {MAX_SIMULATED_TASKS} simulated calls"
+    ))
+}
+
+/// A reply of `chars` characters for `task`, shaped as its kind needs.
+fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: u64) -> TaskOutput {
+    let text: String = "lorem ipsum dolor sit amet "
+        .chars()
+        .cycle()
+        .take(chars.max(1))
+        .collect();
+    let mut out = TaskOutput {
+        content: text.clone(),
+        metadata: ContributionMetadata {
+            model: task.agent.model.clone(),
+            ..Default::default()
+        },
+        solution: None,
+        confidence: None,
+        questions: Vec::new(),
+        warnings: Vec::new(),
+    };
+    match task.kind {
+        TaskKind::Evaluate => {
+            let early = matches!(
+                spec.debate.termination_condition.kind,
+                TerminationType::Convergence | TerminationType::Quality
+            );
+            out.confidence = Some(if s == Scenario::Min && early {
+                100.0
+            } else {
+                0.0
+            });
+        }
+        TaskKind::Synthesize => {
+            out.solution = Some(Solution::text_only(text, task.agent.id.clone()));
+        }
+        TaskKind::Clarify if s == Scenario::Max => {
+            let most = task.input.max_questions.unwrap_or(0);
+            out.questions = (0..most)
+                .map(|q| format!("question {n}-{q}: {}", &text[..text.len().min(200)]))
+                .collect();
+        }
+        _ => {}
+    }
+    out
+}

@@ -1,0 +1,96 @@
+//! Budgets count a prompt as at most the task's texts plus
+//! `limits::MAX_PROMPT_TEMPLATE_BYTES` (a token per byte): every prompt the agent and judge
+//! workers build stays within it, for every role and task kind.
+
+use parley_protocol::{
+    limits, AgentClarifications, AgentConfig, ClarificationItem, PeerText, Task, TaskInput,
+    TaskKind, KNOWN_ROLES, SCHEMA_VERSION,
+};
+
+fn task(role: &str, kind: TaskKind) -> Task {
+    let agent: AgentConfig = serde_json::from_value(serde_json::json!({
+        "id": "a0", "name": "Agent", "role": role, "model": "m", "temperature": 0.2
+    }))
+    .unwrap();
+    let peer = |i: usize| PeerText {
+        agent_id: format!("agent-{i}"),
+        agent_role: "security".into(),
+        content: "a critique ".repeat(20),
+    };
+    Task {
+        schema_version: SCHEMA_VERSION,
+        id: "t".into(),
+        debate_id: "deb-20000101-000000-aaaaaa".into(),
+        round: 2,
+        kind,
+        attempt: 1,
+        agent,
+        target_agent_id: Some("agent-1".into()),
+        problem: "Design a cache".into(),
+        context: Some("Some context".into()),
+        input: TaskInput {
+            history: Some("history ".repeat(30)),
+            proposal: Some(peer(1)),
+            // The most critiques a refinement can get: one from every other agent.
+            critiques: (0..limits::MAX_AGENTS - 1).map(peer).collect(),
+            transcript: Some("transcript ".repeat(30)),
+            max_length: Some(2500),
+            clarifications: vec![AgentClarifications {
+                agent_id: "a1".into(),
+                agent_name: "A1".into(),
+                role: "kiss".into(),
+                items: vec![ClarificationItem {
+                    id: "a1-q1".into(),
+                    question: "Which clients?".into(),
+                    answer: Some("Mobile".into()),
+                }],
+            }],
+            max_questions: Some(5),
+        },
+        timeout_ms: 1000,
+        dispatch_token: None,
+    }
+}
+
+fn bytes(messages: &[parley_llm::ChatMessage]) -> u64 {
+    messages.iter().map(|m| m.content.len() as u64).sum()
+}
+
+#[test]
+fn agent_and_judge_prompts_stay_within_the_template_bound() {
+    for role in KNOWN_ROLES {
+        for kind in [
+            TaskKind::Clarify,
+            TaskKind::Propose,
+            TaskKind::Critique,
+            TaskKind::Refine,
+            TaskKind::Summarize,
+        ] {
+            let t = task(role, kind);
+            let built = bytes(&parley_agent_worker::build_messages(&t).unwrap());
+            assert!(
+                built <= t.text_bytes() + limits::MAX_PROMPT_TEMPLATE_BYTES,
+                "{role} {kind:?}: {built} bytes for {} bytes of texts",
+                t.text_bytes()
+            );
+        }
+    }
+    for kind in [
+        TaskKind::Evaluate,
+        TaskKind::JudgeSummarize,
+        TaskKind::Synthesize,
+    ] {
+        let t = task("generalist", kind);
+        let mut messages = parley_judge_worker::build_messages(&t).unwrap();
+        // The stricter second ask adds its instruction.
+        messages.push(parley_llm::ChatMessage::user(
+            parley_judge_worker::prompts::STRICT_JSON,
+        ));
+        let built = bytes(&messages);
+        assert!(
+            built <= t.text_bytes() + limits::MAX_PROMPT_TEMPLATE_BYTES,
+            "judge {kind:?}: {built} bytes for {} bytes of texts",
+            t.text_bytes()
+        );
+    }
+}
