@@ -9,10 +9,11 @@
 //! [`parley_protocol::MAX_EVAL_REPLY_TEXT_BYTES`]) or error, in request order. The request
 //! is served by one judge worker of the queue group.
 //!
-//! Evaluator calls share the worker's `concurrency` slots with its tasks: a request takes a
-//! slot when it arrives (none free: `unavailable` at once, the CLI retries; never queued
-//! without bound), then as many more as are free, up to one per evaluator, and runs its
-//! calls that many at a time. So tasks and evaluations together never make more than
+//! Evaluator calls share the worker's `concurrency` slots with its tasks: an admitted
+//! request (at most `concurrency` are, waiting or running; past that `unavailable` at once,
+//! the CLI retries) waits a few seconds for a slot (none comes: `unavailable`), then takes
+//! as many more as are free, up to one per evaluator, and runs its calls that many at a
+//! time. So tasks and evaluations together never make more than
 //! `concurrency` LLM calls at once on a worker. Every call goes out with the operator's
 //! completion cap (the provider registry applies `max_tokens` to calls that name none).
 //! At shutdown the subscription stops first; a request still running at the drain
@@ -39,6 +40,11 @@ pub(crate) struct EvalService {
     pub registry: Arc<Registry>,
     /// The worker's task slots: each evaluator call running holds one.
     pub slots: Arc<Semaphore>,
+    /// How many slots the worker has (`concurrency`): also the most requests admitted
+    /// (waiting for a slot or running) at once.
+    pub slots_total: usize,
+    /// Requests admitted now.
+    pub admitted: Arc<std::sync::atomic::AtomicUsize>,
     /// Cancelled at the drain deadline: requests still running answer `unavailable`.
     pub hard_stop: CancellationToken,
 }
@@ -62,22 +68,52 @@ pub(crate) async fn serve(
         let Some(reply_to) = msg.reply.clone() else {
             continue;
         };
+        // Requests waiting for a slot or running are bounded: past the bound, `unavailable`.
+        let Some(admitted) = Admitted::try_new(&service.admitted, service.slots_total) else {
+            let body = error(ErrorCode::Unavailable, "this judge worker is busy; retry");
+            send_reply(&service.nats, reply_to, body).await;
+            continue;
+        };
         let service = service.clone();
-        match service.slots.clone().try_acquire_owned() {
-            Ok(permit) => {
-                tracker.spawn(async move {
-                    let body = handle(&service, &msg, permit).await;
-                    send_reply(&service.nats, reply_to, body).await;
-                });
-            }
-            Err(_) => {
-                let body = error(ErrorCode::Unavailable, "this judge worker is busy; retry");
-                send_reply(&service.nats, reply_to, body).await;
-            }
-        }
+        tracker.spawn(async move {
+            // The task loop holds idle slots only while a pull is open (about a second);
+            // the semaphore is fair, so a waiting request gets the next slot released.
+            let slot = tokio::time::timeout(SLOT_WAIT, service.slots.clone().acquire_owned());
+            let body = match slot.await {
+                Ok(Ok(permit)) => handle(&service, &msg, permit).await,
+                _ => error(ErrorCode::Unavailable, "this judge worker is busy; retry"),
+            };
+            drop(admitted);
+            send_reply(&service.nats, reply_to, body).await;
+        });
     }
     let _ = requests.unsubscribe().await;
     Ok(())
+}
+
+/// How long an admitted request waits for its first slot before it is answered
+/// `unavailable` (a pull holds idle slots for about a second at a time).
+const SLOT_WAIT: Duration = Duration::from_secs(5);
+
+/// One admitted request; dropping it frees its place.
+struct Admitted(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Admitted {
+    fn try_new(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max.max(1)).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(count.clone()))
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Publishes a reply; a failure is logged and counted, never ignored (the requester's

@@ -223,6 +223,8 @@ pub async fn run(
             nats: shared.nats.clone(),
             registry,
             slots: slots.clone(),
+            slots_total: shared.config.concurrency.max(1),
+            admitted: Default::default(),
             hard_stop: shared.hard_stop.clone(),
         });
         let (tracker, shutdown) = (tracker.clone(), shutdown.clone());
