@@ -267,4 +267,36 @@ mod tests {
         assert_eq!(mode(&path), 0o600);
         assert!(store.load(&m.state().id).is_ok());
     }
+
+    /// Parley's own checkpoint says `suspendedAtNode` as dialectic does while it waits for
+    /// answers (and not otherwise), and keeps the user's feedback through a save and a load.
+    #[test]
+    fn a_waiting_debate_says_where_it_is_suspended_and_feedback_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path());
+        let spec = parley_tests::two_agent_spec();
+        let id = parley_protocol::new_debate_id(chrono::Utc::now());
+        let machine = crate::Machine::new(id.clone(), spec.clone(), chrono::Utc::now());
+        let mut state = machine.state().clone();
+        state.status = parley_protocol::DebateStatus::AwaitingClarifications;
+        state.user_feedback = Some(1);
+        let path = store.save_with_spec(&state, &spec).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(doc["suspendedAtNode"], "clarification_input");
+        assert_eq!(doc["userFeedback"], 1);
+        let (_, loaded) = store.load(&id).unwrap();
+        assert_eq!(
+            loaded.status,
+            parley_protocol::DebateStatus::AwaitingClarifications
+        );
+        assert_eq!(loaded.user_feedback, Some(1));
+
+        state.status = parley_protocol::DebateStatus::Running;
+        store.save(&state).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(doc.get("suspendedAtNode").is_none(), "{doc}");
+        assert_eq!(store.load_state(&id).unwrap().user_feedback, Some(1));
+    }
 }
