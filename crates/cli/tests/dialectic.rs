@@ -123,7 +123,12 @@ async fn status_reads_dialectics_saved_debates() {
     assert_eq!(v["rounds"].as_array().unwrap().len(), 2);
     assert_eq!(v["promptSources"]["judge"]["agentId"], "judge-main");
 
-    let out = parley(d, &["status", SUSPENDED, "--summary"], &[nats.clone()]).await;
+    let out = parley(
+        d,
+        &["status", SUSPENDED, "--summary"],
+        std::slice::from_ref(&nats),
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["status"], "awaiting_clarifications");
