@@ -345,7 +345,12 @@ async fn serve_lists_and_shows_dialectics_debates() {
     let port = free_port();
     let mut cmd = Command::new(PARLEY);
     cmd.current_dir(dir.path())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "serve",
+            "--no-auth",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENROUTER_API_KEY")
         .env_remove("PARLEY_SERVE_TOKEN")
