@@ -65,7 +65,7 @@ pub struct EvalArgs {
     pub output: Option<PathBuf>,
     /// Load environment variables (API keys) from this file (default ./.env when present);
     /// variables already set are kept.
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'e', long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
     /// Provider, model and prompt source of each evaluator, and each call's latency.
     #[arg(short = 'v', long)]

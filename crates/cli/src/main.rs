@@ -98,7 +98,9 @@ enum Command {
     Submit(remote::SubmitArgs),
     /// Replay and follow a debate's events.
     Watch(remote::DebateArgs),
-    /// Print a debate's state as JSON (or a summary with --summary).
+    /// Print a debate's state as JSON (or a summary with --summary): the one saved in
+    /// ./debates/<id>.json when that file exists (Parley's or dialectic's), else the
+    /// cluster's.
     Status(remote::StatusArgs),
     /// Continue an interrupted embedded debate from ./debates/<id>.json.
     Resume(run::SavedArgs),
@@ -156,7 +158,7 @@ pub struct RunArgs {
     pub verbose: bool,
     /// Load environment variables (API keys) from this file (default ./.env when present);
     /// variables already set are kept.
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'e', long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
     /// Before round 1 the agents ask clarification questions and the debate waits for the
     /// answers (`debate.interactiveClarifications`).

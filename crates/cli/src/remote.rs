@@ -362,6 +362,10 @@ async fn unless_interrupted<T>(
 }
 
 pub async fn status(args: StatusArgs) -> Result<(), CliError> {
+    if let Some(v) = saved_status(&args)? {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
     let client = connect(&args.debate.nats).await?;
     let id = &args.debate.debate_id;
     let v = if args.summary {
@@ -373,6 +377,29 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
     };
     println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     Ok(())
+}
+
+/// The status of a debate saved in `./debates/<id>.json` (an embedded run's, or one
+/// dialectic wrote, converted), when that file exists: the state as Parley writes it, or
+/// its summary. `None`: not saved here, ask the cluster.
+fn saved_status(args: &StatusArgs) -> Result<Option<Value>, CliError> {
+    let id = &args.debate.debate_id;
+    id_request(id)?;
+    let store = parley_coordinator::FileStore::new(crate::run::DEBATES_DIR);
+    if !store.exists(id) {
+        return Ok(None);
+    }
+    let state = store
+        .load_state(id)
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    let v = if args.summary {
+        let bytes = std::fs::metadata(store.path_of(id)).map_or(0, |m| m.len() as usize);
+        serde_json::to_value(parley_protocol::StatusSummary::of(&state, 0, bytes))
+    } else {
+        serde_json::to_value(&state)
+    };
+    v.map(Some)
+        .map_err(|e| CliError::general(format!("cannot encode debate {id}: {e}")))
 }
 
 pub async fn command(args: DebateArgs, subject: &str) -> Result<(), CliError> {

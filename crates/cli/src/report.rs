@@ -64,7 +64,9 @@ pub fn spend_lines(state: &DebateState, bullet: &str) -> String {
 }
 
 /// A Markdown report: problem, agents, each round's contributions with metadata, the final
-/// solution and totals. Without the spec (`parley report` of a saved debate and no
+/// solution and totals, under dialectic's section headings (`## Problem Description`,
+/// `## Agents`, `## Judge`, `## Rounds` with `### Round N`, `### Final Synthesis`) so
+/// scripts written for dialectic's reports find their sections. Without the spec (`parley report` of a saved debate and no
 /// `--config`), the agents are the ones that contributed, as the state records them.
 pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
     let mut md = String::new();
@@ -76,7 +78,7 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         state.created_at.to_rfc3339(),
         state.updated_at.to_rfc3339()
     );
-    let _ = writeln!(md, "## Problem\n\n{}\n", state.problem.trim());
+    let _ = writeln!(md, "## Problem Description\n\n{}\n", state.problem.trim());
     if let Some(c) = &state.context {
         let _ = writeln!(md, "## Context\n\n{}\n", c.trim());
     }
@@ -124,7 +126,7 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
             let j = &spec.judge;
             let _ = writeln!(
                 md,
-                "\nJudge: {} ({}, {}, temperature {})\n",
+                "\n## Judge\n\n{} ({}, {}, temperature {})\n",
                 j.id, j.role, j.model, j.temperature
             );
         }
@@ -147,18 +149,19 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
                 }
             }
             if let Some(s) = &state.final_solution {
-                let _ = writeln!(md, "\nJudge: {}\n", s.synthesized_by);
+                let _ = writeln!(md, "\n## Judge\n\n{}\n", s.synthesized_by);
             } else {
                 md.push('\n');
             }
         }
     }
+    let _ = writeln!(md, "## Rounds\n");
     for rd in &state.rounds {
-        let _ = writeln!(md, "## Round {}\n", rd.round_number);
+        let _ = writeln!(md, "### Round {}\n", rd.round_number);
         for (id, s) in &rd.summaries {
             let _ = writeln!(
                 md,
-                "### Summary for {id}\n\n{}\n\n_{} → {} chars · {} tokens · {} ms · {}_\n",
+                "#### Summary for {id}\n\n{}\n\n_{} → {} chars · {} tokens · {} ms · {}_\n",
                 s.summary.trim(),
                 s.metadata.before_chars,
                 s.metadata.after_chars,
@@ -190,7 +193,7 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
                 };
                 let _ = writeln!(
                     md,
-                    "### {title}\n\n{}\n\n_{} tokens · {} ms · {}{carried}_\n",
+                    "#### {title}\n\n{}\n\n_{} tokens · {} ms · {}{carried}_\n",
                     c.content.trim(),
                     m.tokens_used,
                     m.latency_ms,
@@ -201,7 +204,7 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         if !rd.dropped.is_empty() {
             let _ = writeln!(
                 md,
-                "### Dropped critiques
+                "#### Dropped critiques
 "
             );
             for d in &rd.dropped {
@@ -219,13 +222,13 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         if let Some(e) = &rd.evaluation {
             let _ = writeln!(
                 md,
-                "### Judge evaluation\n\nConfidence {:.0}/100. {}\n",
+                "#### Judge evaluation\n\nConfidence {:.0}/100. {}\n",
                 e.confidence,
                 e.reasoning.trim()
             );
         }
     }
-    let _ = writeln!(md, "## Final solution\n");
+    let _ = writeln!(md, "### Final Synthesis\n");
     match &state.final_solution {
         Some(_) => md.push_str(&solution_text(state)),
         None => {
@@ -266,6 +269,25 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         let _ = writeln!(md, "\n### Cost per participant\n\n{per}");
     }
     md
+}
+
+/// Writes a report to `path` as dialectic does: `.md` appended when the name has no
+/// extension, missing folders created. Returns where it went; the error names the path.
+pub fn write_report(path: &std::path::Path, md: &str) -> Result<std::path::PathBuf, String> {
+    let path = if path.extension().is_none() {
+        let mut p = path.as_os_str().to_owned();
+        p.push(".md");
+        std::path::PathBuf::from(p)
+    } else {
+        path.to_path_buf()
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot write the report {}: {e}", path.display()))?;
+    }
+    std::fs::write(&path, md)
+        .map_err(|e| format!("cannot write the report {}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// Per-round latency and tokens, and each agent's prompt source (`--verbose`).

@@ -1,6 +1,6 @@
 //! `parley report <debate.json>`: the Markdown report of `run --report`, from any saved
 //! debate — an embedded run's `./debates/<id>.json`, a `run --output x.json`, or the output of
-//! `parley status <id>` (the same DebateState JSON).
+//! `parley status <id>` (the same DebateState JSON), or a state file dialectic wrote.
 
 use std::path::PathBuf;
 
@@ -36,9 +36,10 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
         ));
     };
     let path = file.display().to_string();
-    let text = std::fs::read_to_string(file)
+    let bytes = std::fs::read(file)
         .map_err(|e| CliError::usage(format!("cannot read the saved debate {path}: {e}")))?;
-    let state: DebateState = serde_json::from_str(&text).map_err(|e| {
+    // Parley's state or dialectic's, converted.
+    let state: DebateState = parley_protocol::parse_saved_state(&bytes).map_err(|e| {
         CliError::usage(format!(
             "{path} is not a saved debate (DebateState JSON): {e}"
         ))
@@ -77,9 +78,7 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
     let md = report::markdown(spec.as_ref(), &state);
     match &args.output {
         Some(out) => {
-            std::fs::write(out, md).map_err(|e| {
-                CliError::general(format!("cannot write the report {}: {e}", out.display()))
-            })?;
+            let out = report::write_report(out, &md).map_err(CliError::general)?;
             if args.verbose {
                 eprintln!(
                     "Wrote the report of debate {} to {}",

@@ -395,10 +395,11 @@ async fn drive(
         eprint!("{}", report::verbose_summary(&spec, &state));
     }
     if let Some(path) = &outputs.report {
-        std::fs::write(path, report::markdown(Some(&spec), &state)).map_err(|e| {
-            CliError::general(format!("cannot write report {}: {e}", path.display()))
-        })?;
-        eprintln!("Wrote report to {}", path.display());
+        // As dialectic: a report that cannot be written never stops the run.
+        match report::write_report(path, &report::markdown(Some(&spec), &state)) {
+            Ok(written) => eprintln!("Wrote report to {}", written.display()),
+            Err(e) => eprintln!("warning: {e}"),
+        }
     }
     match state.status {
         DebateStatus::Completed => {

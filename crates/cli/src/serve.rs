@@ -65,7 +65,7 @@ pub struct ServeArgs {
     #[arg(short = 'c', long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Load environment variables (API keys) from this file (default ./.env when present).
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'e', long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
 }
 

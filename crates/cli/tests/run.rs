@@ -213,14 +213,16 @@ async fn output_and_report_files() {
     assert_eq!(fake.request_count(), 3 + 6 + 3 + 1);
     let md = std::fs::read_to_string(dir.path().join("r.md")).unwrap();
     for needle in [
-        "## Problem",
+        "## Problem Description",
         "Design a cache",
         "## Agents",
         "agent-security",
-        "## Round 1",
-        "critique by agent-kiss (kiss) of agent-architect",
+        "## Judge",
+        "## Rounds",
+        "### Round 1",
+        "#### critique by agent-kiss (kiss) of agent-architect",
         "tokens",
-        "## Final solution",
+        "### Final Synthesis",
         "Fake synthesized solution",
         "## Totals",
         "LLM calls: 13",
@@ -537,7 +539,7 @@ async fn report_of_a_saved_debate_and_dialectic_judge_shape() {
     let md = stdout(&out);
     assert!(md.contains("| agent-architect | architect |"), "{md}");
     assert!(md.contains("| agent-kiss | kiss |"), "{md}");
-    assert!(md.contains("## Final solution"), "{md}");
+    assert!(md.contains("### Final Synthesis"), "{md}");
     assert_eq!(fake.request_count(), calls, "a report calls no model");
 
     // Bad input names the problem and exits 2 (4 for a missing config).

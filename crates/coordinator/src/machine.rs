@@ -223,6 +223,7 @@ impl Machine {
             spend: None,
             budget: None,
             engine: Default::default(),
+            user_feedback: None,
             created_at: now,
             updated_at: now,
         };

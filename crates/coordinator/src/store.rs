@@ -66,7 +66,9 @@ impl FileStore {
 
     /// Saves the state alone.
     pub fn save(&self, state: &DebateState) -> Result<PathBuf, StoreError> {
-        self.write(state, serde_json::to_vec_pretty(state)?)
+        let mut doc = serde_json::to_value(state)?;
+        mark_suspended(state, &mut doc);
+        self.write(state, serde_json::to_vec_pretty(&doc)?)
     }
 
     /// Saves the state with the spec it runs, as a checkpoint [`FileStore::load`] reads.
@@ -76,6 +78,7 @@ impl FileStore {
         spec: &DebateSpec,
     ) -> Result<PathBuf, StoreError> {
         let mut doc = serde_json::to_value(state)?;
+        mark_suspended(state, &mut doc);
         if let Some(fields) = doc.as_object_mut() {
             fields.insert(SPEC_FIELD.into(), serde_json::to_value(spec)?);
         }
@@ -109,6 +112,34 @@ impl FileStore {
     /// The spec and state of a debate saved with [`FileStore::save_with_spec`]. The id is
     /// checked first, so it can never name a path outside the folder.
     pub fn load(&self, id: &str) -> Result<(DebateSpec, DebateState), LoadError> {
+        let (path, mut doc) = self.read(id)?;
+        let decode = |source| LoadError::Decode {
+            path: path.clone(),
+            source,
+        };
+        let spec = doc
+            .as_object_mut()
+            .and_then(|fields| fields.remove(SPEC_FIELD))
+            .ok_or_else(|| LoadError::NoSpec(path.clone()))?;
+        let spec: DebateSpec = serde_json::from_value(spec).map_err(decode)?;
+        let state = parley_protocol::saved_state_from_value(doc).map_err(decode)?;
+        Ok((spec, state))
+    }
+
+    /// The state of a saved debate, with or without its spec: Parley's checkpoint or a state
+    /// file dialectic wrote (converted, see [`parley_protocol::saved`]). Enough to show or
+    /// report a debate, not to continue it.
+    pub fn load_state(&self, id: &str) -> Result<DebateState, LoadError> {
+        let (path, mut doc) = self.read(id)?;
+        if let Some(fields) = doc.as_object_mut() {
+            fields.remove(SPEC_FIELD);
+        }
+        parley_protocol::saved_state_from_value(doc)
+            .map_err(|source| LoadError::Decode { path, source })
+    }
+
+    /// The JSON of debate `id`'s file, after checking the id.
+    fn read(&self, id: &str) -> Result<(PathBuf, serde_json::Value), LoadError> {
         if !parley_protocol::is_valid_debate_id(id) {
             return Err(LoadError::BadId(id.to_string()));
         }
@@ -120,18 +151,23 @@ impl FileStore {
             }
             Err(source) => return Err(LoadError::Read { path, source }),
         };
-        let decode = |source| LoadError::Decode {
-            path: path.clone(),
-            source,
-        };
-        let mut doc: serde_json::Value = serde_json::from_slice(&bytes).map_err(decode)?;
-        let spec = doc
-            .as_object_mut()
-            .and_then(|fields| fields.remove(SPEC_FIELD))
-            .ok_or_else(|| LoadError::NoSpec(path.clone()))?;
-        let spec: DebateSpec = serde_json::from_value(spec).map_err(decode)?;
-        let state: DebateState = serde_json::from_value(doc).map_err(decode)?;
-        Ok((spec, state))
+        match serde_json::from_slice(&bytes) {
+            Ok(doc) => Ok((path, doc)),
+            Err(source) => Err(LoadError::Decode { path, source }),
+        }
+    }
+}
+
+/// A debate waiting for clarification answers says so as dialectic does
+/// (`suspendedAtNode`), so dialectic's tools read it as suspended there.
+fn mark_suspended(state: &DebateState, doc: &mut serde_json::Value) {
+    if state.status == parley_protocol::DebateStatus::AwaitingClarifications {
+        if let Some(fields) = doc.as_object_mut() {
+            fields.insert(
+                parley_protocol::SUSPENDED_AT_NODE_FIELD.into(),
+                parley_protocol::SUSPENDED_FOR_ANSWERS.into(),
+            );
+        }
     }
 }
 
@@ -230,5 +266,37 @@ mod tests {
         store.save_with_spec(m.state(), &spec).unwrap();
         assert_eq!(mode(&path), 0o600);
         assert!(store.load(&m.state().id).is_ok());
+    }
+
+    /// Parley's own checkpoint says `suspendedAtNode` as dialectic does while it waits for
+    /// answers (and not otherwise), and keeps the user's feedback through a save and a load.
+    #[test]
+    fn a_waiting_debate_says_where_it_is_suspended_and_feedback_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path());
+        let spec = parley_tests::two_agent_spec();
+        let id = parley_protocol::new_debate_id(chrono::Utc::now());
+        let machine = crate::Machine::new(id.clone(), spec.clone(), chrono::Utc::now());
+        let mut state = machine.state().clone();
+        state.status = parley_protocol::DebateStatus::AwaitingClarifications;
+        state.user_feedback = Some(1);
+        let path = store.save_with_spec(&state, &spec).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(doc["suspendedAtNode"], "clarification_input");
+        assert_eq!(doc["userFeedback"], 1);
+        let (_, loaded) = store.load(&id).unwrap();
+        assert_eq!(
+            loaded.status,
+            parley_protocol::DebateStatus::AwaitingClarifications
+        );
+        assert_eq!(loaded.user_feedback, Some(1));
+
+        state.status = parley_protocol::DebateStatus::Running;
+        store.save(&state).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(doc.get("suspendedAtNode").is_none(), "{doc}");
+        assert_eq!(store.load_state(&id).unwrap().user_feedback, Some(1));
     }
 }

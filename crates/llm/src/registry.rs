@@ -8,9 +8,10 @@
 //!
 //! Resolution of an agent's `provider`:
 //! - `openai`: `OPENAI_API_KEY` required; endpoint: the operator's `providers.openai.baseUrl`,
-//!   else the config's top-level `baseUrl`, else the public API.
-//! - `openrouter`: `OPENROUTER_API_KEY` required; endpoint `providers.openrouter.baseUrl`
-//!   or the public API.
+//!   else the config's top-level `baseUrl`, else `OPENAI_BASE_URL` (as the OpenAI SDKs and
+//!   dialectic read it), else the public API.
+//! - `openrouter`: `OPENROUTER_API_KEY` required; endpoint `providers.openrouter.baseUrl`,
+//!   else `OPENROUTER_BASE_URL`, else the public API.
 //! - `openai-compatible`: an endpoint required (`providers.openai-compatible.baseUrl` or the
 //!   top-level `baseUrl`); `OPENAI_COMPATIBLE_API_KEY` sent if set.
 //! - `local`: the SmolLM2 model file (see `scripts/fetch-model.sh`).
@@ -36,6 +37,10 @@ use crate::ratelimit::{Limiter, LocalLimiter, RateLimited};
 pub const OPENAI_KEY_VAR: &str = "OPENAI_API_KEY";
 pub const OPENROUTER_KEY_VAR: &str = "OPENROUTER_API_KEY";
 pub const COMPATIBLE_KEY_VAR: &str = "OPENAI_COMPATIBLE_API_KEY";
+/// The operator's endpoint for `openai` from the environment (below the config's).
+pub const OPENAI_BASE_URL_VAR: &str = "OPENAI_BASE_URL";
+/// The operator's endpoint for `openrouter` from the environment (below the config's).
+pub const OPENROUTER_BASE_URL_VAR: &str = "OPENROUTER_BASE_URL";
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
 pub const PROVIDERS: &[&str] = KNOWN_PROVIDERS;
@@ -57,6 +62,9 @@ pub struct ProviderSettings {
     /// `None`: [`parley_protocol::limits::DEFAULT_MAX_TOKENS`]. Applied to every call,
     /// with or without a participant's `maxTokens` (see `ratelimit::completion_cap`).
     pub max_tokens: Option<u32>,
+    /// `OPENAI_BASE_URL` / `OPENROUTER_BASE_URL`: endpoints below the config's, above the
+    /// public API (provider name → URL).
+    pub env_base_urls: BTreeMap<&'static str, String>,
 }
 
 impl ProviderSettings {
@@ -68,6 +76,16 @@ impl ProviderSettings {
                 .filter(|v| !v.trim().is_empty())
                 .map(Secret::new)
         };
+        let env_base_urls = [
+            ("openai", OPENAI_BASE_URL_VAR),
+            ("openrouter", OPENROUTER_BASE_URL_VAR),
+        ]
+        .into_iter()
+        .filter_map(|(kind, var)| {
+            let url = std::env::var(var).ok()?.trim().to_string();
+            (!url.is_empty()).then_some((kind, url))
+        })
+        .collect();
         Self {
             base_url,
             agent_base_urls: BTreeMap::new(),
@@ -76,6 +94,7 @@ impl ProviderSettings {
             compatible_key: key(COMPATIBLE_KEY_VAR),
             model_path: parley_local::default_model_path(),
             max_tokens: None,
+            env_base_urls,
         }
     }
 }
@@ -129,7 +148,8 @@ impl Registry {
     }
 
     /// The operator's endpoint for `kind`, if any: an embedded run's per-agent endpoint,
-    /// then `providers.<kind>.baseUrl`, then (openai, openai-compatible) the top-level one.
+    /// then `providers.<kind>.baseUrl`, then (openai, openai-compatible) the top-level one,
+    /// then (openai, openrouter) `OPENAI_BASE_URL` / `OPENROUTER_BASE_URL`.
     fn endpoint(&self, kind: &str, agent: &AgentConfig) -> Option<String> {
         self.settings
             .agent_base_urls
@@ -139,6 +159,7 @@ impl Registry {
                 "openai" | "openai-compatible" => self.settings.base_url.as_ref(),
                 _ => None,
             })
+            .or_else(|| self.settings.env_base_urls.get(kind))
             .cloned()
     }
 
@@ -302,7 +323,40 @@ mod tests {
             compatible_key: None,
             model_path: PathBuf::from("/nonexistent"),
             max_tokens: None,
+            env_base_urls: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn environment_endpoints_sit_between_the_config_and_the_public_api() {
+        let mut s = settings(true, true, None);
+        s.env_base_urls
+            .insert("openai", "http://env-openai/v1".into());
+        s.env_base_urls
+            .insert("openrouter", "http://env-openrouter/v1".into());
+        let url = |r: &Registry, p: &str| r.resolve(&agent(Some(p), None)).unwrap().base_url;
+        let r = Registry::new(s.clone());
+        assert_eq!(url(&r, "openai").as_deref(), Some("http://env-openai/v1"));
+        assert_eq!(
+            url(&r, "openrouter").as_deref(),
+            Some("http://env-openrouter/v1")
+        );
+        // The config's endpoints win: providers.<p>.baseUrl, and openai's top-level one.
+        let r = with_providers(
+            s.clone(),
+            serde_json::json!({"openrouter": {"baseUrl": "http://cfg-or/v1"}}),
+        );
+        assert_eq!(url(&r, "openrouter").as_deref(), Some("http://cfg-or/v1"));
+        let mut top = s;
+        top.base_url = Some("http://cfg-top/v1".into());
+        assert_eq!(
+            url(&Registry::new(top), "openai").as_deref(),
+            Some("http://cfg-top/v1")
+        );
+        // Without them, the public APIs.
+        let r = Registry::new(settings(true, true, None));
+        assert_eq!(url(&r, "openai").as_deref(), Some(OPENAI_BASE_URL));
+        assert_eq!(url(&r, "openrouter").as_deref(), Some(OPENROUTER_BASE_URL));
     }
 
     fn with_providers(s: ProviderSettings, providers: serde_json::Value) -> Registry {

@@ -14,6 +14,7 @@
 //! - [`spend`]: what a debate spent ([`Spend`]) and its budget ([`Budget`],
 //!   [`BudgetRecord`]).
 //! - [`state`]: [`DebateState`], the saved debate in dialectic's camelCase shape.
+//! - [`saved`]: reading a saved debate, Parley's or dialectic's ([`parse_saved_state`]).
 //! - [`task`]: [`Task`] and [`TaskResult`], what the coordinator sends to workers and gets
 //!   back, and the [`ResultNotice`] a worker publishes once a result is stored.
 //! - [`event`]: [`DebateEvent`], the progress stream of a debate.
@@ -30,6 +31,7 @@ pub mod context_files;
 pub mod evaluation;
 pub mod event;
 pub mod prices;
+pub mod saved;
 pub mod spec;
 pub mod spend;
 pub mod state;
@@ -43,6 +45,7 @@ pub use context_files::*;
 pub use evaluation::*;
 pub use event::*;
 pub use prices::{add_cost, format_cost, ModelPrice, PriceError, PriceTable};
+pub use saved::*;
 pub use spec::*;
 pub use spend::*;
 pub use state::*;

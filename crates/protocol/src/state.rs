@@ -434,8 +434,29 @@ pub struct DebateState {
     pub budget: Option<crate::BudgetRecord>,
     #[serde(default)]
     pub engine: EngineRecord,
+    /// The user's verdict on the debate (dialectic's `userFeedback`): 1 thumbs up, -1
+    /// thumbs down; any other number read as its sign (0: none).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "feedback"
+    )]
+    pub user_feedback: Option<i8>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+fn feedback<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i8>, D::Error> {
+    let v = Option::<f64>::deserialize(d)?;
+    Ok(v.and_then(|f| {
+        if f > 0.0 {
+            Some(1)
+        } else if f < 0.0 {
+            Some(-1)
+        } else {
+            None
+        }
+    }))
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -489,10 +510,16 @@ pub fn new_debate_id(now: DateTime<Utc>) -> String {
     format!("deb-{}-{rand}", now.format("%Y%m%d-%H%M%S"))
 }
 
-/// True when `id` has the shape [`new_debate_id`] produces (safe in subjects, keys, paths).
+/// Shortest random suffix of a debate id: dialectic's ids end in 4 base-36 characters
+/// (`deb-20261124-132750-br56`), Parley's in 6.
+pub const MIN_DEBATE_ID_SUFFIX: usize = 4;
+
+/// True when `id` has the shape [`new_debate_id`] produces, or dialectic's (a 4-character
+/// suffix): `deb-` 8 digits `-` 6 digits `-` 4 to 6 of `[a-z0-9]`, so at most 26 ASCII
+/// bytes, safe in NATS subjects, Redis keys and file names.
 pub fn is_valid_debate_id(id: &str) -> bool {
     let b = id.as_bytes();
-    b.len() == 26
+    (20 + MIN_DEBATE_ID_SUFFIX..=26).contains(&b.len())
         && id.starts_with("deb-")
         && b[4..12].iter().all(u8::is_ascii_digit)
         && b[12] == b'-'
@@ -501,4 +528,54 @@ pub fn is_valid_debate_id(id: &str) -> bool {
         && b[20..]
             .iter()
             .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod id_tests {
+    use super::*;
+
+    #[test]
+    fn parleys_and_dialectics_ids_are_accepted() {
+        for id in [
+            new_debate_id(Utc::now()),
+            "deb-20261124-132750-br56".into(),
+            "deb-20261124-132750-br5z9".into(),
+            "deb-20261124-132750-abc123".into(),
+        ] {
+            assert!(is_valid_debate_id(&id), "{id}");
+        }
+    }
+
+    #[test]
+    fn hostile_ids_are_refused() {
+        let long = format!("deb-20261124-132750-{}", "a".repeat(4096));
+        for id in [
+            "",
+            "deb-",
+            "deb-20261124-132750-",
+            "deb-20261124-132750-br5",
+            "deb-20261124-132750-abc1234",
+            "deb-20261124-132750-BR56",
+            "deb-20261124-132750-br.6",
+            "deb-20261124-132750-b*56",
+            "deb-20261124-132750-b>56",
+            "deb-20261124-132750-b 56",
+            "deb-20261124-132750-b/56",
+            "deb-20261124-132750-../.",
+            "deb-20261124-132750-br56\n",
+            "deb-20261124-132750-br56.json",
+            "deb-20261124-132750-{br5}",
+            "deb-20261124-132750-br\u{e9}6",
+            "deb-2026112a-132750-br56",
+            "deb-20261124_132750-br56",
+            "DEB-20261124-132750-br56",
+            "../../etc/passwd",
+            long.as_str(),
+        ] {
+            assert!(!is_valid_debate_id(id), "{id:?} accepted");
+        }
+        // Non-ASCII that would fit the byte count.
+        assert!(!is_valid_debate_id("deb-20261124-132750-b\u{e9}5"));
+        assert!(!is_valid_debate_id("deb-20261124-132750-\u{1f600}"));
+    }
 }

@@ -65,7 +65,7 @@ pub fn send_signal(pid: u32, signal: &str) {
 }
 
 /// The `parley` CLI (the binary at `bin`) to run in `dir` as in a clean environment: no
-/// provider API keys, no `PARLEY_NATS_*` settings and no local models (`PARLEY_MODEL_DIR`
+/// provider API keys or endpoints (`OPENAI_BASE_URL`, `OPENROUTER_BASE_URL`), no `PARLEY_NATS_*` settings and no local models (`PARLEY_MODEL_DIR`
 /// is `dir/no-models`), whatever the environment of the test holds. Async (tokio), so a fake
 /// LLM in the test's runtime keeps serving while it runs.
 pub fn parley_command(
@@ -79,6 +79,8 @@ pub fn parley_command(
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENROUTER_API_KEY")
         .env_remove("OPENAI_COMPATIBLE_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENROUTER_BASE_URL")
         .env_remove("PARLEY_NATS_URL")
         .env_remove("PARLEY_NATS_CREDS")
         .env("PARLEY_MODEL_DIR", dir.join("no-models"));

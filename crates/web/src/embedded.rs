@@ -569,6 +569,12 @@ impl Inner {
         if let Some(fields) = v.as_object_mut() {
             fields.remove(parley_coordinator::store::SPEC_FIELD);
         }
+        // A state file dialectic wrote is shown converted to Parley's shape.
+        if serde_json::from_value::<DebateState>(v.clone()).is_err() {
+            if let Ok(state) = parley_protocol::saved_state_from_value(v.clone()) {
+                v = serde_json::to_value(state).map_err(|e| ApiError::internal(e.to_string()))?;
+            }
+        }
         Ok(v)
     }
 
@@ -688,9 +694,19 @@ impl Backend for EmbeddedBackend {
     async fn report(&self, id: &str) -> Result<String, ApiError> {
         let id = id.to_string();
         self.inner
-            .off_thread(move |i| {
-                let (spec, state) = i.load(&id)?;
-                Ok((i.report)(Some(&spec), &state))
+            .off_thread(move |i| match i.store.load(&id) {
+                // dialectic's files have no spec: their report lists the agents that spoke.
+                Err(LoadError::NoSpec(_)) => {
+                    let state = i
+                        .store
+                        .load_state(&id)
+                        .map_err(|e| ApiError::internal(e.to_string()))?;
+                    Ok((i.report)(None, &state))
+                }
+                _ => {
+                    let (spec, state) = i.load(&id)?;
+                    Ok((i.report)(Some(&spec), &state))
+                }
             })
             .await?
     }
