@@ -608,7 +608,7 @@ async fn handle(shared: &Arc<Shared>, msg: jetstream::Message) {
         verify_and_lookup(shared, &tref, last_delivery).await
     };
     let (secret, lookup) = match looked_up {
-        Ok(Verified::Yes(secret, lookup)) => (secret, lookup),
+        Ok(Verified::Yes(secret, lookup)) => (secret, *lookup),
         Ok(Verified::NoSecret) => {
             // The debate exists but Redis lost its secret: the coordinator (which keeps a
             // copy) is told and puts it back; the message returns to the queue meanwhile.
@@ -733,7 +733,7 @@ async fn reject_shared(
 enum Verified {
     /// The token verifies: the debate's secret (it seals a stashed answer) and the task's
     /// lookup.
-    Yes(String, TaskLookup),
+    Yes(String, Box<TaskLookup>),
     /// The token does not verify, or the debate has no secret and no state (unknown, or its
     /// keys expired).
     No,
@@ -772,7 +772,7 @@ async fn verify_and_lookup(
                 .store
                 .lookup_task(&tref.debate_id, &tref.id, tref.attempt)
                 .await
-                .map(|lookup| Verified::Yes(secret, lookup))
+                .map(|lookup| Verified::Yes(secret, Box::new(lookup)))
         };
         let e = match attempt.await {
             Ok(l) => return Ok(l),

@@ -222,7 +222,7 @@ mod tests {
     }
 
     fn reason(r: Result<Option<TaskResult>, (StashRejectReason, String)>) -> StashRejectReason {
-        r.err().expect("the entry must be refused").0
+        r.expect_err("the entry must be refused").0
     }
 
     #[test]
