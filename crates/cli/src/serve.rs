@@ -67,12 +67,20 @@ pub struct ServeArgs {
     /// Load environment variables (API keys) from this file (default ./.env when present).
     #[arg(short = 'e', long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
+    /// Embedded: the LiteLLM-format price file calls are charged at (default: the
+    /// config's `prices`); with the config's inline prices. In front of a cluster the
+    /// operator's services price the calls.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 /// Builds specs from the server's config, as `parley run` does from its flags.
 struct ConfigSpecs {
     file: DebateConfigFile,
     base_dir: PathBuf,
+    /// Embedded: the prices and cap a debate's budget is admitted with (`None` in front of
+    /// a cluster, whose coordinator admits it).
+    pricing: Option<parley_coordinator::Pricing>,
 }
 
 impl ConfigSpecs {
@@ -127,7 +135,7 @@ impl SpecSource for ConfigSpecs {
             ..Default::default()
         };
         let mut warn = |w: String| tracing::warn!("{w}");
-        config::build_spec(
+        let mut spec = config::build_spec(
             self.loaded(),
             request.problem.clone(),
             &overrides,
@@ -140,7 +148,13 @@ impl SpecSource for ConfigSpecs {
                 None => e.message,
             };
             ApiError::invalid(message)
-        })
+        })?;
+        // As `parley run` does: a budget that cannot work is refused before any call.
+        if let Some(pricing) = &self.pricing {
+            parley_coordinator::budget::admit(&mut spec, &Default::default(), pricing)
+                .map_err(ApiError::invalid)?;
+        }
+        Ok(spec)
     }
 }
 
@@ -175,9 +189,22 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
     // The config's endpoints go to the embedded backend's registry (never into a spec); in
     // front of a cluster they are not sent.
     let (loaded, endpoints, limits) = config::load_as_operator(args.config.as_deref(), &mut warn)?;
+    // Embedded, this process charges the calls (a bad price file: exit 4, naming it).
+    let pricing = match args.nats_url {
+        Some(_) => None,
+        None => {
+            let prices = config::load_prices(args.prices.as_deref(), &loaded)?;
+            parley_llm::set_prices(prices.clone());
+            Some(parley_coordinator::Pricing::new(
+                prices,
+                parley_protocol::limits::DEFAULT_MAX_TOKENS,
+            ))
+        }
+    };
     let specs = Arc::new(ConfigSpecs {
         file: loaded.file,
         base_dir: loaded.base_dir,
+        pricing: pricing.clone(),
     });
     // The config must make a debate before anything is served.
     let probe = SubmitRequest {
@@ -251,7 +278,8 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
                 Arc::new(runners),
                 report::markdown,
                 interrupt.clone(),
-            );
+            )
+            .with_pricing(pricing.unwrap_or_default());
             for id in backend.resume_interrupted().await {
                 eprintln!("Resuming debate {id}");
             }

@@ -212,8 +212,17 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
     let fake = FakeLlm::start().await.unwrap();
     fake.set_latency(Latency::Fixed(Duration::from_millis(900)));
     fake.set_responder(|r| reply(&r.model, &r.prompt_text()));
-    let (_dir, serve, base) = serve_fake(&fake, &[]);
-    let base = format!("{base}/");
+    // The operator's prices (LiteLLM's format): the page shows what the debate costs.
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let price = json!({"input_cost_per_token": 0.000002, "output_cost_per_token": 0.000008});
+    parley_tests::write_json(
+        dir.path().join("prices.json"),
+        &json!({"model-arch": price, "model-sec": price, "model-kiss": price, "model-judge": price}),
+    );
+    let port = free_port();
+    let serve = serve_with(dir.path(), port, &["--prices", "prices.json"]);
+    let base = format!("http://127.0.0.1:{port}/");
     let token = generated_token(&serve);
 
     let b = Browser::start().await.unwrap();
@@ -225,17 +234,22 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
     )
     .await;
 
-    // Contributions appear while the debate runs.
+    // Contributions appear while the debate runs, and the cost so far with them.
     let live = b
         .wait_until(
             "const s = document.getElementById('status');
              const n = document.querySelectorAll('#rounds .contrib .md.body').length;
-             return s && s.textContent === 'running' && n >= 3 && document.querySelectorAll('#timeline .bar').length >= 3 ? n : 0;",
+             const c = document.getElementById('cost');
+             return s && s.textContent === 'running' && n >= 3 && c && c.textContent.startsWith('$') && document.querySelectorAll('#timeline .bar').length >= 3 ? n : 0;",
             Duration::from_secs(60),
         )
         .await
         .unwrap();
     assert!(live.as_u64().unwrap_or(0) >= 3);
+    let running_cost = b
+        .execute("return document.getElementById('cost').textContent;", vec![])
+        .await
+        .unwrap();
     // Wait for critiques to be underway so the live view shows the dataflow.
     let _ = b
         .wait_until(
@@ -259,6 +273,18 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
         .await
         .unwrap();
     assert_eq!(status, "completed");
+    // The final cost: the state's total, more than what was shown while it ran.
+    let usd = |v: &serde_json::Value| -> f64 {
+        v.as_str().unwrap().trim_start_matches('$').parse().unwrap()
+    };
+    let final_cost = b
+        .execute("return document.getElementById('cost').textContent;", vec![])
+        .await
+        .unwrap();
+    assert!(
+        usd(&final_cost) > usd(&running_cost) && usd(&running_cost) > 0.0,
+        "{running_cost} then {final_cost}"
+    );
     let solution = b
         .wait_for("#solution", Duration::from_secs(5))
         .await

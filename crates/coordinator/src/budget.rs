@@ -27,12 +27,20 @@ use parley_protocol::{
 };
 
 /// The operator's prices and completion cap, as budgets read them.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Pricing {
     /// The price file and the config's inline prices.
     prices: PriceTable,
     /// The operator's `max_tokens`: the completion cap of a participant without one.
     operator_max_tokens: u32,
+}
+
+/// No prices, the default operator cap ([`limits::DEFAULT_MAX_TOKENS`]): what a machine
+/// that was given no pricing reserves with (never a 1-token cap).
+impl Default for Pricing {
+    fn default() -> Self {
+        Self::new(PriceTable::new(), limits::DEFAULT_MAX_TOKENS)
+    }
 }
 
 impl Pricing {

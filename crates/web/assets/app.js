@@ -372,6 +372,8 @@
 
   // ---------------------------------------------------------------- formatting
   const fmtInt = (n) => (Number(n) || 0).toLocaleString('en-US');
+  // Dollars: four decimals under a dollar (a call often costs a fraction of a cent).
+  const fmtUsd = (usd) => `$${usd < 1 ? usd.toFixed(4) : usd.toFixed(2)}`;
   const fmtMs = (ms) => {
     ms = Number(ms) || 0;
     if (ms < 1000) return `${ms} ms`;
@@ -743,7 +745,7 @@
         }
         case 'taskCompleted': {
           const t = this.tasks.get(ev.taskId);
-          if (t) Object.assign(t, { state: 'done', end: at, tokens: ev.tokens, latency: ev.latencyMs });
+          if (t) Object.assign(t, { state: 'done', end: at, tokens: ev.tokens, latency: ev.latencyMs, cost: ev.costUsd });
           break;
         }
         case 'taskFailed': {
@@ -879,6 +881,25 @@
       return n;
     }
 
+    // What the debate cost so far, in dollars: the state's total (`spend.costUsd`) or, while
+    // it runs, the sum of the finished tasks' `costUsd` when that is further along. `null`:
+    // some call has no price (unknown, never guessed); `undefined`: nothing spent yet.
+    cost() {
+      const spend = this.state && this.state.spend;
+      let live = 0, done = 0, known = true;
+      for (const t of this.tasks.values()) {
+        if (t.state !== 'done') continue;
+        done += 1;
+        if (typeof t.cost === 'number') live += t.cost; else known = false;
+      }
+      if (spend && spend.calls > 0) {
+        if (typeof spend.costUsd !== 'number') return null;
+        return known ? Math.max(spend.costUsd, live) : spend.costUsd;
+      }
+      if (done === 0) return undefined;
+      return known ? live : null;
+    }
+
     renderHead() {
       const st = this.state;
       const ev = this.latest;
@@ -907,6 +928,12 @@
           el('div', null, el('b', { text: phaseName(p.phase || (st && st.status)) }), 'phase'),
           el('div', null, el('b', { text: `${p.done || 0} / ${p.total || 0}` }), 'tasks done'),
           el('div', null, el('b', { text: fmtInt(this.tokens()) }), 'tokens'),
+          (() => {
+            const c = this.cost();
+            if (c === undefined) return null;
+            return el('div', { title: c === null ? 'a model without a price in the operator\'s price list' : 'from the providers\' reported usage' },
+              el('b', { id: 'cost', text: c === null ? 'unknown' : fmtUsd(c) }), 'cost');
+          })(),
           el('div', null, (this.elapsedEl = el('b', { text: fmtMs(Math.max(0, end - begin)) })), 'elapsed')),
         active.length && this.running()
           ? el('div', { class: 'working', id: 'working' }, el('span', { class: 'muted', text: `Working now (${inFlight || active.length} task${(inFlight || active.length) === 1 ? '' : 's'} in flight):` }),

@@ -91,6 +91,9 @@ struct Inner {
     tracker: TaskTracker,
     /// List entries by checkpoint file, valid while its modification time and size hold.
     briefs: Mutex<HashMap<PathBuf, (SystemTime, u64, DebateListItem)>>,
+    /// The prices and cap budgets reserve with (operator settings: given to every machine,
+    /// new or resumed, as `parley run` does).
+    pricing: parley_coordinator::Pricing,
 }
 
 /// One debate's events and driver.
@@ -174,8 +177,19 @@ impl EmbeddedBackend {
                 shutdown,
                 tracker: TaskTracker::new(),
                 briefs: Mutex::new(HashMap::new()),
+                pricing: Default::default(),
             }),
         }
+    }
+
+    /// The prices and completion cap this server's debates reserve their budgets with
+    /// (default: no prices, the default cap). Call right after [`EmbeddedBackend::new`].
+    pub fn with_pricing(mut self, pricing: parley_coordinator::Pricing) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.pricing = pricing,
+            None => tracing::warn!("pricing set after the backend was shared; ignored"),
+        }
+        self
     }
 
     /// Continues the debates a previous `serve` left `running` (those with an event log).
@@ -298,7 +312,8 @@ impl EmbeddedBackend {
             }
         };
         let runner = inner.runner(&spec).await?;
-        let machine = Machine::from_checkpoint(spec, state);
+        let mut machine = Machine::from_checkpoint(spec, state);
+        machine.set_pricing(inner.pricing.clone());
         *driver = Some(inner.spawn_driver(live.clone(), machine, input, runner));
         Ok(json!({ "debateId": id, "accepted": what }))
     }
@@ -665,7 +680,8 @@ impl Backend for EmbeddedBackend {
         let inner = &self.inner;
         let spec = inner.specs.build(&request)?;
         let runner = inner.runner(&spec).await?;
-        let machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
+        let mut machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
+        machine.set_pricing(inner.pricing.clone());
         let id = machine.id().to_string();
         // Saved before the reply, so the debate exists for every later request.
         let (machine, live) = inner
