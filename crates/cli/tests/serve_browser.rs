@@ -247,7 +247,10 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
         .unwrap();
     assert!(live.as_u64().unwrap_or(0) >= 3);
     let running_cost = b
-        .execute("return document.getElementById('cost').textContent;", vec![])
+        .execute(
+            "return document.getElementById('cost').textContent;",
+            vec![],
+        )
         .await
         .unwrap();
     // Wait for critiques to be underway so the live view shows the dataflow.
@@ -278,7 +281,10 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
         v.as_str().unwrap().trim_start_matches('$').parse().unwrap()
     };
     let final_cost = b
-        .execute("return document.getElementById('cost').textContent;", vec![])
+        .execute(
+            "return document.getElementById('cost').textContent;",
+            vec![],
+        )
         .await
         .unwrap();
     assert!(
