@@ -17,10 +17,13 @@
 //!   [`parley_protocol::completion_cap`]); every round runs; every clarification iteration
 //!   asks its most questions.
 //!
-//! Tokens are counted at [`Assumptions::chars_per_token`] characters per token (4, the
-//! usual figure for English text on OpenAI-family and SmolLM2 tokenizers); the max run
-//! counts a prompt's UTF-8 bytes instead (a byte-level BPE token is at least one byte), so
-//! it stays an upper bound. Tool calls of agents with `tools` are not counted (each may
+//! Prompt tokens of OpenAI-family models (`gpt-4o`, `gpt-4.1`, `o3`, `gpt-5`, `gpt-4`,
+//! `gpt-3.5-turbo`, also as `openai/<model>` on OpenRouter) are counted with the model's own
+//! BPE tokenizer (tiktoken's `o200k_base` / `cl100k_base`, shipped inside the binary) plus
+//! the chat format's few tokens per message; other models at
+//! [`Assumptions::chars_per_token`] characters per token (4, the usual figure for English
+//! text). The max run counts a prompt's UTF-8 bytes instead (a byte-level BPE token is at
+//! least one byte), so it stays an upper bound. Tool calls of agents with `tools` are not counted (each may
 //! add calls up to its `toolCallLimit`).
 
 use std::collections::BTreeMap;
@@ -53,6 +56,23 @@ impl Default for Assumptions {
             chars_per_token: 4.0,
             operator_max_tokens: parley_protocol::limits::DEFAULT_MAX_TOKENS,
         }
+    }
+}
+
+/// Tokens the chat format adds to each message (role and separators) for OpenAI models.
+const CHAT_TOKENS_PER_MESSAGE: u64 = 4;
+
+/// The tokenizer of an OpenAI-family model, when tiktoken knows the model (a provider
+/// prefix `openai/`, as OpenRouter names them, is taken off first); `None` for any other
+/// model, which is counted by the characters-per-token ratio.
+fn openai_bpe(model: &str) -> Option<&'static tiktoken_rs::CoreBPE> {
+    use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
+    let name = model.strip_prefix("openai/").unwrap_or(model);
+    match get_tokenizer(name)? {
+        Tokenizer::O200kBase => Some(tiktoken_rs::o200k_base_singleton()),
+        Tokenizer::O200kHarmony => Some(tiktoken_rs::o200k_harmony_singleton()),
+        Tokenizer::Cl100kBase => Some(tiktoken_rs::cl100k_base_singleton()),
+        _ => None,
     }
 }
 
@@ -309,10 +329,14 @@ fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>
             WorkerKind::Judge => parley_judge_worker::build_messages(&task),
         }?;
         let cpt = a.chars_per_token.max(0.5);
+        let bpe = openai_bpe(&task.agent.model);
         let prompt_tokens: u64 = messages
             .iter()
-            .map(|msg| match s {
-                Scenario::Max => msg.content.len() as u64 + 8,
+            .map(|msg| match (s, bpe) {
+                (Scenario::Max, _) => msg.content.len() as u64 + 8,
+                (_, Some(bpe)) => {
+                    bpe.encode_ordinary(&msg.content).len() as u64 + CHAT_TOKENS_PER_MESSAGE
+                }
                 _ => (msg.content.chars().count() as f64 / cpt).ceil() as u64,
             })
             .sum();
@@ -388,4 +412,45 @@ fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: 
         _ => {}
     }
     out
+}
+
+#[cfg(test)]
+mod tokenizer_tests {
+    use super::openai_bpe;
+
+    #[test]
+    fn openai_models_are_counted_with_their_own_tokenizer() {
+        let text = "Design a rate limiter for a public REST API.";
+        for model in [
+            "gpt-4o",
+            "gpt-4o-mini",
+            "openai/gpt-4.1",
+            "o3",
+            "gpt-4",
+            "gpt-3.5-turbo",
+        ] {
+            let bpe = openai_bpe(model).unwrap_or_else(|| panic!("{model}: no tokenizer"));
+            let n = bpe.encode_ordinary(text).len();
+            // A real BPE count: far fewer tokens than characters, more than words.
+            assert!((9..=14).contains(&n), "{model}: {n} tokens");
+        }
+        // The same text in two encodings: the counts come from the tokenizers, not a ratio.
+        let o200k = openai_bpe("gpt-4o")
+            .unwrap()
+            .encode_ordinary("ünïcödé ✓✓✓")
+            .len();
+        let cl100k = openai_bpe("gpt-4")
+            .unwrap()
+            .encode_ordinary("ünïcödé ✓✓✓")
+            .len();
+        assert!(o200k > 0 && cl100k > 0);
+        for model in [
+            "model-arch",
+            "smollm2",
+            "claude-3-5-sonnet",
+            "meta-llama/llama-3-8b",
+        ] {
+            assert!(openai_bpe(model).is_none(), "{model}");
+        }
+    }
 }
