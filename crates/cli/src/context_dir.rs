@@ -13,7 +13,9 @@
 //! symbolic link to a file is taken when its target is inside DIR and not inside a `.git`
 //! directory nor a secrets file; a link whose target is outside DIR is refused with an
 //! error naming it. Caps (from `parley_protocol::limits`): 256 KiB per file,
-//! 2 MiB in all, 1,000 files; past one, an error names the cap, the file and the flag.
+//! 2 MiB in all, 1,000 files; a tree over them is cut, not refused: a file over the
+//! per-file cap, and every file once the total or the count is reached (in path order), is
+//! left out and named in a warning on stderr.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -34,21 +36,53 @@ pub fn snapshot(dir: &Path) -> Result<ContextFiles, CliError> {
     let root = dir
         .canonicalize()
         .map_err(|e| err(format!("cannot resolve it: {e}")))?;
-    let mut files = Vec::new();
-    let mut total = 0usize;
-    let mut left_out = Vec::new();
-    walk(&root, &root, &mut files, &mut total, &mut left_out).map_err(err)?;
-    if !left_out.is_empty() {
+    let mut taken = Taken::default();
+    walk(&root, &root, &mut taken).map_err(err)?;
+    if !taken.left_out.is_empty() {
         eprintln!(
             "warning: --context {}: left out {} file(s) that may hold secrets or belong to \
              git: {}",
             dir.display(),
-            left_out.len(),
-            left_out.join(", ")
+            taken.left_out.len(),
+            taken.left_out.join(", ")
         );
     }
+    if !taken.cut.is_empty() {
+        eprintln!(
+            "warning: --context {}: the snapshot is cut at its caps ({} bytes per file, {} \
+             bytes and {} files in all); left out {} file(s): {}",
+            dir.display(),
+            limits::MAX_CONTEXT_FILE_BYTES,
+            limits::MAX_CONTEXT_TOTAL_BYTES,
+            limits::MAX_CONTEXT_FILES,
+            taken.cut.len(),
+            named(&taken.cut, 20)
+        );
+    }
+    let mut files = taken.files;
     files.sort_by(|a: &ContextFile, b| a.path.cmp(&b.path));
     Ok(ContextFiles { files })
+}
+
+/// What a walk took and left out.
+#[derive(Default)]
+struct Taken {
+    files: Vec<ContextFile>,
+    /// Bytes of the files taken.
+    total: usize,
+    /// Files left out because they may hold secrets or belong to git.
+    left_out: Vec<String>,
+    /// Files left out at the caps.
+    cut: Vec<String>,
+}
+
+/// The first `n` names, then how many more.
+fn named(names: &[String], n: usize) -> String {
+    let shown = names.iter().take(n).cloned().collect::<Vec<_>>().join(", ");
+    match names.len().saturating_sub(n) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
 }
 
 /// Whether a file of this name commonly holds secrets (credentials, keys) and so is never
@@ -84,13 +118,7 @@ fn left_out_reason(rel: &str) -> Option<&'static str> {
     }
 }
 
-fn walk(
-    root: &Path,
-    dir: &Path,
-    files: &mut Vec<ContextFile>,
-    total: &mut usize,
-    left_out: &mut Vec<String>,
-) -> Result<(), String> {
+fn walk(root: &Path, dir: &Path, taken: &mut Taken) -> Result<(), String> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
         .map(|e| e.map(|e| e.path()))
@@ -122,7 +150,7 @@ fn walk(
         if meta.is_dir() {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if !link && !SKIPPED_DIRS.contains(&name) {
-                walk(root, &path, files, total, left_out)?;
+                walk(root, &path, taken)?;
             }
             continue;
         }
@@ -132,28 +160,36 @@ fn walk(
         // The file itself, and what a link points at (a link into .git, or to a .env).
         let target_rel = relative(root, &target)?;
         if let Some(why) = left_out_reason(&rel).or_else(|| left_out_reason(&target_rel)) {
-            left_out.push(if target_rel == rel {
+            taken.left_out.push(if target_rel == rel {
                 format!("{rel} ({why})")
             } else {
                 format!("{rel} -> {target_rel} ({why})")
             });
             continue;
         }
-        if meta.len() > limits::MAX_CONTEXT_FILE_BYTES as u64 {
-            return Err(format!(
-                "{rel} is {} bytes, over the cap of {} bytes per file; point --context at a \
-                 smaller directory",
-                meta.len(),
-                limits::MAX_CONTEXT_FILE_BYTES
-            ));
+        if taken.files.len() >= limits::MAX_CONTEXT_FILES {
+            taken.cut.push(format!("{rel} (the file cap was reached)"));
+            continue;
         }
-        let bytes = std::fs::read(&target).map_err(|e| format!("cannot read {rel}: {e}"))?;
+        if meta.len() > limits::MAX_CONTEXT_FILE_BYTES as u64 {
+            taken.cut.push(format!("{rel} ({} bytes)", meta.len()));
+            continue;
+        }
+        // Read at most one byte past the cap (the file may have grown since).
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(
+                std::fs::File::open(&target).map_err(|e| format!("cannot read {rel}: {e}"))?,
+                limits::MAX_CONTEXT_FILE_BYTES as u64 + 1,
+            ),
+            &mut bytes,
+        )
+        .map_err(|e| format!("cannot read {rel}: {e}"))?;
         if bytes.len() > limits::MAX_CONTEXT_FILE_BYTES {
-            return Err(format!(
-                "{rel} is {} bytes, over the cap of {} bytes per file",
-                bytes.len(),
-                limits::MAX_CONTEXT_FILE_BYTES
-            ));
+            taken
+                .cut
+                .push(format!("{rel} (over {} bytes)", bytes.len() - 1));
+            continue;
         }
         if bytes.contains(&0) {
             continue;
@@ -164,22 +200,12 @@ fn walk(
         if let Some(p) = snapshot_path_problem(&rel) {
             return Err(format!("the path {rel:?} cannot be taken: {p}"));
         }
-        *total += content.len();
-        if *total > limits::MAX_CONTEXT_TOTAL_BYTES {
-            return Err(format!(
-                "the text files add up to more than the cap of {} bytes (reached at {rel}); \
-                 point --context at a smaller directory",
-                limits::MAX_CONTEXT_TOTAL_BYTES
-            ));
+        if taken.total + content.len() > limits::MAX_CONTEXT_TOTAL_BYTES {
+            taken.cut.push(format!("{rel} (the total cap was reached)"));
+            continue;
         }
-        if files.len() >= limits::MAX_CONTEXT_FILES {
-            return Err(format!(
-                "more than the cap of {} text files (reached at {rel}); point --context at a \
-                 smaller directory",
-                limits::MAX_CONTEXT_FILES
-            ));
-        }
-        files.push(ContextFile { path: rel, content });
+        taken.total += content.len();
+        taken.files.push(ContextFile { path: rel, content });
     }
     Ok(())
 }
@@ -283,19 +309,20 @@ mod tests {
     }
 
     #[test]
-    fn caps_are_named() {
+    fn a_tree_over_the_caps_is_cut_not_refused() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(
             d.path().join("big.txt"),
             "x".repeat(limits::MAX_CONTEXT_FILE_BYTES + 1),
         )
         .unwrap();
-        let e = snapshot(d.path()).unwrap_err();
-        assert!(
-            e.message.contains("big.txt") && e.message.contains("262144 bytes per file"),
-            "{}",
-            e.message
-        );
+        std::fs::write(d.path().join("small.txt"), "ok").unwrap();
+        let s = snapshot(d.path()).unwrap();
+        let paths: Vec<&str> = s.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["small.txt"]);
+
+        // Nine files of the per-file cap: the total cap takes the first eight (in path
+        // order), the ninth is left out.
         let d = tempfile::tempdir().unwrap();
         for i in 0..9 {
             std::fs::write(
@@ -304,9 +331,16 @@ mod tests {
             )
             .unwrap();
         }
-        let e = snapshot(d.path()).unwrap_err();
-        assert!(e.message.contains("cap of 2097152 bytes"), "{}", e.message);
+        let s = snapshot(d.path()).unwrap();
+        assert_eq!(s.files.len(), 8);
+        assert!(s.files.iter().all(|f| f.path != "f8.txt"));
+        let total: usize = s.files.iter().map(|f| f.content.len()).sum();
+        assert!(total <= limits::MAX_CONTEXT_TOTAL_BYTES);
         let e = snapshot(&d.path().join("f0.txt")).unwrap_err();
         assert!(e.message.contains("not a directory"), "{}", e.message);
+        assert_eq!(
+            named(&["a".into(), "b".into(), "c".into()], 2),
+            "a, b and 1 more"
+        );
     }
 }

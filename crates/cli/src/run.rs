@@ -70,12 +70,23 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
     // Embedded, the user is the operator: the local config's endpoints go to the registry
     // (never into the spec).
     let (loaded, endpoints, limits) = config::load_as_operator(args.config.as_deref(), &mut warn)?;
+    // Agents with tools read a directory: --context, else the current one (as dialectic).
+    let with_tools = loaded
+        .file
+        .agents
+        .iter()
+        .flatten()
+        .any(|a| a.is_enabled() && !a.tools.is_empty());
+    let context = match (&args.context, with_tools) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, true) => Some(PathBuf::from(".")),
+        (None, false) => None,
+    };
     let overrides = Overrides {
         roles: args.agents.clone(),
         rounds: args.rounds,
         clarify: args.clarify,
-        context_files: args
-            .context
+        context_files: context
             .as_deref()
             .map(crate::context_dir::snapshot)
             .transpose()?,

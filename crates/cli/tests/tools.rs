@@ -331,14 +331,22 @@ async fn snapshot_refusals_and_config_errors_name_the_problem() {
         std::fs::remove_file(ctx.join("src/leak.txt")).unwrap();
     }
 
-    // Past the per-file cap.
+    // Past the per-file cap: the file is left out with a warning, the debate runs.
     std::fs::write(ctx.join("dump.sql"), "x".repeat(300 * 1024)).unwrap();
     let out = run("ctx").await;
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("dump.sql is 307200 bytes"), "{err}");
-    assert!(err.contains("cap of 262144 bytes per file"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("the snapshot is cut at its caps"), "{err}");
+    assert!(err.contains("dump.sql (307200 bytes)"), "{err}");
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|r| !r.prompt_text().contains(&"x".repeat(1000))),
+        "the cut file reached a prompt"
+    );
     std::fs::remove_file(ctx.join("dump.sql")).unwrap();
+    // No call is made from here on: every remaining case is refused before the debate.
+    let calls_so_far = fake.request_count();
 
     // Within the snapshot's caps, but over one cluster submission: refused before sending.
     for i in 0..5 {
@@ -400,5 +408,35 @@ async fn snapshot_refusals_and_config_errors_name_the_problem() {
         err.contains("agents[1].toolCallLimit: 51 is out of range 1..=50"),
         "{err}"
     );
-    assert_eq!(fake.request_count(), 0);
+    assert_eq!(fake.request_count(), calls_so_far);
+}
+
+/// Agents with tools and no `--context` read the current directory (as dialectic does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_with_tools_read_the_current_directory_without_context() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url(), None);
+    std::fs::write(dir.path().join("NOTES.md"), "the cache must hold 10k keys").unwrap();
+    let out = parley(dir.path(), &["run", "P"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The checkpoint's spec holds the snapshot of the directory `run` was started in.
+    let debates: Vec<_> = std::fs::read_dir(dir.path().join("debates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(debates.len(), 1, "{debates:?}");
+    let checkpoint = read_json(&debates[0]);
+    let files = checkpoint["spec"]["contextFiles"]["files"]
+        .as_array()
+        .expect("a context snapshot")
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .collect::<Vec<_>>();
+    assert!(files.contains(&"NOTES.md".to_string()), "{files:?}");
+    assert!(
+        files.contains(&"debate-config.json".to_string()),
+        "{files:?}"
+    );
 }
