@@ -449,7 +449,7 @@ class Check:
             extra = ""
             if d["kind"] == "Deployment":
                 spec = d["spec"]
-                extra = f" replicas={spec.get('replicas', '-')} grace={spec['template']['spec'].get('terminationGracePeriodSeconds')}s image={spec['template']['spec']['containers'][0]['image']}"
+                extra = f" replicas={spec.get('replicas', '-')} grace={spec['template']['spec'].get('terminationGracePeriodSeconds', 30)}s image={spec['template']['spec']['containers'][0]['image']}"
             elif d["kind"] == "ScaledObject":
                 md = d["spec"]["triggers"][0]["metadata"]
                 extra = (f" {d['spec'].get('minReplicaCount')}..{d['spec'].get('maxReplicaCount')}"
