@@ -196,6 +196,11 @@ for values in "$CHART"/ci/*-values.yaml; do
     if ! grep -q "helm test parley" "$OUT/notes.txt" || ! grep -q "debate.id=<id>" "$OUT/notes.txt"; then
         die "NOTES.txt for $values lacks the helm test / trace instructions"
     fi
+    # With the web page on, NOTES.txt says how to reach it and where its token is.
+    if grep -q '^kind: Deployment' <(render parley -f "$values" --show-only templates/serve.yaml 2>/dev/null); then
+        grep -q "port-forward svc/parley-serve" "$OUT/notes.txt" && grep -q "serve-token" "$OUT/notes.txt" ||
+            die "NOTES.txt for $values (serve enabled) lacks how to reach the page or where its token is"
+    fi
 done
 echo "  ok"
 
@@ -206,8 +211,15 @@ if render parley >"$OUT/neg.log" 2>&1; then
     die "the chart rendered without NATS credentials"
 fi
 grep -qF "needs secrets.nats.coordinator" "$OUT/neg.log" || { cat "$OUT/neg.log"; die "no NATS credentials, but not refused naming secrets.nats"; }
-[[ "$(grep -c '^kind: NetworkPolicy' "$OUT/default.yaml")" == 3 ]] || die "the default values render no NetworkPolicy per component"
-echo "  no credentials: refused; defaults: 3 NetworkPolicies, each component its own NATS user"
+# The CI defaults enable the web page (serve): four components, four NetworkPolicies.
+[[ "$(grep -c '^kind: NetworkPolicy' "$OUT/default.yaml")" == 4 ]] || die "the default values render no NetworkPolicy per component (coordinator, workers, serve)"
+echo "  no credentials: refused; defaults: 4 NetworkPolicies, each component its own NATS user"
+# serve is off unless asked for (its NATS user is operator-level).
+render parley --set secrets.nats.coordinator=a --set secrets.nats.agentWorker=b --set secrets.nats.judgeWorker=c >"$OUT/no-serve.yaml"
+if grep -q 'app.kubernetes.io/component: serve' "$OUT/no-serve.yaml"; then
+    die "values.yaml's defaults install the web page (serve)"
+fi
+echo "  values.yaml's defaults: no serve component"
 
 # The negative cases and the checksum renders start from the default values (credentials).
 BASE=(-f "$CHART/ci/default-values.yaml")

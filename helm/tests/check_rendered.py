@@ -17,7 +17,11 @@ For every file:
   select the pods they are meant to (and not the `helm test` pod); no container can run as
   root, escalate, write its root filesystem or keep a capability; probes use the named
   metrics port; the services' TOML settings parse and use only keys the services take; no
-  API key lands in a ConfigMap and the coordinator gets none.
+  API key lands in a ConfigMap and the coordinator gets none;
+- the web page (`serve`, optional): `parley serve` listening on all addresses of its port,
+  in front of NATS (`--nats-url`), its bearer token from the Secret (never a literal), no
+  API key, no Redis; probes on /healthz of its `http` port; its Service targets that port;
+  its NetworkPolicy lets in only that port and lets out only DNS and NATS.
 
 Exit status 1 with every problem listed when any check fails.
 """
@@ -74,6 +78,8 @@ def _jetstream_names():
 SETTINGS_KEYS = _settings_keys()
 STREAM, CONSUMERS = _jetstream_names()
 COMPONENTS = ["coordinator", "agent-worker", "judge-worker"]
+# The web page, rendered only with serve.enabled.
+SERVE = "serve"
 API_KEY_VARS = {"OPENAI_API_KEY", "OPENROUTER_API_KEY", "OPENAI_COMPATIBLE_API_KEY"}
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -145,8 +151,9 @@ class Check:
                 self.fail(f"an autoscaler targets Deployment {target}, which is not rendered")
         for target in scaled & hpa:
             self.fail(f"Deployment {target} has both a ScaledObject and an HPA")
-        if {self.component(d) for d in deployments.values()} != set(COMPONENTS):
-            self.fail(f"expected one Deployment per component {COMPONENTS}")
+        comps = sorted(self.component(d) for d in deployments.values())
+        if comps not in (sorted(COMPONENTS), sorted(COMPONENTS + [SERVE])):
+            self.fail(f"expected one Deployment per component {COMPONENTS} (and {SERVE}), got {comps}")
         for name, d in deployments.items():
             owned = name in scaled or name in hpa
             if owned and "replicas" in d["spec"]:
@@ -256,6 +263,9 @@ class Check:
             if not where.startswith("Deployment/"):
                 continue
             c = spec["containers"][0]
+            if comp == SERVE:
+                self.serve_pod(where, c)
+                continue
             ports = {p.get("name"): p for p in c.get("ports", [])}
             if "metrics" not in ports:
                 self.fail(f"{where}: no container port named metrics")
@@ -282,6 +292,32 @@ class Check:
                 if grace <= drain:
                     self.fail(f"{where}: terminationGracePeriodSeconds {grace} <= drain_secs {drain}")
 
+    def serve_pod(self, where, c):
+        """The web page: `parley serve` on 0.0.0.0:<http port> in front of NATS, its token
+        from the Secret, /healthz probes (no token needed there), nothing else."""
+        ports = {p.get("name"): p for p in c.get("ports", [])}
+        if list(ports) != ["http"]:
+            self.fail(f"{where}: expected one container port named http, got {list(ports)}")
+            return
+        args = c.get("args") or []
+        listen = f"0.0.0.0:{ports['http']['containerPort']}"
+        if args[:1] != ["serve"] or "--nats-url" not in args:
+            self.fail(f"{where}: args {args} are not `serve ... --nats-url URL`")
+        if "--listen" not in args or args[args.index("--listen") + 1:][:1] != [listen]:
+            self.fail(f"{where}: does not listen on {listen}: {args}")
+        if "--no-auth" in args or "--auth-token" in args:
+            self.fail(f"{where}: the token must come from PARLEY_SERVE_TOKEN (Secret), not the args")
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            got = (c.get(probe) or {}).get("httpGet") or {}
+            if got.get("path") != "/healthz" or got.get("port") != "http":
+                self.fail(f"{where}: {probe} is {got}, expected GET /healthz on port http")
+        env = {e["name"]: e for e in c.get("env", [])}
+        ref = ((env.get("PARLEY_SERVE_TOKEN") or {}).get("valueFrom") or {}).get("secretKeyRef") or {}
+        if ref.get("key") != "serve-token" or ref.get("optional"):
+            self.fail(f"{where}: PARLEY_SERVE_TOKEN is not the Secret's serve-token key: {env.get('PARLEY_SERVE_TOKEN')}")
+        for var in sorted((API_KEY_VARS | {"PARLEY_REDIS_URL"}) & env.keys()):
+            self.fail(f"{where}: the page gets {var}")
+
     def selectors(self):
         pods = {self.component(d): d["spec"]["template"]["metadata"]["labels"]
                 for d in self.of("Deployment")}
@@ -299,10 +335,13 @@ class Check:
             exactly("PodDisruptionBudget", self.name(pdb), pdb["spec"]["selector"], self.component(pdb))
         for svc in services.values():
             exactly("Service", self.name(svc), {"matchLabels": svc["spec"]["selector"]}, self.component(svc))
-            if [p.get("targetPort") for p in svc["spec"]["ports"]] != ["metrics"]:
-                self.fail(f"Service/{self.name(svc)}: expected one port targeting metrics")
+            port = "http" if self.component(svc) == SERVE else "metrics"
+            if [p.get("targetPort") for p in svc["spec"]["ports"]] != [port]:
+                self.fail(f"Service/{self.name(svc)}: expected one port targeting {port}")
         for np in self.of("NetworkPolicy"):
             exactly("NetworkPolicy", self.name(np), np["spec"]["podSelector"], self.component(np))
+            if self.component(np) == SERVE:
+                self.serve_network_policy(np)
             if self.component(np) != "coordinator":
                 continue
             # `helm test` reaches the coordinator's /readyz through its ingress rule.
@@ -326,6 +365,27 @@ class Check:
                 self.fail(f"PodMonitor/{self.name(pm)}: selects pods of {hits}, expected all three")
             if any(selects(pm["spec"]["selector"], t) for t in test_pods):
                 self.fail(f"PodMonitor/{self.name(pm)}: selects the helm test pod")
+
+    def serve_network_policy(self, np):
+        """The page: in on its http port only; out to DNS (53) and the NATS ports only."""
+        where = f"NetworkPolicy/{self.name(np)}"
+        spec = np["spec"]
+        if sorted(spec.get("policyTypes") or []) != ["Egress", "Ingress"]:
+            self.fail(f"{where}: policyTypes must be Ingress and Egress")
+        in_ports = [p.get("port") for r in spec.get("ingress") or [] for p in r.get("ports") or []]
+        if in_ports != ["http"]:
+            self.fail(f"{where}: ingress ports {in_ports}, expected [http]")
+        # Its egress is the coordinator's first two rules (DNS, NATS), nothing more: no
+        # Redis, no OTLP collector, no providers.
+        coord = [n for n in self.of("NetworkPolicy") if self.component(n) == "coordinator"]
+        egress = spec.get("egress") or []
+        if len(coord) != 1:
+            self.fail(f"{where}: no coordinator NetworkPolicy to compare with")
+        elif egress != (coord[0]["spec"].get("egress") or [])[:2]:
+            self.fail(f"{where}: egress {egress} is not exactly DNS and NATS (the coordinator's first two rules)")
+        out = {p.get("port") for r in egress for p in r.get("ports") or []}
+        if 53 not in out or any("ports" not in r for r in egress):
+            self.fail(f"{where}: egress ports {sorted(out, key=str)}: DNS missing or a rule without ports")
 
     def secrets(self):
         cms = json.dumps([d.get("data") for d in self.of("ConfigMap")])
@@ -389,7 +449,7 @@ class Check:
             extra = ""
             if d["kind"] == "Deployment":
                 spec = d["spec"]
-                extra = f" replicas={spec.get('replicas', '-')} grace={spec['template']['spec'].get('terminationGracePeriodSeconds')}s image={spec['template']['spec']['containers'][0]['image']}"
+                extra = f" replicas={spec.get('replicas', '-')} grace={spec['template']['spec'].get('terminationGracePeriodSeconds', 30)}s image={spec['template']['spec']['containers'][0]['image']}"
             elif d["kind"] == "ScaledObject":
                 md = d["spec"]["triggers"][0]["metadata"]
                 extra = (f" {d['spec'].get('minReplicaCount')}..{d['spec'].get('maxReplicaCount')}"

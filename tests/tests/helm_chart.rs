@@ -12,7 +12,11 @@
 //! accounts (`nats.auth=none`, KEDA `account` "$G") and the shipped `deploy/nats/parley.conf`
 //! (the chart's default: account `PARLEY`, each component its own user, whose password the
 //! chart puts in that component's Secret key and URL — `$(NATS_PASSWORD)` expanded as
-//! Kubernetes does; the test's client is the config's `client` user). `/jsz` is read exactly as KEDA's nats-jetstream scaler reads it:
+//! Kubernetes does; the test's client is the config's `client` user). In the `PARLEY`
+//! set-up the chart's web page (`serve.enabled`) runs too, as its pod would (its rendered
+//! args and environment; only the listen address moved to a loopback port): it connects as
+//! the config's `serve` user with its own password, and with the Secret's token lists the
+//! burst's debates. `/jsz` is read exactly as KEDA's nats-jetstream scaler reads it:
 //! `http://<natsServerMonitoringEndpoint>/jsz?acc=<account>&config=true&consumers=true`,
 //! matching the account by id or name, then the stream, then the consumer.
 //!
@@ -319,6 +323,34 @@ fn pod_env(docs: &[Value], component_name: &str, config_dir: &Path) -> Vec<(Stri
     env
 }
 
+/// A component's container args as rendered, with `$(NAME)` expanded from its environment
+/// (as Kubernetes does) and `/etc/parley/` moved to `config_dir`.
+fn pod_args(
+    docs: &[Value],
+    component_name: &str,
+    env: &[(String, String)],
+    config_dir: &Path,
+) -> Vec<String> {
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && component(d) == component_name)
+        .unwrap_or_else(|| panic!("no Deployment for {component_name}"));
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{component_name}: no args"));
+    args.iter()
+        .map(|a| {
+            let a = a.as_str().expect("args are strings");
+            let a = match a.strip_prefix("/etc/parley/") {
+                Some(file) => config_dir.join(file).display().to_string(),
+                None => a.to_string(),
+            };
+            env.iter()
+                .fold(a, |v, (k, x)| v.replace(&format!("$({k})"), x))
+        })
+        .collect()
+}
+
 /// A service process with its pod's environment (see [`pod_env`]).
 fn service(bin: &str, env: &[(String, String)], ready_line: &str) -> (ChildProcess, u16) {
     let metrics = free_port();
@@ -381,6 +413,9 @@ const PASSWORDS: [(&str, &str, &str); 5] = [
     ("PARLEY_NATS_CLIENT_PASSWORD", "client", "helm-client-pw"),
 ];
 
+/// The web page's bearer token in the `Parley` set-up.
+const SERVE_TOKEN: &str = "helm-serve-token-0123456789";
+
 /// Runs the chart's services against a monitored NATS, queues a burst and checks `/jsz` as
 /// KEDA reads it. With `drain`, also one worker holding tasks, then workers finishing every
 /// debate.
@@ -428,6 +463,10 @@ async fn trigger_and_lag(account: Account, drain: bool) {
             for (_, key, pw) in &PASSWORDS[..3] {
                 sets.push((key, pw.to_string()));
             }
+            // The web page, as its own NATS user.
+            sets.push(("serve.enabled", "true".into()));
+            sets.push(("secrets.nats.serve", PASSWORDS[3].2.into()));
+            sets.push(("secrets.serveToken", SERVE_TOKEN.into()));
         }
     }
     let docs = render(&sets).unwrap();
@@ -574,6 +613,9 @@ async fn trigger_and_lag(account: Account, drain: bool) {
         agent_trigger["lagThreshold"],
         judge_idle.total()
     );
+    if let Account::Parley = account {
+        serve_lists_the_burst(&docs, dir.path(), nats.port, &ids).await;
+    }
     if !drain {
         return;
     }
@@ -642,4 +684,85 @@ async fn trigger_in_the_global_account_names_what_the_services_create_and_lag_fo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trigger_in_the_parley_account_names_what_the_services_create_and_counts_a_burst() {
     trigger_and_lag(Account::Parley, false).await;
+}
+
+/// The chart's web page as its pod runs it: `parley serve` with the rendered args and
+/// environment (only the listen address moved to a loopback port), connected as the
+/// shipped config's `serve` user. /healthz needs no token; the API needs the Secret's token
+/// and lists every debate of the burst (`parley.debates.list`, which only `serve` may ask).
+async fn serve_lists_the_burst(docs: &[Value], config_dir: &Path, nats_port: u16, ids: &[String]) {
+    let env = pod_env(docs, "serve", config_dir);
+    let expected_url = format!("nats://serve:{}@127.0.0.1:{nats_port}", PASSWORDS[3].2);
+    assert!(
+        env.iter()
+            .any(|(k, v)| k == "PARLEY_NATS_URL" && v == &expected_url),
+        "serve does not connect as the serve user: {env:?}"
+    );
+    assert!(
+        env.iter()
+            .any(|(k, v)| k == "PARLEY_SERVE_TOKEN" && v == SERVE_TOKEN),
+        "serve's token is not the Secret's: {env:?}"
+    );
+    let mut args = pod_args(docs, "serve", &env, config_dir);
+    assert!(
+        args.iter().any(|a| a == &expected_url),
+        "serve's --nats-url is not its user's URL: {args:?}"
+    );
+    let listen = args
+        .iter()
+        .position(|a| a == "--listen")
+        .expect("serve has --listen")
+        + 1;
+    assert_eq!(args[listen], "0.0.0.0:8080", "the pod listens on its port");
+    let port = free_port();
+    args[listen] = format!("127.0.0.1:{port}");
+    let mut cmd = Command::new(workspace_bin("parley"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PARLEY_") || k.starts_with("OTEL_") || k.ends_with("_API_KEY") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(&args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(config_dir);
+    let serve = ChildProcess::spawn(cmd, "parley serve").unwrap();
+    assert!(
+        serve
+            .wait_for_log_line("Parley is serving", TIMEOUT)
+            .is_some(),
+        "parley serve did not start with the chart's settings:\n{}",
+        serve.log()
+    );
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let health = http.get(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 200, "the probes' /healthz");
+    let anonymous = http
+        .get(format!("{base}/api/debates"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        anonymous.status().as_u16(),
+        401,
+        "the API without the token"
+    );
+    let list = http
+        .get(format!("{base}/api/debates"))
+        .bearer_auth(SERVE_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status().as_u16(), 200, "{}", serve.log());
+    let list: Value = list.json().await.unwrap();
+    for id in ids {
+        assert!(
+            list.to_string().contains(id.as_str()),
+            "{id} not listed: {list}"
+        );
+    }
+    eprintln!(
+        "[account PARLEY] the chart's serve pod (NATS user serve) lists the {} debates of the burst",
+        ids.len()
+    );
 }

@@ -1,8 +1,9 @@
 {{/*
 Names, labels and the pieces every component's templates share.
 
-Components: "coordinator", "agent-worker", "judge-worker". A component's values live under
-.Values.coordinator / .Values.agentWorker / .Values.judgeWorker ("parley.componentValues").
+Components: "coordinator", "agent-worker", "judge-worker" and, with serve.enabled, "serve"
+(the web page). A component's values live under .Values.coordinator / .Values.agentWorker /
+.Values.judgeWorker / .Values.serve ("parley.componentValues").
 */}}
 
 {{- define "parley.name" -}}
@@ -60,7 +61,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The values of a component. */}}
 {{- define "parley.componentValues" -}}
-{{- $key := get (dict "coordinator" "coordinator" "agent-worker" "agentWorker" "judge-worker" "judgeWorker") .component }}
+{{- $key := get (dict "coordinator" "coordinator" "agent-worker" "agentWorker" "judge-worker" "judgeWorker" "serve" "serve") .component }}
 {{- toYaml (get .ctx.Values $key) }}
 {{- end }}
 
@@ -76,6 +77,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- else }}
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
 {{- end }}
+{{- end }}
+
+{{/* The components that connect to NATS: the three services, and serve when enabled. */}}
+{{- define "parley.natsComponents" -}}
+{{- $c := list "coordinator" "agent-worker" "judge-worker" }}
+{{- if .Values.serve.enabled }}{{ $c = append $c "serve" }}{{ end }}
+{{- join " " $c }}
+{{- end }}
+
+{{/* The values key of a component's NATS user and credential (nats.users.<key>, secrets.nats.<key>). */}}
+{{- define "parley.componentKey" -}}
+{{- get (dict "coordinator" "coordinator" "agent-worker" "agentWorker" "judge-worker" "judgeWorker" "serve" "serve") . }}
 {{- end }}
 
 {{- define "parley.secretName" -}}
@@ -94,7 +107,7 @@ the workers the tag with the model baked in (<tag><localModel.tagSuffix>).
 {{- $v := include "parley.componentValues" . | fromYaml }}
 {{- $g := .ctx.Values.image }}
 {{- $tag := $v.image.tag | default $g.tag | default .ctx.Chart.AppVersion }}
-{{- if and .ctx.Values.localModel.enabled (ne .component "coordinator") }}
+{{- if and .ctx.Values.localModel.enabled (has .component (list "agent-worker" "judge-worker")) }}
 {{- $tag = printf "%s%s" $tag .ctx.Values.localModel.tagSuffix }}
 {{- end }}
 {{- $repo := $v.image.repository }}
@@ -181,7 +194,7 @@ from $(NATS_PASSWORD), in the first server URL (the client takes the credentials
 */}}
 {{- define "parley.natsUrlWithUser" -}}
 {{- $ctx := .ctx }}
-{{- $user := get $ctx.Values.nats.users (get (dict "coordinator" "coordinator" "agent-worker" "agentWorker" "judge-worker" "judgeWorker") .component) }}
+{{- $user := get $ctx.Values.nats.users (include "parley.componentKey" .component) }}
 {{- $urls := splitList "," $ctx.Values.nats.url }}
 {{- $first := trim (first $urls) }}
 {{- $withUser := "" }}
@@ -197,21 +210,40 @@ from $(NATS_PASSWORD), in the first server URL (the client takes the credentials
 {{/* Checks that fail the render with a message naming the value. */}}
 {{- define "parley.validate" -}}
 {{- $ctx := . }}
+{{- $natsComponents := splitList " " (include "parley.natsComponents" .) }}
 {{- if ne .Values.nats.auth "none" }}
 {{- if not .Values.secrets.existingSecret }}
-{{- range $k := list "coordinator" "agentWorker" "judgeWorker" }}
-{{- if not (get $ctx.Values.secrets.nats $k) }}
+{{- $seen := dict }}
+{{- range $c := $natsComponents }}
+{{- $k := include "parley.componentKey" $c }}
+{{- $cred := get $ctx.Values.secrets.nats $k }}
+{{- if not $cred }}
 {{- fail (printf "nats.auth=%s needs secrets.nats.%s (each component its own NATS credential) or secrets.existingSecret; nats.auth=none only for a NATS without authentication" $ctx.Values.nats.auth $k) }}
 {{- end }}
+{{- if hasKey $seen $cred }}
+{{- fail (printf "secrets.nats: two components share one NATS credential (%s and %s); give each its own (deploy/nats/parley.conf has a user per component)" (get $seen $cred) $k) }}
 {{- end }}
-{{- $n := .Values.secrets.nats }}
-{{- if or (and $n.coordinator (eq $n.coordinator $n.agentWorker)) (and $n.coordinator (eq $n.coordinator $n.judgeWorker)) (and $n.agentWorker (eq $n.agentWorker $n.judgeWorker)) }}
-{{- fail "secrets.nats: two components share one NATS credential; give each its own (deploy/nats/parley.conf has a user per component)" }}
+{{- $_ := set $seen $cred $k }}
 {{- end }}
 {{- end }}
-{{- $u := .Values.nats.users }}
-{{- if and (eq .Values.nats.auth "password") (or (eq $u.coordinator $u.agentWorker) (eq $u.coordinator $u.judgeWorker) (eq $u.agentWorker $u.judgeWorker)) }}
-{{- fail "nats.users: two components share one NATS user; give each its own" }}
+{{- if eq .Values.nats.auth "password" }}
+{{- $users := dict }}
+{{- range $c := $natsComponents }}
+{{- $k := include "parley.componentKey" $c }}
+{{- $u := get $ctx.Values.nats.users $k }}
+{{- if hasKey $users $u }}
+{{- fail (printf "nats.users: two components share one NATS user (%s and %s: %s); give each its own" (get $users $u) $k $u) }}
+{{- end }}
+{{- $_ := set $users $u $k }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .Values.serve.enabled }}
+{{- if and (not .Values.secrets.existingSecret) (not .Values.secrets.serveToken) }}
+{{- fail "serve.enabled needs secrets.serveToken (the page's bearer token, at least 16 characters) or secrets.existingSecret with a serve-token key" }}
+{{- end }}
+{{- if and .Values.secrets.serveToken (lt (len .Values.secrets.serveToken) 16) }}
+{{- fail "secrets.serveToken is shorter than 16 characters (parley serve refuses it)" }}
 {{- end }}
 {{- end }}
 {{- if and .Values.redis.urlFromSecret (not .Values.secrets.existingSecret) (not .Values.secrets.redisUrl) }}
