@@ -90,6 +90,14 @@ async fn eval_runs_on_judge_workers_under_the_operators_allow_list() {
             r.body
         );
         assert_eq!(r.json_schema(), Some(&parley_protocol::rubric_schema()));
+        // An evaluation names no completion limit; the operator's cap goes out anyway
+        // (the workers' default `max_tokens`).
+        assert_eq!(
+            r.body["max_tokens"],
+            json!(parley_protocol::limits::DEFAULT_MAX_TOKENS),
+            "{}",
+            r.body
+        );
     }
 
     // Raw requests: an endpoint in the request is refused naming the field; the worker

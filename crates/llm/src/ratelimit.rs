@@ -38,7 +38,6 @@ impl Rates {
     }
 }
 
-/// The limits a key resolves to: the model's entry overrides the provider's, per field.
 /// The completion tokens a call to `provider`/`model` is sent with: what it asked for
 /// (`requested`), never more than the operator's caps — the model's `maxTokens`, the
 /// provider's, and the global `cap` — so a call that asks for nothing is capped too.
@@ -53,19 +52,15 @@ pub fn completion_cap(
     let per_model = p
         .and_then(|p| p.models.get(model))
         .and_then(|m| m.max_tokens);
-    [
-        requested,
-        per_model,
-        p.and_then(|p| p.max_tokens),
-        Some(cap),
-    ]
-    .into_iter()
-    .flatten()
-    .min()
-    .unwrap_or(cap)
-    .max(1)
+    let operator = [per_model, p.and_then(|p| p.max_tokens), Some(cap)]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(cap);
+    parley_protocol::capped_completion(requested, operator)
 }
 
+/// The limits a key resolves to: the model's entry overrides the provider's, per field.
 pub fn rates_for(
     limits: &BTreeMap<String, ProviderLimits>,
     provider: &str,
@@ -482,6 +477,26 @@ impl Limiter for RedisLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_call_gets_the_lowest_of_its_own_and_the_operators_caps() {
+        let limits: BTreeMap<String, ProviderLimits> = serde_json::from_value(serde_json::json!({
+            "openai": {"maxTokens": 4000, "models": {"gpt-4o": {"maxTokens": 1000}}},
+            "openrouter": {}
+        }))
+        .unwrap();
+        let cap = |p: &str, m: &str, r: Option<u32>| completion_cap(&limits, 16_384, p, m, r);
+        // Asking for nothing still gets a cap: the model's, the provider's, the global one.
+        assert_eq!(cap("openai", "gpt-4o", None), 1000);
+        assert_eq!(cap("openai", "gpt-4.1", None), 4000);
+        assert_eq!(cap("openrouter", "x", None), 16_384);
+        assert_eq!(cap("openai-compatible", "x", None), 16_384);
+        // Asking for more gets the cap; asking for less gets what it asked.
+        assert_eq!(cap("openai", "gpt-4o", Some(50_000)), 1000);
+        assert_eq!(cap("openai", "gpt-4o", Some(200)), 200);
+        assert_eq!(cap("openrouter", "x", Some(u32::MAX)), 16_384);
+        assert_eq!(cap("openrouter", "x", Some(0)), 1);
+    }
 
     #[test]
     fn gcra_spaces_requests_evenly() {

@@ -195,8 +195,13 @@ impl Default for SubmissionPolicy {
 /// the operator's `max_tokens` (which applies alone when the participant sets none). The
 /// one place estimates (and budgets) read a call's completion bound from.
 pub fn completion_cap(agent: &AgentConfig, operator_max_tokens: u32) -> u32 {
-    agent
-        .max_tokens
+    capped_completion(agent.max_tokens, operator_max_tokens)
+}
+
+/// A call's completion tokens: what it asked for (`requested`), never above the operator's
+/// cap, which applies alone when it asked for none; at least 1.
+pub fn capped_completion(requested: Option<u32>, operator_max_tokens: u32) -> u32 {
+    requested
         .map_or(operator_max_tokens, |m| m.min(operator_max_tokens))
         .max(1)
 }
