@@ -275,30 +275,28 @@ fn budget_config(base_url: &str, budget: Value) -> Value {
     cfg
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_budget_for_about_one_round_ends_with_a_synthesis_and_never_overspends() {
+/// Runs the [`budget_config`] debate on a budget of `tokens` (with `extra` flags) against
+/// the fake LLM; its stderr and final state, after checking it exited 0.
+async fn run_on_budget(tokens: u64, extra: &[&str]) -> (String, Value) {
     let fake = FakeLlm::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let budget = 75_000u64;
     write_json(
         dir.path().join("debate-config.json"),
-        &budget_config(&fake.base_url(), json!({"tokens": budget})),
+        &budget_config(&fake.base_url(), json!({ "tokens": tokens })),
     );
     write_json(dir.path().join("prices.json"), &prices());
-    let out = parley(
-        dir.path(),
-        &[
-            "run",
-            "Design a cache",
-            "--output",
-            "state.json",
-            "--verbose",
-        ],
-    )
-    .await;
-    let err = String::from_utf8_lossy(&out.stderr);
+    let mut args = vec!["run", "Design a cache", "--output", "state.json"];
+    args.extend_from_slice(extra);
+    let out = parley(dir.path(), &args).await;
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let state = read_json(dir.path().join("state.json"));
+    (err, read_json(dir.path().join("state.json")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_for_about_one_round_ends_with_a_synthesis_and_never_overspends() {
+    let budget = 75_000u64;
+    let (err, state) = run_on_budget(budget, &["--verbose"]).await;
     assert_eq!(state["status"], "completed", "{err}");
     assert!(state["finalSolution"]["description"].is_string());
     let b = &state["budget"];
@@ -327,22 +325,8 @@ async fn a_budget_for_about_one_round_ends_with_a_synthesis_and_never_overspends
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tight_budget_drops_critiques_for_the_budget_and_still_synthesizes() {
-    let fake = FakeLlm::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let budget = 50_000u64;
-    write_json(
-        dir.path().join("debate-config.json"),
-        &budget_config(&fake.base_url(), json!({"tokens": budget})),
-    );
-    write_json(dir.path().join("prices.json"), &prices());
-    let out = parley(
-        dir.path(),
-        &["run", "Design a cache", "--output", "state.json"],
-    )
-    .await;
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{err}");
-    let state = read_json(dir.path().join("state.json"));
+    let (_err, state) = run_on_budget(budget, &[]).await;
     assert_eq!(state["status"], "completed");
     let spent = state["budget"]["spent"]["tokens"].as_u64().unwrap();
     assert!(spent <= budget, "spent {spent} of {budget}");
