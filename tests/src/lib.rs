@@ -547,6 +547,8 @@ pub fn task_result(debate_id: &str, task: &str, attempt: u32, ok: bool) -> TaskR
                 metadata: ContributionMetadata::default(),
                 solution: None,
                 confidence: None,
+                verdict: None,
+                vote: None,
                 warnings: vec![],
                 questions: vec![],
             })
