@@ -288,6 +288,16 @@ impl Machine {
         let id = self.task_id_of(&p);
         let mut task = self.build_task(&p, id, 1);
         task.input.transcript = Some("x".repeat(self.synthesis_transcript_cap()));
+        // The most a verdict's open issues and a vote's tally can add (4 bytes a char).
+        if self.termination() == TerminationType::Verdict || self.adaptive() {
+            task.input.open_issues =
+                vec!["x".repeat(4 * limits::MAX_OPEN_ISSUE_CHARS); limits::MAX_OPEN_ISSUES];
+        }
+        if self.spec.debate.voting() {
+            let per_vote =
+                4 * (limits::MAX_VOTE_REASON_CHARS + 200) + 2 * limits::MAX_ID_BYTES + 64;
+            task.input.vote_result = Some("x".repeat(256 + self.agents.len() * per_vote));
+        }
         self.pricing.worst_case(&task)
     }
 
@@ -2330,7 +2340,7 @@ impl Machine {
         let (vote, reason) = match out.vote {
             Some(b) => (
                 parley_protocol::preview(b.vote.trim(), 200),
-                parley_protocol::preview(b.reason.trim(), 4_000),
+                parley_protocol::preview(b.reason.trim(), limits::MAX_VOTE_REASON_CHARS),
             ),
             None => (String::new(), String::new()),
         };
