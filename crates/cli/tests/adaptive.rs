@@ -300,13 +300,17 @@ async fn bad_values_are_config_errors_that_name_the_key_and_the_allowed_values()
             "debate.synthesisMethod",
             "judge, merge, voting",
         ),
-        (json!({"critique": {"topology": "star"}}), "star", "ring"),
+        (
+            json!({"critique": {"topology": "star"}}),
+            "debate.critique.topology",
+            "all, ring, random",
+        ),
         (
             json!({"critique": {"topology": "ring", "k": 9}}),
             "debate.critique.k",
             "1..=2",
         ),
-        (json!({"mode": "lazy"}), "lazy", "adaptive"),
+        (json!({"mode": "lazy"}), "debate.mode", "debate, adaptive"),
     ] {
         let cfg = config("http://127.0.0.1:9/v1", debate, 0);
         write_json(dir.path().join("debate-config.json"), &cfg);
