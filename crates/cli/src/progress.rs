@@ -135,3 +135,36 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
         }
     }
 }
+
+#[cfg(test)]
+mod mode_line_tests {
+    use super::mode_line;
+    use parley_protocol::{AdaptivePath, EventKind, VerdictDecision};
+
+    #[test]
+    fn verdicts_paths_and_tallies_read_as_one_line() {
+        let v = EventKind::VerdictGiven {
+            round: 0,
+            verdict: VerdictDecision::Continue,
+            confidence: 42.4,
+            open_issues: 2,
+            valid: false,
+        };
+        assert_eq!(
+            mode_line(&v),
+            "verdict on the proposals: continue, confidence 42, 2 open issue(s) (unreadable reply)"
+        );
+        let p = EventKind::AdaptivePathChosen {
+            path: AdaptivePath::Full,
+            reason: "why".into(),
+        };
+        assert_eq!(mode_line(&p), "adaptive: full path: why");
+        let t = EventKind::VotesTallied {
+            winner: None,
+            tie: true,
+            leaders: vec!["a".into(), "b".into()],
+            counts: Default::default(),
+        };
+        assert_eq!(mode_line(&t), "vote: tie between a, b (the judge picks)");
+    }
+}

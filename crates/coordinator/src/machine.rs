@@ -51,7 +51,16 @@
 //!   seeded random draws; see `critique_pairs`): `Propose(j, r)` and i's summary (if due).
 //! - `Refine(i, r)`: `Propose(i, r)`, every planned `Critique(k→i, r)`, i's summary (if due).
 //! - `Evaluate(r)` (convergence/quality only): every `Refine(·, r)`.
-//! - `JudgeSummarize`, then `Synthesize`: the final round complete.
+//! - `Verdict(r)` (`terminationCondition.type: "verdict"`, r below the cap): every
+//!   `Refine(·, r)`; round r is the last when it says done with confidence ≥ the threshold.
+//! - `Verdict(0)` (`debate.mode: "adaptive"`): every `Propose(·, 1)`; round 1's critiques wait
+//!   for it. Done at the threshold: the short path (`Synthesize` from the proposals at once);
+//!   otherwise the full debate. Recorded in `state.adaptive` with the reason.
+//! - `Vote(i, R)` (`synthesisMethod: "voting"`, R the final round): the final round complete;
+//!   the tally once every agent has voted (`state.voting`).
+//! - `JudgeSummarize`, then `Synthesize`: the final round complete (and, voting, the
+//!   tally). The synthesis carries the last verdict's open issues and the vote; open issues
+//!   the judge leaves out are added to the solution's `unresolvedDisagreements`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
