@@ -648,6 +648,19 @@ async fn pathological_markdown_from_a_model_renders_at_once() {
         .unwrap();
 }
 
+/// Clicks the first element matching `css` once it exists, scrolled to the middle of the
+/// window first (the page's sticky top bar covers what is scrolled to the very top).
+async fn click_css(b: &Browser, css: &str) {
+    let e = b.wait_for(css, Duration::from_secs(10)).await.unwrap();
+    b.execute(
+        "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
+        vec![json!(css)],
+    )
+    .await
+    .unwrap();
+    b.click(&e).await.unwrap();
+}
+
 /// The number of rows of the agent editor.
 const AGENT_ROWS: &str = "return document.querySelectorAll('#agents .agent-row').length;";
 
@@ -863,21 +876,12 @@ async fn feedback_survives_a_reload_and_copy_buttons_copy_the_text() {
     )
     .await
     .unwrap();
-    let copy = b
-        .wait_for(
-            "#rounds .agent-col[data-agent=\"agent-architect\"][data-round=\"1\"] .contrib.proposal .copy",
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    b.click(&copy).await.unwrap();
-    b.click(
-        &b.wait_for("#copy-solution", Duration::from_secs(5))
-            .await
-            .unwrap(),
+    click_css(
+        &b,
+        "#rounds .agent-col[data-agent=\"agent-architect\"][data-round=\"1\"] .contrib.proposal .copy",
     )
-    .await
-    .unwrap();
+    .await;
+    click_css(&b, "#copy-solution").await;
     let copied = b
         .wait_until(
             "return window.__copied.length === 2 ? window.__copied : null;",
@@ -925,13 +929,7 @@ async fn feedback_survives_a_reload_and_copy_buttons_copy_the_text() {
         b.execute(pressed, vec![]).await.unwrap(),
         json!(["false", "false"])
     );
-    b.click(
-        &b.wait_for("#feedback-up", Duration::from_secs(5))
-            .await
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    click_css(&b, "#feedback-up").await;
     b.wait_until(
         "return document.getElementById('feedback-up').getAttribute('aria-pressed') === 'true';",
         Duration::from_secs(10),
@@ -958,13 +956,7 @@ async fn feedback_survives_a_reload_and_copy_buttons_copy_the_text() {
         .await
         .unwrap();
     assert_eq!(after, json!(["true", "false"]), "shown after the reload");
-    b.click(
-        &b.wait_for("#feedback-down", Duration::from_secs(5))
-            .await
-            .unwrap(),
-    )
-    .await
-    .unwrap();
+    click_css(&b, "#feedback-down").await;
     b.wait_until(
         "return document.getElementById('feedback-down').getAttribute('aria-pressed') === 'true'
             && document.getElementById('feedback-up').getAttribute('aria-pressed') === 'false';",
