@@ -1039,6 +1039,12 @@ async fn warnings_dropped_critiques_and_failures_show_where_they_happened() {
         !debate.contains("dropped"),
         "dropped critiques are not repeated as debate warnings: {debate}"
     );
+    b.execute(
+        "document.querySelector('#rounds ul.notes li.dropped').scrollIntoView({block: 'center'});",
+        vec![],
+    )
+    .await
+    .unwrap();
     b.screenshot(&artifacts().join("serve-warnings.png"))
         .await
         .unwrap();

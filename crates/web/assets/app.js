@@ -1198,7 +1198,7 @@
         'aria-pressed': current === verdict ? 'true' : 'false', title: label, 'aria-label': label, onclick: () => send(verdict) }, glyph);
       return el('div', { class: 'feedback', id: 'feedback' },
         el('span', { class: 'muted small', text: current ? 'Your verdict:' : 'Was this useful?' }),
-        button(1, 'feedback-up', 'Thumbs up', '👍'), button(-1, 'feedback-down', 'Thumbs down', '👎'),
+        button(1, 'feedback-up', 'Thumbs up', '▲ Useful'), button(-1, 'feedback-down', 'Thumbs down', '▼ Not useful'),
         this.feedbackError ? el('span', { class: 'error small', id: 'feedback-error', text: this.feedbackError }) : null);
     }
 
