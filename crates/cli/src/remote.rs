@@ -95,7 +95,7 @@ pub struct StatusArgs {
     pub summary: bool,
 }
 
-async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
+pub(crate) async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
     let endpoint = parley_cluster::NatsEndpoint::client(
         n.nats_url.clone(),
         n.nats_creds.clone(),
@@ -637,6 +637,31 @@ fn finish(
     }
     print!("{text}");
     Ok(())
+}
+
+/// Submits `spec` to the cluster and follows the debate to its end (`parley submit
+/// --wait` without the clarification answers: the caller's debates ask none); returns the
+/// final state. The spec's idempotency key makes a second submission of the same run (a
+/// resumed `parley compare`) follow the debate already started.
+pub(crate) async fn submit_and_wait(
+    client: &async_nats::Client,
+    spec: &parley_protocol::DebateSpec,
+) -> Result<DebateState, CliError> {
+    let body = serde_json::to_vec(spec).map_err(|e| CliError::general(e.to_string()))?;
+    if body.len() > parley_protocol::limits::MAX_SUBMISSION_BYTES {
+        return Err(CliError::usage(format!(
+            "the submission is {} bytes, over the cap of {} bytes for one cluster submission",
+            body.len(),
+            parley_protocol::limits::MAX_SUBMISSION_BYTES
+        )));
+    }
+    let reply = request(client, subjects::SUBMIT, body).await?;
+    let id = reply["debateId"]
+        .as_str()
+        .ok_or_else(|| CliError::general(format!("unexpected reply: {reply}")))?
+        .to_string();
+    follow(client, &id, None).await?;
+    fetch_state(client, &id).await
 }
 
 #[cfg(test)]
