@@ -17,9 +17,19 @@ const DEBATES: usize = 4;
 /// The events of debate `id` carry sequence numbers 1..=n, each once, and end with
 /// `debateCompleted`.
 async fn assert_events_kept(client: &async_nats::Client, id: &str) {
-    let evs = events(client, &format!("parley.debates.{id}.events"))
-        .await
-        .unwrap();
+    // Right after a failover a JetStream API request may time out: try again.
+    let mut tries = 0;
+    let evs = loop {
+        match events(client, &format!("parley.debates.{id}.events")).await {
+            Ok(evs) => break evs,
+            Err(e) if tries < 10 => {
+                eprintln!("reading the events of {id}: {e:#}; again");
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("reading the events of {id}: {e:#}"),
+        }
+    };
     let seqs: Vec<u64> = evs.iter().map(|e| e.seq).collect();
     let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
     assert_eq!(seqs, expected, "{id}: events missing or repeated");
