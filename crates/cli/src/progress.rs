@@ -19,6 +19,43 @@ pub fn status_line(p: &Progress) -> String {
     )
 }
 
+/// One line for a verdict, the adaptive path or the vote tally.
+fn mode_line(kind: &EventKind) -> String {
+    match kind {
+        EventKind::VerdictGiven {
+            round,
+            verdict,
+            confidence,
+            open_issues,
+            valid,
+        } => {
+            let what = if *round == 0 {
+                "the proposals".to_string()
+            } else {
+                format!("round {round}")
+            };
+            let decision = match verdict {
+                parley_protocol::VerdictDecision::Done => "done",
+                parley_protocol::VerdictDecision::Continue => "continue",
+            };
+            let unreadable = if *valid { "" } else { " (unreadable reply)" };
+            format!(
+                "verdict on {what}: {decision}, confidence {confidence:.0}, {open_issues} open issue(s){unreadable}"
+            )
+        }
+        EventKind::AdaptivePathChosen { path, reason } => {
+            format!("adaptive: {} path: {reason}", path.as_str())
+        }
+        EventKind::VotesTallied {
+            winner, leaders, ..
+        } => match winner {
+            Some(w) => format!("vote: {w} won"),
+            None => format!("vote: tie between {} (the judge picks)", leaders.join(", ")),
+        },
+        _ => String::new(),
+    }
+}
+
 /// Prints events until the channel closes.
 pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
     let tty = std::io::stderr().is_terminal();
@@ -64,6 +101,7 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
                     "noNewRound" => "no new round starts",
                     "skipSummaries" => "skipped summary(ies)",
                     "synthesizeNow" => "synthesizing with what exists",
+                    "skipScreen" => "skipped the adaptive screen (debating as configured)",
                     _ => "skipped the clarification questions",
                 };
                 let n = if tasks.is_empty() {
@@ -72,6 +110,14 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
                     format!(" ({})", tasks.len())
                 };
                 let _ = writeln!(err, "budget: round {round}: {what}{n}");
+            }
+            EventKind::VerdictGiven { .. }
+            | EventKind::AdaptivePathChosen { .. }
+            | EventKind::VotesTallied { .. } => {
+                if tty {
+                    let _ = write!(err, "\r\x1b[K");
+                }
+                let _ = writeln!(err, "{}", mode_line(&e.kind));
             }
             _ => {}
         }
@@ -87,5 +133,38 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
         if e.is_final() && tty {
             let _ = writeln!(err);
         }
+    }
+}
+
+#[cfg(test)]
+mod mode_line_tests {
+    use super::mode_line;
+    use parley_protocol::{AdaptivePath, EventKind, VerdictDecision};
+
+    #[test]
+    fn verdicts_paths_and_tallies_read_as_one_line() {
+        let v = EventKind::VerdictGiven {
+            round: 0,
+            verdict: VerdictDecision::Continue,
+            confidence: 42.4,
+            open_issues: 2,
+            valid: false,
+        };
+        assert_eq!(
+            mode_line(&v),
+            "verdict on the proposals: continue, confidence 42, 2 open issue(s) (unreadable reply)"
+        );
+        let p = EventKind::AdaptivePathChosen {
+            path: AdaptivePath::Full,
+            reason: "why".into(),
+        };
+        assert_eq!(mode_line(&p), "adaptive: full path: why");
+        let t = EventKind::VotesTallied {
+            winner: None,
+            tie: true,
+            leaders: vec!["a".into(), "b".into()],
+            counts: Default::default(),
+        };
+        assert_eq!(mode_line(&t), "vote: tie between a, b (the judge picks)");
     }
 }

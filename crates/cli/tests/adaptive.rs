@@ -135,6 +135,14 @@ async fn a_verdict_of_done_stops_early_and_every_open_issue_reaches_the_solution
         "{report}"
     );
     assert!(err.contains("left out 1 open issue"), "{err}");
+    assert!(
+        err.contains("verdict on round 1: continue, confidence 40, 2 open issue(s)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("verdict on round 2: done, confidence 90"),
+        "{err}"
+    );
     // The synthesis prompt named both issues.
     let synth = fake
         .requests()
@@ -187,6 +195,10 @@ async fn adaptive_proposals_that_agree_are_synthesized_at_once() {
     assert!(state["adaptive"]["reason"].as_str().unwrap().contains("90"));
     assert!(out.contains("Adaptive path: short"), "{out}");
     assert!(
+        err.contains("verdict on the proposals: done") && err.contains("adaptive: short path"),
+        "{err}"
+    );
+    assert!(
         report.contains("Adaptive screen of the proposals"),
         "{report}"
     );
@@ -229,6 +241,7 @@ async fn voting_picks_the_plurality_winner_and_a_tie_goes_to_the_judge() {
     assert_eq!(v["counts"]["agent-kiss"], 2);
     assert_eq!(state["finalSolution"]["basedOn"], "agent-kiss");
     assert!(out.contains("Vote: agent-kiss won"), "{out}");
+    assert!(err.contains("vote: agent-kiss won"), "{err}");
     assert!(
         report.contains("### Votes") && report.contains("agent-architect → agent-kiss"),
         "{report}"
@@ -287,13 +300,17 @@ async fn bad_values_are_config_errors_that_name_the_key_and_the_allowed_values()
             "debate.synthesisMethod",
             "judge, merge, voting",
         ),
-        (json!({"critique": {"topology": "star"}}), "star", "ring"),
+        (
+            json!({"critique": {"topology": "star"}}),
+            "debate.critique.topology",
+            "all, ring, random",
+        ),
         (
             json!({"critique": {"topology": "ring", "k": 9}}),
             "debate.critique.k",
             "1..=2",
         ),
-        (json!({"mode": "lazy"}), "lazy", "adaptive"),
+        (json!({"mode": "lazy"}), "debate.mode", "debate, adaptive"),
     ] {
         let cfg = config("http://127.0.0.1:9/v1", debate, 0);
         write_json(dir.path().join("debate-config.json"), &cfg);

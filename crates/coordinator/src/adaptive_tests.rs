@@ -644,3 +644,27 @@ fn independence_warnings_and_recusal() {
     let r = Run::run_ok(s);
     assert!(!warnings(&r).iter().any(|w| w.contains("independence")));
 }
+
+#[test]
+fn under_a_budget_verdicts_and_votes_are_reserved_and_spent() {
+    let s = spec(
+        3,
+        2,
+        "verdict",
+        json!({"synthesisMethod": "voting", "mode": "adaptive",
+               "terminationCondition": {"type": "verdict"},
+               "budget": {"tokens": 100000000}}),
+    );
+    let r = run_with(s, &|_| Some(verdict(false, 10.0, &["x"])), &vote_for("a1"));
+    let st = r.machine.state();
+    assert_eq!(st.status, DebateStatus::Completed);
+    let b = st.budget.as_ref().unwrap();
+    // Every call (10 tokens each in these tests) is spent, nothing stays reserved.
+    assert_eq!(b.spent.tokens, 10 * r.tasks.len() as u64);
+    assert_eq!(b.reserved.tokens, 0, "{b:?}");
+    assert!(b.reservations.is_empty());
+    // The screen, one verdict (not after the last round) and three votes were among them.
+    assert_eq!(r.count(TaskKind::Verdict), 2);
+    assert_eq!(r.count(TaskKind::Vote), 3);
+    assert_eq!(st.spend.as_ref().unwrap().calls, r.tasks.len() as u64);
+}

@@ -51,7 +51,16 @@
 //!   seeded random draws; see `critique_pairs`): `Propose(j, r)` and i's summary (if due).
 //! - `Refine(i, r)`: `Propose(i, r)`, every planned `Critique(k→i, r)`, i's summary (if due).
 //! - `Evaluate(r)` (convergence/quality only): every `Refine(·, r)`.
-//! - `JudgeSummarize`, then `Synthesize`: the final round complete.
+//! - `Verdict(r)` (`terminationCondition.type: "verdict"`, r below the cap): every
+//!   `Refine(·, r)`; round r is the last when it says done with confidence ≥ the threshold.
+//! - `Verdict(0)` (`debate.mode: "adaptive"`): every `Propose(·, 1)`; round 1's critiques wait
+//!   for it. Done at the threshold: the short path (`Synthesize` from the proposals at once);
+//!   otherwise the full debate. Recorded in `state.adaptive` with the reason.
+//! - `Vote(i, R)` (`synthesisMethod: "voting"`, R the final round): the final round complete;
+//!   the tally once every agent has voted (`state.voting`).
+//! - `JudgeSummarize`, then `Synthesize`: the final round complete (and, voting, the
+//!   tally). The synthesis carries the last verdict's open issues and the vote; open issues
+//!   the judge leaves out are added to the solution's `unresolvedDisagreements`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -288,6 +297,16 @@ impl Machine {
         let id = self.task_id_of(&p);
         let mut task = self.build_task(&p, id, 1);
         task.input.transcript = Some("x".repeat(self.synthesis_transcript_cap()));
+        // The most a verdict's open issues and a vote's tally can add (4 bytes a char).
+        if self.termination() == TerminationType::Verdict || self.adaptive() {
+            task.input.open_issues =
+                vec!["x".repeat(4 * limits::MAX_OPEN_ISSUE_CHARS); limits::MAX_OPEN_ISSUES];
+        }
+        if self.spec.debate.voting() {
+            let per_vote =
+                4 * (limits::MAX_VOTE_REASON_CHARS + 200) + 2 * limits::MAX_ID_BYTES + 64;
+            task.input.vote_result = Some("x".repeat(256 + self.agents.len() * per_vote));
+        }
         self.pricing.worst_case(&task)
     }
 
@@ -2330,7 +2349,7 @@ impl Machine {
         let (vote, reason) = match out.vote {
             Some(b) => (
                 parley_protocol::preview(b.vote.trim(), 200),
-                parley_protocol::preview(b.reason.trim(), 4_000),
+                parley_protocol::preview(b.reason.trim(), limits::MAX_VOTE_REASON_CHARS),
             ),
             None => (String::new(), String::new()),
         };

@@ -354,11 +354,25 @@ impl CritiqueConfig {
 
 /// `debate.mode`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum DebateMode {
     #[default]
     Debate,
     Adaptive,
+}
+
+impl TryFrom<String> for DebateMode {
+    type Error = String;
+    fn try_from(v: String) -> Result<Self, String> {
+        match v.as_str() {
+            "debate" => Ok(Self::Debate),
+            "adaptive" => Ok(Self::Adaptive),
+            _ => Err(format!(
+                "debate.mode: unknown value {:?} (expected one of: debate, adaptive)",
+                crate::preview(&v, 40)
+            )),
+        }
+    }
 }
 
 impl DebateMode {
@@ -389,12 +403,28 @@ impl DebateSettings {
 pub const CRITIQUE_TOPOLOGIES: &[&str] = &["all", "ring", "random"];
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum CritiqueTopology {
     #[default]
     All,
     Ring,
     Random,
+}
+
+impl TryFrom<String> for CritiqueTopology {
+    type Error = String;
+    fn try_from(v: String) -> Result<Self, String> {
+        match v.as_str() {
+            "all" => Ok(Self::All),
+            "ring" => Ok(Self::Ring),
+            "random" => Ok(Self::Random),
+            _ => Err(format!(
+                "debate.critique.topology: unknown value {:?} (expected one of: {})",
+                crate::preview(&v, 40),
+                CRITIQUE_TOPOLOGIES.join(", ")
+            )),
+        }
+    }
 }
 
 /// What happens when a critique's retry budget is spent. A critique is one voice among

@@ -69,8 +69,10 @@ pub mod limits {
         MAX_AGENTS * (MAX_CLARIFICATIONS_PER_AGENT * MAX_CLARIFICATION_ITERATIONS) as usize;
     /// Open issues one verdict keeps (more are cut; each is cut to
     /// [`MAX_OPEN_ISSUE_CHARS`]).
-    pub const MAX_OPEN_ISSUES: usize = 50;
-    pub const MAX_OPEN_ISSUE_CHARS: usize = 1_000;
+    pub const MAX_OPEN_ISSUES: usize = 20;
+    pub const MAX_OPEN_ISSUE_CHARS: usize = 300;
+    /// Characters kept of a vote's reason (a longer one is cut).
+    pub const MAX_VOTE_REASON_CHARS: usize = 500;
     /// Characters kept of one clarification question (a longer one is cut).
     pub const MAX_QUESTION_CHARS: usize = 500;
     /// Characters of one answer to a clarification question.

@@ -71,7 +71,8 @@ pub struct DebateScript {
     /// The synthesis lists this many of the open issues under `unresolvedDisagreements`
     /// (the rest must be added by the coordinator).
     pub issues_in_synthesis: usize,
-    verdict_calls: Arc<AtomicUsize>,
+    /// Verdict calls answered so far (shared by clones).
+    pub verdict_calls: Arc<AtomicUsize>,
 }
 
 impl Default for DebateScript {
