@@ -472,7 +472,9 @@ pub struct Results<'a> {
     pub failed: Vec<FailedRun>,
     pub rubric: BTreeMap<(String, String), RubricRecord>,
     pub pairs: Vec<PairRecord>,
-    pub cost_known: bool,
+    /// Cost is plotted in dollars: every run has a known cost and some cost is not zero
+    /// (all-local comparisons cost $0: tokens tell them apart).
+    pub dollars: bool,
     pub eval_spend: EvalSpend,
     /// Runs and evaluations taken from the out directory rather than made now.
     pub reused: usize,
@@ -828,7 +830,8 @@ pub async fn compare(args: CompareArgs, interrupt: &CancellationToken) -> Result
     let results = Results {
         file: &file,
         problems: &problems,
-        cost_known: runs.iter().all(|r| r.cost_usd.is_some()),
+        dollars: runs.iter().all(|r| r.cost_usd.is_some())
+            && runs.iter().any(|r| r.cost_usd.is_some_and(|c| c > 0.0)),
         runs,
         failed,
         rubric,
@@ -1196,11 +1199,11 @@ async fn execute(
 /// give the same key (a resumed comparison follows the debate it started), at most 128
 /// bytes.
 fn idempotency_key(out: &Path, problem: &str, strategy: &str) -> String {
-    use std::hash::{Hash as _, Hasher as _};
     let dir = std::fs::canonicalize(out).unwrap_or_else(|_| out.to_path_buf());
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (dir, problem, strategy).hash(&mut h);
-    format!("compare-{:016x}", h.finish())
+    format!(
+        "compare-{}",
+        digest(&[&dir.to_string_lossy(), problem, strategy])
+    )
 }
 
 /// Prompt and completion tokens of every call a debate made. A call that reported only

@@ -286,7 +286,7 @@ pub fn markdown(results: &Results) -> String {
         md.push_str("\n\n");
     }
     md.push_str("## Quality against cost\n\n![quality against cost](chart.svg)\n\n");
-    let dollars = results.cost_known;
+    let dollars = results.dollars;
     let points: Vec<(f64, f64)> = sums
         .iter()
         .filter_map(|s| Some((cost_axis(s, dollars), s.rubric?)))
@@ -411,7 +411,7 @@ pub fn svg(results: &Results) -> String {
         .into_iter()
         .filter(|s| s.rubric.is_some())
         .collect();
-    let dollars = results.cost_known;
+    let dollars = results.dollars;
     let points: Vec<(f64, f64)> = sums
         .iter()
         .map(|s| (cost_axis(s, dollars), s.rubric.unwrap_or(0.0)))
@@ -470,7 +470,7 @@ pub fn svg(results: &Results) -> String {
         if dollars {
             "cost per problem (USD)"
         } else {
-            "tokens per problem (prompt + completion; some prices unknown)"
+            "tokens per problem (prompt + completion)"
         },
         (top + h - bottom) / 2.0,
         (top + h - bottom) / 2.0
