@@ -654,7 +654,7 @@ pub async fn compare(args: CompareArgs, interrupt: &CancellationToken) -> Result
         .strategies
         .iter()
         .map(|s| {
-            let p = prepare(s, &base_dir, &registry, &prices, &args, &mut uses_local)?;
+            let p = prepare(s, &base_dir, &registry, &args, &mut uses_local)?;
             Ok((s.clone(), p))
         })
         .collect::<Result<_, CliError>>()?;
@@ -877,7 +877,6 @@ fn prepare(
     spec: &StrategySpec,
     base_dir: &Path,
     registry: &Arc<Registry>,
-    prices: &PriceTable,
     args: &CompareArgs,
     uses_local: &mut bool,
 ) -> Result<Prepared, CliError> {
@@ -964,12 +963,6 @@ fn prepare(
                     registry: None,
                 });
             }
-            let pricing = parley_coordinator::Pricing::new(
-                prices.clone(),
-                parley_protocol::limits::DEFAULT_MAX_TOKENS,
-            );
-            parley_coordinator::budget::admit(&mut spec, &Default::default(), &pricing)
-                .map_err(|e| CliError::config(format!("strategy {}: {e}", d.name)))?;
             let registry = crate::run::registry_for(&spec, endpoints, limits)?;
             Ok(Prepared::Debate {
                 template: Box::new(spec),
@@ -1239,7 +1232,7 @@ fn token_split(state: &DebateState) -> (u64, u64) {
 }
 
 async fn run_embedded_debate(
-    spec: DebateSpec,
+    mut spec: DebateSpec,
     registry: Arc<Registry>,
     out: &OutDir,
     interrupt: &CancellationToken,
@@ -1248,6 +1241,9 @@ async fn run_embedded_debate(
         parley_llm::prices().as_ref().clone(),
         parley_protocol::limits::DEFAULT_MAX_TOKENS,
     );
+    // As `parley run`: the debate's own budget (if any) is admitted for this problem.
+    parley_coordinator::budget::admit(&mut spec, &Default::default(), &pricing)
+        .map_err(CliError::config)?;
     let runner = Arc::new(EmbeddedRunner {
         registry,
         context_files: None,
