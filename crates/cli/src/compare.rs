@@ -404,6 +404,10 @@ pub struct RunRecord {
     /// Self-consistency: which sample (1-based) the judge picked, or why none was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<String>,
+    /// [`input_digest`] of the problem and strategy this run answered: a run made for
+    /// another problem text or strategy setting is made again, not reused.
+    #[serde(default)]
+    pub input_digest: String,
 }
 
 /// A run that did not finish (kept in memory only: a re-run tries it again).
@@ -518,6 +522,18 @@ pub fn digest(parts: &[&str]) -> String {
         }
     }
     format!("{h:016x}")
+}
+
+/// What a run depends on: the problem's text and the strategy's settings (for a debate,
+/// its whole spec but the problem: agents, prompts, rounds, endpoints left out).
+fn input_digest(problem: &Problem, spec: &StrategySpec, prepared: &Prepared) -> String {
+    let settings = match prepared {
+        Prepared::Calls { system, .. } => format!("{spec:?}\n{system}"),
+        Prepared::Debate { template, .. } => {
+            serde_json::to_string(template.as_ref()).unwrap_or_else(|_| format!("{spec:?}"))
+        }
+    };
+    digest(&[&problem.text, &settings])
 }
 
 /// Reads a persisted record; a missing or unreadable one (an interrupted write) is absent.
@@ -708,7 +724,8 @@ pub async fn compare(args: CompareArgs, interrupt: &CancellationToken) -> Result
             }
             let path = out.run(&problem.id, spec.name());
             let label = format!("{} · {}", problem.id, spec.name());
-            if let Some(r) = read_record::<RunRecord>(&path) {
+            let wanted = input_digest(problem, spec, prepared);
+            if let Some(r) = read_record::<RunRecord>(&path).filter(|r| r.input_digest == wanted) {
                 reused += 1;
                 runs.push(r);
                 progress.step(&format!("{label} (done before)"));
@@ -723,6 +740,7 @@ pub async fn compare(args: CompareArgs, interrupt: &CancellationToken) -> Result
             match result {
                 Ok(mut r) => {
                     r.wall_ms = started.elapsed().as_millis() as u64;
+                    r.input_digest = wanted;
                     write_record(&path, &r)?;
                     runs.push(r);
                 }
@@ -1057,6 +1075,7 @@ async fn execute(
         models: Vec::new(),
         debate_id: None,
         selection: None,
+        input_digest: String::new(),
     };
     let add = |r: &mut RunRecord, c: &Call| {
         r.calls += 1;

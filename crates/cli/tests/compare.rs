@@ -600,3 +600,32 @@ async fn a_failed_run_is_reported_and_tried_again_next_time() {
     assert_eq!(runs, ["gpt-small", "gpt-small"]);
     assert!(d.join("out/runs/cache__single.json").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_strategy_is_run_again_the_others_are_reused() {
+    let fake = FakeLlm::start().await.unwrap();
+    script(&fake);
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    setup(d, &fake.base_url());
+    let first = compare(d).await;
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+
+    // Two samples instead of three: the sc runs are stale.
+    let mut cfg = parley_tests::read_json(d.join("compare.json"));
+    cfg["strategies"][1]["samples"] = json!(2);
+    write_json(d.join("compare.json"), &cfg);
+    let before = fake.request_count();
+    let again = compare(d).await;
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let new = fake.requests().split_off(before);
+    let runs: Vec<&str> = new
+        .iter()
+        .filter(|r| !is_evaluator(r))
+        .map(|r| r.model.as_str())
+        .collect();
+    // Per problem: 2 samples + 1 selection, nothing for single or the debate.
+    assert_eq!(runs, ["llama-sc"; 6]);
+    let run = parley_tests::read_json(d.join("out/runs/cache__sc.json"));
+    assert_eq!(run["calls"], 3);
+}

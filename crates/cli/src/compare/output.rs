@@ -548,6 +548,7 @@ mod tests {
             models: vec!["m".into()],
             debate_id: None,
             selection: None,
+            input_digest: String::new(),
         }
     }
 
