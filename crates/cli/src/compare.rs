@@ -81,9 +81,10 @@ pub struct CompareArgs {
     /// `prices`; without one only `local` is priced, at 0].
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
-    /// Submit the debate strategies to this cluster instead of running them here.
-    #[arg(long, value_name = "URL")]
-    pub nats_url: Option<String>,
+    /// Submit the debate strategies to this cluster instead of running them here (repeat
+    /// the flag, or separate URLs with commas, to name several servers of one NATS cluster).
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    pub nats_url: Vec<String>,
     /// NATS credentials file for `--nats-url`.
     #[arg(
         long,
@@ -685,9 +686,9 @@ pub async fn compare(args: CompareArgs, interrupt: &CancellationToken) -> Result
         .map_err(|e| CliError::general(format!("cannot create {}: {e}", out.root.display())))?;
 
     let cluster = match &args.nats_url {
-        Some(url) if strategies.iter().any(|(s, _)| s.kind() == "debate") => {
+        urls if !urls.is_empty() && strategies.iter().any(|(s, _)| s.kind() == "debate") => {
             let nats = crate::remote::NatsArgs {
-                nats_url: url.clone(),
+                nats_url: urls.clone(),
                 nats_creds: args.nats_creds.clone(),
                 nats_inbox_prefix: args.nats_inbox_prefix.clone(),
             };
@@ -976,7 +977,7 @@ fn prepare(
                 config::build_spec(loaded, "(set per problem)".into(), &overrides, &mut warn)?;
             // Nobody answers questions in a comparison.
             spec.debate.interactive_clarifications = false;
-            if args.nats_url.is_some() {
+            if !args.nats_url.is_empty() {
                 return Ok(Prepared::Debate {
                     template: Box::new(spec),
                     registry: None,

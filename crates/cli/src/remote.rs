@@ -41,9 +41,16 @@ use crate::{clarify, progress, report, CliError, RunArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct NatsArgs {
-    /// NATS server of the cluster (may carry `user:password@` or `token@`).
-    #[arg(long, env = "PARLEY_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
+    /// NATS server of the cluster (may carry `user:password@` or `token@`). Repeat the
+    /// flag, or separate URLs with commas, to name several servers of one NATS cluster:
+    /// the client connects to one and fails over to the others.
+    #[arg(
+        long,
+        env = "PARLEY_NATS_URL",
+        default_value = "nats://127.0.0.1:4222",
+        value_delimiter = ','
+    )]
+    pub nats_url: Vec<String>,
     /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
     #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<std::path::PathBuf>,
@@ -97,7 +104,7 @@ pub struct StatusArgs {
 
 pub(crate) async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
     let endpoint = parley_cluster::NatsEndpoint::client(
-        n.nats_url.clone(),
+        n.nats_url.join(","),
         n.nats_creds.clone(),
         n.nats_inbox_prefix.as_deref(),
     )
