@@ -66,7 +66,8 @@ only: {\"winner\": \"A\" | \"B\" | \"tie\", \"reason\": \"<one sentence>\"}.";
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
-    /// The strategy file (see `parley compare --help` and the README).
+    /// The strategy file (JSON): `strategies` (`single`, `self-consistency`, `debate`),
+    /// `evaluators` (a `parley eval` config), `recuse`, `prices`; see the README.
     #[arg(short = 'c', long, value_name = "FILE")]
     pub config: PathBuf,
     /// The problem set: a directory of Markdown problems with a `## Requirements` list.
@@ -404,6 +405,10 @@ pub struct RunRecord {
     /// Self-consistency: which sample (1-based) the judge picked, or why none was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<String>,
+    /// [`input_digest`] of the problem and strategy this run answered: a run made for
+    /// another problem text or strategy setting is made again, not reused.
+    #[serde(default)]
+    pub input_digest: String,
 }
 
 /// A run that did not finish (kept in memory only: a re-run tries it again).
@@ -473,7 +478,9 @@ pub struct Results<'a> {
     pub failed: Vec<FailedRun>,
     pub rubric: BTreeMap<(String, String), RubricRecord>,
     pub pairs: Vec<PairRecord>,
-    pub cost_known: bool,
+    /// Cost is plotted in dollars: every run has a known cost and some cost is not zero
+    /// (all-local comparisons cost $0: tokens tell them apart).
+    pub dollars: bool,
     pub eval_spend: EvalSpend,
     /// Runs and evaluations taken from the out directory rather than made now.
     pub reused: usize,
@@ -516,6 +523,18 @@ pub fn digest(parts: &[&str]) -> String {
         }
     }
     format!("{h:016x}")
+}
+
+/// What a run depends on: the problem's text and the strategy's settings (for a debate,
+/// its whole spec but the problem: agents, prompts, rounds, endpoints left out).
+fn input_digest(problem: &Problem, spec: &StrategySpec, prepared: &Prepared) -> String {
+    let settings = match prepared {
+        Prepared::Calls { system, .. } => format!("{spec:?}\n{system}"),
+        Prepared::Debate { template, .. } => {
+            serde_json::to_string(template.as_ref()).unwrap_or_else(|_| format!("{spec:?}"))
+        }
+    };
+    digest(&[&problem.text, &settings])
 }
 
 /// Reads a persisted record; a missing or unreadable one (an interrupted write) is absent.
@@ -653,7 +672,7 @@ pub async fn compare(args: CompareArgs, interrupt: &CancellationToken) -> Result
         .strategies
         .iter()
         .map(|s| {
-            let p = prepare(s, &base_dir, &registry, &prices, &args, &mut uses_local)?;
+            let p = prepare(s, &base_dir, &registry, &args, &mut uses_local)?;
             Ok((s.clone(), p))
         })
         .collect::<Result<_, CliError>>()?;
@@ -706,7 +725,8 @@ pub async fn compare(args: CompareArgs, interrupt: &CancellationToken) -> Result
             }
             let path = out.run(&problem.id, spec.name());
             let label = format!("{} · {}", problem.id, spec.name());
-            if let Some(r) = read_record::<RunRecord>(&path) {
+            let wanted = input_digest(problem, spec, prepared);
+            if let Some(r) = read_record::<RunRecord>(&path).filter(|r| r.input_digest == wanted) {
                 reused += 1;
                 runs.push(r);
                 progress.step(&format!("{label} (done before)"));
@@ -721,6 +741,7 @@ pub async fn compare(args: CompareArgs, interrupt: &CancellationToken) -> Result
             match result {
                 Ok(mut r) => {
                     r.wall_ms = started.elapsed().as_millis() as u64;
+                    r.input_digest = wanted;
                     write_record(&path, &r)?;
                     runs.push(r);
                 }
@@ -829,7 +850,8 @@ pub async fn compare(args: CompareArgs, interrupt: &CancellationToken) -> Result
     let results = Results {
         file: &file,
         problems: &problems,
-        cost_known: runs.iter().all(|r| r.cost_usd.is_some()),
+        dollars: runs.iter().all(|r| r.cost_usd.is_some())
+            && runs.iter().any(|r| r.cost_usd.is_some_and(|c| c > 0.0)),
         runs,
         failed,
         rubric,
@@ -875,7 +897,6 @@ fn prepare(
     spec: &StrategySpec,
     base_dir: &Path,
     registry: &Arc<Registry>,
-    prices: &PriceTable,
     args: &CompareArgs,
     uses_local: &mut bool,
 ) -> Result<Prepared, CliError> {
@@ -962,12 +983,6 @@ fn prepare(
                     registry: None,
                 });
             }
-            let pricing = parley_coordinator::Pricing::new(
-                prices.clone(),
-                parley_protocol::limits::DEFAULT_MAX_TOKENS,
-            );
-            parley_coordinator::budget::admit(&mut spec, &Default::default(), &pricing)
-                .map_err(|e| CliError::config(format!("strategy {}: {e}", d.name)))?;
             let registry = crate::run::registry_for(&spec, endpoints, limits)?;
             Ok(Prepared::Debate {
                 template: Box::new(spec),
@@ -1061,6 +1076,7 @@ async fn execute(
         models: Vec::new(),
         debate_id: None,
         selection: None,
+        input_digest: String::new(),
     };
     let add = |r: &mut RunRecord, c: &Call| {
         r.calls += 1;
@@ -1197,11 +1213,11 @@ async fn execute(
 /// give the same key (a resumed comparison follows the debate it started), at most 128
 /// bytes.
 fn idempotency_key(out: &Path, problem: &str, strategy: &str) -> String {
-    use std::hash::{Hash as _, Hasher as _};
     let dir = std::fs::canonicalize(out).unwrap_or_else(|_| out.to_path_buf());
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (dir, problem, strategy).hash(&mut h);
-    format!("compare-{:016x}", h.finish())
+    format!(
+        "compare-{}",
+        digest(&[&dir.to_string_lossy(), problem, strategy])
+    )
 }
 
 /// Prompt and completion tokens of every call a debate made. A call that reported only
@@ -1237,7 +1253,7 @@ fn token_split(state: &DebateState) -> (u64, u64) {
 }
 
 async fn run_embedded_debate(
-    spec: DebateSpec,
+    mut spec: DebateSpec,
     registry: Arc<Registry>,
     out: &OutDir,
     interrupt: &CancellationToken,
@@ -1246,6 +1262,9 @@ async fn run_embedded_debate(
         parley_llm::prices().as_ref().clone(),
         parley_protocol::limits::DEFAULT_MAX_TOKENS,
     );
+    // As `parley run`: the debate's own budget (if any) is admitted for this problem.
+    parley_coordinator::budget::admit(&mut spec, &Default::default(), &pricing)
+        .map_err(CliError::config)?;
     let runner = Arc::new(EmbeddedRunner {
         registry,
         context_files: None,

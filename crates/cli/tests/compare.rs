@@ -13,7 +13,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use parley_testkit::{
-    parley_command, run_parley, send_signal, wait_until_async, FakeLlm, Latency, RecordedRequest,
+    parley_command, run_parley, send_signal, wait_until_async, FakeLlm, Fault, Latency, Match,
+    RecordedRequest,
 };
 use parley_tests::{rubric, write_json};
 use serde_json::{json, Value};
@@ -549,4 +550,82 @@ async fn a_strategy_file_with_errors_is_refused_naming_the_key() {
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("missing.json"), "{err}");
     assert!(!d.join("out/report.md").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_is_reported_and_tried_again_next_time() {
+    let fake = FakeLlm::start().await.unwrap();
+    script(&fake);
+    // The single strategy's model refuses every call.
+    fake.add_fault(Fault::Status {
+        status: 400,
+        body: r#"{"error": {"message": "model gpt-small is not available"}}"#.into(),
+        matching: Match::Model("gpt-small".into()),
+        times: None,
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    setup(d, &fake.base_url());
+    let out = compare(d).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("2 run(s) failed"), "{err}");
+    // The report and the CSV are written all the same, naming the failures.
+    let report = std::fs::read_to_string(d.join("out/report.md")).unwrap();
+    assert!(report.contains("## Failed runs"), "{report}");
+    assert!(report.contains("- cache · single:"), "{report}");
+    assert!(
+        report.contains("| single | single | 0 (2 failed) |"),
+        "{report}"
+    );
+    let csv = std::fs::read_to_string(d.join("out/runs.csv")).unwrap();
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("cache,single,single,,,,,,,") && l.len() > 30),
+        "{csv}"
+    );
+    assert!(!d.join("out/runs/cache__single.json").exists());
+
+    // Fixed: the next invocation makes the two failed runs and their evaluations only.
+    fake.clear_faults();
+    let before = fake.request_count();
+    let again = compare(d).await;
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let new = fake.requests().split_off(before);
+    let runs: Vec<&str> = new
+        .iter()
+        .filter(|r| !is_evaluator(r))
+        .map(|r| r.model.as_str())
+        .collect();
+    assert_eq!(runs, ["gpt-small", "gpt-small"]);
+    assert!(d.join("out/runs/cache__single.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_strategy_is_run_again_the_others_are_reused() {
+    let fake = FakeLlm::start().await.unwrap();
+    script(&fake);
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    setup(d, &fake.base_url());
+    let first = compare(d).await;
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+
+    // Two samples instead of three: the sc runs are stale.
+    let mut cfg = parley_tests::read_json(d.join("compare.json"));
+    cfg["strategies"][1]["samples"] = json!(2);
+    write_json(d.join("compare.json"), &cfg);
+    let before = fake.request_count();
+    let again = compare(d).await;
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let new = fake.requests().split_off(before);
+    let runs: Vec<&str> = new
+        .iter()
+        .filter(|r| !is_evaluator(r))
+        .map(|r| r.model.as_str())
+        .collect();
+    // Per problem: 2 samples + 1 selection, nothing for single or the debate.
+    assert_eq!(runs, ["llama-sc"; 6]);
+    let run = parley_tests::read_json(d.join("out/runs/cache__sc.json"));
+    assert_eq!(run["calls"], 3);
 }

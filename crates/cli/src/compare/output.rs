@@ -286,7 +286,7 @@ pub fn markdown(results: &Results) -> String {
         md.push_str("\n\n");
     }
     md.push_str("## Quality against cost\n\n![quality against cost](chart.svg)\n\n");
-    let dollars = results.cost_known;
+    let dollars = results.dollars;
     let points: Vec<(f64, f64)> = sums
         .iter()
         .filter_map(|s| Some((cost_axis(s, dollars), s.rubric?)))
@@ -411,7 +411,7 @@ pub fn svg(results: &Results) -> String {
         .into_iter()
         .filter(|s| s.rubric.is_some())
         .collect();
-    let dollars = results.cost_known;
+    let dollars = results.dollars;
     let points: Vec<(f64, f64)> = sums
         .iter()
         .map(|s| (cost_axis(s, dollars), s.rubric.unwrap_or(0.0)))
@@ -470,7 +470,7 @@ pub fn svg(results: &Results) -> String {
         if dollars {
             "cost per problem (USD)"
         } else {
-            "tokens per problem (prompt + completion; some prices unknown)"
+            "tokens per problem (prompt + completion)"
         },
         (top + h - bottom) / 2.0,
         (top + h - bottom) / 2.0
@@ -527,4 +527,105 @@ pub fn write_all(dir: &Path, results: &Results) -> Result<(), CliError> {
     write("report.md", markdown(results))?;
     write("runs.csv", csv(results))?;
     write("chart.svg", svg(results))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::{load_compare_file, FailedRun, RubricRecord};
+
+    fn run(problem: &str, strategy: &str, cost: Option<f64>, tokens: u64) -> RunRecord {
+        RunRecord {
+            problem: problem.into(),
+            strategy: strategy.into(),
+            kind: "single".into(),
+            answer: format!("{strategy} on {problem}"),
+            calls: 1,
+            prompt_tokens: tokens,
+            completion_tokens: tokens,
+            cost_usd: cost,
+            wall_ms: 1500,
+            models: vec!["m".into()],
+            debate_id: None,
+            selection: None,
+            input_digest: String::new(),
+        }
+    }
+
+    fn rubric(overall: f64) -> RubricRecord {
+        RubricRecord {
+            answer_digest: String::new(),
+            averages: vec![None; 7].into_iter().chain([Some(overall)]).collect(),
+            recused: Vec::new(),
+            skipped: Default::default(),
+        }
+    }
+
+    #[test]
+    fn unknown_costs_plot_tokens_and_failures_are_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        std::fs::write(
+            &path,
+            r#"{"evaluators": "e.json", "pairwise": false, "strategies": [
+                {"type": "single", "name": "cheap", "model": "m"},
+                {"type": "single", "name": "dear", "model": "m"},
+                {"type": "single", "name": "a<b", "model": "m"}
+            ]}"#,
+        )
+        .unwrap();
+        let file = load_compare_file(&path);
+        // `a<b` is not a usable name: the file is refused before anything is written.
+        assert!(file.is_err());
+        std::fs::write(
+            &path,
+            r#"{"evaluators": "e.json", "pairwise": false, "strategies": [
+                {"type": "single", "name": "cheap", "model": "m"},
+                {"type": "single", "name": "dear", "model": "m"}
+            ]}"#,
+        )
+        .unwrap();
+        let file = load_compare_file(&path).unwrap();
+        let results = Results {
+            file: &file,
+            problems: &[],
+            runs: vec![
+                run("p", "cheap", Some(0.01), 100),
+                run("p", "dear", None, 900),
+            ],
+            failed: vec![FailedRun {
+                problem: "q".into(),
+                strategy: "dear".into(),
+                error: "timeout, after 3 tries".into(),
+            }],
+            rubric: [
+                (("p".to_string(), "cheap".to_string()), rubric(4.0)),
+                (("p".to_string(), "dear".to_string()), rubric(8.0)),
+            ]
+            .into(),
+            pairs: Vec::new(),
+            dollars: false,
+            eval_spend: Default::default(),
+            reused: 0,
+        };
+        let md = markdown(&results);
+        assert!(md.contains("| dear | single | 1 (1 failed) | 1.0 | 900 | 900 | unknown | 1.5 s | 8.00 [8.00, 8.00] | n/a |"), "{md}");
+        assert!(md.contains("- q · dear: timeout, after 3 tries"), "{md}");
+        assert!(md.contains("by tokens): cheap, dear."), "{md}");
+        assert!(!md.contains("## Pairwise"), "{md}");
+        let csv = csv(&results);
+        assert!(
+            csv.contains("\nq,dear,single,,,,,,,\"timeout, after 3 tries\"\n"),
+            "{csv}"
+        );
+        assert!(
+            csv.contains("\np,cheap,single,1,100,100,0.010000,1500,4.00,\n"),
+            "{csv}"
+        );
+        let svg = svg(&results);
+        assert!(svg.contains("tokens per problem"), "{svg}");
+        // Both are on the frontier: one is cheaper, the other better.
+        assert_eq!(svg.matches("class=\"point frontier\"").count(), 2, "{svg}");
+        assert!(svg.contains("<polyline class=\"frontier\""), "{svg}");
+    }
 }
