@@ -1,4 +1,4 @@
-//! The agent worker: turns agent tasks (clarify, propose, critique, refine, summarize) into
+//! The agent worker: turns agent tasks (clarify, propose, critique, refine, summarize, vote) into
 //! LLM calls.
 //!
 //! # Layout
@@ -16,6 +16,7 @@ pub mod clarify;
 pub mod roles;
 pub mod service;
 pub mod tools;
+pub mod vote;
 
 use parley_llm::{call_for_task, task_result, ChatMessage, LlmError, Provider};
 use parley_protocol::{ContextFiles, Task, TaskKind, TaskOutput, TaskResult};
@@ -72,13 +73,15 @@ async fn run(
                 names.join(", ")
             ));
         }
-        if task.kind == TaskKind::Clarify {
+        let schema = match task.kind {
+            TaskKind::Clarify => Some((clarify::QUESTIONS_SCHEMA_NAME, questions_schema())),
+            TaskKind::Vote => Some((vote::VOTE_SCHEMA_NAME, vote::vote_schema())),
+            _ => None,
+        };
+        if let Some((name, schema)) = schema {
             // Structured output where the provider takes it (the local model decodes under
-            // the schema); the parser below accepts the reply either way.
-            let format = parley_llm::ResponseFormat::strict(
-                clarify::QUESTIONS_SCHEMA_NAME,
-                questions_schema(),
-            );
+            // the schema); the parsers below accept the reply either way.
+            let format = parley_llm::ResponseFormat::strict(name, schema);
             let (text, meta, _) =
                 parley_llm::call_for_task_structured(provider, task, messages, Some(&format))
                     .await?;
@@ -102,11 +105,24 @@ async fn run(
             )),
         }
     }
+    let mut vote = None;
+    if task.kind == TaskKind::Vote {
+        vote = vote::parse_vote(&content);
+        if vote.is_none() {
+            warnings.push(format!(
+                "the vote reply is not the JSON asked for; agent {}'s vote is not counted (reply began: {:?})",
+                task.agent.id,
+                parley_protocol::preview(&content, 120)
+            ));
+        }
+    }
     Ok(TaskOutput {
         content,
         metadata,
         solution: None,
         confidence: None,
+        verdict: None,
+        vote,
         warnings,
         questions,
     })
@@ -174,6 +190,12 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
                 Some(custom) => format!("{custom}\n\nKeep it under {max} characters.\n\n{t}"),
                 None => roles::summarize(prompts, t, max),
             }
+        }
+        TaskKind::Vote => {
+            if i.candidates.is_empty() {
+                return Err("vote task without candidates".into());
+            }
+            vote::prompt(problem, i.proposal.as_ref(), &i.candidates)
         }
         other => return Err(format!("{} is not an agent task", other.as_str())),
     };

@@ -33,7 +33,7 @@ use parley_coordinator::{Effect, Input, Machine};
 use parley_protocol::{
     completion_cap, AgentConfig, Answer, ContributionMetadata, DebateSpec, DebateStatus,
     PriceTable, Solution, Task, TaskKind, TaskOutcome, TaskOutput, TaskResult, TerminationType,
-    WorkerKind,
+    Verdict, VerdictDecision, WorkerKind,
 };
 use serde::Serialize;
 
@@ -102,7 +102,7 @@ pub struct Line {
 #[serde(rename_all = "camelCase")]
 pub struct Estimate {
     /// Calls per kind (`proposal`, `critique`, `refinement`, `summary`, `clarification`,
-    /// `evaluation`, `judgeSummary`, `synthesis`).
+    /// `evaluation`, `verdict`, `vote`, `judgeSummary`, `synthesis`).
     pub calls: BTreeMap<String, Range<u64>>,
     pub participants: Vec<Line>,
     pub total: Line,
@@ -133,6 +133,8 @@ fn kind_name(k: TaskKind) -> &'static str {
         TaskKind::Refine => "refinement",
         TaskKind::Summarize => "summary",
         TaskKind::Evaluate => "evaluation",
+        TaskKind::Verdict => "verdict",
+        TaskKind::Vote => "vote",
         TaskKind::JudgeSummarize => "judgeSummary",
         TaskKind::Synthesize => "synthesis",
     }
@@ -385,6 +387,8 @@ fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: 
         },
         solution: None,
         confidence: None,
+        verdict: None,
+        vote: None,
         questions: Vec::new(),
         warnings: Vec::new(),
     };
@@ -398,6 +402,34 @@ fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: 
                 100.0
             } else {
                 0.0
+            });
+        }
+        TaskKind::Verdict => {
+            // Min: the judge agrees at once (the adaptive short path, the earliest stop);
+            // otherwise it never does (every round runs).
+            let done = s == Scenario::Min;
+            out.verdict = Some(Verdict {
+                verdict: if done {
+                    VerdictDecision::Done
+                } else {
+                    VerdictDecision::Continue
+                },
+                confidence: if done { 100.0 } else { 0.0 },
+                reasoning: text,
+                open_issues: Vec::new(),
+                valid: true,
+            });
+        }
+        TaskKind::Vote => {
+            let other = task
+                .input
+                .candidates
+                .first()
+                .map(|c| c.agent_id.clone())
+                .unwrap_or_default();
+            out.vote = Some(parley_protocol::Ballot {
+                vote: other,
+                reason: text,
             });
         }
         TaskKind::Synthesize => {

@@ -19,6 +19,7 @@ pub fn solution_text(state: &DebateState) -> String {
             &s.unfulfilled_major_requirements,
         ),
         ("Open questions", &s.open_questions),
+        ("Unresolved disagreements", &s.unresolved_disagreements),
     ] {
         if items.is_empty() {
             continue;
@@ -28,6 +29,16 @@ pub fn solution_text(state: &DebateState) -> String {
             let _ = writeln!(out, "- {i}");
         }
         out.push('\n');
+    }
+    if let Some(v) = state.voting.as_ref().filter(|v| v.tallied) {
+        let _ = writeln!(out, "{}", vote_line(v));
+        if let Some(b) = &s.based_on {
+            let _ = writeln!(out, "Written from the final refinement of {b}.");
+        }
+        out.push('\n');
+    }
+    if let Some(a) = &state.adaptive {
+        let _ = writeln!(out, "Adaptive path: {} ({})\n", a.path.as_str(), a.reason);
     }
     let _ = writeln!(
         out,
@@ -44,6 +55,24 @@ pub fn solution_text(state: &DebateState) -> String {
         );
     }
     out
+}
+
+/// The vote in one line: the winner (or the tie) and the valid votes per agent.
+pub fn vote_line(v: &parley_protocol::VotingRecord) -> String {
+    let counts: Vec<String> = v.counts.iter().map(|(a, c)| format!("{a} {c}")).collect();
+    let invalid = v.votes.iter().filter(|b| !b.valid).count();
+    let head = match &v.winner {
+        Some(w) => format!("Vote: {w} won"),
+        None => format!(
+            "Vote: tie between {} (the judge chose)",
+            v.leaders.join(", ")
+        ),
+    };
+    let mut line = format!("{head} ({})", counts.join(", "));
+    if invalid > 0 {
+        line.push_str(&format!("; {invalid} invalid vote(s) not counted"));
+    }
+    line
 }
 
 /// Each participant's calls, tokens and cost, one line each (the report and `--verbose`).
@@ -227,6 +256,45 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
                 e.reasoning.trim()
             );
         }
+        if rd.round_number == 1 {
+            if let Some(a) = &state.adaptive {
+                let _ = writeln!(
+                    md,
+                    "#### Adaptive screen of the proposals\n\n{}\n\nPath: **{}**. {}\n",
+                    verdict_text(&a.verdict.verdict),
+                    a.path.as_str(),
+                    a.reason
+                );
+            }
+        }
+        if let Some(v) = &rd.verdict {
+            let _ = writeln!(md, "#### Judge verdict\n\n{}\n", verdict_text(&v.verdict));
+        }
+    }
+    if let Some(v) = &state.voting {
+        let _ = writeln!(md, "### Votes\n");
+        for b in &v.votes {
+            let mark = if b.valid {
+                String::new()
+            } else {
+                format!(
+                    " _(invalid: {})_",
+                    b.invalid_reason.as_deref().unwrap_or("?")
+                )
+            };
+            let _ = writeln!(
+                md,
+                "- {} → {}{mark}: {}",
+                b.agent_id,
+                if b.vote.is_empty() { "(none)" } else { &b.vote },
+                b.reason.trim()
+            );
+        }
+        if v.tallied {
+            let _ = writeln!(md, "\n{}\n", vote_line(v));
+        } else {
+            md.push('\n');
+        }
     }
     let _ = writeln!(md, "### Final Synthesis\n");
     match &state.final_solution {
@@ -252,8 +320,16 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
                 .count()
                 + r.summaries.len()
                 + usize::from(r.evaluation.is_some())
+                + usize::from(r.verdict.is_some())
         })
         .sum::<usize>()
+        + usize::from(
+            state
+                .adaptive
+                .as_ref()
+                .is_some_and(|a| !a.verdict.metadata.model.is_empty()),
+        )
+        + state.voting.as_ref().map_or(0, |v| v.votes.len())
         + usize::from(state.final_solution.is_some())
         + usize::from(state.judge_summary.is_some());
     let _ = writeln!(
@@ -269,6 +345,31 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         let _ = writeln!(md, "\n### Cost per participant\n\n{per}");
     }
     md
+}
+
+/// A verdict as one paragraph: decision, confidence, reasoning and open issues.
+fn verdict_text(v: &parley_protocol::Verdict) -> String {
+    let decision = match v.verdict {
+        parley_protocol::VerdictDecision::Done => "done",
+        parley_protocol::VerdictDecision::Continue => "continue",
+    };
+    let mut out = format!(
+        "Verdict: **{decision}**, confidence {:.0}/100{}. {}",
+        v.confidence,
+        if v.valid {
+            ""
+        } else {
+            " (unreadable reply: counted as continue)"
+        },
+        v.reasoning.trim()
+    );
+    if !v.open_issues.is_empty() {
+        out.push_str("\n\nOpen issues:\n");
+        for i in &v.open_issues {
+            out.push_str(&format!("\n- {i}"));
+        }
+    }
+    out
 }
 
 /// Writes a report to `path` as dialectic does: `.md` appended when the name has no

@@ -93,6 +93,9 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
     };
     let prices = config::load_prices(args.prices.as_deref(), &loaded)?;
     let mut spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
+    for note in mode_notes(&spec) {
+        eprintln!("{note}");
+    }
     if args.estimate {
         return print_estimate(&spec, &prices, &endpoints, &limits, &args);
     }
@@ -289,7 +292,7 @@ pub async fn continue_saved(
 }
 
 /// Every participant's provider must be usable before anything runs.
-fn registry_for(
+pub(crate) fn registry_for(
     spec: &DebateSpec,
     endpoints: config::Endpoints,
     limits: std::collections::BTreeMap<String, ProviderLimits>,
@@ -478,4 +481,47 @@ fn shell_word(path: &Path) -> String {
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
     }
+}
+
+/// One line per non-default debate mode, so a config that asks for one (a dialectic config
+/// with `"synthesisMethod": "voting"`, say) sees that it now takes effect.
+pub fn mode_notes(spec: &parley_protocol::DebateSpec) -> Vec<String> {
+    use parley_protocol::{CritiqueTopology, DebateMode, TerminationType};
+    let d = &spec.debate;
+    let mut out = Vec::new();
+    if d.voting() {
+        out.push(
+            "synthesisMethod \"voting\": after the final round every agent votes for the best \
+             refinement other than its own; the judge writes the solution from the winner"
+                .to_string(),
+        );
+    }
+    if d.termination_condition.kind == TerminationType::Verdict {
+        out.push(format!(
+            "terminationCondition \"verdict\": the judge gives a verdict after each round; the \
+             debate stops at done with confidence >= {} (at most {} rounds)",
+            d.termination_condition.threshold(),
+            d.round_cap()
+        ));
+    }
+    if d.mode == DebateMode::Adaptive {
+        out.push(format!(
+            "mode \"adaptive\": the judge screens the proposals first; done with confidence >= {} \
+             synthesizes at once, otherwise the debate goes on",
+            d.termination_condition.threshold()
+        ));
+    }
+    match d.critique.topology {
+        CritiqueTopology::All => {}
+        CritiqueTopology::Ring => out.push(format!(
+            "critique topology \"ring\": each agent critiques the next {} agent(s)",
+            d.critique.k()
+        )),
+        CritiqueTopology::Random => out.push(format!(
+            "critique topology \"random\": each agent critiques {} agent(s) drawn per round \
+             (seeded by the debate id); every agent gets at least one critique",
+            d.critique.k()
+        )),
+    }
+    out
 }

@@ -50,9 +50,11 @@ pub struct ServeArgs {
     /// of this machine, an SSH tunnel, a port-forward) can start debates on your keys.
     #[arg(long)]
     pub no_auth: bool,
-    /// Front this cluster over NATS instead of running debates in this process.
-    #[arg(long, value_name = "URL")]
-    pub nats_url: Option<String>,
+    /// Front this cluster over NATS instead of running debates in this process. Repeat
+    /// the flag, or separate URLs with commas, to name several servers of one NATS
+    /// cluster (the connection fails over between them).
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    pub nats_url: Vec<String>,
     /// NATS credentials file for --nats-url: a `.creds` file or an NKey seed file.
     #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<PathBuf>,
@@ -328,7 +330,8 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
     // front of a cluster they are not sent.
     let (loaded, endpoints, limits) = config::load_as_operator(args.config.as_deref(), &mut warn)?;
     // Embedded, this process charges the calls (a bad price file: exit 4, naming it).
-    let pricing = match args.nats_url {
+    let nats_url = (!args.nats_url.is_empty()).then(|| args.nats_url.join(","));
+    let pricing = match nats_url {
         Some(_) => None,
         None => {
             let prices = config::load_prices(args.prices.as_deref(), &loaded)?;
@@ -358,7 +361,7 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         .map_err(|e| CliError::config(e.message))?;
 
     let mut embedded = None;
-    let backend: Arc<dyn Backend> = match &args.nats_url {
+    let backend: Arc<dyn Backend> = match &nats_url {
         Some(url) => {
             if !endpoints.is_empty() {
                 eprintln!(

@@ -46,6 +46,12 @@ fn task(role: &str, kind: TaskKind) -> Task {
                 }],
             }],
             max_questions: Some(5),
+            // A vote's candidates: every other agent's final refinement.
+            candidates: (1..limits::MAX_AGENTS).map(peer).collect(),
+            open_issues: (0..limits::MAX_OPEN_ISSUES)
+                .map(|i| format!("open issue {i}"))
+                .collect(),
+            vote_result: Some("The agents voted; a1 won.\n- a0 voted for a1: x\n".into()),
         },
         timeout_ms: 1000,
         dispatch_token: None,
@@ -65,6 +71,7 @@ fn agent_and_judge_prompts_stay_within_the_template_bound() {
             TaskKind::Critique,
             TaskKind::Refine,
             TaskKind::Summarize,
+            TaskKind::Vote,
         ] {
             let t = task(role, kind);
             let built = bytes(&parley_agent_worker::build_messages(&t).unwrap());
@@ -77,6 +84,7 @@ fn agent_and_judge_prompts_stay_within_the_template_bound() {
     }
     for kind in [
         TaskKind::Evaluate,
+        TaskKind::Verdict,
         TaskKind::JudgeSummarize,
         TaskKind::Synthesize,
     ] {

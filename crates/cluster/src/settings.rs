@@ -9,6 +9,7 @@
 //! nats_url = "nats://nats:4222"        # PARLEY_NATS_URL, --nats-url (may carry user:password@ or token@)
 //! nats_creds = "worker.creds"          # PARLEY_NATS_CREDS, --nats-creds (.creds or NKey seed file)
 //! nats_inbox_prefix = "_INBOX_agent_worker" # PARLEY_NATS_INBOX_PREFIX (default: the role's, see `nats`)
+//! stream_replicas = 3                  # PARLEY_STREAM_REPLICAS, --stream-replicas: replicas of the JetStream streams and the stash bucket (1 to 5)
 //! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url
 //! metrics_addr = "0.0.0.0:9090"        # PARLEY_METRICS_ADDR, --metrics-addr ("off" disables)
 //! lease_ttl_ms = 10000                 # coordinator
@@ -44,6 +45,11 @@ pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
 pub const DEFAULT_CONCURRENCY: usize = 8;
 pub const DEFAULT_DRAIN_SECS: u64 = 20;
 pub const DEFAULT_ACK_WAIT_SECS: u64 = 30;
+/// Replicas of each JetStream stream (and the result-stash bucket): 1 on a single
+/// `nats-server`, 3 on a JetStream cluster.
+pub const DEFAULT_STREAM_REPLICAS: usize = 1;
+/// The most replicas JetStream keeps of a stream.
+pub const MAX_STREAM_REPLICAS: usize = 5;
 /// How long a finished debate's keys stay in Redis.
 pub const DEFAULT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 /// Added to a task's timeout to make its deadline in the coordinator: the time a task may
@@ -146,6 +152,8 @@ pub struct SettingsFile {
     pub max_debate_usd: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_debate_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_replicas: Option<usize>,
 }
 
 impl SettingsFile {
@@ -255,6 +263,9 @@ pub struct CommonSettings {
     /// ([`crate::nats::INBOX_COORDINATOR`], [`crate::nats::inbox_worker`]).
     pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
+    /// Replicas of the JetStream streams and the result-stash bucket (1 to
+    /// [`MAX_STREAM_REPLICAS`]; at most the number of JetStream servers).
+    pub stream_replicas: usize,
     pub metrics_addr: Option<SocketAddr>,
     /// The price file's prices (empty without one); the services add the operator
     /// config's inline prices.
@@ -267,7 +278,9 @@ pub struct CommonArgs {
     /// TOML settings file (see the docs of `parley_cluster::settings`).
     #[arg(long, env = "PARLEY_SETTINGS", value_name = "FILE")]
     pub settings: Option<PathBuf>,
-    /// NATS server URL (`nats://`, `tls://`; may carry credentials) [default: nats://127.0.0.1:4222].
+    /// NATS server URL (`nats://`, `tls://`; may carry credentials), or several separated
+    /// by commas (the servers of one cluster: the client fails over between them)
+    /// [default: nats://127.0.0.1:4222].
     #[arg(long, env = "PARLEY_NATS_URL")]
     pub nats_url: Option<String>,
     /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
@@ -288,6 +301,10 @@ pub struct CommonArgs {
     /// costs. Without one only `local` has a cost (0); others are "unknown".
     #[arg(long, env = "PARLEY_PRICES", value_name = "FILE")]
     pub prices: Option<PathBuf>,
+    /// Replicas of the JetStream streams and the result-stash bucket: 3 on a 3-node
+    /// JetStream cluster (a stream then survives the loss of one node) [default: 1].
+    #[arg(long, env = "PARLEY_STREAM_REPLICAS", value_name = "N")]
+    pub stream_replicas: Option<usize>,
 }
 
 impl CommonArgs {
@@ -317,14 +334,16 @@ impl CommonArgs {
         let defaults = defaults
             .with("nats_url", Some(DEFAULT_NATS_URL))
             .with("redis_url", Some(DEFAULT_REDIS_URL))
-            .with("metrics_addr", Some(parley_telemetry::DEFAULT_METRICS_ADDR));
+            .with("metrics_addr", Some(parley_telemetry::DEFAULT_METRICS_ADDR))
+            .with("stream_replicas", Some(DEFAULT_STREAM_REPLICAS as u64));
         let flags = flags
             .with("nats_url", self.nats_url.clone())
             .with_path("nats_creds", self.nats_creds.as_deref())
             .with("nats_inbox_prefix", self.nats_inbox_prefix.clone())
             .with("redis_url", self.redis_url.clone())
             .with("metrics_addr", self.metrics_addr.clone())
-            .with_path("prices", self.prices.as_deref());
+            .with_path("prices", self.prices.as_deref())
+            .with("stream_replicas", self.stream_replicas.map(|n| n as u64));
         let merged = SettingsFile::layered(&defaults, &file, &flags).unwrap_or_else(|e| {
             problems.push("settings", e);
             file.clone()
@@ -376,6 +395,13 @@ impl CommonArgs {
             &redis_url,
             &["redis", "rediss", "unix", "redis+unix"],
         );
+        let stream_replicas = merged.stream_replicas.unwrap_or(DEFAULT_STREAM_REPLICAS);
+        if !(1..=MAX_STREAM_REPLICAS).contains(&stream_replicas) {
+            problems.push(
+                "stream_replicas",
+                format!("{stream_replicas} is not between 1 and {MAX_STREAM_REPLICAS}"),
+            );
+        }
         let metrics = merged
             .metrics_addr
             .clone()
@@ -398,6 +424,7 @@ impl CommonArgs {
                 nats_creds,
                 nats_inbox_prefix,
                 redis_url,
+                stream_replicas,
                 metrics_addr,
                 prices,
             },
@@ -459,6 +486,7 @@ mod tests {
             redis_url: None,
             metrics_addr: Some("off".into()),
             prices: None,
+            stream_replicas: None,
         };
         let mut problems = Problems::default();
         let (file, s) = args.resolve(&mut problems);
@@ -466,6 +494,7 @@ mod tests {
         assert_eq!(s.nats_url, "tls://flag:4222");
         assert_eq!(s.redis_url, "rediss://:pw@file:6380");
         assert_eq!(s.metrics_addr, None);
+        assert_eq!(s.stream_replicas, DEFAULT_STREAM_REPLICAS);
         assert_eq!(file.config, Some(dir.path().join("debate.json")));
         assert_eq!(pick(None, file.concurrency, DEFAULT_CONCURRENCY), 8);
     }
@@ -516,6 +545,7 @@ mod tests {
             redis_url: Some("http://:hunter2@x".into()),
             metrics_addr: Some("nonsense".into()),
             prices: Some(dir.path().join("prices.json")),
+            stream_replicas: Some(7),
         };
         let mut problems = Problems::default();
         args.resolve(&mut problems);
@@ -529,6 +559,7 @@ mod tests {
             "metrics_addr:",
             "concurrency:",
             "prices:",
+            "stream_replicas:",
         ] {
             assert!(e.contains(key), "{key} missing in {e}");
         }

@@ -94,7 +94,7 @@ impl Pricing {
         let completion = u64::from(self.completion_cap(&task.agent));
         let (prompt, completion) = match task.kind {
             // A stricter second ask carries the first reply in its prompt.
-            TaskKind::Synthesize | TaskKind::Evaluate => (
+            TaskKind::Synthesize | TaskKind::Evaluate | TaskKind::Verdict => (
                 prompt.saturating_mul(2).saturating_add(completion),
                 completion.saturating_mul(2),
             ),

@@ -50,6 +50,8 @@ fn ok(task: &Task) -> TaskResult {
             metadata: ContributionMetadata::default(),
             solution: None,
             confidence: None,
+            verdict: None,
+            vote: None,
             warnings: vec![],
             questions: vec![],
         }),

@@ -33,6 +33,8 @@ pub use machine::{AnswerError, Effect, Expectation, Input, Machine};
 pub use store::{answer_saved, AnswerSavedError, FileStore, LoadError};
 
 #[cfg(test)]
+mod adaptive_tests;
+#[cfg(test)]
 mod clarify_tests;
 #[cfg(test)]
 mod deadline_tests;

@@ -47,8 +47,9 @@
 //!   summarization threshold.
 //! - `Propose(i, 1)`: no inputs. `Propose(i, r ≥ 2)`: the carried-over `Refine(i, r-1)`
 //!   (no LLM call); an empty refinement falls back to an LLM proposal with a warning.
-//! - `Critique(i→j, r)`: `Propose(j, r)` and i's summary (if due).
-//! - `Refine(i, r)`: `Propose(i, r)`, every `Critique(k→i, r)`, i's summary (if due).
+//! - `Critique(i→j, r)`, only for the pairs `debate.critique` plans (every pair, a ring, or
+//!   seeded random draws; see `critique_pairs`): `Propose(j, r)` and i's summary (if due).
+//! - `Refine(i, r)`: `Propose(i, r)`, every planned `Critique(k→i, r)`, i's summary (if due).
 //! - `Evaluate(r)` (convergence/quality only): every `Refine(·, r)`.
 //! - `JudgeSummarize`, then `Synthesize`: the final round complete.
 
@@ -56,12 +57,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use parley_protocol::{
-    answered_clarifications, limits, pending_clarifications, task_id, AgentClarifications,
-    AgentConfig, Answer, ClarificationItem, Contribution, ContributionMetadata, ContributionType,
-    DebateEvent, DebateFailure, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary,
-    DroppedCritique, EventKind, Node, OnAgentFailure, PeerText, Progress, RoundEvaluation,
-    Solution, SummarizationConfig, SummaryMetadata, Task, TaskError, TaskInput, TaskKind,
-    TaskOutcome, TaskOutput, TaskResult, TerminationType, SCHEMA_VERSION,
+    answered_clarifications, limits, pending_clarifications, task_id, AdaptivePath, AdaptiveRecord,
+    AgentClarifications, AgentConfig, Answer, ClarificationItem, Contribution,
+    ContributionMetadata, ContributionType, CritiqueTopology, DebateEvent, DebateFailure,
+    DebateMode, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary, DroppedCritique,
+    EventKind, Node, OnAgentFailure, PeerText, Progress, RoundEvaluation, RoundVerdict, Solution,
+    SummarizationConfig, SummaryMetadata, Task, TaskError, TaskInput, TaskKind, TaskOutcome,
+    TaskOutput, TaskResult, TerminationType, Verdict, Vote, VotingRecord, SCHEMA_VERSION,
 };
 
 /// What drives the machine.
@@ -224,6 +226,8 @@ impl Machine {
             budget: None,
             engine: Default::default(),
             user_feedback: None,
+            adaptive: None,
+            voting: None,
             created_at: now,
             updated_at: now,
         };
@@ -276,7 +280,7 @@ impl Machine {
     /// [`Self::synthesis_transcript_cap`] bytes under a budget.
     fn synthesis_hold(&self) -> parley_protocol::Amount {
         let p = Planned {
-            round: self.spec.debate.rounds,
+            round: self.spec.debate.round_cap(),
             kind: TaskKind::Synthesize,
             agent: None,
             target: None,
@@ -445,7 +449,7 @@ impl Machine {
                     });
                 }
                 let agents = self.agents.iter().map(|a| a.id.clone()).collect();
-                let rounds = self.spec.debate.rounds;
+                let rounds = self.spec.debate.round_cap();
                 self.emit(&mut fx, now, EventKind::DebateStarted { agents, rounds });
                 self.enter(&mut fx, now, 0, Node::Initialization);
                 for a in &self.agents.clone() {
@@ -459,6 +463,9 @@ impl Machine {
                             ),
                         );
                     }
+                }
+                for problem in parley_protocol::independence_problems(&self.spec) {
+                    self.warn(&mut fx, now, format!("independence: {problem}"));
                 }
                 // Without clarifications a pass-through node.
                 self.enter(&mut fx, now, 0, Node::Clarification);
@@ -1013,6 +1020,28 @@ impl Machine {
                 }
                 "noNewRound"
             }
+            TaskKind::Verdict if p.round > 0 => {
+                if let Some(b) = self.state.budget.as_mut() {
+                    b.final_round = Some(p.round);
+                }
+                "noNewRound"
+            }
+            TaskKind::Verdict => {
+                // The adaptive screen does not fit: debate as configured.
+                self.choose_path(
+                    Verdict::unreadable("not asked: over the debate's budget".into()),
+                    ContributionMetadata::default(),
+                    now,
+                    fx,
+                );
+                "skipScreen"
+            }
+            TaskKind::Vote => {
+                if let Some(b) = self.state.budget.as_mut() {
+                    b.synthesize_now = true;
+                }
+                "synthesizeNow"
+            }
             TaskKind::Clarify => {
                 self.state.engine.clarifications_done = true;
                 "skipClarifications"
@@ -1264,11 +1293,12 @@ impl Machine {
                 self.emit(fx, now, EventKind::RoundCompleted { round: k });
             }
         }
-        if r < self.spec.debate.rounds && !self.is_final_round(r) {
+        if r < self.spec.debate.round_cap() && !self.is_final_round(r) {
             let open_next = match self.termination() {
                 TerminationType::Fixed => self
                     .round(r)
                     .is_some_and(|rd| rd.count(ContributionType::Refinement) > 0),
+                TerminationType::Verdict => self.round(r).is_some_and(|rd| rd.verdict.is_some()),
                 _ => self.round(r).is_some_and(|rd| rd.evaluation.is_some()),
             };
             if open_next && self.next_round_unaffordable(r) {
@@ -1332,6 +1362,64 @@ impl Machine {
         self.spec.debate.termination_condition.kind
     }
 
+    fn threshold(&self) -> f64 {
+        self.spec.debate.termination_condition.threshold()
+    }
+
+    fn adaptive(&self) -> bool {
+        self.spec.debate.mode == DebateMode::Adaptive
+    }
+
+    /// Adaptive and the proposals already agreed: synthesize from round 1's proposals.
+    fn short_path(&self) -> bool {
+        self.state
+            .adaptive
+            .as_ref()
+            .is_some_and(|a| a.path == AdaptivePath::Short)
+    }
+
+    /// Round 1's critiques wait for the adaptive screen (and never run on the short path).
+    fn critiques_open(&self, r: u32) -> bool {
+        r > 1
+            || !self.adaptive()
+            || self
+                .state
+                .adaptive
+                .as_ref()
+                .is_some_and(|a| a.path == AdaptivePath::Full)
+    }
+
+    /// The judge's check after a complete round r: `Evaluate` (convergence/quality),
+    /// `Verdict` (verdict), none (fixed).
+    fn round_check(&self) -> Option<TaskKind> {
+        match self.termination() {
+            TerminationType::Fixed => None,
+            TerminationType::Verdict => Some(TaskKind::Verdict),
+            TerminationType::Convergence | TerminationType::Quality => Some(TaskKind::Evaluate),
+        }
+    }
+
+    /// The newest verdict: of the last round that has one, else the adaptive screen's.
+    fn last_verdict(&self) -> Option<&Verdict> {
+        self.state
+            .rounds
+            .iter()
+            .rev()
+            .find_map(|rd| rd.verdict.as_ref())
+            .or(self.state.adaptive.as_ref().map(|a| &a.verdict))
+            .map(|v| &v.verdict)
+    }
+
+    /// Voting debates vote after the final round (not on the adaptive short path).
+    fn votes_due(&self) -> bool {
+        self.spec.debate.voting() && self.agents.len() >= 2 && !self.short_path()
+    }
+
+    /// Every agent has voted and the votes are counted.
+    fn votes_tallied(&self) -> bool {
+        self.state.voting.as_ref().is_some_and(|v| v.tallied)
+    }
+
     fn round(&self, r: u32) -> Option<&DebateRound> {
         self.state.round(r)
     }
@@ -1347,7 +1435,7 @@ impl Machine {
 
     /// Round r is the last: the hard cap, or the judge's confidence reached the threshold.
     fn is_final_round(&self, r: u32) -> bool {
-        if r >= self.spec.debate.rounds {
+        if r >= self.spec.debate.round_cap() {
             return true;
         }
         if self
@@ -1361,6 +1449,10 @@ impl Machine {
         }
         match self.termination() {
             TerminationType::Fixed => false,
+            TerminationType::Verdict => self
+                .round(r)
+                .and_then(|rd| rd.verdict.as_ref())
+                .is_some_and(|v| v.verdict.is_done_at(self.threshold())),
             _ => self
                 .round(r)
                 .and_then(|rd| rd.evaluation.as_ref())
@@ -1416,6 +1508,7 @@ impl Machine {
         }
         for r in 1..=rounds {
             let Some(rd) = self.round(r) else { continue };
+            let pairs = self.critique_pairs(r);
             for i in 0..n {
                 let id = &self.agents[i].id;
                 let settled = self.summary_settled(i, r);
@@ -1446,11 +1539,11 @@ impl Machine {
                 if settled != Some(true) {
                     continue;
                 }
-                // Critiques by i of every proposal that exists.
-                for j in 0..n {
-                    if i == j {
-                        continue;
-                    }
+                if !self.critiques_open(r) {
+                    continue;
+                }
+                // Critiques by i of every planned target's proposal that exists.
+                for &(_, j) in pairs.range((i, 0)..(i + 1, 0)) {
                     let tid = &self.agents[j].id;
                     if rd.find(ContributionType::Proposal, tid, None).is_some()
                         && rd.find(ContributionType::Critique, id, Some(tid)).is_none()
@@ -1464,7 +1557,7 @@ impl Machine {
                         });
                     }
                 }
-                let critiques_in = (0..n).filter(|&k| k != i).all(|k| {
+                let critiques_in = pairs.iter().filter(|&&(_, t)| t == i).all(|&(k, _)| {
                     let critic = &self.agents[k].id;
                     rd.find(ContributionType::Critique, critic, Some(id))
                         .is_some()
@@ -1482,27 +1575,69 @@ impl Machine {
                     });
                 }
             }
-            if self.round_complete(r)
-                && r < self.spec.debate.rounds
-                && self.termination() != TerminationType::Fixed
-                && rd.evaluation.is_none()
+            if let Some(kind) = self.round_check() {
+                let check = Planned {
+                    round: r,
+                    kind,
+                    agent: None,
+                    target: None,
+                };
+                if self.round_complete(r)
+                    && r < self.spec.debate.round_cap()
+                    && !self.is_done(&check)
+                    && self
+                        .state
+                        .budget
+                        .as_ref()
+                        .and_then(|b| b.final_round)
+                        .is_none_or(|f| r < f)
+                {
+                    out.push(check);
+                }
+            }
+            // Adaptive: the judge's verdict on the round-1 proposals (task round 0).
+            if r == 1
+                && self.adaptive()
+                && self.state.adaptive.is_none()
                 && self
-                    .state
-                    .budget
-                    .as_ref()
-                    .and_then(|b| b.final_round)
-                    .is_none_or(|f| r < f)
+                    .agents
+                    .iter()
+                    .all(|a| rd.find(ContributionType::Proposal, &a.id, None).is_some())
             {
                 out.push(Planned {
-                    round: r,
-                    kind: TaskKind::Evaluate,
+                    round: 0,
+                    kind: TaskKind::Verdict,
                     agent: None,
                     target: None,
                 });
             }
         }
-        // Synthesis once the final round is complete.
-        if rounds > 0 && self.round_complete(rounds) && self.is_final_round(rounds) {
+        if self.short_path() {
+            out.push(Planned {
+                round: rounds.max(1),
+                kind: TaskKind::Synthesize,
+                agent: None,
+                target: None,
+            });
+            return out;
+        }
+        // Synthesis once the final round is complete (and, voting, every vote is in).
+        let finished = rounds > 0 && self.round_complete(rounds) && self.is_final_round(rounds);
+        if finished && self.votes_due() && !self.votes_tallied() {
+            for i in 0..n {
+                let vote = Planned {
+                    round: rounds,
+                    kind: TaskKind::Vote,
+                    agent: Some(i),
+                    target: None,
+                };
+                if !self.is_done(&vote) {
+                    out.push(vote);
+                }
+            }
+            return out;
+        }
+        if finished {
             let judge_sum = self.summarization_for(None);
             let summary_due = judge_sum.enabled
                 && self.state.judge_summary.is_none()
@@ -1533,6 +1668,56 @@ impl Machine {
         out
     }
 
+    /// The (critic, target) pairs of round `r` under `debate.critique` (indices into the
+    /// active agents). `all`: every ordered pair. `ring`: i critiques i+1 … i+k (mod n).
+    /// `random`: k distinct targets per critic from a PRNG seeded by the debate id and the
+    /// round (the same pairs after a resume or a takeover); then every agent that no critic
+    /// drew gets one critic, drawn the same way.
+    fn critique_pairs(&self, r: u32) -> BTreeSet<(usize, usize)> {
+        let n = self.agents.len();
+        let mut pairs = BTreeSet::new();
+        if n < 2 {
+            return pairs;
+        }
+        let cfg = self.spec.debate.critique;
+        let k = (cfg.k() as usize).clamp(1, n - 1);
+        match cfg.topology {
+            CritiqueTopology::All => {
+                for i in 0..n {
+                    for j in (0..n).filter(|&j| j != i) {
+                        pairs.insert((i, j));
+                    }
+                }
+            }
+            CritiqueTopology::Ring => {
+                for i in 0..n {
+                    for d in 1..=k {
+                        pairs.insert((i, (i + d) % n));
+                    }
+                }
+            }
+            CritiqueTopology::Random => {
+                let mut rng = SplitMix64::seeded(&self.state.id, r);
+                for i in 0..n {
+                    let mut others: Vec<usize> = (0..n).filter(|&j| j != i).collect();
+                    // A partial Fisher–Yates shuffle: the first k are the draw.
+                    for d in 0..k {
+                        let pick = d + rng.below(others.len() - d);
+                        others.swap(d, pick);
+                        pairs.insert((i, others[d]));
+                    }
+                }
+                for j in 0..n {
+                    if !pairs.iter().any(|&(_, t)| t == j) {
+                        let critics: Vec<usize> = (0..n).filter(|&c| c != j).collect();
+                        pairs.insert((critics[rng.below(critics.len())], j));
+                    }
+                }
+            }
+        }
+        pairs
+    }
+
     /// Whether the budget skipped the task with this id.
     fn budget_skipped(&self, id: &str) -> bool {
         self.state
@@ -1547,6 +1732,9 @@ impl Machine {
             return self.state.engine.clarifications_done
                 || p.round < self.state.clarification_iterations
                 || self.state.engine.clarification_replies.contains(agent);
+        }
+        if p.kind == TaskKind::Verdict && p.round == 0 {
+            return self.state.adaptive.is_some();
         }
         let Some(rd) = self.round(p.round) else {
             return false;
@@ -1567,6 +1755,12 @@ impl Machine {
                 .is_some(),
             TaskKind::Summarize => rd.summaries.contains_key(agent.unwrap_or("")),
             TaskKind::Evaluate => rd.evaluation.is_some(),
+            TaskKind::Verdict => rd.verdict.is_some(),
+            TaskKind::Vote => self
+                .state
+                .voting
+                .as_ref()
+                .is_some_and(|v| v.votes.iter().any(|b| Some(b.agent_id.as_str()) == agent)),
             TaskKind::JudgeSummarize => self.state.judge_summary.is_some(),
             TaskKind::Synthesize => self.state.final_solution.is_some(),
             TaskKind::Clarify => false,
@@ -1598,6 +1792,8 @@ impl Machine {
             "refine" => TaskKind::Refine,
             "summarize" => TaskKind::Summarize,
             "evaluate" => TaskKind::Evaluate,
+            "verdict" => TaskKind::Verdict,
+            "vote" => TaskKind::Vote,
             "judgeSummarize" => TaskKind::JudgeSummarize,
             "synthesize" => TaskKind::Synthesize,
             _ => return None,
@@ -1609,8 +1805,17 @@ impl Machine {
         } else {
             self.state.rounds.len()
         };
-        if parts.next().is_some() || round == 0 || round as usize > last_round {
+        // Round 0 is only the adaptive screen; verdicts and votes only where configured.
+        let screen = kind == TaskKind::Verdict && round == 0 && self.adaptive();
+        if parts.next().is_some() || (round == 0 && !screen) || round as usize > last_round {
             return None;
+        }
+        match kind {
+            TaskKind::Verdict if !screen && self.termination() != TerminationType::Verdict => {
+                return None
+            }
+            TaskKind::Vote if !self.spec.debate.voting() => return None,
+            _ => {}
         }
         let index = |id: &str| self.agents.iter().position(|a| a.id == id);
         let (agent, target) = match kind.worker() {
@@ -1623,7 +1828,14 @@ impl Machine {
             parley_protocol::WorkerKind::Agent => {
                 let a = index(who)?;
                 let t = match (kind, target) {
-                    (TaskKind::Critique, Some(t)) => Some(index(t)?),
+                    (TaskKind::Critique, Some(t)) => {
+                        let t = index(t)?;
+                        // Only the pairs the topology plans.
+                        if !self.critique_pairs(round).contains(&(a, t)) {
+                            return None;
+                        }
+                        Some(t)
+                    }
                     (TaskKind::Critique, None) | (_, Some(_)) => return None,
                     _ => None,
                 };
@@ -1758,6 +1970,32 @@ impl Machine {
                 input.max_length = Some(self.summarization_for(Some(i)).max_length);
             }
             (TaskKind::Evaluate, _) => input.transcript = Some(self.round_transcript(p.round)),
+            // The screen (round 0) reads round 1's proposals.
+            (TaskKind::Verdict, _) => {
+                input.transcript = Some(self.round_transcript(p.round.max(1)))
+            }
+            (TaskKind::Vote, Some(i)) => {
+                let own = &self.agents[i].id;
+                let last = |a: &AgentConfig| {
+                    rd.and_then(|rd| {
+                        rd.find(ContributionType::Refinement, &a.id, None)
+                            .or_else(|| rd.find(ContributionType::Proposal, &a.id, None))
+                    })
+                };
+                input.proposal = self
+                    .agents
+                    .iter()
+                    .find(|a| &a.id == own)
+                    .and_then(last)
+                    .map(peer);
+                input.candidates = self
+                    .agents
+                    .iter()
+                    .filter(|a| &a.id != own)
+                    .filter_map(last)
+                    .map(peer)
+                    .collect();
+            }
             (TaskKind::JudgeSummarize, _) => {
                 input.transcript = Some(self.final_transcript());
                 input.max_length = Some(self.summarization_for(None).max_length);
@@ -1779,6 +2017,11 @@ impl Machine {
                     }
                 }
                 input.transcript = Some(t);
+                input.open_issues = self
+                    .last_verdict()
+                    .map(|v| v.open_issues.clone())
+                    .unwrap_or_default();
+                input.vote_result = self.vote_result_text();
             }
             (TaskKind::Clarify, _) => {
                 input.max_questions = Some(self.spec.debate.clarifications_max_per_agent);
@@ -1880,10 +2123,13 @@ impl Machine {
                     });
                 }
             }
+            TaskKind::Verdict => self.record_verdict(p.round, out, now, fx),
+            TaskKind::Vote => self.record_vote(&exec, out, now, fx),
             TaskKind::Synthesize => {
-                let solution = out
+                let mut solution = out
                     .solution
                     .unwrap_or_else(|| Solution::text_only(out.content.clone(), exec.id.clone()));
+                self.complete_solution(&mut solution, now, fx);
                 self.state.final_solution = Some(solution);
                 self.state.synthesis_metadata = Some(out.metadata);
             }
@@ -1973,6 +2219,277 @@ impl Machine {
                     agent.id, over
                 ),
             );
+        }
+    }
+
+    /// Stores the judge's verdict on round r (or, r = 0, the adaptive screen): an unreadable
+    /// reply counts as continue with a warning; open issues are bounded.
+    fn record_verdict(
+        &mut self,
+        r: u32,
+        out: TaskOutput,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let mut verdict = out
+            .verdict
+            .unwrap_or_else(|| Verdict::unreadable(parley_protocol::preview(&out.content, 2_000)));
+        if !verdict.valid {
+            self.warn(
+                fx,
+                now,
+                format!("round {r}: the judge's verdict was not the JSON asked for; counted as continue"),
+            );
+        }
+        verdict.confidence = if verdict.confidence.is_finite() {
+            verdict.confidence.clamp(0.0, 100.0)
+        } else {
+            0.0
+        };
+        verdict.open_issues.truncate(limits::MAX_OPEN_ISSUES);
+        for issue in &mut verdict.open_issues {
+            *issue = parley_protocol::preview(issue.trim(), limits::MAX_OPEN_ISSUE_CHARS);
+        }
+        self.emit(
+            fx,
+            now,
+            EventKind::VerdictGiven {
+                round: r,
+                verdict: verdict.verdict,
+                confidence: verdict.confidence,
+                open_issues: verdict.open_issues.len(),
+                valid: verdict.valid,
+            },
+        );
+        if r == 0 {
+            self.choose_path(verdict, out.metadata, now, fx);
+        } else if let Some(rd) = self.state.round_mut(r) {
+            rd.verdict = Some(RoundVerdict {
+                verdict,
+                metadata: out.metadata,
+            });
+        }
+    }
+
+    /// Adaptive: the short path when the screen's verdict is done at the threshold, else
+    /// the full debate; recorded with the reason and announced.
+    fn choose_path(
+        &mut self,
+        verdict: Verdict,
+        metadata: ContributionMetadata,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let threshold = self.threshold();
+        let (path, reason) = if verdict.is_done_at(threshold) {
+            (
+                AdaptivePath::Short,
+                format!(
+                    "the judge found the proposals in agreement (done, confidence {} ≥ threshold {threshold}): synthesized at once",
+                    verdict.confidence
+                ),
+            )
+        } else if !verdict.valid {
+            (
+                AdaptivePath::Full,
+                format!(
+                    "no usable verdict on the proposals ({}): debating as configured",
+                    parley_protocol::preview(&verdict.reasoning, 200)
+                ),
+            )
+        } else {
+            (
+                AdaptivePath::Full,
+                format!(
+                    "the judge's verdict on the proposals was {} at confidence {} (threshold {threshold}): debating as configured",
+                    match verdict.verdict {
+                        parley_protocol::VerdictDecision::Done => "done",
+                        parley_protocol::VerdictDecision::Continue => "continue",
+                    },
+                    verdict.confidence
+                ),
+            )
+        };
+        self.state.adaptive = Some(AdaptiveRecord {
+            path,
+            reason: reason.clone(),
+            verdict: RoundVerdict { verdict, metadata },
+        });
+        self.emit(fx, now, EventKind::AdaptivePathChosen { path, reason });
+    }
+
+    /// Stores an agent's vote: one for itself, for an unknown id, or none readable is
+    /// recorded invalid with a warning. Once every agent has voted, the tally.
+    fn record_vote(
+        &mut self,
+        exec: &AgentConfig,
+        out: TaskOutput,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let (vote, reason) = match out.vote {
+            Some(b) => (
+                parley_protocol::preview(b.vote.trim(), 200),
+                parley_protocol::preview(b.reason.trim(), 4_000),
+            ),
+            None => (String::new(), String::new()),
+        };
+        let invalid = if vote.is_empty() {
+            Some("no readable vote in the reply".to_string())
+        } else if vote == exec.id {
+            Some("a vote for itself".to_string())
+        } else if !self.agents.iter().any(|a| a.id == vote) {
+            Some(format!("{vote:?} is not an agent of this debate"))
+        } else {
+            None
+        };
+        if let Some(why) = &invalid {
+            self.warn(
+                fx,
+                now,
+                format!("agent {}: invalid vote ({why}); not counted", exec.id),
+            );
+        }
+        self.emit(
+            fx,
+            now,
+            EventKind::VoteCast {
+                agent_id: exec.id.clone(),
+                vote: vote.clone(),
+                valid: invalid.is_none(),
+            },
+        );
+        let order: BTreeMap<&str, usize> = self
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.id.as_str(), i))
+            .collect();
+        let record = self.state.voting.get_or_insert_with(VotingRecord::default);
+        record.votes.push(Vote {
+            agent_id: exec.id.clone(),
+            vote,
+            reason,
+            valid: invalid.is_none(),
+            invalid_reason: invalid,
+            metadata: out.metadata,
+        });
+        record.votes.sort_by_key(|v| {
+            order
+                .get(v.agent_id.as_str())
+                .copied()
+                .unwrap_or(usize::MAX)
+        });
+        if record.votes.len() < self.agents.len() {
+            return;
+        }
+        // Plurality of the valid votes; a tie (or no valid vote) goes to the judge.
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        for v in record.votes.iter().filter(|v| v.valid) {
+            *counts.entry(v.vote.clone()).or_default() += 1;
+        }
+        let most = counts.values().copied().max().unwrap_or(0);
+        let mut leaders: Vec<String> = if most == 0 {
+            self.agents.iter().map(|a| a.id.clone()).collect()
+        } else {
+            counts
+                .iter()
+                .filter(|(_, c)| **c == most)
+                .map(|(a, _)| a.clone())
+                .collect()
+        };
+        leaders.sort_by_key(|a| order.get(a.as_str()).copied().unwrap_or(usize::MAX));
+        let tie = leaders.len() > 1;
+        let winner = (!tie).then(|| leaders[0].clone());
+        record.counts = counts.clone();
+        record.leaders = leaders.clone();
+        record.tie = tie;
+        record.winner = winner.clone();
+        record.tallied = true;
+        self.emit(
+            fx,
+            now,
+            EventKind::VotesTallied {
+                winner,
+                tie,
+                leaders,
+                counts,
+            },
+        );
+    }
+
+    /// What the judge's synthesis prompt says about the vote: the winner (or the tied
+    /// leaders to choose from) and every ballot with its reason.
+    fn vote_result_text(&self) -> Option<String> {
+        let v = self.state.voting.as_ref().filter(|v| v.tallied)?;
+        let mut out = match &v.winner {
+            Some(w) => format!(
+                "The agents voted; the winner is {w} with {} vote(s). Write the solution from {w}'s final refinement and keep the minority's points.\n",
+                v.counts.get(w).copied().unwrap_or(0)
+            ),
+            None => format!(
+                "The agents' vote is tied between {}. Pick the best of their final refinements, name it in basedOn, write the solution from it and keep the others' points.\n",
+                v.leaders.join(", ")
+            ),
+        };
+        for b in &v.votes {
+            if b.valid {
+                out.push_str(&format!(
+                    "- {} voted for {}: {}\n",
+                    b.agent_id, b.vote, b.reason
+                ));
+            } else {
+                out.push_str(&format!(
+                    "- {}'s vote was invalid ({}); not counted\n",
+                    b.agent_id,
+                    b.invalid_reason.as_deref().unwrap_or("invalid")
+                ));
+            }
+        }
+        Some(out)
+    }
+
+    /// Completes the judge's solution: every open issue of the last verdict the judge left
+    /// out is added to the unresolved disagreements (with a warning), and a voting debate
+    /// records which refinement it was written from.
+    fn complete_solution(
+        &mut self,
+        solution: &mut Solution,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let norm = |s: &str| {
+            s.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_lowercase()
+        };
+        let issues = self
+            .last_verdict()
+            .map(|v| v.open_issues.clone())
+            .unwrap_or_default();
+        let mut added = 0;
+        for issue in issues {
+            let n = norm(&issue);
+            if !solution
+                .unresolved_disagreements
+                .iter()
+                .any(|d| norm(d).contains(&n))
+            {
+                solution.unresolved_disagreements.push(issue);
+                added += 1;
+            }
+        }
+        if added > 0 {
+            self.warn(
+                fx,
+                now,
+                format!("the synthesis left out {added} open issue(s) of the judge's last verdict; added to its unresolved disagreements"),
+            );
+        }
+        if let Some(v) = self.state.voting.as_ref().filter(|v| v.tallied) {
+            let judge_pick = solution.based_on.clone().filter(|b| v.leaders.contains(b));
+            solution.based_on = v.winner.clone().or(judge_pick);
         }
     }
 
@@ -2071,8 +2588,8 @@ impl Machine {
 
     pub fn progress(&self) -> Progress {
         let n = self.agents.len();
-        let rounds = self.spec.debate.rounds;
-        let per_round = n + n * n.saturating_sub(1) + n;
+        let rounds = self.spec.debate.round_cap();
+        let per_round = n + self.critique_pairs(1).len() + n;
         let mut done = 0;
         for rd in &self.state.rounds {
             done += rd.contributions.len();
@@ -2086,6 +2603,23 @@ impl Machine {
                 .iter()
                 .filter(|r| r.evaluation.is_some())
                 .count();
+        }
+        if self.termination() == TerminationType::Verdict {
+            total += rounds as usize;
+            done += self
+                .state
+                .rounds
+                .iter()
+                .filter(|r| r.verdict.is_some())
+                .count();
+        }
+        if self.adaptive() {
+            total += 1;
+            done += usize::from(self.state.adaptive.is_some());
+        }
+        if self.votes_due() {
+            total += n;
+            done += self.state.voting.as_ref().map_or(0, |v| v.votes.len());
         }
         done += usize::from(self.state.final_solution.is_some());
         let phase = self
@@ -2131,4 +2665,33 @@ fn clip_questions(mut groups: Vec<AgentClarifications>) -> Vec<AgentClarificatio
         item.question = parley_protocol::clip_text(&item.question, share);
     }
     groups
+}
+
+/// A small deterministic PRNG (SplitMix64) for the random critique topology: seeded from
+/// the debate id and the round, so every coordinator draws the same pairs.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn seeded(debate_id: &str, round: u32) -> Self {
+        // FNV-1a over the id and the round: stable across builds and platforms.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in debate_id.bytes().chain(round.to_le_bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        Self(h)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` ≥ 1; the modulo bias is negligible for agent counts).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
 }

@@ -106,6 +106,8 @@ pub struct CoordinatorConfig {
     /// Inbox prefix of the NATS replies; `None`: `_INBOX_coordinator`.
     pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
+    /// Replicas of the JetStream streams (setting `stream_replicas`).
+    pub stream_replicas: usize,
     /// Lease time-to-live: how long a crashed replica's debates wait before a takeover.
     pub lease_ttl: Duration,
     /// How often a debate actor renews its lease and polls Redis for results (≤ TTL/3).
@@ -144,6 +146,7 @@ impl CoordinatorConfig {
             nats_creds: None,
             nats_inbox_prefix: None,
             redis_url,
+            stream_replicas: parley_cluster::settings::DEFAULT_STREAM_REPLICAS,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
             scan_every: Duration::from_secs(2),
@@ -317,10 +320,10 @@ async fn connect(
     let (nats, store) =
         start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown).await?;
     let js = jetstream::new(nats.clone());
-    parley_cluster::streams::tasks_stream(&js)
+    parley_cluster::streams::tasks_stream(&js, config.stream_replicas)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the tasks stream: {e}"))?;
-    parley_cluster::streams::events_stream(&js)
+    parley_cluster::streams::events_stream(&js, config.stream_replicas)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
     Ok((nats, store, js))

@@ -49,6 +49,8 @@ pub(crate) fn ok(task: &Task, content: &str) -> TaskResult {
         },
         solution: None,
         confidence: None,
+        verdict: None,
+        vote: None,
         warnings: vec![],
         questions: vec![],
     };

@@ -53,6 +53,8 @@ fn answer(task: &Task) -> TaskResult {
             },
             solution,
             confidence: None,
+            verdict: None,
+            vote: None,
             warnings: vec![],
             questions: vec![],
         }),

@@ -50,8 +50,15 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
         parley_protocol::problem_with_clarifications(&task.problem, &task.input.clarifications);
     let problem = problem.as_ref();
     let user = match task.kind {
-        TaskKind::Synthesize => prompts::synthesize(problem, task.context.as_deref(), transcript),
+        TaskKind::Synthesize => {
+            prompts::synthesize(problem, task.context.as_deref(), transcript)
+                + &prompts::synthesis_extras(
+                    &task.input.open_issues,
+                    task.input.vote_result.as_deref(),
+                )
+        }
         TaskKind::Evaluate => prompts::evaluate(problem, transcript),
+        TaskKind::Verdict => prompts::verdict(problem, transcript),
         TaskKind::JudgeSummarize => {
             let max = task.input.max_length.unwrap_or(2500);
             match task
@@ -78,8 +85,12 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
     let messages = build_messages(task)
         .map_err(|m| LlmError::new(ErrorKind::InvalidRequest, provider.name(), m))?;
     let format = match task.kind {
-        TaskKind::Synthesize => schema::synthesis(),
+        TaskKind::Synthesize => schema::synthesis_for(
+            task.input.vote_result.is_some(),
+            !task.input.open_issues.is_empty(),
+        ),
         TaskKind::Evaluate => schema::evaluation(),
+        TaskKind::Verdict => schema::verdict(),
         _ => {
             // The judge's summary: plain text, cut to its length.
             let max = task.input.max_length.unwrap_or(2500);
@@ -90,6 +101,8 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
                 metadata,
                 solution: None,
                 confidence: None,
+                verdict: None,
+                vote: None,
                 warnings: vec![],
                 questions: vec![],
             });
@@ -120,10 +133,24 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
         metadata,
         solution: None,
         confidence: None,
+        verdict: None,
+        vote: None,
         warnings: vec![],
         questions: vec![],
     };
     match task.kind {
+        TaskKind::Verdict => {
+            let verdict = parsed.as_ref().and_then(parse::verdict);
+            if verdict.is_none() {
+                warnings.push(
+                    "judge verdict was not the JSON asked for twice; counting it as continue"
+                        .to_string(),
+                );
+            }
+            out.verdict = Some(verdict.unwrap_or_else(|| {
+                parley_protocol::Verdict::unreadable(parley_protocol::preview(&out.content, 2_000))
+            }));
+        }
         TaskKind::Evaluate => {
             let confidence = parsed.as_ref().and_then(parse::confidence);
             if confidence.is_none() {

@@ -1,7 +1,7 @@
 //! Lenient parsing of the judge's JSON replies: code fences and prose around the object are
 //! tolerated; numbers may come as strings; list items may be objects.
 
-use parley_protocol::Solution;
+use parley_protocol::{Solution, Verdict, VerdictDecision};
 use serde_json::Value;
 
 /// The first JSON object in `text` (bare, fenced, or surrounded by prose).
@@ -76,13 +76,76 @@ pub fn solution(v: &Value, judge_id: &str) -> Option<Solution> {
         recommendations: strings(v.get("recommendations")),
         unfulfilled_major_requirements: unfulfilled,
         open_questions: strings(v.get("openQuestions")),
+        unresolved_disagreements: strings(v.get("unresolvedDisagreements"))
+            .into_iter()
+            .filter(|s| !s.trim().is_empty())
+            .collect(),
+        based_on: v
+            .get("basedOn")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string),
         confidence,
         synthesized_by: judge_id.to_string(),
     })
 }
 
+/// A [`Verdict`] from the judge's JSON: `verdict` must be `done` or `continue` (any case)
+/// and `confidence` a number; `None` otherwise (the caller counts that as continue).
+pub fn verdict(v: &Value) -> Option<Verdict> {
+    let decision = match v
+        .get("verdict")?
+        .as_str()?
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "done" => VerdictDecision::Done,
+        "continue" => VerdictDecision::Continue,
+        _ => return None,
+    };
+    Some(Verdict {
+        verdict: decision,
+        confidence: confidence(v)?,
+        reasoning: v
+            .get("reasoning")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        open_issues: strings(v.get("openIssues"))
+            .into_iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        valid: true,
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_parse_leniently_and_refuse_what_is_not_one() {
+        let v = verdict(&serde_json::json!({
+            "verdict": "Done", "confidence": "90", "reasoning": "agreed",
+            "openIssues": ["cache size", " ", {"x": 1}]
+        }))
+        .unwrap();
+        assert_eq!(v.verdict, VerdictDecision::Done);
+        assert_eq!(v.confidence, 90.0);
+        assert_eq!(
+            v.open_issues,
+            vec!["cache size".to_string(), "{\"x\":1}".to_string()]
+        );
+        assert!(verdict(&serde_json::json!({"verdict": "maybe", "confidence": 90})).is_none());
+        assert!(verdict(&serde_json::json!({"verdict": "done"})).is_none());
+    }
+}
+
+#[cfg(test)]
+mod solution_tests {
     use super::*;
 
     #[test]

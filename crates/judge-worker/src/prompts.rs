@@ -26,6 +26,41 @@ empty if none), \"confidence\" (number 0-100: how confident you are in the solut
     )
 }
 
+/// What the synthesis prompt adds for an adaptive debate: the last verdict's open issues
+/// (each must be listed under `unresolvedDisagreements`) and the vote (the winner to write
+/// from, or the tied leaders to choose among, with the ballots).
+pub fn synthesis_extras(open_issues: &[String], vote_result: Option<&str>) -> String {
+    let mut out = String::new();
+    if let Some(v) = vote_result {
+        out.push_str(&format!(
+            "\n\nThe agents' vote on the final refinements:\n{v}Also reply with \"basedOn\" \
+(string: the agent id whose refinement the solution is written from)."
+        ));
+    }
+    if !open_issues.is_empty() {
+        let list: String = open_issues.iter().map(|i| format!("- {i}\n")).collect();
+        out.push_str(&format!(
+            "\n\nThe judge's last verdict left these issues open:\n{list}Also reply with \
+\"unresolvedDisagreements\" (array of strings): every one of these issues, plus any other \
+point the participants still disagree on."
+        ));
+    }
+    out
+}
+
+/// The per-round verdict (`terminationCondition.type: "verdict"`, and the adaptive screen of
+/// the proposals).
+pub fn verdict(problem: &str, transcript: &str) -> String {
+    format!(
+        "Problem:\n{problem}\n\nThe latest answers of the debate's participants:\n{transcript}\n\n\
+Give your verdict on the debate so far. \"done\" if the participants agree on a solution \
+good enough to write up now, \"continue\" if another round of critique would improve it. List \
+the points they still disagree on as open issues. Reply with a JSON object: \
+{{\"reasoning\": string, \"verdict\": \"done\" or \"continue\", \"confidence\": integer \
+0-100, \"openIssues\": array of strings}}."
+    )
+}
+
 pub fn evaluate(problem: &str, transcript: &str) -> String {
     format!(
         "Problem:\n{problem}\n\nThe latest round of the debate:\n{transcript}\n\nHow confident \

@@ -69,6 +69,11 @@ pub struct AgentConfig {
     /// [`DEFAULT_TOOL_CALL_LIMIT`], at most [`crate::limits::MAX_TOOL_CALL_LIMIT`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_limit: Option<u32>,
+    /// Judge only: `true` makes a judge that shares an agent's model (or agents that all
+    /// share one model) a configuration error instead of a warning (see
+    /// [`crate::independence_problems`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recuse: Option<bool>,
 }
 
 /// The tools an agent may name in `tools`: a search over the debate history and the
@@ -118,6 +123,7 @@ impl AgentConfig {
             enabled: None,
             tools: Vec::new(),
             tool_call_limit: None,
+            recuse: None,
         }
     }
 
@@ -137,6 +143,9 @@ pub enum TerminationType {
     Fixed,
     Convergence,
     Quality,
+    /// After each round the judge gives a structured verdict (`done`/`continue`, confidence,
+    /// open issues); the debate stops at `done` with confidence ≥ `threshold`.
+    Verdict,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,6 +156,10 @@ pub struct TerminationCondition {
     /// Judge confidence (0–100) at which `convergence` / `quality` stop early.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
+    /// `verdict` only: the most rounds the debate runs when the judge never says done. When
+    /// set it replaces `debate.rounds` as the cap (see [`DebateSettings::round_cap`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rounds: Option<u32>,
 }
 
 impl Default for TerminationCondition {
@@ -154,6 +167,7 @@ impl Default for TerminationCondition {
         Self {
             kind: TerminationType::Fixed,
             threshold: None,
+            max_rounds: None,
         }
     }
 }
@@ -303,6 +317,84 @@ pub struct DebateSettings {
     /// The most the debate may spend (dollars, tokens or both); see [`crate::Budget`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::Budget>,
+    /// `debate` (default): every debate runs its rounds. `adaptive`: the judge gives a
+    /// verdict on the round-1 proposals first; when they already agree (done at the
+    /// threshold) it synthesizes at once, otherwise the debate goes on as configured.
+    #[serde(default, skip_serializing_if = "DebateMode::is_default")]
+    pub mode: DebateMode,
+    /// Who critiques whom each round (default: every agent every other).
+    #[serde(default, skip_serializing_if = "CritiqueConfig::is_default")]
+    pub critique: CritiqueConfig,
+}
+
+/// Who critiques whom (`debate.critique`): `all` (every agent every other, N×(N−1) a
+/// round), `ring` (agent i critiques the next `k` agents in configuration order, default 1)
+/// or `random` (`k` distinct targets per critic, default 1, drawn from a PRNG seeded by the
+/// debate id and the round, so a resume or a takeover plans the same pairs). Whatever the
+/// topology, every agent receives at least one critique a round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CritiqueConfig {
+    #[serde(default)]
+    pub topology: CritiqueTopology,
+    /// Targets per critic (`ring` and `random`; at least 1, at most agents − 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<u32>,
+}
+
+impl CritiqueConfig {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+    /// Targets per critic for a sparse topology (1 when `k` is unset).
+    pub fn k(&self) -> u32 {
+        self.k.unwrap_or(1)
+    }
+}
+
+/// `debate.mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DebateMode {
+    #[default]
+    Debate,
+    Adaptive,
+}
+
+impl DebateMode {
+    fn is_default(&self) -> bool {
+        *self == Self::Debate
+    }
+}
+
+/// The allowed values of `debate.synthesisMethod`: `judge` and `merge` (the judge
+/// synthesizes from the debate), `voting` (every agent votes for the best final refinement
+/// other than its own; the judge writes the solution from the winner).
+pub const SYNTHESIS_METHODS: &[&str] = &["judge", "merge", "voting"];
+
+impl DebateSettings {
+    /// The most rounds the debate runs: `terminationCondition.maxRounds` when set (verdict
+    /// termination), else `rounds`.
+    pub fn round_cap(&self) -> u32 {
+        self.termination_condition.max_rounds.unwrap_or(self.rounds)
+    }
+
+    /// `synthesisMethod: "voting"`.
+    pub fn voting(&self) -> bool {
+        self.synthesis_method == "voting"
+    }
+}
+
+/// The allowed values of `debate.critique.topology`.
+pub const CRITIQUE_TOPOLOGIES: &[&str] = &["all", "ring", "random"];
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CritiqueTopology {
+    #[default]
+    All,
+    Ring,
+    Random,
 }
 
 /// What happens when a critique's retry budget is spent. A critique is one voice among
@@ -354,6 +446,8 @@ impl Default for DebateSettings {
             max_concurrency: default_max_concurrency(),
             on_agent_failure: OnAgentFailure::default(),
             budget: None,
+            mode: DebateMode::default(),
+            critique: CritiqueConfig::default(),
         }
     }
 }

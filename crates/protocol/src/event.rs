@@ -96,6 +96,41 @@ pub enum EventKind {
         iteration: u32,
         questions: Vec<crate::AgentClarifications>,
     },
+    /// The judge's verdict on a round (`terminationCondition.type: "verdict"`) or, at round 0,
+    /// on the round-1 proposals (`debate.mode: "adaptive"`). `valid: false`: the reply was not
+    /// the JSON asked for and counts as `continue`.
+    #[serde(rename_all = "camelCase")]
+    VerdictGiven {
+        round: u32,
+        verdict: crate::VerdictDecision,
+        confidence: f64,
+        open_issues: usize,
+        valid: bool,
+    },
+    /// `debate.mode: "adaptive"`: which path the debate takes after the proposals, and why.
+    #[serde(rename_all = "camelCase")]
+    AdaptivePathChosen {
+        path: crate::AdaptivePath,
+        reason: String,
+    },
+    /// One agent's vote (`synthesisMethod: "voting"`); an invalid vote is recorded, not
+    /// counted.
+    #[serde(rename_all = "camelCase")]
+    VoteCast {
+        agent_id: String,
+        vote: String,
+        valid: bool,
+    },
+    /// Every vote is in: the plurality winner, or a tie the judge breaks.
+    #[serde(rename_all = "camelCase")]
+    VotesTallied {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        winner: Option<String>,
+        tie: bool,
+        /// The agents with the most votes (more than one on a tie).
+        leaders: Vec<String>,
+        counts: std::collections::BTreeMap<String, u32>,
+    },
     /// Answers were recorded; `remaining` questions still wait (0: the debate goes on).
     #[serde(rename_all = "camelCase")]
     ClarificationsAnswered {

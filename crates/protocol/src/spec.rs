@@ -67,6 +67,10 @@ pub mod limits {
     /// Questions a debate can hold: every enabled agent asking its most in every iteration.
     pub const MAX_CLARIFICATION_ITEMS: usize =
         MAX_AGENTS * (MAX_CLARIFICATIONS_PER_AGENT * MAX_CLARIFICATION_ITERATIONS) as usize;
+    /// Open issues one verdict keeps (more are cut; each is cut to
+    /// [`MAX_OPEN_ISSUE_CHARS`]).
+    pub const MAX_OPEN_ISSUES: usize = 50;
+    pub const MAX_OPEN_ISSUE_CHARS: usize = 1_000;
     /// Characters kept of one clarification question (a longer one is cut).
     pub const MAX_QUESTION_CHARS: usize = 500;
     /// Characters of one answer to a clarification question.
@@ -236,6 +240,8 @@ pub const RETRY_NODES: &[&str] = &[
     "refinement",
     "summarization",
     "evaluation",
+    "verdict",
+    "vote",
     "synthesis",
 ];
 
@@ -399,6 +405,29 @@ impl DebateSpec {
         }
         validate_agent("judge", &self.judge, policy, &mut c);
         validate_settings(&self.debate, &mut c);
+        validate_critique(&self.debate.critique, active, &mut c);
+        if self.debate.voting() && active < 2 {
+            c.push(
+                "debate.synthesisMethod",
+                "\"voting\" needs at least two enabled agents (each votes for another's refinement)",
+            );
+        }
+        for (i, a) in self.agents.iter().enumerate().take(MAX_AGENTS_TOTAL) {
+            if a.recuse.is_some() {
+                c.push(
+                    format!("agents[{i}].recuse"),
+                    "only the judge recuses (judge.recuse)",
+                );
+            }
+        }
+        if self.judge.recuse == Some(true) {
+            for problem in independence_problems(self) {
+                c.push(
+                    "judge.recuse",
+                    format!("{problem}; give the judge (or the agents) another model, or drop judge.recuse"),
+                );
+            }
+        }
         validate_budget(self, policy, &mut c);
         validate_prompt_sources(&self.prompt_sources, &mut c);
         c.into_result()
@@ -417,11 +446,25 @@ fn validate_settings(d: &DebateSettings, c: &mut Check) {
             );
         }
     }
-    c.label(
-        "debate.synthesisMethod",
-        &d.synthesis_method,
-        MAX_LABEL_BYTES,
-    );
+    if !crate::SYNTHESIS_METHODS.contains(&d.synthesis_method.as_str()) {
+        c.push(
+            "debate.synthesisMethod",
+            format!(
+                "unknown method {:?} (expected one of: {})",
+                preview(&d.synthesis_method, 40),
+                crate::SYNTHESIS_METHODS.join(", ")
+            ),
+        );
+    }
+    if let Some(m) = d.termination_condition.max_rounds {
+        if d.termination_condition.kind != crate::TerminationType::Verdict {
+            c.push(
+                "debate.terminationCondition.maxRounds",
+                "only with type \"verdict\" (other types run debate.rounds)",
+            );
+        }
+        c.range("debate.terminationCondition.maxRounds", m, 1..=MAX_ROUNDS);
+    }
     c.range(
         "debate.timeoutPerRound",
         d.timeout_per_round,
@@ -456,6 +499,55 @@ fn validate_settings(d: &DebateSettings, c: &mut Check) {
             );
         }
         validate_retry(&field, p, c);
+    }
+}
+
+/// What makes a debate's participants less than independent: every agent (two or more) on
+/// the same model — they tend to agree with each other — or the judge on a model one of the
+/// agents uses — it tends to favour that agent's answers. Warnings at start; errors with
+/// `judge.recuse: true`.
+pub fn independence_problems(spec: &DebateSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    let agents: Vec<&AgentConfig> = spec.active_agents().collect();
+    if agents.len() >= 2 && agents.iter().all(|a| a.model == agents[0].model) {
+        out.push(format!(
+            "every agent uses the same model {:?}: their answers are not independent",
+            preview(&agents[0].model, 80)
+        ));
+    }
+    let shared: Vec<&str> = agents
+        .iter()
+        .filter(|a| a.model == spec.judge.model)
+        .map(|a| a.id.as_str())
+        .collect();
+    if !shared.is_empty() {
+        out.push(format!(
+            "the judge uses the model {:?} of agent(s) {}: it may favour their answers",
+            preview(&spec.judge.model, 80),
+            shared.join(", ")
+        ));
+    }
+    out
+}
+
+/// `debate.critique`: `k` only with a sparse topology, between 1 and the agents − 1.
+fn validate_critique(cfg: &crate::CritiqueConfig, agents: usize, c: &mut Check) {
+    let Some(k) = cfg.k else { return };
+    if cfg.topology == crate::CritiqueTopology::All {
+        c.push(
+            "debate.critique.k",
+            "only with topology \"ring\" or \"random\" (\"all\" critiques every other agent)",
+        );
+        return;
+    }
+    let most = agents.saturating_sub(1).max(1);
+    if k == 0 || k as usize > most {
+        c.push(
+            "debate.critique.k",
+            format!(
+                "{k} is out of range 1..={most} (targets per critic: at most the other agents)"
+            ),
+        );
     }
 }
 

@@ -61,8 +61,8 @@ impl Spend {
         self.total_tokens += tokens;
     }
 
-    /// Tallies every call recorded in `state`; the judge's calls (evaluations, its summary,
-    /// the synthesis) count for `judge_id`.
+    /// Tallies every call recorded in `state`; the judge's calls (evaluations, verdicts, its
+    /// summary, the synthesis) count for `judge_id`; votes for their agents.
     pub fn of(state: &DebateState, judge_id: &str) -> Self {
         let mut s = Self::default();
         let mut meta = |who: &str, m: &ContributionMetadata| {
@@ -76,6 +76,17 @@ impl Spend {
             }
             if let Some(e) = &r.evaluation {
                 meta(judge_id, &e.metadata);
+            }
+            if let Some(v) = &r.verdict {
+                meta(judge_id, &v.metadata);
+            }
+        }
+        if let Some(a) = &state.adaptive {
+            meta(judge_id, &a.verdict.metadata);
+        }
+        if let Some(v) = &state.voting {
+            for b in &v.votes {
+                meta(&b.agent_id, &b.metadata);
             }
         }
         if let Some(m) = &state.synthesis_metadata {

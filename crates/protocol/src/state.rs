@@ -160,6 +160,9 @@ pub struct DebateRound {
     pub summaries: BTreeMap<String, DebateSummary>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluation: Option<RoundEvaluation>,
+    /// The judge's verdict on this round (`terminationCondition.type: "verdict"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<RoundVerdict>,
     /// Critiques given up after their retry budget (`debate.onAgentFailure: "drop"`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<DroppedCritique>,
@@ -186,6 +189,7 @@ impl DebateRound {
             contributions: Vec::new(),
             summaries: BTreeMap::new(),
             evaluation: None,
+            verdict: None,
             dropped: Vec::new(),
             timestamp: now,
         }
@@ -214,6 +218,130 @@ impl DebateRound {
     }
 }
 
+/// The judge's decision in a verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerdictDecision {
+    Done,
+    Continue,
+}
+
+/// The judge's structured verdict on a round (or, adaptive, on the proposals).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    pub verdict: VerdictDecision,
+    /// 0–100.
+    pub confidence: f64,
+    #[serde(default)]
+    pub reasoning: String,
+    /// Points the agents still disagree on; every one of the last verdict's ends up in the
+    /// solution's `unresolvedDisagreements`.
+    #[serde(default)]
+    pub open_issues: Vec<String>,
+    /// False when the judge's reply was not the JSON asked for (counted as `continue`,
+    /// confidence 0, with a warning).
+    #[serde(default = "default_true")]
+    pub valid: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Verdict {
+    /// What a reply that is not a verdict counts as: continue, confidence 0.
+    pub fn unreadable(reasoning: String) -> Self {
+        Self {
+            verdict: VerdictDecision::Continue,
+            confidence: 0.0,
+            reasoning,
+            open_issues: Vec::new(),
+            valid: false,
+        }
+    }
+
+    /// Whether this verdict ends the debate at `threshold`.
+    pub fn is_done_at(&self, threshold: f64) -> bool {
+        self.valid && self.verdict == VerdictDecision::Done && self.confidence >= threshold
+    }
+}
+
+/// A verdict as a round (or the adaptive screen) keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoundVerdict {
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    pub metadata: ContributionMetadata,
+}
+
+/// `debate.mode: "adaptive"`: the path taken after the proposals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdaptivePath {
+    /// The proposals already agreed: synthesized at once.
+    Short,
+    /// They did not: the debate went on as configured.
+    Full,
+}
+
+impl AdaptivePath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Short => "short",
+            Self::Full => "full",
+        }
+    }
+}
+
+/// Which path an adaptive debate took and why (with the judge's verdict on the proposals).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdaptiveRecord {
+    pub path: AdaptivePath,
+    pub reason: String,
+    pub verdict: RoundVerdict,
+}
+
+/// One agent's ballot (`synthesisMethod: "voting"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Vote {
+    pub agent_id: String,
+    /// The agent id voted for (as the agent wrote it).
+    pub vote: String,
+    #[serde(default)]
+    pub reason: String,
+    /// False: a vote for itself, for an unknown id, or no readable vote; recorded, not
+    /// counted.
+    pub valid: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_reason: Option<String>,
+    pub metadata: ContributionMetadata,
+}
+
+/// The votes of a voting debate and their tally.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VotingRecord {
+    pub votes: Vec<Vote>,
+    /// Valid votes per agent voted for (set once every vote is in).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counts: BTreeMap<String, u32>,
+    /// The plurality winner; none on a tie (the judge picks among `leaders`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub winner: Option<String>,
+    #[serde(default)]
+    pub tie: bool,
+    /// The agents with the most valid votes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaders: Vec<String>,
+    /// Every vote is in and counted.
+    #[serde(default)]
+    pub tallied: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Solution {
@@ -230,6 +358,13 @@ pub struct Solution {
     /// Questions the debate left open.
     #[serde(default)]
     pub open_questions: Vec<String>,
+    /// Points the agents still disagree on: every open issue of the judge's last verdict
+    /// (the judge is asked to list them; the coordinator adds any it omitted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unresolved_disagreements: Vec<String>,
+    /// `synthesisMethod: "voting"`: the refinement the solution was written from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub based_on: Option<String>,
     /// 0–100.
     pub confidence: f64,
     pub synthesized_by: String,
@@ -248,6 +383,8 @@ impl Solution {
             recommendations: Vec::new(),
             unfulfilled_major_requirements: Vec::new(),
             open_questions: Vec::new(),
+            unresolved_disagreements: Vec::new(),
+            based_on: None,
             confidence: 0.0,
             synthesized_by,
         }
@@ -432,6 +569,12 @@ pub struct DebateState {
     /// The debate's budget and how it was kept (`debate.budget`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::BudgetRecord>,
+    /// `debate.mode: "adaptive"`: the path taken after the proposals and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveRecord>,
+    /// `synthesisMethod: "voting"`: the votes, the winner or the tie.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voting: Option<VotingRecord>,
     #[serde(default)]
     pub engine: EngineRecord,
     /// The user's verdict on the debate (dialectic's `userFeedback`): 1 thumbs up, -1
@@ -471,7 +614,8 @@ impl DebateState {
         n.checked_sub(1)
             .and_then(|i| self.rounds.get_mut(i as usize))
     }
-    /// Sum of tokens over every contribution, summary, evaluation and the synthesis.
+    /// Sum of tokens over every contribution, summary, evaluation, verdict, vote and the
+    /// synthesis.
     pub fn total_tokens(&self) -> u64 {
         let rounds: u64 = self
             .rounds
@@ -486,9 +630,22 @@ impl DebateState {
                         .map(|s| s.metadata.tokens_used)
                         .sum::<u64>()
                     + r.evaluation.as_ref().map_or(0, |e| e.metadata.tokens_used)
+                    + r.verdict.as_ref().map_or(0, |v| v.metadata.tokens_used)
             })
             .sum();
+        let screen = self
+            .adaptive
+            .as_ref()
+            .map_or(0, |a| a.verdict.metadata.tokens_used);
+        let votes: u64 = self
+            .voting
+            .iter()
+            .flat_map(|v| &v.votes)
+            .map(|b| b.metadata.tokens_used)
+            .sum();
         rounds
+            + screen
+            + votes
             + self
                 .judge_summary
                 .as_ref()

@@ -16,6 +16,10 @@ pub enum Node {
     Critique,
     Refinement,
     Evaluation,
+    /// The judge's structured verdict on a round (or on the proposals, adaptive).
+    Verdict,
+    /// Every agent votes for the best final refinement (`synthesisMethod: "voting"`).
+    Vote,
     Synthesis,
     Completed,
     Failed,
@@ -32,6 +36,8 @@ impl Node {
             Self::Critique => "critique",
             Self::Refinement => "refinement",
             Self::Evaluation => "evaluation",
+            Self::Verdict => "verdict",
+            Self::Vote => "vote",
             Self::Synthesis => "synthesis",
             Self::Completed => "completed",
             Self::Failed => "failed",
@@ -56,6 +62,12 @@ pub enum TaskKind {
     Refine,
     Summarize,
     Evaluate,
+    /// The judge's verdict after round r (`terminationCondition.type: "verdict"`); round 0
+    /// is the adaptive screen of the round-1 proposals (`debate.mode: "adaptive"`).
+    Verdict,
+    /// An agent's vote for the best final refinement other than its own; the task id's
+    /// round is the final round.
+    Vote,
     JudgeSummarize,
     Synthesize,
 }
@@ -86,15 +98,22 @@ impl TaskKind {
             Self::Refine => Node::Refinement,
             Self::Summarize | Self::JudgeSummarize => Node::Summarization,
             Self::Evaluate => Node::Evaluation,
+            Self::Verdict => Node::Verdict,
+            Self::Vote => Node::Vote,
             Self::Synthesize => Node::Synthesis,
         }
     }
     pub fn worker(self) -> WorkerKind {
         match self {
-            Self::Clarify | Self::Propose | Self::Critique | Self::Refine | Self::Summarize => {
-                WorkerKind::Agent
+            Self::Clarify
+            | Self::Propose
+            | Self::Critique
+            | Self::Refine
+            | Self::Summarize
+            | Self::Vote => WorkerKind::Agent,
+            Self::Evaluate | Self::Verdict | Self::JudgeSummarize | Self::Synthesize => {
+                WorkerKind::Judge
             }
-            Self::Evaluate | Self::JudgeSummarize | Self::Synthesize => WorkerKind::Judge,
         }
     }
     pub fn as_str(self) -> &'static str {
@@ -105,6 +124,8 @@ impl TaskKind {
             Self::Refine => "refine",
             Self::Summarize => "summarize",
             Self::Evaluate => "evaluate",
+            Self::Verdict => "verdict",
+            Self::Vote => "vote",
             Self::JudgeSummarize => "judgeSummarize",
             Self::Synthesize => "synthesize",
         }
@@ -160,6 +181,17 @@ pub struct TaskInput {
     /// Clarify: the most questions the agent may ask.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_questions: Option<u32>,
+    /// Vote: the other agents' final refinements to choose from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<PeerText>,
+    /// Synthesize: the open issues of the judge's last verdict (each must appear under the
+    /// solution's unresolved disagreements).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub open_issues: Vec<String>,
+    /// Synthesize (voting): the tally — the winner (or the tied leaders for the judge to
+    /// pick from) and every vote with its reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vote_result: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,6 +255,12 @@ impl Task {
             + i.history.as_deref().map_or(0, str::len) as u64
             + i.proposal.as_ref().map_or(0, peer)
             + i.critiques.iter().map(peer).sum::<u64>()
+            + i.candidates.iter().map(peer).sum::<u64>()
+            + i.open_issues
+                .iter()
+                .map(|s| s.len() as u64 + 4)
+                .sum::<u64>()
+            + i.vote_result.as_deref().map_or(0, str::len) as u64
             + i.transcript.as_deref().map_or(0, str::len) as u64
             + clar
             + own
@@ -310,6 +348,15 @@ impl Task {
         }
         if self.input.critiques.len() > MAX_AGENTS_TOTAL {
             c.push("input.critiques", "more critiques than agents");
+        }
+        if self.input.candidates.len() > MAX_AGENTS_TOTAL {
+            c.push("input.candidates", "more candidates than agents");
+        }
+        if self.input.open_issues.len() > MAX_OPEN_ISSUES {
+            c.push(
+                "input.openIssues",
+                format!("more than {MAX_OPEN_ISSUES} open issues"),
+            );
         }
         if self.input.clarifications.len() > MAX_AGENTS_TOTAL {
             c.push(
@@ -417,12 +464,28 @@ pub struct TaskOutput {
     /// Evaluate: the judge's confidence (0–100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f64>,
+    /// Verdict: the judge's verdict (an unreadable reply comes back as
+    /// [`crate::Verdict::unreadable`], with a warning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<crate::Verdict>,
+    /// Vote: the agent id voted for and why (`None`: no readable vote, with a warning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vote: Option<Ballot>,
     /// Clarify: the questions the agent asks (none when its reply held none or could not
     /// be read; a warning then says which).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub questions: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// An agent's vote as its worker read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ballot {
+    pub vote: String,
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// How a failed call should be treated.

@@ -359,6 +359,107 @@ impl NatsServer {
     }
 }
 
+/// Several `nats-server -js` processes on loopback, clustered by routes into one
+/// JetStream cluster (named `parley`): node `i` is named `n<i>` (its JetStream
+/// `server_name`), has its own client port, cluster port and store directory, and routes to
+/// every other node. Once a majority of the nodes runs, JetStream elects its meta leader
+/// and streams may have up to `size` replicas. SIGKILLed on drop.
+#[derive(Debug)]
+pub struct NatsCluster {
+    nodes: Vec<NatsServer>,
+    names: Vec<String>,
+    /// The nodes' configuration files (read again by a restart); dropped after the nodes.
+    _config_dir: tempfile::TempDir,
+}
+
+impl NatsCluster {
+    /// Starts `size` nodes (each waits until it sends its `INFO` line). JetStream answers
+    /// only once the nodes have found each other and elected a meta leader: poll for it
+    /// (`$JS.API.INFO`) before creating streams.
+    pub fn start(size: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(size >= 1, "a NATS cluster needs at least one node");
+        let dir = tempfile::Builder::new()
+            .prefix("parley-nats-cluster-")
+            .tempdir()
+            .context("while creating a directory for the nats-server configurations")?;
+        let cluster_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let mut nodes = Vec::with_capacity(size);
+        let mut names = Vec::with_capacity(size);
+        for (i, port) in cluster_ports.iter().enumerate() {
+            let name = format!("n{i}");
+            let routes: Vec<String> = cluster_ports
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, p)| format!("nats-route://127.0.0.1:{p}"))
+                .collect();
+            let conf = dir.path().join(format!("{name}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "server_name: {name}\n\
+                     cluster {{\n  name: parley\n  listen: 127.0.0.1:{port}\n  routes: [{}]\n}}\n",
+                    routes.join(", ")
+                ),
+            )
+            .with_context(|| format!("while writing {}", conf.display()))?;
+            let node = NatsServer::start_with_config(&conf, &[])
+                .with_context(|| format!("while starting cluster node {name}"))?;
+            nodes.push(node);
+            names.push(name);
+        }
+        Ok(NatsCluster {
+            nodes,
+            names,
+            _config_dir: dir,
+        })
+    }
+
+    /// The client URLs of every node, comma-separated (`nats://127.0.0.1:P1,...`).
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(NatsServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Node `i`.
+    pub fn node(&self, i: usize) -> &NatsServer {
+        &self.nodes[i]
+    }
+
+    /// The JetStream server name of node `i` (`n<i>`).
+    pub fn name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    /// The index of the node whose server name is `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// SIGKILLs node `i` (a crash); its store stays for [`NatsCluster::restart`].
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].kill();
+    }
+
+    /// Starts node `i` again on its ports with its store; it rejoins the cluster.
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.nodes[i].restart()
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the cluster has no node (never: `start` needs one).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
 /// A `redis-server` on an ephemeral loopback port with append-only persistence
 /// (`appendfsync always`), so data written before a kill is there after a restart.
 /// SIGKILLed on drop; the directory is removed.

@@ -433,7 +433,8 @@
   const PHASES = {
     initialization: 'Starting', clarification: 'Clarifying', roundManager: 'Next round',
     summarization: 'Summarizing', proposal: 'Proposals', critique: 'Critiques',
-    refinement: 'Refinements', evaluation: 'Judge evaluation', synthesis: 'Synthesis',
+    refinement: 'Refinements', evaluation: 'Judge evaluation', verdict: 'Judge verdict', vote: 'Voting',
+    synthesis: 'Synthesis',
     completed: 'Done', failed: 'Failed',
   };
   const phaseName = (p) => PHASES[p] || title(p);
@@ -793,7 +794,7 @@
 
   // ---------------------------------------------------------------- debate view
   const NODE_OF_KIND = { propose: 'proposal', critique: 'critique', refine: 'refinement', summarize: 'summarization',
-    evaluate: 'evaluation', judgeSummarize: 'summarization', synthesize: 'synthesis' };
+    evaluate: 'evaluation', verdict: 'verdict', vote: 'vote', judgeSummarize: 'summarization', synthesize: 'synthesis' };
 
   class DebateView {
     constructor(id) {
@@ -1177,7 +1178,18 @@
           section('unmet', 'Unmet major requirements', s.unfulfilledMajorRequirements),
           section('', 'Tradeoffs', s.tradeoffs),
           section('', 'Recommendations', s.recommendations),
-          section('', 'Open questions', s.openQuestions)));
+          section('', 'Open questions', s.openQuestions),
+          section('unresolved', 'Unresolved disagreements', s.unresolvedDisagreements),
+          section('votes', 'Votes', this.voteLines()),
+          section('adaptive', 'Adaptive path', this.state.adaptive ? [`${this.state.adaptive.path}: ${this.state.adaptive.reason}`] : null)));
+    }
+
+    voteLines() {
+      const v = this.state && this.state.voting;
+      if (!v) return null;
+      const lines = (v.votes || []).map((b) => `${b.agentId} → ${b.vote || '(none)'}${b.valid ? '' : ` (invalid: ${b.invalidReason || '?'})`}: ${b.reason || ''}`);
+      if (v.tallied) lines.push(v.winner ? `Winner: ${v.winner}` : `Tie between ${(v.leaders || []).join(', ')} (the judge chose)`);
+      return lines;
     }
 
     /** Thumbs up/down on a completed debate, stored as its `userFeedback`. */

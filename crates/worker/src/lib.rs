@@ -134,6 +134,9 @@ pub struct WorkerConfig {
     /// Inbox prefix of the NATS replies; `None`: the kind's (`parley_cluster::nats`).
     pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
+    /// Replicas of the result-stash bucket when this worker creates it (setting
+    /// `stream_replicas`).
+    pub stream_replicas: usize,
     /// Global OpenAI-compatible base URL (the debate config's `baseUrl`).
     pub base_url: Option<String>,
     /// The operator's `providers` section: rate limits per provider (and model), shared by
@@ -353,7 +356,7 @@ async fn start(
     let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
-    let stash = ResultStash::open(&js)
+    let stash = ResultStash::open(&js, config.stream_replicas)
         .await
         .map_err(|e| anyhow::anyhow!("while opening the result stash: {e}"))?;
     let limiter_conn = redis::Client::open(config.redis_url.as_str())

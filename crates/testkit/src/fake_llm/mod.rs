@@ -24,6 +24,7 @@
 //! requests that arrive after the change.
 
 mod knobs;
+pub mod script;
 mod wire;
 
 pub use knobs::{Fault, Latency, Match, RateLimit, StructuredOutput};
