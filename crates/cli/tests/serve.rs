@@ -1380,3 +1380,59 @@ async fn cluster_feedback_is_stored_in_the_checkpoint() {
         .await;
     assert_eq!(status, 404, "{v}");
 }
+
+/// Feedback on a state file dialectic wrote (no spec): stored as its `userFeedback`, the
+/// file still lists, shows and reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feedback_on_a_dialectic_state_file_is_kept() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+    let id = "deb-20261124-150638-6oja";
+    let debates = dir.path().join("debates");
+    std::fs::create_dir_all(&debates).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/dialectic/debates")
+        .join(format!("{id}.json"));
+    std::fs::copy(&fixture, debates.join(format!("{id}.json"))).unwrap();
+    let s = Serve::start(dir.path(), &[]);
+    let problem = s.state(id).await["problem"].clone();
+    let (status, v) = s
+        .post(
+            &format!("/api/debates/{id}/feedback"),
+            json!({"feedback": -1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let state = s.state(id).await;
+    assert_eq!(state["userFeedback"], -1);
+    assert_eq!(state["problem"], problem, "the debate is unchanged");
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(debates.join(format!("{id}.json"))).unwrap())
+            .unwrap();
+    assert_eq!(file["userFeedback"], -1);
+    let (status, list) = s.get("/api/debates").await;
+    assert_eq!(status, 200);
+    assert!(list.to_string().contains(id), "{list}");
+    let r = s
+        .http
+        .get(s.url(&format!("/api/debates/{id}/report")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A running one (dialectic's interrupted debate) takes none.
+    let running = "deb-20261124-150649-88u1";
+    std::fs::copy(
+        fixture.with_file_name(format!("{running}.json")),
+        debates.join(format!("{running}.json")),
+    )
+    .unwrap();
+    let (status, v) = s
+        .post(
+            &format!("/api/debates/{running}/feedback"),
+            json!({"feedback": 1}),
+        )
+        .await;
+    assert_eq!(status, 409, "{v}");
+}

@@ -28,14 +28,16 @@
 //! prices = "model_prices.json"         # PARLEY_PRICES, --prices: LiteLLM-format price file; relative to the settings file
 //! ```
 //!
-//! Environment variables and flags are read by clap (`env` on each flag), so they arrive
-//! together as one layer in which a flag wins over its variable; the file fills in what
-//! neither set, and the defaults the rest.
+//! The layers are merged by the `config` crate ([`SettingsFile::layered`]): a service's
+//! defaults, then the file, then its flags. Environment variables and flags are read by
+//! clap (`env` on each flag), so they arrive together as one layer ([`Layer`]) in which a
+//! flag wins over its variable. A service adds a key by giving [`SettingsFile`] a field and
+//! its [`Layer`]s the key's default and flag.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -56,7 +58,7 @@ pub const DEFAULT_TASK_DEADLINE_MARGIN_SECS: u64 = 300;
 
 /// A duration setting: a number of seconds, or a number with a unit `s`, `m`, `h` or `d`
 /// (`"90s"`, `"12h"`, `"7d"`). `0` means "no limit" where a setting says so.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum DurationSetting {
     Secs(u64),
@@ -107,29 +109,50 @@ pub fn format_duration(d: std::time::Duration) -> String {
     }
 }
 
-/// The settings file: every key any service takes; an unknown key is an error.
-#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+/// The settings file: every key any service takes; an unknown key is an error. Also the
+/// merged result of the layers (a key no layer sets is `None`).
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub nats_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_addr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_ttl_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ack_wait_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub retention: Option<DurationSetting>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub task_deadline_margin_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub nats_creds: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub nats_inbox_prefix: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_pending_requests: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_followers: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub clarification_timeout_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prices: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_debate_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_debate_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_replicas: Option<usize>,
 }
 
@@ -140,10 +163,15 @@ impl SettingsFile {
         let Some(path) = path else {
             return Ok(Self::default());
         };
+        let named = |e: config::ConfigError| format!("settings file {}: {e}", path.display());
+        // (Read here, so a missing or unreadable file is named with the OS's reason.)
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("settings file {}: {e}", path.display()))?;
-        let mut file: Self = toml::from_str(&text)
-            .map_err(|e| format!("settings file {}: {}", path.display(), e.message()))?;
+        let mut file: Self = config::Config::builder()
+            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+            .build()
+            .and_then(config::Config::try_deserialize)
+            .map_err(named)?;
         for c in [
             file.config.as_mut(),
             file.nats_creds.as_mut(),
@@ -159,6 +187,45 @@ impl SettingsFile {
             }
         }
         Ok(file)
+    }
+}
+
+/// One layer of settings given in code: a service's defaults, or the values its flags and
+/// `PARLEY_*` variables carry. A key left unset is left to the layers below.
+#[derive(Debug, Default, Clone)]
+pub struct Layer(Vec<(&'static str, config::Value)>);
+
+impl Layer {
+    /// Sets `key` to `value` when there is one.
+    pub fn with<T: Into<config::Value>>(mut self, key: &'static str, value: Option<T>) -> Self {
+        if let Some(v) = value {
+            self.0.push((key, v.into()));
+        }
+        self
+    }
+
+    /// A path's value (settings hold paths as text).
+    pub fn with_path(self, key: &'static str, value: Option<&Path>) -> Self {
+        self.with(key, value.map(|p| p.to_string_lossy().into_owned()))
+    }
+}
+
+impl SettingsFile {
+    /// The layers merged by the `config` crate, lowest first: `defaults`, `file` (a loaded
+    /// settings file, its relative paths already resolved), `flags`.
+    pub fn layered(defaults: &Layer, file: &SettingsFile, flags: &Layer) -> Result<Self, String> {
+        let merge = || -> Result<Self, config::ConfigError> {
+            let mut b = config::Config::builder();
+            for (key, value) in &defaults.0 {
+                b = b.set_default(*key, value.clone())?;
+            }
+            b = b.add_source(config::Config::try_from(file)?);
+            for (key, value) in &flags.0 {
+                b = b.set_override(*key, value.clone())?;
+            }
+            b.build()?.try_deserialize()
+        };
+        merge().map_err(|e| format!("cannot merge the settings layers: {e}"))
     }
 }
 
@@ -241,8 +308,22 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
-    /// Loads the settings file and resolves the shared settings, recording problems.
+    /// Loads the settings file and resolves the shared settings, recording problems:
+    /// [`CommonArgs::resolve_layered`] without service keys.
     pub fn resolve(&self, problems: &mut Problems) -> (SettingsFile, CommonSettings) {
+        self.resolve_layered(problems, Layer::default(), Layer::default())
+    }
+
+    /// Loads the settings file and merges the layers (see [`SettingsFile::layered`]): the
+    /// service's `defaults` and `flags` for its own keys, with the shared keys added to
+    /// them here. Returns the merged settings and the shared ones resolved, recording
+    /// every problem with its key.
+    pub fn resolve_layered(
+        &self,
+        problems: &mut Problems,
+        defaults: Layer,
+        flags: Layer,
+    ) -> (SettingsFile, CommonSettings) {
         let file = match SettingsFile::load(self.settings.as_deref()) {
             Ok(f) => f,
             Err(e) => {
@@ -250,11 +331,28 @@ impl CommonArgs {
                 SettingsFile::default()
             }
         };
-        let nats_url = pick(
-            self.nats_url.clone(),
-            file.nats_url.clone(),
-            DEFAULT_NATS_URL.into(),
-        );
+        let defaults = defaults
+            .with("nats_url", Some(DEFAULT_NATS_URL))
+            .with("redis_url", Some(DEFAULT_REDIS_URL))
+            .with("metrics_addr", Some(parley_telemetry::DEFAULT_METRICS_ADDR))
+            .with("stream_replicas", Some(DEFAULT_STREAM_REPLICAS as u64));
+        let flags = flags
+            .with("nats_url", self.nats_url.clone())
+            .with_path("nats_creds", self.nats_creds.as_deref())
+            .with("nats_inbox_prefix", self.nats_inbox_prefix.clone())
+            .with("redis_url", self.redis_url.clone())
+            .with("metrics_addr", self.metrics_addr.clone())
+            .with_path("prices", self.prices.as_deref())
+            .with("stream_replicas", self.stream_replicas.map(|n| n as u64));
+        let merged = SettingsFile::layered(&defaults, &file, &flags).unwrap_or_else(|e| {
+            problems.push("settings", e);
+            file.clone()
+        });
+        // (The defaults layer sets these; the fallbacks are the same values.)
+        let nats_url = merged
+            .nats_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NATS_URL.into());
         // NATS takes a comma-separated server list, and bare `host:port` entries.
         for server in nats_url.split(',') {
             if server.contains("://") || server.trim().is_empty() {
@@ -266,7 +364,7 @@ impl CommonArgs {
                 );
             }
         }
-        let nats_creds = self.nats_creds.clone().or(file.nats_creds.clone());
+        let nats_creds = merged.nats_creds.clone();
         if let Some(path) = &nats_creds {
             if let Err(e) = crate::nats::read_creds(path) {
                 problems.push("nats_creds", format!("{e:#}"));
@@ -281,47 +379,38 @@ impl CommonArgs {
                 );
             }
         }
-        let nats_inbox_prefix = self
-            .nats_inbox_prefix
-            .clone()
-            .or(file.nats_inbox_prefix.clone());
+        let nats_inbox_prefix = merged.nats_inbox_prefix.clone();
         if let Some(prefix) = &nats_inbox_prefix {
             if let Err(e) = crate::nats::validate_inbox_prefix(prefix) {
                 problems.push("nats_inbox_prefix", format!("{e:#}"));
             }
         }
-        let redis_url = pick(
-            self.redis_url.clone(),
-            file.redis_url.clone(),
-            DEFAULT_REDIS_URL.into(),
-        );
+        let redis_url = merged
+            .redis_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_REDIS_URL.into());
         check_scheme(
             problems,
             "redis_url",
             &redis_url,
             &["redis", "rediss", "unix", "redis+unix"],
         );
-        let stream_replicas = pick(
-            self.stream_replicas,
-            file.stream_replicas,
-            DEFAULT_STREAM_REPLICAS,
-        );
+        let stream_replicas = merged.stream_replicas.unwrap_or(DEFAULT_STREAM_REPLICAS);
         if !(1..=MAX_STREAM_REPLICAS).contains(&stream_replicas) {
             problems.push(
                 "stream_replicas",
                 format!("{stream_replicas} is not between 1 and {MAX_STREAM_REPLICAS}"),
             );
         }
-        let metrics = pick(
-            self.metrics_addr.clone(),
-            file.metrics_addr.clone(),
-            parley_telemetry::DEFAULT_METRICS_ADDR.into(),
-        );
+        let metrics = merged
+            .metrics_addr
+            .clone()
+            .unwrap_or_else(|| parley_telemetry::DEFAULT_METRICS_ADDR.into());
         let metrics_addr = parley_telemetry::parse_metrics_addr(&metrics).unwrap_or_else(|e| {
             problems.push("metrics_addr", e);
             None
         });
-        let prices = match self.prices.clone().or(file.prices.clone()) {
+        let prices = match merged.prices.clone() {
             Some(path) => parley_protocol::PriceTable::load(&path).unwrap_or_else(|e| {
                 problems.push("prices", e);
                 Default::default()
@@ -329,7 +418,7 @@ impl CommonArgs {
             None => Default::default(),
         };
         (
-            file,
+            merged,
             CommonSettings {
                 nats_url,
                 nats_creds,
@@ -408,6 +497,41 @@ mod tests {
         assert_eq!(s.stream_replicas, DEFAULT_STREAM_REPLICAS);
         assert_eq!(file.config, Some(dir.path().join("debate.json")));
         assert_eq!(pick(None, file.concurrency, DEFAULT_CONCURRENCY), 8);
+    }
+
+    #[test]
+    fn layers_merge_defaults_then_file_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "concurrency = 3\ndrain_secs = 9\nretention = \"2h\"\nprices = \"p.json\"\n",
+        );
+        let file = SettingsFile::load(Some(&path)).unwrap();
+        let defaults = Layer::default()
+            .with("concurrency", Some(8u64))
+            .with("drain_secs", Some(20u64))
+            .with("ack_wait_secs", Some(30u64))
+            .with("retention", Some("7d"));
+        let flags = Layer::default()
+            .with("drain_secs", Some(4u64))
+            .with("ack_wait_secs", None::<u64>)
+            .with_path("config", Some(Path::new("rel/debate.json")));
+        let s = SettingsFile::layered(&defaults, &file, &flags).unwrap();
+        assert_eq!(s.concurrency, Some(3), "the file over the default");
+        assert_eq!(s.drain_secs, Some(4), "a flag over the file");
+        assert_eq!(s.ack_wait_secs, Some(30), "the default when nobody sets it");
+        assert_eq!(s.retention, Some(DurationSetting::Text("2h".into())));
+        assert_eq!(s.max_tokens, None, "a key no layer sets");
+        assert_eq!(
+            s.prices,
+            Some(dir.path().join("p.json")),
+            "the file's paths are relative to the file"
+        );
+        assert_eq!(
+            s.config,
+            Some(PathBuf::from("rel/debate.json")),
+            "a flag's paths are as given"
+        );
     }
 
     #[test]
