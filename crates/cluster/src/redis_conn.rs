@@ -101,7 +101,7 @@ impl RedisTarget {
         }
         for s in &sentinels {
             let port = s.rsplit_once(':').map(|(_, p)| p);
-            if !port.is_some_and(|p| p.parse::<u16>().is_ok()) {
+            if port.is_none_or(|p| p.parse::<u16>().is_err()) {
                 return Err(format!(
                     "sentinel address {s:?}: expected host:port (e.g. redis-sentinel:26379)"
                 ));
