@@ -213,6 +213,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debates_survive_a_redis_sentinel_failover() {
     const MASTER: &str = "parley-master";
+    let t0 = std::time::Instant::now();
     let nats = NatsServer::start().unwrap();
     let client = connect_as(&nats.url()).await;
     let mut master = RedisServer::start().unwrap();
@@ -250,6 +251,7 @@ async fn debates_survive_a_redis_sentinel_failover() {
         }
     })
     .await;
+    eprintln!("{:?}: sentinels ready, replica in sync", t0.elapsed());
     let redis_url = format!(
         "redis+sentinel://{}/{MASTER}",
         sentinels
@@ -306,6 +308,7 @@ async fn debates_survive_a_redis_sentinel_failover() {
         .await;
     }
     let before_kill = fake.request_count();
+    eprintln!("{:?}: killing the master", t0.elapsed());
     master.kill();
     let old_master = master.port().to_string();
     // The sentinels promote the replica.
@@ -324,10 +327,12 @@ async fn debates_survive_a_redis_sentinel_failover() {
     )
     .await;
 
+    eprintln!("{:?}: replica promoted", t0.elapsed());
     for id in &ids {
         let state = wait_status_on(&client, id, Duration::from_secs(90), is_done).await;
         assert_complete(&state);
     }
+    eprintln!("{:?}: debates done", t0.elapsed());
     assert!(
         fake.request_count() > before_kill,
         "the debates went on after the kill"

@@ -40,6 +40,8 @@
 //! [`Task`]: parley_protocol::Task
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::redis_conn::RedisConnection;
 use parley_protocol::{DebateSpec, DebateState, TaskOutcome, TaskResult};
@@ -72,8 +74,11 @@ const RUNNING: &str = "parley:running";
 /// How long one Redis command may take before it fails as timed out.
 pub const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
-/// How long a write waits for its replicas when `redis_min_replicas` is set.
-pub const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a write waits for its replicas when `redis_min_replicas` is set: far below a
+/// lease's time-to-live, far above a replication round trip.
+pub const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// After a write's replicas fell short, how long writes do not wait for them.
+pub const REPLICA_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The scripts, built once (a `Script` hashes its source; calls go by `EVALSHA`).
 static CAS: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
@@ -140,6 +145,8 @@ pub struct RedisStore {
     conn: RedisConnection,
     /// Replicas a checkpoint or result write waits for (`WAIT`) before it returns; 0: none.
     min_replicas: usize,
+    /// Until when (Unix ms) writes do not wait for replicas: a `WAIT` came back short.
+    replicas_short_until: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -157,15 +164,19 @@ impl RedisStore {
         Ok(Self {
             conn,
             min_replicas: 0,
+            replicas_short_until: Arc::new(AtomicU64::new(0)),
         })
     }
 
     /// This store, its checkpoint and result writes waiting (`WAIT n`, at most
     /// [`REPLICA_WAIT`]) until `n` replicas have them before they return (setting
     /// `redis_min_replicas`): with `n ≥ 1` an acknowledged checkpoint or result survives a
-    /// failover to a replica. The cost is one replication round trip per write (about a
-    /// millisecond on a LAN) and, while fewer than `n` replicas answer, [`REPLICA_WAIT`]
-    /// per write (logged as a warning; the write stands on the master: the debate goes on).
+    /// failover to a replica. The cost is one replication round trip per write (well under
+    /// a millisecond on one host). While fewer than `n` replicas answer (a replica down, or
+    /// promoted by a failover and not yet replaced), a write that waited [`REPLICA_WAIT`] in
+    /// vain is logged, and the writes of the next [`REPLICA_RECHECK`] do not wait: the
+    /// writes stand on the master and the debates go on at full speed, without the
+    /// guarantee, until the replicas are back.
     pub fn with_min_replicas(mut self, n: usize) -> Self {
         self.min_replicas = n;
         self
@@ -178,18 +189,31 @@ impl RedisStore {
         if self.min_replicas == 0 {
             return Ok(());
         }
+        let now_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+        };
+        if now_ms() < self.replicas_short_until.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let acked: i64 = redis::cmd("WAIT")
             .arg(self.min_replicas)
             .arg(REPLICA_WAIT.as_millis() as u64)
             .query_async(&mut self.conn())
             .await?;
         if acked < self.min_replicas as i64 {
+            self.replicas_short_until.store(
+                now_ms() + REPLICA_RECHECK.as_millis() as u64,
+                Ordering::Relaxed,
+            );
             tracing::warn!(
                 debate = %debate_id,
                 what,
                 acked,
                 wanted = self.min_replicas,
-                "a Redis write reached fewer replicas than redis_min_replicas"
+                "a Redis write reached fewer replicas than redis_min_replicas; not waiting \
+                 for replicas for {REPLICA_RECHECK:?}"
             );
         }
         Ok(())

@@ -245,7 +245,7 @@ pub struct CommonArgs {
     /// JetStream cluster (a stream then survives the loss of one node) [default: 1].
     #[arg(long, env = "PARLEY_STREAM_REPLICAS", value_name = "N")]
     pub stream_replicas: Option<usize>,
-    /// Redis replicas every checkpoint and result write waits for (`WAIT`, up to 2 s)
+    /// Redis replicas every checkpoint and result write waits for (`WAIT`, up to 500 ms)
     /// before it counts as done, so it survives a failover: one replication round trip
     /// per write [default: 0].
     #[arg(long, env = "PARLEY_REDIS_MIN_REPLICAS", value_name = "N")]
