@@ -21,7 +21,8 @@ use parley_protocol::{
 };
 pub use parley_testkit::{
     parley_command, send_signal, wait_until_async, workspace_bin, ChildProcess, FakeLlm, Fault,
-    Latency, Match, NatsCluster, NatsServer, RateLimit, RecordedRequest, RedisServer,
+    Latency, Match, NatsCluster, NatsServer, RateLimit, RecordedRequest, RedisSentinel,
+    RedisServer,
 };
 use serde_json::{json, Value};
 

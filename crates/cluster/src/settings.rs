@@ -9,8 +9,9 @@
 //! nats_url = "nats://nats:4222"        # PARLEY_NATS_URL, --nats-url (may carry user:password@ or token@)
 //! nats_creds = "worker.creds"          # PARLEY_NATS_CREDS, --nats-creds (.creds or NKey seed file)
 //! nats_inbox_prefix = "_INBOX_agent_worker" # PARLEY_NATS_INBOX_PREFIX (default: the role's, see `nats`)
+//! redis_min_replicas = 1               # PARLEY_REDIS_MIN_REPLICAS: checkpoint and result writes wait (WAIT) for this many Redis replicas (default 0)
 //! stream_replicas = 3                  # PARLEY_STREAM_REPLICAS, --stream-replicas: replicas of the JetStream streams and the stash bucket (1 to 5)
-//! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url
+//! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url; or redis+sentinel://s1:26379,s2:26379/<master> (see `redis_conn`)
 //! metrics_addr = "0.0.0.0:9090"        # PARLEY_METRICS_ADDR, --metrics-addr ("off" disables)
 //! lease_ttl_ms = 10000                 # coordinator
 //! concurrency = 8                      # workers
@@ -154,6 +155,8 @@ pub struct SettingsFile {
     pub max_debate_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_replicas: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_min_replicas: Option<usize>,
 }
 
 impl SettingsFile {
@@ -266,6 +269,9 @@ pub struct CommonSettings {
     /// Replicas of the JetStream streams and the result-stash bucket (1 to
     /// [`MAX_STREAM_REPLICAS`]; at most the number of JetStream servers).
     pub stream_replicas: usize,
+    /// Redis replicas each checkpoint and result write waits for (`WAIT`, see
+    /// [`crate::RedisStore::with_min_replicas`]); 0: none.
+    pub redis_min_replicas: usize,
     pub metrics_addr: Option<SocketAddr>,
     /// The price file's prices (empty without one); the services add the operator
     /// config's inline prices.
@@ -291,7 +297,9 @@ pub struct CommonArgs {
     /// `_INBOX_judge_worker`].
     #[arg(long, env = "PARLEY_NATS_INBOX_PREFIX", value_name = "PREFIX")]
     pub nats_inbox_prefix: Option<String>,
-    /// Redis URL (`redis://`, `rediss://`; may carry credentials) [default: redis://127.0.0.1:6379].
+    /// Redis URL (`redis://`, `rediss://`; may carry credentials), or the sentinels of a
+    /// replicated Redis: `redis+sentinel://[:password@]host:26379[,host:26379...]/<master
+    /// name>[/db]` [default: redis://127.0.0.1:6379].
     #[arg(long, env = "PARLEY_REDIS_URL")]
     pub redis_url: Option<String>,
     /// Address of `/metrics`, `/healthz` and `/readyz`, or `off` [default: 0.0.0.0:9090].
@@ -305,6 +313,11 @@ pub struct CommonArgs {
     /// JetStream cluster (a stream then survives the loss of one node) [default: 1].
     #[arg(long, env = "PARLEY_STREAM_REPLICAS", value_name = "N")]
     pub stream_replicas: Option<usize>,
+    /// Redis replicas every checkpoint and result write waits for (`WAIT`, up to 500 ms)
+    /// before it counts as done, so it survives a failover: one replication round trip
+    /// per write [default: 0].
+    #[arg(long, env = "PARLEY_REDIS_MIN_REPLICAS", value_name = "N")]
+    pub redis_min_replicas: Option<usize>,
 }
 
 impl CommonArgs {
@@ -343,7 +356,11 @@ impl CommonArgs {
             .with("redis_url", self.redis_url.clone())
             .with("metrics_addr", self.metrics_addr.clone())
             .with_path("prices", self.prices.as_deref())
-            .with("stream_replicas", self.stream_replicas.map(|n| n as u64));
+            .with("stream_replicas", self.stream_replicas.map(|n| n as u64))
+            .with(
+                "redis_min_replicas",
+                self.redis_min_replicas.map(|n| n as u64),
+            );
         let merged = SettingsFile::layered(&defaults, &file, &flags).unwrap_or_else(|e| {
             problems.push("settings", e);
             file.clone()
@@ -393,13 +410,23 @@ impl CommonArgs {
             problems,
             "redis_url",
             &redis_url,
-            &["redis", "rediss", "unix", "redis+unix"],
+            &["redis", "rediss", "unix", "redis+unix", "redis+sentinel"],
         );
+        if let Err(e) = crate::redis_conn::RedisTarget::parse(&redis_url) {
+            problems.push("redis_url", e);
+        }
         let stream_replicas = merged.stream_replicas.unwrap_or(DEFAULT_STREAM_REPLICAS);
         if !(1..=MAX_STREAM_REPLICAS).contains(&stream_replicas) {
             problems.push(
                 "stream_replicas",
                 format!("{stream_replicas} is not between 1 and {MAX_STREAM_REPLICAS}"),
+            );
+        }
+        let redis_min_replicas = merged.redis_min_replicas.unwrap_or(0);
+        if redis_min_replicas > 16 {
+            problems.push(
+                "redis_min_replicas",
+                format!("{redis_min_replicas} is above 16 (replicas a write waits for)"),
             );
         }
         let metrics = merged
@@ -425,6 +452,7 @@ impl CommonArgs {
                 nats_inbox_prefix,
                 redis_url,
                 stream_replicas,
+                redis_min_replicas,
                 metrics_addr,
                 prices,
             },
@@ -487,6 +515,7 @@ mod tests {
             metrics_addr: Some("off".into()),
             prices: None,
             stream_replicas: None,
+            redis_min_replicas: None,
         };
         let mut problems = Problems::default();
         let (file, s) = args.resolve(&mut problems);
@@ -546,6 +575,7 @@ mod tests {
             metrics_addr: Some("nonsense".into()),
             prices: Some(dir.path().join("prices.json")),
             stream_replicas: Some(7),
+            redis_min_replicas: None,
         };
         let mut problems = Problems::default();
         args.resolve(&mut problems);

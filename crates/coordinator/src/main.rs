@@ -195,6 +195,7 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
     );
     config.nats_creds = common.nats_creds;
     config.stream_replicas = common.stream_replicas;
+    config.redis_min_replicas = common.redis_min_replicas;
     config.nats_inbox_prefix = common.nats_inbox_prefix;
     config.metrics_addr = common.metrics_addr;
     config.retention = (!retention.is_zero()).then_some(retention);

@@ -108,6 +108,8 @@ pub struct CoordinatorConfig {
     pub redis_url: String,
     /// Replicas of the JetStream streams (setting `stream_replicas`).
     pub stream_replicas: usize,
+    /// Redis replicas each checkpoint write waits for (setting `redis_min_replicas`).
+    pub redis_min_replicas: usize,
     /// Lease time-to-live: how long a crashed replica's debates wait before a takeover.
     pub lease_ttl: Duration,
     /// How often a debate actor renews its lease and polls Redis for results (≤ TTL/3).
@@ -147,6 +149,7 @@ impl CoordinatorConfig {
             nats_inbox_prefix: None,
             redis_url,
             stream_replicas: parley_cluster::settings::DEFAULT_STREAM_REPLICAS,
+            redis_min_replicas: 0,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
             scan_every: Duration::from_secs(2),
@@ -319,6 +322,7 @@ async fn connect(
     );
     let (nats, store) =
         start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown).await?;
+    let store = store.with_min_replicas(config.redis_min_replicas);
     let js = jetstream::new(nats.clone());
     parley_cluster::streams::tasks_stream(&js, config.stream_replicas)
         .await

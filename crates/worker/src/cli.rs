@@ -109,6 +109,7 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
         nats_inbox_prefix: common.nats_inbox_prefix,
         redis_url: common.redis_url,
         stream_replicas: common.stream_replicas,
+        redis_min_replicas: common.redis_min_replicas,
         base_url,
         limits,
         max_tokens,
