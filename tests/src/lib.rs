@@ -21,7 +21,8 @@ use parley_protocol::{
 };
 pub use parley_testkit::{
     parley_command, send_signal, wait_until_async, workspace_bin, ChildProcess, FakeLlm, Fault,
-    Latency, Match, NatsServer, RateLimit, RecordedRequest, RedisServer,
+    Latency, Match, NatsCluster, NatsServer, RateLimit, RecordedRequest, RedisSentinel,
+    RedisServer,
 };
 use serde_json::{json, Value};
 
@@ -312,25 +313,11 @@ impl Cluster {
     /// A request whose failure (timeout, no responders while a service reconnects,
     /// a reply that is not JSON) is an error instead of a panic.
     pub async fn try_request(&self, subject: &'static str, body: Vec<u8>) -> anyhow::Result<Value> {
-        let msg = tokio::time::timeout(
-            Duration::from_secs(15),
-            self.client.request(subject, body.into()),
-        )
-        .await
-        .map_err(|_| anyhow::anyhow!("request on {subject} timed out"))?
-        .map_err(|e| anyhow::anyhow!("request on {subject} failed: {e}"))?;
-        serde_json::from_slice(&msg.payload)
-            .map_err(|e| anyhow::anyhow!("reply on {subject} is not JSON: {e}"))
+        try_request_on(&self.client, subject, body).await
     }
 
     pub async fn submit(&self, spec: &Value) -> String {
-        let r = self
-            .request("parley.debates.submit", serde_json::to_vec(spec).unwrap())
-            .await;
-        r["debateId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no debateId in {r}"))
-            .to_string()
+        submit_on(&self.client, spec).await
     }
 
     /// The status reply: the debate's state (reassembled from its pages when it is larger
@@ -341,24 +328,7 @@ impl Cluster {
 
     /// [`Cluster::status`], with failures as errors.
     pub async fn try_status(&self, id: &str) -> anyhow::Result<Value> {
-        let body = serde_json::to_vec(&json!({"debateId": id})).unwrap();
-        let first = self.try_request("parley.debates.status", body).await?;
-        let Some(page) = parley_protocol::StatusPage::from_reply(&first) else {
-            return Ok(first);
-        };
-        let mut pages = vec![page.clone()];
-        for k in 1..page.pages {
-            let body = json!({"debateId": id, "snapshot": page.snapshot, "page": k});
-            let v = self
-                .try_request("parley.debates.status", serde_json::to_vec(&body).unwrap())
-                .await?;
-            pages.push(
-                parley_protocol::StatusPage::from_reply(&v)
-                    .ok_or_else(|| anyhow::anyhow!("not a status page: {v}"))?,
-            );
-        }
-        let text = parley_protocol::StatusPage::assemble(pages).map_err(anyhow::Error::msg)?;
-        Ok(serde_json::from_str(&text)?)
+        try_status_on(&self.client, id).await
     }
 
     /// Polls the status until `pred` holds; panics with the last state after `timeout`.
@@ -370,24 +340,160 @@ impl Cluster {
         timeout: Duration,
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
-        let start = Instant::now();
-        loop {
-            let last = match self.try_status(id).await {
-                Ok(s) if pred(&s) => return s,
-                Ok(s) => serde_json::to_string_pretty(&s).unwrap(),
-                Err(e) => e.to_string(),
-            };
-            if start.elapsed() > timeout {
-                panic!("timed out waiting; last status: {last}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_status_on(&self.client, id, timeout, pred).await
     }
 
     /// Waits until the debate is completed, failed or cancelled.
     pub async fn wait_done(&self, id: &str, timeout: Duration) -> Value {
         self.wait_status(id, timeout, is_done).await
     }
+}
+
+/// A request on `client` whose failure (timeout, no responders while a service
+/// reconnects, a reply that is not JSON) is an error instead of a panic.
+pub async fn try_request_on(
+    client: &async_nats::Client,
+    subject: &'static str,
+    body: Vec<u8>,
+) -> anyhow::Result<Value> {
+    let msg = tokio::time::timeout(
+        Duration::from_secs(15),
+        client.request(subject, body.into()),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("request on {subject} timed out"))?
+    .map_err(|e| anyhow::anyhow!("request on {subject} failed: {e}"))?;
+    serde_json::from_slice(&msg.payload)
+        .map_err(|e| anyhow::anyhow!("reply on {subject} is not JSON: {e}"))
+}
+
+/// Submits `spec` on `client`; panics unless a debate id comes back.
+pub async fn submit_on(client: &async_nats::Client, spec: &Value) -> String {
+    let r = try_request_on(
+        client,
+        "parley.debates.submit",
+        serde_json::to_vec(spec).unwrap(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    r["debateId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no debateId in {r}"))
+        .to_string()
+}
+
+/// The status reply of debate `id` on `client`: its state (reassembled from its pages
+/// when it is larger than one reply), or the error reply.
+pub async fn try_status_on(client: &async_nats::Client, id: &str) -> anyhow::Result<Value> {
+    let body = serde_json::to_vec(&json!({"debateId": id})).unwrap();
+    let first = try_request_on(client, "parley.debates.status", body).await?;
+    let Some(page) = parley_protocol::StatusPage::from_reply(&first) else {
+        return Ok(first);
+    };
+    let mut pages = vec![page.clone()];
+    for k in 1..page.pages {
+        let body = json!({"debateId": id, "snapshot": page.snapshot, "page": k});
+        let v = try_request_on(
+            client,
+            "parley.debates.status",
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await?;
+        pages.push(
+            parley_protocol::StatusPage::from_reply(&v)
+                .ok_or_else(|| anyhow::anyhow!("not a status page: {v}"))?,
+        );
+    }
+    let text = parley_protocol::StatusPage::assemble(pages).map_err(anyhow::Error::msg)?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// Polls debate `id`'s status on `client` until `pred` holds; panics with the last state
+/// after `timeout`. A failed status request (a service reconnecting) is polled again.
+pub async fn wait_status_on(
+    client: &async_nats::Client,
+    id: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    loop {
+        let last = match try_status_on(client, id).await {
+            Ok(s) if pred(&s) => return s,
+            Ok(s) => serde_json::to_string_pretty(&s).unwrap(),
+            Err(e) => e.to_string(),
+        };
+        if start.elapsed() > timeout {
+            panic!("timed out waiting for {id}; last status: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A JetStream API request (`$JS.API.<api>`, e.g. `STREAM.INFO.PARLEY_TASKS`) on `client`
+/// with an empty body: the JSON answer, or an error naming the API's error.
+pub async fn jetstream_api(client: &async_nats::Client, api: &str) -> anyhow::Result<Value> {
+    let subject = format!("$JS.API.{api}");
+    let msg = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.request(subject.clone(), Vec::new().into()),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("{subject}: no answer"))?
+    .map_err(|e| anyhow::anyhow!("{subject}: {e}"))?;
+    let v: Value = serde_json::from_slice(&msg.payload)
+        .map_err(|e| anyhow::anyhow!("{subject}: not JSON: {e}"))?;
+    match v.get("error") {
+        Some(e) => Err(anyhow::anyhow!("{subject}: {e}")),
+        None => Ok(v),
+    }
+}
+
+/// Waits until JetStream answers `$JS.API.INFO` on `client` (a clustered JetStream
+/// answers once its nodes have elected a meta leader); panics after `timeout`.
+pub async fn wait_for_jetstream(client: &async_nats::Client, timeout: Duration) {
+    let start = Instant::now();
+    loop {
+        let last = match jetstream_api(client, "INFO").await {
+            Ok(_) => return,
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            start.elapsed() < timeout,
+            "JetStream not ready after {timeout:?}: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The server name of the node leading `stream`'s replicas, if it has a leader now.
+pub async fn stream_leader(client: &async_nats::Client, stream: &str) -> Option<String> {
+    let info = jetstream_api(client, &format!("STREAM.INFO.{stream}"))
+        .await
+        .ok()?;
+    info["cluster"]["leader"].as_str().map(str::to_string)
+}
+
+/// Starts the service binary `bin` (e.g. `parley-coordinator`) with `flags`
+/// (`--flag value` pairs), logging at `info` without `/metrics`, and waits (30 s) until its
+/// log says `ready` (`coordinator ready`, `worker ready`).
+pub fn start_service(bin: &str, flags: &[(&str, String)], ready: &str) -> ChildProcess {
+    let mut cmd = Command::new(workspace_bin(bin));
+    for (flag, value) in flags {
+        cmd.arg(flag).arg(value);
+    }
+    cmd.env("PARLEY_LOG", "info")
+        .env("PARLEY_METRICS_ADDR", "off")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY");
+    let p = ChildProcess::spawn(cmd, bin).unwrap();
+    assert!(
+        p.wait_for_log_line(ready, Duration::from_secs(30))
+            .is_some(),
+        "{bin} did not start:\n{}",
+        p.log()
+    );
+    p
 }
 
 /// Runs the `parley` CLI in `dir` in a clean environment ([`parley_command`]); async, so
@@ -437,7 +543,8 @@ pub async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-/// A NATS client for `url`; `user:password@` in the URL is applied.
+/// A NATS client for `url` (or several, comma-separated); `user:password@` in the (single)
+/// URL is applied.
 pub async fn connect_as(url: &str) -> async_nats::Client {
     connect_watching(url).await.0
 }
@@ -473,7 +580,9 @@ pub async fn connect_watching(
             .custom_inbox_prefix(inbox_of(&u))
             .user_and_password(u, p);
     }
-    (options.connect(bare).await.unwrap(), rx)
+    // Several servers (one cluster) are separated by commas.
+    let servers: Vec<String> = bare.split(',').map(str::to_string).collect();
+    (options.connect(servers.as_slice()).await.unwrap(), rx)
 }
 
 fn rand_u64() -> u64 {

@@ -18,7 +18,8 @@ pub const DEFAULT_CONFIG: &str = "debate-config.json";
 /// Model named in the built-in agents (the `local` provider ignores it).
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
 
-fn default_agent(role: &str) -> AgentConfig {
+/// The built-in agent of a known role (a generalist for any other).
+pub fn default_agent(role: &str) -> AgentConfig {
     let name = match role {
         "architect" => "System Architect",
         "performance" => "Performance Engineer",
@@ -305,8 +306,22 @@ pub struct Overrides {
     pub context_files: Option<parley_protocol::ContextFiles>,
 }
 
-/// Builds the debate spec: config + overrides + resolved prompts.
+/// Builds the debate spec: config + overrides + resolved prompts, validated.
 pub fn build_spec(
+    loaded: LoadedConfig,
+    problem: String,
+    overrides: &Overrides,
+    warn: &mut impl FnMut(String),
+) -> Result<DebateSpec, CliError> {
+    let spec = assemble_spec(loaded, problem, overrides, warn)?;
+    spec.validate()
+        .map_err(|e| CliError::config(e.to_string()))?;
+    Ok(spec)
+}
+
+/// [`build_spec`] without the final validation, for a caller that validates with its own
+/// policy (`serve`: the operator's model allow-lists), so every problem is reported at once.
+pub fn assemble_spec(
     loaded: LoadedConfig,
     problem: String,
     overrides: &Overrides,
@@ -359,8 +374,6 @@ pub fn build_spec(
         prompt_sources: sources,
         idempotency_key: None,
     };
-    spec.validate()
-        .map_err(|e| CliError::config(e.to_string()))?;
     Ok(spec)
 }
 

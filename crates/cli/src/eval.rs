@@ -94,11 +94,11 @@ pub struct EvalArgs {
 }
 
 /// One evaluator call's reply, wherever it ran.
-struct Reply {
-    text: String,
-    latency_ms: u64,
-    prompt_tokens: u64,
-    completion_tokens: u64,
+pub(crate) struct Reply {
+    pub(crate) text: String,
+    pub(crate) latency_ms: u64,
+    pub(crate) prompt_tokens: u64,
+    pub(crate) completion_tokens: u64,
 }
 
 /// The metrics averaged, in table order: (label, JSON path under the reply).
@@ -155,12 +155,13 @@ const METRICS: &[(&str, &[&str])] = &[
 ];
 
 /// One evaluator, resolved.
+#[derive(Clone)]
 pub(crate) struct Evaluator {
-    agent: AgentConfig,
+    pub(crate) agent: AgentConfig,
     /// The config's `timeout`; without one, [`DEFAULT_TIMEOUT_MS`] or, for the local
     /// model, [`LOCAL_TIMEOUT_MS`].
     timeout_ms: Option<u64>,
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     system: String,
     user_template: String,
 }
@@ -177,12 +178,12 @@ pub struct DebateInput {
 }
 
 /// One debate's results.
-struct DebateResult {
+pub(crate) struct DebateResult {
     name: String,
     /// Averages in [`METRICS`] order.
-    averages: Vec<Option<f64>>,
+    pub(crate) averages: Vec<Option<f64>>,
     agents: Map<String, Value>,
-    skipped: Map<String, Value>,
+    pub(crate) skipped: Map<String, Value>,
 }
 
 pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
@@ -206,8 +207,28 @@ pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
         .filter_map(|e| Some((e.agent.id.clone(), e.agent.base_url.clone()?)))
         .collect();
     let registry = Arc::new(Registry::new(settings));
+    let uses_local = resolve_timeouts(&registry, &mut evaluators, args.verbose)?;
+    if uses_local {
+        crate::config::load_local_model(&registry)?;
+    }
+    let mut results = Vec::with_capacity(debates.len());
+    for d in &debates {
+        let replies = call_locally(&registry, &evaluators, d).await;
+        results.push(score(&evaluators, d, replies, args.verbose));
+    }
+    write_results(&results, args.output.as_deref())
+}
+
+/// Checks each evaluator's provider and sets its deadline (the config's `timeout`, else
+/// [`DEFAULT_TIMEOUT_MS`] or, on the local model, [`LOCAL_TIMEOUT_MS`]). Returns whether
+/// one of them uses the local model.
+pub(crate) fn resolve_timeouts(
+    registry: &Registry,
+    evaluators: &mut [Evaluator],
+    verbose: bool,
+) -> Result<bool, CliError> {
     let mut uses_local = false;
-    for e in &mut evaluators {
+    for e in evaluators {
         let r = registry
             .resolve(&e.agent)
             .map_err(|err| CliError::config(err.to_string()))?;
@@ -218,7 +239,7 @@ pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
             DEFAULT_TIMEOUT_MS
         };
         e.timeout = Duration::from_millis(e.timeout_ms.unwrap_or(default));
-        if args.verbose {
+        if verbose {
             eprintln!(
                 "[{}] provider={} model={} timeout={}ms",
                 e.agent.id,
@@ -228,15 +249,7 @@ pub async fn eval(args: EvalArgs) -> Result<(), CliError> {
             );
         }
     }
-    if uses_local {
-        crate::config::load_local_model(&registry)?;
-    }
-    let mut results = Vec::with_capacity(debates.len());
-    for d in &debates {
-        let replies = call_locally(&registry, &evaluators, d).await;
-        results.push(score(&evaluators, d, replies, args.verbose));
-    }
-    write_results(&results, args.output.as_deref())
+    Ok(uses_local)
 }
 
 /// `--nats-url`: each debate's evaluator calls go to the judge workers in one
@@ -807,7 +820,7 @@ fn score_at(reply: &Value, path: &[&str], id: &str) -> Option<f64> {
 }
 
 /// Runs every evaluator on `d` from this machine, all at once.
-async fn call_locally(
+pub(crate) async fn call_locally(
     registry: &Registry,
     evaluators: &[Evaluator],
     d: &DebateInput,
@@ -854,7 +867,7 @@ async fn call_locally(
 }
 
 /// Scores one debate from its evaluators' replies (in evaluator order).
-fn score(
+pub(crate) fn score(
     evaluators: &[Evaluator],
     d: &DebateInput,
     replies: Vec<Result<Reply, String>>,

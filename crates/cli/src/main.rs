@@ -11,11 +11,14 @@
 //! - [`compat`]: dialectic config keys accepted before the strict parse.
 //! - [`context_dir`]: `--context DIR`, the directory snapshot the agents' tools read.
 //! - [`eval`]: `parley eval`, evaluator agents scoring saved debates.
+//! - [`compare`]: `parley compare`, strategies side by side on a problem set, judged and
+//!   priced.
 //! - [`envfile`]: `--env-file F` / `./.env` for `run`, `eval` and `serve`.
 //! - [`serve`]: `parley serve`, the web page and its API (`parley_web`) over this process
 //!   or a cluster.
 
 mod clarify;
+mod compare;
 mod compat;
 mod config;
 mod context_dir;
@@ -116,6 +119,10 @@ enum Command {
     Report(report_cmd::ReportArgs),
     /// Score saved debates with evaluator agents (dialectic's `eval`).
     Eval(eval::EvalArgs),
+    /// Run every problem of a set under every strategy of a strategy file (single call,
+    /// self-consistency, debates) and compare quality against cost: report.md, runs.csv,
+    /// chart.svg. Resumable: finished runs in the output directory are not repeated.
+    Compare(compare::CompareArgs),
     /// Serve the web page and its JSON API: start debates, watch them live (embedded, or
     /// a cluster with --nats-url).
     Serve(serve::ServeArgs),
@@ -207,6 +214,7 @@ fn main() -> ExitCode {
     let env_file = match &cli.command {
         Command::Run(a) | Command::Estimate(a) => Some((a.env_file.as_deref(), a.verbose)),
         Command::Eval(a) => Some((a.env_file.as_deref(), a.verbose)),
+        Command::Compare(a) => Some((a.env_file.as_deref(), false)),
         Command::Serve(a) => Some((a.env_file.as_deref(), false)),
         _ => None,
     };
@@ -282,6 +290,7 @@ fn main() -> ExitCode {
             Command::Answer(args) => remote::answer(args, interrupt).await,
             Command::Report(args) => report_cmd::report(args),
             Command::Eval(args) => until_interrupted(interrupt, eval::eval(args)).await,
+            Command::Compare(args) => compare::compare(args, interrupt).await,
             Command::Serve(args) => serve::serve(args, interrupt).await,
         }
     });

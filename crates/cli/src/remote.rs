@@ -41,9 +41,16 @@ use crate::{clarify, progress, report, CliError, RunArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct NatsArgs {
-    /// NATS server of the cluster (may carry `user:password@` or `token@`).
-    #[arg(long, env = "PARLEY_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
+    /// NATS server of the cluster (may carry `user:password@` or `token@`). Repeat the
+    /// flag, or separate URLs with commas, to name several servers of one NATS cluster:
+    /// the client connects to one and fails over to the others.
+    #[arg(
+        long,
+        env = "PARLEY_NATS_URL",
+        default_value = "nats://127.0.0.1:4222",
+        value_delimiter = ','
+    )]
+    pub nats_url: Vec<String>,
     /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
     #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<std::path::PathBuf>,
@@ -95,9 +102,9 @@ pub struct StatusArgs {
     pub summary: bool,
 }
 
-async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
+pub(crate) async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
     let endpoint = parley_cluster::NatsEndpoint::client(
-        n.nats_url.clone(),
+        n.nats_url.join(","),
         n.nats_creds.clone(),
         n.nats_inbox_prefix.as_deref(),
     )
@@ -637,6 +644,31 @@ fn finish(
     }
     print!("{text}");
     Ok(())
+}
+
+/// Submits `spec` to the cluster and follows the debate to its end (`parley submit
+/// --wait` without the clarification answers: the caller's debates ask none); returns the
+/// final state. The spec's idempotency key makes a second submission of the same run (a
+/// resumed `parley compare`) follow the debate already started.
+pub(crate) async fn submit_and_wait(
+    client: &async_nats::Client,
+    spec: &parley_protocol::DebateSpec,
+) -> Result<DebateState, CliError> {
+    let body = serde_json::to_vec(spec).map_err(|e| CliError::general(e.to_string()))?;
+    if body.len() > parley_protocol::limits::MAX_SUBMISSION_BYTES {
+        return Err(CliError::usage(format!(
+            "the submission is {} bytes, over the cap of {} bytes for one cluster submission",
+            body.len(),
+            parley_protocol::limits::MAX_SUBMISSION_BYTES
+        )));
+    }
+    let reply = request(client, subjects::SUBMIT, body).await?;
+    let id = reply["debateId"]
+        .as_str()
+        .ok_or_else(|| CliError::general(format!("unexpected reply: {reply}")))?
+        .to_string();
+    follow(client, &id, None).await?;
+    fetch_state(client, &id).await
 }
 
 #[cfg(test)]

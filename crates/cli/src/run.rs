@@ -292,7 +292,7 @@ pub async fn continue_saved(
 }
 
 /// Every participant's provider must be usable before anything runs.
-fn registry_for(
+pub(crate) fn registry_for(
     spec: &DebateSpec,
     endpoints: config::Endpoints,
     limits: std::collections::BTreeMap<String, ProviderLimits>,

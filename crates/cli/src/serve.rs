@@ -7,7 +7,7 @@
 //! the config's endpoints and provider limits go to this process's provider registry;
 //! with a cluster they are the operator's business and are not sent.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,9 +17,13 @@ use parley_cli::EmbeddedRunner;
 use parley_coordinator::TaskRunner;
 use parley_llm::ratelimit::LocalLimiter;
 use parley_llm::{ProviderSettings, Registry};
-use parley_protocol::{DebateConfigFile, DebateSpec, KNOWN_ROLES};
+use parley_protocol::{
+    AgentConfig, DebateConfigFile, DebateSpec, ProviderLimits, SubmissionPolicy, KNOWN_PROVIDERS,
+    KNOWN_ROLES,
+};
 use parley_web::backend::AgentView;
 use parley_web::embedded::RunnerSource;
+use parley_web::{AgentChoice, ProviderView};
 use parley_web::{ApiError, Backend, FormDefaults, SpecSource, SubmitRequest};
 use tokio_util::sync::CancellationToken;
 
@@ -46,9 +50,11 @@ pub struct ServeArgs {
     /// of this machine, an SSH tunnel, a port-forward) can start debates on your keys.
     #[arg(long)]
     pub no_auth: bool,
-    /// Front this cluster over NATS instead of running debates in this process.
-    #[arg(long, value_name = "URL")]
-    pub nats_url: Option<String>,
+    /// Front this cluster over NATS instead of running debates in this process. Repeat
+    /// the flag, or separate URLs with commas, to name several servers of one NATS
+    /// cluster (the connection fails over between them).
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    pub nats_url: Vec<String>,
     /// NATS credentials file for --nats-url: a `.creds` file or an NKey seed file.
     #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
     pub nats_creds: Option<PathBuf>,
@@ -67,6 +73,10 @@ pub struct ServeArgs {
     /// Load environment variables (API keys) from this file (default ./.env when present).
     #[arg(short = 'e', long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
+    /// The most agents one debate from the page may have (the form's editor offers 1 to N).
+    #[arg(long, env = "PARLEY_SERVE_MAX_AGENTS", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=parley_protocol::limits::MAX_AGENTS as i64))]
+    pub max_agents: Option<u32>,
     /// Embedded: the LiteLLM-format price file calls are charged at (default: the
     /// config's `prices`); with the config's inline prices. In front of a cluster the
     /// operator's services price the calls.
@@ -81,6 +91,11 @@ struct ConfigSpecs {
     /// Embedded: the prices and cap a debate's budget is admitted with (`None` in front of
     /// a cluster, whose coordinator admits it).
     pricing: Option<parley_coordinator::Pricing>,
+    /// The config's `providers` section: the providers the editor offers (all known ones
+    /// when it names none) and their model allow-lists, enforced on every submission.
+    providers: BTreeMap<String, ProviderLimits>,
+    /// The most agents one debate may have.
+    max_agents: usize,
 }
 
 impl ConfigSpecs {
@@ -90,15 +105,89 @@ impl ConfigSpecs {
             base_dir: self.base_dir.clone(),
         }
     }
+
+    /// The providers an agent may name: the config's `providers` section, or every known
+    /// provider when it has none.
+    fn provider_names(&self) -> Vec<String> {
+        if self.providers.is_empty() {
+            KNOWN_PROVIDERS.iter().map(|p| p.to_string()).collect()
+        } else {
+            self.providers.keys().cloned().collect()
+        }
+    }
+
+    /// The editor's agents as config agents: each starts from the config's first agent of
+    /// its role (prompts, tools, limits) or the built-in agent of a known role, and takes
+    /// the name, model, provider and temperature chosen; ids are the template's, made
+    /// unique (`-2`, `-3`, ...) when two agents share a role. Every problem is reported
+    /// at once, each with its field (`agents[1].role`).
+    fn editor_agents(&self, choices: &[AgentChoice]) -> Result<Vec<AgentConfig>, ApiError> {
+        let providers = self.provider_names();
+        let configured: Vec<&AgentConfig> = self.file.agents.iter().flatten().collect();
+        let mut problems = Vec::new();
+        let mut ids = BTreeSet::new();
+        let mut out = Vec::with_capacity(choices.len());
+        for (i, c) in choices.iter().enumerate() {
+            let field = format!("agents[{i}]");
+            let role = c.role.trim();
+            let template = match configured.iter().find(|a| a.role == role) {
+                Some(a) => (*a).clone(),
+                None if KNOWN_ROLES.contains(&role) => config::default_agent(role),
+                None => {
+                    let mut roles: BTreeSet<&str> = KNOWN_ROLES.iter().copied().collect();
+                    roles.extend(configured.iter().map(|a| a.role.as_str()));
+                    problems.push(format!(
+                        "{field}.role: unknown role {:?} (roles: {})",
+                        parley_protocol::preview(role, 40),
+                        roles.into_iter().collect::<Vec<_>>().join(", ")
+                    ));
+                    continue;
+                }
+            };
+            if let Some(p) = &c.provider {
+                if !providers.contains(p) {
+                    problems.push(format!(
+                        "{field}.provider: {:?} is not a provider of this server (providers: {})",
+                        parley_protocol::preview(p, 40),
+                        providers.join(", ")
+                    ));
+                }
+            }
+            let mut a = template;
+            let mut id = a.id.clone();
+            let mut n = 2;
+            while !ids.insert(id.clone()) {
+                id = format!("{}-{n}", a.id);
+                n += 1;
+            }
+            a.id = id;
+            a.name = c.name.trim().to_string();
+            a.role = role.to_string();
+            a.model = c.model.trim().to_string();
+            a.provider = c.provider.clone();
+            if let Some(t) = c.temperature {
+                a.temperature = t;
+            }
+            a.enabled = Some(true);
+            out.push(a);
+        }
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(ApiError::invalid(problems.join("; ")))
+        }
+    }
 }
 
 impl SpecSource for ConfigSpecs {
     fn defaults(&self) -> FormDefaults {
+        // (A config without agents runs the built-in ones.)
         let agents: Vec<AgentView> = self
             .file
             .agents
+            .clone()
+            .unwrap_or_else(config::default_agents)
             .iter()
-            .flatten()
             .filter(|a| a.is_enabled())
             .map(AgentView::from)
             .collect();
@@ -124,6 +213,29 @@ impl SpecSource for ConfigSpecs {
                 .debate
                 .as_ref()
                 .is_some_and(|d| d.interactive_clarifications),
+            max_agents: self.max_agents,
+            providers: self
+                .provider_names()
+                .into_iter()
+                .map(|name| ProviderView {
+                    allowed_models: self
+                        .providers
+                        .get(&name)
+                        .and_then(|p| p.allowed_models.clone()),
+                    name,
+                })
+                .collect(),
+            models: {
+                let mut models: BTreeSet<String> = self
+                    .providers
+                    .values()
+                    .filter_map(|p| p.allowed_models.clone())
+                    .flatten()
+                    .collect();
+                models.extend(self.file.agents.iter().flatten().map(|a| a.model.clone()));
+                models.insert(judge.model.clone());
+                models.into_iter().collect()
+            },
         }
     }
 
@@ -134,21 +246,49 @@ impl SpecSource for ConfigSpecs {
             clarify: request.clarify,
             ..Default::default()
         };
+        let mut loaded = self.loaded();
+        if let Some(choices) = &request.agents {
+            if choices.len() > self.max_agents {
+                return Err(ApiError::invalid(format!(
+                    "agents: {} agents, this server allows at most {}",
+                    choices.len(),
+                    self.max_agents
+                )));
+            }
+            loaded.file.agents = Some(self.editor_agents(choices)?);
+        }
         let mut warn = |w: String| tracing::warn!("{w}");
-        let mut spec = config::build_spec(
-            self.loaded(),
-            request.problem.clone(),
-            &overrides,
-            &mut warn,
-        )
-        .map_err(|e| {
-            // The form's field, not the CLI flag.
-            let message = match e.message.strip_prefix("--agents: ") {
-                Some(rest) => format!("roles: {rest}"),
-                None => e.message,
-            };
-            ApiError::invalid(message)
-        })?;
+        let mut spec =
+            config::assemble_spec(loaded, request.problem.clone(), &overrides, &mut warn).map_err(
+                |e| {
+                    // The form's field, not the CLI flag.
+                    let message = match e.message.strip_prefix("--agents: ") {
+                        Some(rest) => format!("roles: {rest}"),
+                        None => e.message,
+                    };
+                    ApiError::invalid(message)
+                },
+            )?;
+        let active = spec.active_agents().count();
+        if active > self.max_agents {
+            return Err(ApiError::invalid(format!(
+                "agents: {active} agents, this server allows at most {}",
+                self.max_agents
+            )));
+        }
+        // The submission's validation, every problem named by its field
+        // (`agents[1].temperature`); for agents from the editor with the operator's policy
+        // (the model allow-lists), as a coordinator applies it. The config's own agents are
+        // the operator's choice (their providers check models when called).
+        let policy = match &request.agents {
+            Some(_) => SubmissionPolicy {
+                providers: self.providers.clone(),
+                ..Default::default()
+            },
+            None => SubmissionPolicy::default(),
+        };
+        spec.validate_with(&policy)
+            .map_err(|e| ApiError::invalid(e.to_string()))?;
         // As `parley run` does: a budget that cannot work is refused before any call.
         if let Some(pricing) = &self.pricing {
             parley_coordinator::budget::admit(&mut spec, &Default::default(), pricing)
@@ -190,7 +330,8 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
     // front of a cluster they are not sent.
     let (loaded, endpoints, limits) = config::load_as_operator(args.config.as_deref(), &mut warn)?;
     // Embedded, this process charges the calls (a bad price file: exit 4, naming it).
-    let pricing = match args.nats_url {
+    let nats_url = (!args.nats_url.is_empty()).then(|| args.nats_url.join(","));
+    let pricing = match nats_url {
         Some(_) => None,
         None => {
             let prices = config::load_prices(args.prices.as_deref(), &loaded)?;
@@ -205,6 +346,10 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         file: loaded.file,
         base_dir: loaded.base_dir,
         pricing: pricing.clone(),
+        providers: limits.clone(),
+        max_agents: args
+            .max_agents
+            .map_or(parley_protocol::limits::MAX_AGENTS, |n| n as usize),
     });
     // The config must make a debate before anything is served.
     let probe = SubmitRequest {
@@ -216,7 +361,7 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         .map_err(|e| CliError::config(e.message))?;
 
     let mut embedded = None;
-    let backend: Arc<dyn Backend> = match &args.nats_url {
+    let backend: Arc<dyn Backend> = match &nats_url {
         Some(url) => {
             if !endpoints.is_empty() {
                 eprintln!(

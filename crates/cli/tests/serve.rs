@@ -1145,3 +1145,294 @@ async fn embedded_clarifications_are_answered_over_the_api() {
         .await;
     assert_eq!(status, 409);
 }
+
+/// The form's agent editor over the API: `/api/config` offers the roles, the providers with
+/// their allowed models, the models and the agent limit (`--max-agents`); a submission's
+/// agents are checked as any submission is (every problem at once, each naming its
+/// field), and two agents may share a role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edited_agents_are_validated_like_a_submission_and_may_share_a_role() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = parley_tests::spec_config(Some(&fake.base_url()));
+    cfg["providers"] = json!({"openai-compatible": {"allowedModels":
+        ["model-arch", "model-sec", "model-kiss", "model-judge"]}});
+    parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
+    let s = Serve::start(dir.path(), &["--max-agents", "3"]);
+
+    let (status, cfg) = s.get("/api/config").await;
+    assert_eq!(status, 200, "{cfg}");
+    let d = &cfg["defaults"];
+    assert_eq!(d["maxAgents"], 3, "{d}");
+    assert_eq!(
+        d["providers"],
+        json!([{"name": "openai-compatible", "allowedModels": ["model-arch", "model-sec", "model-kiss", "model-judge"]}])
+    );
+    assert!(d["roles"].as_array().unwrap().contains(&json!("security")));
+    assert_eq!(d["agents"][0]["temperature"], 0.1, "{d}");
+
+    let agent = |name: &str, role: &str, model: &str| json!({"name": name, "role": role, "model": model, "provider": "openai-compatible", "temperature": 0.3});
+    // Every problem at once, each with its field.
+    let bad = json!({"problem": "P", "agents": [
+        agent("A", "architect", "model-arch"),
+        {"name": "B", "role": "security", "model": "gpt-forbidden", "temperature": 2.5},
+        agent("C", "astronaut", "model-kiss"),
+    ]});
+    let (status, v) = s.post("/api/debates", bad).await;
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("agents[2].role") && msg.contains("astronaut"),
+        "{msg}"
+    );
+    let bad = json!({"problem": "P", "agents": [
+        agent("A", "architect", "model-arch"),
+        {"name": "B", "role": "security", "model": "gpt-forbidden", "temperature": 2.5},
+    ]});
+    let (status, v) = s.post("/api/debates", bad).await;
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("agents[1].model")
+            && msg.contains("gpt-forbidden")
+            && msg.contains("agents[1].temperature"),
+        "{msg}"
+    );
+    let (status, v) = s
+        .post(
+            "/api/debates",
+            json!({"problem": "P", "agents": [
+            {"name": "A", "role": "architect", "model": "model-arch", "provider": "openrouter"}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("agents[0].provider"),
+        "{v}"
+    );
+    let four: Vec<Value> = (0..4)
+        .map(|i| agent(&format!("A{i}"), "architect", "model-arch"))
+        .collect();
+    let (status, v) = s
+        .post("/api/debates", json!({"problem": "P", "agents": four}))
+        .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 3"),
+        "{v}"
+    );
+    let (status, v) = s
+        .post("/api/debates", json!({"problem": "P", "agents": []}))
+        .await;
+    assert_eq!(status, 400, "{v}");
+    let (status, v) = s
+        .post("/api/debates", json!({"problem": "P", "roles": ["kiss"], "agents": [agent("A", "kiss", "model-kiss")]}))
+        .await;
+    assert_eq!(status, 400, "{v}");
+
+    // Two security engineers and a simplicity advocate, with the names chosen.
+    let id = s
+        .submit(json!({"problem": "Design a login service", "agents": [
+            agent("Sec One", "security", "model-sec"),
+            agent("Sec Two", "security", "model-kiss"),
+            agent("Simple", "kiss", "model-kiss"),
+        ]}))
+        .await;
+    let events = s
+        .events_until(&id, None, Duration::from_secs(60), is_final)
+        .await;
+    assert_eq!(events.last().unwrap().1["type"], "debateCompleted");
+    let file: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("debates").join(format!("{id}.json"))).unwrap(),
+    )
+    .unwrap();
+    let agents = file["spec"]["agents"].as_array().unwrap();
+    let ids: Vec<&str> = agents.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["agent-security", "agent-security-2", "agent-kiss"]);
+    let names: Vec<&str> = agents.iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["Sec One", "Sec Two", "Simple"]);
+    assert_eq!(agents[1]["model"], "model-kiss");
+    assert_eq!(agents[1]["temperature"], 0.3);
+    let state = s.state(&id).await;
+    let proposers: Vec<&str> = state["rounds"][0]["contributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "proposal")
+        .map(|c| c["agentId"].as_str().unwrap())
+        .collect();
+    assert_eq!(proposers.len(), 3, "{state}");
+    assert!(proposers.contains(&"agent-security-2"), "{proposers:?}");
+}
+
+/// Thumbs up/down on a completed debate is its state's `userFeedback`, in the state file
+/// (embedded); a debate that is not completed, or a verdict that is not 1 or -1, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_feedback_is_stored_in_the_state_file() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+    let s = Serve::start(dir.path(), &[]);
+    fake.set_latency(Latency::Fixed(Duration::from_secs(3)));
+    let running = s.submit_running("Design a slow thing").await;
+    let (status, v) = s
+        .post(
+            &format!("/api/debates/{running}/feedback"),
+            json!({"feedback": 1}),
+        )
+        .await;
+    assert_eq!(status, 409, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("completed"),
+        "{v}"
+    );
+    s.command(&running, "cancel").await;
+    fake.set_latency(Latency::Zero);
+
+    let id = s.submit(json!({"problem": "Design a cache"})).await;
+    s.events_until(&id, None, Duration::from_secs(60), is_final)
+        .await;
+    for bad in [
+        json!({"feedback": 2}),
+        json!({"feedback": 0}),
+        json!({"verdict": 1}),
+    ] {
+        let (status, v) = s.post(&format!("/api/debates/{id}/feedback"), bad).await;
+        assert_eq!(status, 400, "{v}");
+    }
+    let (status, v) = s
+        .post(
+            &format!("/api/debates/{id}/feedback"),
+            json!({"feedback": -1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(s.state(&id).await["userFeedback"], -1);
+    let (status, _) = s
+        .post(
+            &format!("/api/debates/{id}/feedback"),
+            json!({"feedback": 1}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let path = dir.path().join("debates").join(format!("{id}.json"));
+    let file: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(file["userFeedback"], 1);
+    assert_eq!(file["status"], "completed");
+    assert!(file["spec"].is_object(), "the spec stays in the checkpoint");
+    let (status, _) = s
+        .post(
+            "/api/debates/deb-20200101-000000-zzzzzz/feedback",
+            json!({"feedback": 1}),
+        )
+        .await;
+    assert_eq!(status, 404);
+}
+
+/// In front of a cluster, feedback goes to `parley.debates.feedback`; the coordinator
+/// checks it and writes it into the checkpoint in Redis, where the state shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_feedback_is_stored_in_the_checkpoint() {
+    let c = Cluster::start_with_roles(json!({})).await;
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), None);
+    let url = c.nats_url_for("serve");
+    let s = Serve::start(dir.path(), &["--nats-url", &url]);
+    let id = s.submit(json!({"problem": "Design a queue"})).await;
+    let events = s
+        .events_until(&id, None, Duration::from_secs(60), is_final)
+        .await;
+    assert_eq!(events.last().unwrap().1["type"], "debateCompleted");
+    let (status, v) = s
+        .post(
+            &format!("/api/debates/{id}/feedback"),
+            json!({"feedback": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["userFeedback"], 1);
+    assert_eq!(s.state(&id).await["userFeedback"], 1);
+    let (status, _) = s
+        .post(
+            &format!("/api/debates/{id}/feedback"),
+            json!({"feedback": -1}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(s.state(&id).await["userFeedback"], -1);
+    let (status, v) = s
+        .post(
+            "/api/debates/deb-20200101-000000-zzzzzz/feedback",
+            json!({"feedback": 1}),
+        )
+        .await;
+    assert_eq!(status, 404, "{v}");
+}
+
+/// Feedback on a state file dialectic wrote (no spec): stored as its `userFeedback`, the
+/// file still lists, shows and reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feedback_on_a_dialectic_state_file_is_kept() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), Some(&fake.base_url()));
+    let id = "deb-20261124-150638-6oja";
+    let debates = dir.path().join("debates");
+    std::fs::create_dir_all(&debates).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/dialectic/debates")
+        .join(format!("{id}.json"));
+    std::fs::copy(&fixture, debates.join(format!("{id}.json"))).unwrap();
+    let s = Serve::start(dir.path(), &[]);
+    let problem = s.state(id).await["problem"].clone();
+    let (status, v) = s
+        .post(
+            &format!("/api/debates/{id}/feedback"),
+            json!({"feedback": -1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let state = s.state(id).await;
+    assert_eq!(state["userFeedback"], -1);
+    assert_eq!(state["problem"], problem, "the debate is unchanged");
+    let file: Value =
+        serde_json::from_slice(&std::fs::read(debates.join(format!("{id}.json"))).unwrap())
+            .unwrap();
+    assert_eq!(file["userFeedback"], -1);
+    let (status, list) = s.get("/api/debates").await;
+    assert_eq!(status, 200);
+    assert!(list.to_string().contains(id), "{list}");
+    let r = s
+        .http
+        .get(s.url(&format!("/api/debates/{id}/report")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A running one (dialectic's interrupted debate) takes none.
+    let running = "deb-20261124-150649-88u1";
+    std::fs::copy(
+        fixture.with_file_name(format!("{running}.json")),
+        debates.join(format!("{running}.json")),
+    )
+    .unwrap();
+    let (status, v) = s
+        .post(
+            &format!("/api/debates/{running}/feedback"),
+            json!({"feedback": 1}),
+        )
+        .await;
+    assert_eq!(status, 409, "{v}");
+}

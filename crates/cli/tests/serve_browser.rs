@@ -647,3 +647,450 @@ async fn pathological_markdown_from_a_model_renders_at_once() {
         .await
         .unwrap();
 }
+
+/// Clicks the first element matching `css` once it exists, scrolled to the middle of the
+/// window first (the page's sticky top bar covers what is scrolled to the very top).
+async fn click_css(b: &Browser, css: &str) {
+    let e = b.wait_for(css, Duration::from_secs(10)).await.unwrap();
+    b.execute(
+        "document.querySelector(arguments[0]).scrollIntoView({block: 'center'});",
+        vec![json!(css)],
+    )
+    .await
+    .unwrap();
+    b.click(&e).await.unwrap();
+}
+
+/// The number of rows of the agent editor.
+const AGENT_ROWS: &str = "return document.querySelectorAll('#agents .agent-row').length;";
+
+/// The agent editor: rows are added up to the server's limit (`--max-agents`) and removed
+/// down to one; a submission the server refuses shows its error, naming the fields, and
+/// marks them; two agents of one role run side by side once fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_editor_adds_removes_and_shows_the_servers_validation_error() {
+    need_browser();
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_responder(|r| reply(&r.model, &r.prompt_text()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = parley_tests::spec_config(Some(&fake.base_url()));
+    cfg["providers"] = json!({"openai-compatible": {"allowedModels":
+        ["model-arch", "model-sec", "model-kiss", "model-judge"]}});
+    parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
+    let port = free_port();
+    let serve = serve_with(dir.path(), port, &["--max-agents", "4"]);
+    let token = generated_token(&serve);
+    let b = Browser::start().await.unwrap();
+    b.set_window(1440, 1000).await.unwrap();
+    b.goto(&format!("http://127.0.0.1:{port}/#token={token}"))
+        .await
+        .unwrap();
+    b.wait_for("#agents .agent-row", Duration::from_secs(15))
+        .await
+        .unwrap();
+    assert_eq!(b.execute(AGENT_ROWS, vec![]).await.unwrap(), 3);
+    let add = b
+        .wait_for("#add-agent", Duration::from_secs(5))
+        .await
+        .unwrap();
+    b.click(&add).await.unwrap();
+    assert_eq!(b.execute(AGENT_ROWS, vec![]).await.unwrap(), 4);
+    let limits = b
+        .execute(
+            "return [document.getElementById('add-agent').disabled, document.getElementById('agent-count').textContent];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(limits, json!([true, "4 of at most 4"]));
+    // Remove two, then the remove button of the last one left is disabled.
+    for _ in 0..3 {
+        let remove = b.find_all("#agents .remove-agent").await.unwrap();
+        b.click(&remove[0]).await.unwrap();
+    }
+    assert_eq!(b.execute(AGENT_ROWS, vec![]).await.unwrap(), 1);
+    assert_eq!(
+        b.execute(
+            "return document.querySelector('#agents .remove-agent').disabled;",
+            vec![]
+        )
+        .await
+        .unwrap(),
+        true
+    );
+    b.click(&add).await.unwrap();
+    b.click(&add).await.unwrap();
+    assert_eq!(b.execute(AGENT_ROWS, vec![]).await.unwrap(), 3);
+    // The rows: a model outside the allow-list (no provider named, free text) and a
+    // temperature out of range; the server names both.
+    b.execute(
+        "const rows = document.querySelectorAll('#agents .agent-row');
+         const set = (row, cls, v) => { const e = row.querySelector(cls); e.value = v; e.dispatchEvent(new Event('change')); };
+         set(rows[0], '.agent-name', 'First security');
+         set(rows[0], '.agent-role', 'security');
+         set(rows[1], '.agent-name', 'Second security');
+         set(rows[1], '.agent-role', 'security');
+         set(rows[1], '.agent-provider', '');
+         set(rows[1], '.agent-model', 'model-forbidden');
+         set(rows[2], '.agent-name', 'Simple');
+         set(rows[2], '.agent-role', 'kiss');
+         set(rows[2], '.agent-temperature', '7');",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let problem = b
+        .wait_for("#problem", Duration::from_secs(5))
+        .await
+        .unwrap();
+    b.type_text(&problem, "Design a password reset flow")
+        .await
+        .unwrap();
+    b.click(&b.wait_for("#start", Duration::from_secs(5)).await.unwrap())
+        .await
+        .unwrap();
+    let shown = b
+        .wait_until(
+            "const e = document.getElementById('form-error');
+             if (!e || e.hidden) return null;
+             return { text: e.textContent,
+               marked: [...document.querySelectorAll('#agents .invalid')].map((x) => `${x.closest('.agent-row').dataset.index}:${x.className}`) };",
+            Duration::from_secs(15),
+        )
+        .await
+        .unwrap();
+    let text = shown["text"].as_str().unwrap();
+    assert!(
+        text.contains("agents[1].model")
+            && text.contains("model-forbidden")
+            && text.contains("agents[2].temperature"),
+        "{shown}"
+    );
+    let marked: Vec<&str> = shown["marked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(
+        marked
+            .iter()
+            .any(|m| m.starts_with("1:") && m.contains("agent-model"))
+            && marked
+                .iter()
+                .any(|m| m.starts_with("2:") && m.contains("agent-temperature")),
+        "{marked:?}"
+    );
+    b.screenshot(&artifacts().join("serve-agent-editor-error.png"))
+        .await
+        .unwrap();
+    assert!(
+        std::fs::read_dir(dir.path().join("debates")).map_or(true, |d| d.count() == 0),
+        "a refused submission starts nothing"
+    );
+
+    // Fixed: the second one takes an allowed model of the provider, the third a sane
+    // temperature; both security engineers debate.
+    b.execute(
+        "const rows = document.querySelectorAll('#agents .agent-row');
+         const set = (row, cls, v) => { const e = row.querySelector(cls); e.value = v; e.dispatchEvent(new Event('change')); };
+         set(rows[1], '.agent-provider', 'openai-compatible');
+         set(rows[1], '.agent-model', 'model-kiss');
+         set(rows[2], '.agent-temperature', '0.7');",
+        vec![],
+    )
+    .await
+    .unwrap();
+    b.click(&b.wait_for("#start", Duration::from_secs(5)).await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("#solution", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let columns = b
+        .wait_until(
+            "const cols = [...document.querySelectorAll('#rounds .agent-col[data-round=\"1\"]')].map((c) => c.dataset.agent);
+             return cols.length === 3 ? cols : null;",
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        columns,
+        json!(["agent-security", "agent-security-2", "agent-kiss"])
+    );
+    let debates: Vec<_> = std::fs::read_dir(dir.path().join("debates"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .collect();
+    assert_eq!(debates.len(), 1);
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(debates[0].path()).unwrap()).unwrap();
+    let agents = &file["spec"]["agents"];
+    assert_eq!(agents[0]["name"], "First security");
+    assert_eq!(agents[1]["model"], "model-kiss");
+    assert_eq!(agents[1]["provider"], "openai-compatible");
+    assert_eq!(agents[2]["temperature"], 0.7);
+}
+
+/// A completed debate takes thumbs up/down: the choice is stored in the state file and
+/// shown again after a reload. The copy buttons hand the contribution's and the solution's
+/// text to the Clipboard API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feedback_survives_a_reload_and_copy_buttons_copy_the_text() {
+    need_browser();
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_responder(|r| reply(&r.model, &r.prompt_text()));
+    let (dir, serve, base) = serve_fake(&fake, &[]);
+    let token = generated_token(&serve);
+    let b = Browser::start().await.unwrap();
+    b.set_window(1440, 1000).await.unwrap();
+    start_from_the_form(
+        &b,
+        &format!("{base}/#token={token}"),
+        "Design a URL shortener",
+    )
+    .await;
+    b.wait_for("#solution #feedback-up", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let id = b
+        .execute(
+            "return new URLSearchParams(location.search).get('d');",
+            vec![],
+        )
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Copy: the Clipboard API is recorded (and still called), so the text is checked
+    // whatever the headless browser's clipboard permissions.
+    b.execute(
+        "window.__copied = [];
+         const real = navigator.clipboard.writeText.bind(navigator.clipboard);
+         navigator.clipboard.writeText = (t) => { window.__copied.push(t); return real(t).catch(() => {}); };",
+        vec![],
+    )
+    .await
+    .unwrap();
+    click_css(
+        &b,
+        "#rounds .agent-col[data-agent=\"agent-architect\"][data-round=\"1\"] .contrib.proposal .copy",
+    )
+    .await;
+    click_css(&b, "#copy-solution").await;
+    let copied = b
+        .wait_until(
+            "return window.__copied.length === 2 ? window.__copied : null;",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let state: serde_json::Value = reqwest::Client::new()
+        .get(format!("{base}/api/debates/{id}"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let proposal = state["rounds"][0]["contributions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "proposal" && c["agentId"] == "agent-architect")
+        .unwrap()["content"]
+        .clone();
+    assert_eq!(
+        copied[0], proposal,
+        "the proposal's text as the model wrote it"
+    );
+    let solution = copied[1].as_str().unwrap();
+    assert!(
+        solution.starts_with(state["finalSolution"]["description"].as_str().unwrap())
+            && solution.contains("- Shadow-mode the limits for a week"),
+        "{solution}"
+    );
+    b.wait_until(
+        "return document.getElementById('copy-solution').textContent === 'Copied';",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+
+    // Feedback: thumbs up, stored, shown after a reload; then changed to thumbs down.
+    let pressed = "const u = document.getElementById('feedback-up'), d = document.getElementById('feedback-down');
+                   return u && d ? [u.getAttribute('aria-pressed'), d.getAttribute('aria-pressed')] : null;";
+    assert_eq!(
+        b.execute(pressed, vec![]).await.unwrap(),
+        json!(["false", "false"])
+    );
+    click_css(&b, "#feedback-up").await;
+    b.wait_until(
+        "return document.getElementById('feedback-up').getAttribute('aria-pressed') === 'true';",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let file = || -> serde_json::Value {
+        serde_json::from_slice(
+            &std::fs::read(dir.path().join("debates").join(format!("{id}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(file()["userFeedback"], 1);
+    b.goto(&format!("{base}/?d={id}")).await.unwrap();
+    b.wait_for("#solution #feedback-up", Duration::from_secs(15))
+        .await
+        .unwrap();
+    let after = b
+        .wait_until(
+            "const u = document.getElementById('feedback-up'), d = document.getElementById('feedback-down');
+             return u && d ? [u.getAttribute('aria-pressed'), d.getAttribute('aria-pressed')] : null;",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after, json!(["true", "false"]), "shown after the reload");
+    click_css(&b, "#feedback-down").await;
+    b.wait_until(
+        "return document.getElementById('feedback-down').getAttribute('aria-pressed') === 'true'
+            && document.getElementById('feedback-up').getAttribute('aria-pressed') === 'false';",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(file()["userFeedback"], -1);
+    b.screenshot(&artifacts().join("serve-feedback.png"))
+        .await
+        .unwrap();
+}
+
+/// Warnings, dropped critiques and a failure are shown where they happened: the critiques
+/// of the architect's proposal fail (so both are dropped and listed in the architect's
+/// critiques, round by round), an agent of a role with no built-in prompts makes a debate
+/// warning, and a judge that fails marks the round it failed in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warnings_dropped_critiques_and_failures_show_where_they_happened() {
+    need_browser();
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_responder(|r| reply(&r.model, &r.prompt_text()));
+    fake.add_fault(parley_testkit::Fault::Status {
+        status: 400,
+        body: r#"{"error":{"message":"the critic's request was refused"}}"#.into(),
+        matching: parley_testkit::Match::PromptContains(
+            "Here is the proposal of agent-architect".into(),
+        ),
+        times: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = parley_tests::spec_config(Some(&fake.base_url()));
+    cfg["agents"][2]["role"] = json!("skeptic");
+    cfg["debate"]["retry"] = json!({"default": {"attempts": 1}});
+    parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
+    let port = free_port();
+    let serve = serve_with(dir.path(), port, &[]);
+    let token = generated_token(&serve);
+    let b = Browser::start().await.unwrap();
+    b.set_window(1440, 1000).await.unwrap();
+    start_from_the_form(
+        &b,
+        &format!("http://127.0.0.1:{port}/#token={token}"),
+        "Design an audit log",
+    )
+    .await;
+    b.wait_for("#solution", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let notes = b
+        .wait_until(
+            "const at = (round, agent, box) => [...document.querySelectorAll(
+                 `#rounds ul.notes[data-round=\"${round}\"][data-agent=\"${agent}\"][data-box=\"${box}\"] li`)].map((li) => [li.dataset.kind, li.textContent]);
+             const r1 = at(1, 'agent-architect', 'critiques');
+             const debate = [...document.querySelectorAll('#warnings li')].map((li) => li.textContent);
+             if (r1.length < 2 || !debate.length) return null;
+             return { r1, r2: at(2, 'agent-architect', 'critiques'), debate,
+                      others: document.querySelectorAll('#rounds ul.notes[data-agent=\"agent-security\"] li.dropped').length };",
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    let r1 = notes["r1"].as_array().unwrap();
+    assert_eq!(r1.len(), 2, "{notes}");
+    for n in r1 {
+        assert_eq!(n[0], "dropped", "{notes}");
+        assert!(
+            n[1].as_str().unwrap().contains("refused"),
+            "the provider's error is shown: {notes}"
+        );
+    }
+    assert_eq!(notes["r2"].as_array().unwrap().len(), 2, "{notes}");
+    assert_eq!(
+        notes["others"], 0,
+        "only the architect's critiques were dropped: {notes}"
+    );
+    let debate = notes["debate"].to_string();
+    assert!(debate.contains("skeptic"), "{debate}");
+    assert!(
+        !debate.contains("dropped"),
+        "dropped critiques are not repeated as debate warnings: {debate}"
+    );
+    b.execute(
+        "document.querySelector('#rounds ul.notes li.dropped').scrollIntoView({block: 'center'});",
+        vec![],
+    )
+    .await
+    .unwrap();
+    b.screenshot(&artifacts().join("serve-warnings.png"))
+        .await
+        .unwrap();
+
+    // A failure: the judge's key is refused at the synthesis; the round shows it.
+    fake.clear_faults();
+    fake.add_fault(parley_testkit::Fault::Status {
+        status: 401,
+        body: r#"{"error":{"message":"the judge's key was revoked"}}"#.into(),
+        matching: parley_testkit::Match::Model("model-judge".into()),
+        times: None,
+    });
+    b.click(
+        &b.wait_for("#new-debate", Duration::from_secs(5))
+            .await
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let field = b
+        .wait_for("#problem", Duration::from_secs(10))
+        .await
+        .unwrap();
+    b.type_text(&field, "Design a billing export")
+        .await
+        .unwrap();
+    b.click(&b.wait_for("#start", Duration::from_secs(5)).await.unwrap())
+        .await
+        .unwrap();
+    b.wait_for("#failure", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let failure = b
+        .wait_until(
+            "const li = document.querySelector('#rounds ul.notes li.failure');
+             return li ? [li.closest('ul').dataset.round, li.closest('ul').dataset.box || '', li.textContent] : null;",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert!(
+        failure[2].as_str().unwrap().contains("revoked"),
+        "{failure}"
+    );
+    assert_eq!(
+        failure[1], "round",
+        "a judge failure belongs to its round: {failure}"
+    );
+}

@@ -8,6 +8,8 @@
 //!   in [`redis_store::lifecycle`] what keeps a debate finite: task bodies by reference,
 //!   results bound to their debate, the cancel mark, the failure count, retention, status
 //!   snapshots, dead letters.
+//! - [`redis_conn`]: the Redis connection of the services: one server, or the master of a
+//!   Sentinel deployment found again after a failover (`redis+sentinel://` URLs).
 //! - [`streams`]: the JetStream streams (with their limits) and durable consumers, created
 //!   if missing.
 //! - [`settings`]: layered service settings (defaults → TOML file → `PARLEY_*` → flags),
@@ -31,6 +33,7 @@
 pub mod dispatch;
 pub mod events;
 pub mod nats;
+pub mod redis_conn;
 pub mod redis_store;
 pub mod service;
 pub mod settings;
@@ -39,6 +42,7 @@ pub mod streams;
 pub mod trace;
 
 pub use nats::NatsEndpoint;
+pub use redis_conn::RedisConnection;
 pub use redis_store::RedisStore;
 pub use service::{
     cancel_on_signal, connect_backends, exit_service, init_telemetry, serve_health, start_service,

@@ -40,9 +40,11 @@
 //! [`Task`]: parley_protocol::Task
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use crate::redis_conn::RedisConnection;
 use parley_protocol::{DebateSpec, DebateState, TaskOutcome, TaskResult};
-use redis::aio::ConnectionManager;
 use redis::Script;
 
 pub mod lifecycle;
@@ -72,6 +74,11 @@ const RUNNING: &str = "parley:running";
 /// How long one Redis command may take before it fails as timed out.
 pub const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
+/// How long a write waits for its replicas when `redis_min_replicas` is set: far below a
+/// lease's time-to-live, far above a replication round trip.
+pub const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// After a write's replicas fell short, how long writes do not wait for them.
+pub const REPLICA_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The scripts, built once (a `Script` hashes its source; calls go by `EVALSHA`).
 static CAS: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
@@ -133,8 +140,13 @@ pub struct Checkpoint {
 /// Cheap to clone: one multiplexed, auto-reconnecting connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    /// Reconnects by itself after a Redis restart.
-    conn: ConnectionManager,
+    /// Reconnects by itself after a Redis restart; through sentinels, follows the master
+    /// (see [`crate::redis_conn`]).
+    conn: RedisConnection,
+    /// Replicas a checkpoint or result write waits for (`WAIT`) before it returns; 0: none.
+    min_replicas: usize,
+    /// Until when (Unix ms) writes do not wait for replicas: a `WAIT` came back short.
+    replicas_short_until: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -144,17 +156,70 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
+    /// Connects to `url`: one server, or `redis+sentinel://` (see [`crate::redis_conn`]).
     pub async fn connect(url: &str) -> Result<Self> {
-        let client = redis::Client::open(url)?;
         // The client's default (500 ms) is too short for a checkpoint of several MiB on a
         // busy disk (`appendfsync always`): such a write would fail as "timed out".
-        let config =
-            redis::aio::ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let conn = client.get_connection_manager_with_config(config).await?;
-        Ok(Self { conn })
+        let conn = RedisConnection::connect(url, RESPONSE_TIMEOUT).await?;
+        Ok(Self {
+            conn,
+            min_replicas: 0,
+            replicas_short_until: Arc::new(AtomicU64::new(0)),
+        })
     }
 
-    fn conn(&self) -> ConnectionManager {
+    /// This store, its checkpoint and result writes waiting (`WAIT n`, at most
+    /// [`REPLICA_WAIT`]) until `n` replicas have them before they return (setting
+    /// `redis_min_replicas`): with `n ≥ 1` an acknowledged checkpoint or result survives a
+    /// failover to a replica. The cost is one replication round trip per write (well under
+    /// a millisecond on one host). While fewer than `n` replicas answer (a replica down, or
+    /// promoted by a failover and not yet replaced), a write that waited [`REPLICA_WAIT`] in
+    /// vain is logged, and the writes of the next [`REPLICA_RECHECK`] do not wait: the
+    /// writes stand on the master and the debates go on at full speed, without the
+    /// guarantee, until the replicas are back.
+    pub fn with_min_replicas(mut self, n: usize) -> Self {
+        self.min_replicas = n;
+        self
+    }
+
+    /// Waits until `min_replicas` replicas have this connection's writes (after a
+    /// checkpoint or result write of `what`). Fewer within [`REPLICA_WAIT`] is logged, not
+    /// an error: the write is on the master.
+    async fn replicate(&self, what: &str, debate_id: &str) -> Result<()> {
+        if self.min_replicas == 0 {
+            return Ok(());
+        }
+        let now_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+        };
+        if now_ms() < self.replicas_short_until.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(self.min_replicas)
+            .arg(REPLICA_WAIT.as_millis() as u64)
+            .query_async(&mut self.conn())
+            .await?;
+        if acked < self.min_replicas as i64 {
+            self.replicas_short_until.store(
+                now_ms() + REPLICA_RECHECK.as_millis() as u64,
+                Ordering::Relaxed,
+            );
+            tracing::warn!(
+                debate = %debate_id,
+                what,
+                acked,
+                wanted = self.min_replicas,
+                "a Redis write reached fewer replicas than redis_min_replicas; not waiting \
+                 for replicas for {REPLICA_RECHECK:?}"
+            );
+        }
+        Ok(())
+    }
+
+    fn conn(&self) -> RedisConnection {
         self.conn.clone()
     }
 
@@ -217,6 +282,9 @@ impl RedisStore {
             .arg(json)
             .invoke_async(&mut self.conn())
             .await?;
+        if ok == 1 {
+            self.replicate("checkpoint", &state.id).await?;
+        }
         Ok((ok == 1).then_some(next))
     }
 
@@ -230,6 +298,7 @@ impl RedisStore {
             .arg(json)
             .query_async(&mut self.conn())
             .await?;
+        self.replicate("result", &result.debate_id).await?;
         Ok(set == 1)
     }
 

@@ -14,6 +14,11 @@
 //!   ack, [`ACK_WAIT`], [`MAX_DELIVER`].
 //!
 //! A stream created by an older build gets its limits set at start-up (`update_stream`).
+//!
+//! Each stream is kept on `replicas` servers (setting `stream_replicas`: 1 on a single
+//! `nats-server`, 3 on a JetStream cluster, where a stream then survives the loss of any one
+//! node). A stream with another replica count is scaled to it at start-up; the durable
+//! consumers inherit the stream's count.
 
 use std::time::Duration;
 
@@ -58,7 +63,8 @@ pub const EVENTS_LIMITS: StreamLimits = StreamLimits {
 };
 
 impl StreamLimits {
-    fn apply(&self, c: &mut stream::Config) {
+    fn apply(&self, c: &mut stream::Config, replicas: usize) {
+        c.num_replicas = replicas;
         c.max_age = self.max_age;
         c.max_messages = self.max_messages;
         c.max_bytes = self.max_bytes;
@@ -66,8 +72,9 @@ impl StreamLimits {
         c.discard = self.discard;
     }
 
-    fn holds(&self, c: &stream::Config) -> bool {
-        c.max_age == self.max_age
+    fn holds(&self, c: &stream::Config, replicas: usize) -> bool {
+        c.num_replicas == replicas
+            && c.max_age == self.max_age
             && c.max_messages == self.max_messages
             && c.max_bytes == self.max_bytes
             && c.max_message_size == self.max_message_size
@@ -75,21 +82,23 @@ impl StreamLimits {
     }
 }
 
-/// Creates the stream if missing; sets its limits if it exists without them.
+/// Creates the stream if missing; sets its limits and replica count if it exists with
+/// others.
 async fn bounded_stream(
     js: &jetstream::Context,
     mut config: stream::Config,
     limits: StreamLimits,
+    replicas: usize,
 ) -> Result<stream::Stream, Error> {
-    limits.apply(&mut config);
+    limits.apply(&mut config, replicas);
     let stream = js.get_or_create_stream(config).await?;
     let current = &stream.cached_info().config;
-    if limits.holds(current) {
+    if limits.holds(current, replicas) {
         return Ok(stream);
     }
     let mut updated = current.clone();
-    limits.apply(&mut updated);
-    tracing::info!(stream = %updated.name, "setting the stream's limits");
+    limits.apply(&mut updated, replicas);
+    tracing::info!(stream = %updated.name, replicas, "setting the stream's limits and replicas");
     js.update_stream(updated.clone()).await?;
     Ok(js.get_stream(&updated.name).await?)
 }
@@ -116,7 +125,11 @@ where
     Err(last.unwrap_or_else(|| format!("cannot set up {what}").into()))
 }
 
-pub async fn tasks_stream(js: &jetstream::Context) -> Result<stream::Stream, Error> {
+/// Creates (or updates) `PARLEY_TASKS` with `replicas` replicas.
+pub async fn tasks_stream(
+    js: &jetstream::Context,
+    replicas: usize,
+) -> Result<stream::Stream, Error> {
     retry("the tasks stream", || async {
         bounded_stream(
             js,
@@ -128,13 +141,18 @@ pub async fn tasks_stream(js: &jetstream::Context) -> Result<stream::Stream, Err
                 ..Default::default()
             },
             TASKS_LIMITS,
+            replicas,
         )
         .await
     })
     .await
 }
 
-pub async fn events_stream(js: &jetstream::Context) -> Result<stream::Stream, Error> {
+/// Creates (or updates) `PARLEY_EVENTS` with `replicas` replicas.
+pub async fn events_stream(
+    js: &jetstream::Context,
+    replicas: usize,
+) -> Result<stream::Stream, Error> {
     retry("the events stream", || async {
         bounded_stream(
             js,
@@ -146,6 +164,7 @@ pub async fn events_stream(js: &jetstream::Context) -> Result<stream::Stream, Er
                 ..Default::default()
             },
             EVENTS_LIMITS,
+            replicas,
         )
         .await
     })

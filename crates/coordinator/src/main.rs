@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use parley_cluster::settings::{
-    at_least, parse_duration, pick, CommonArgs, Problems, DEFAULT_LEASE_TTL_MS, DEFAULT_RETENTION,
-    DEFAULT_TASK_DEADLINE_MARGIN_SECS,
+    at_least, format_duration, CommonArgs, DurationSetting, Layer, Problems, DEFAULT_LEASE_TTL_MS,
+    DEFAULT_RETENTION, DEFAULT_TASK_DEADLINE_MARGIN_SECS,
 };
 use parley_coordinator::service::{run, CoordinatorConfig, DEFAULT_MAX_PENDING_REQUESTS};
 use parley_protocol::{limits, SubmissionPolicy};
@@ -75,79 +75,102 @@ struct Args {
 /// The coordinator's settings, layered and validated (every problem at once).
 fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
     let mut problems = Problems::default();
-    let (file, common) = args.common.resolve(&mut problems);
+    let drain_default = parley_coordinator::service::DEFAULT_DRAIN.as_secs();
+    let clarification_default =
+        parley_coordinator::service::DEFAULT_CLARIFICATION_TIMEOUT.as_secs();
+    let defaults = Layer::default()
+        .with("lease_ttl_ms", Some(DEFAULT_LEASE_TTL_MS))
+        .with("retention", Some(format_duration(DEFAULT_RETENTION)))
+        .with(
+            "task_deadline_margin_secs",
+            Some(DEFAULT_TASK_DEADLINE_MARGIN_SECS),
+        )
+        .with("drain_secs", Some(drain_default))
+        .with("max_tokens", Some(u64::from(limits::DEFAULT_MAX_TOKENS)))
+        .with(
+            "max_pending_requests",
+            Some(DEFAULT_MAX_PENDING_REQUESTS as u64),
+        )
+        .with(
+            "max_followers",
+            Some(parley_cluster::events::DEFAULT_MAX_FOLLOWERS as u64),
+        )
+        .with("clarification_timeout_secs", Some(clarification_default));
+    let flags = Layer::default()
+        .with("lease_ttl_ms", args.lease_ttl_ms)
+        .with("retention", args.retention.clone())
+        .with("task_deadline_margin_secs", args.task_deadline_margin_secs)
+        .with("drain_secs", args.drain_secs)
+        .with_path("config", args.config.as_deref())
+        .with("max_tokens", args.max_tokens.map(u64::from))
+        .with("max_debate_usd", args.max_debate_usd)
+        .with("max_debate_tokens", args.max_debate_tokens)
+        .with(
+            "max_pending_requests",
+            args.max_pending_requests.map(|n| n as u64),
+        )
+        .with("max_followers", args.max_followers.map(|n| n as u64))
+        .with(
+            "clarification_timeout_secs",
+            args.clarification_timeout_secs,
+        );
+    let (s, common) = args.common.resolve_layered(&mut problems, defaults, flags);
+    // (The defaults layer sets every key read with a fallback; the fallbacks are the same.)
     let lease_ttl_ms = at_least(
         &mut problems,
         "lease_ttl_ms",
-        pick(args.lease_ttl_ms, file.lease_ttl_ms, DEFAULT_LEASE_TTL_MS),
+        s.lease_ttl_ms.unwrap_or(DEFAULT_LEASE_TTL_MS),
         500,
     );
-    let retention = match (&args.retention, &file.retention) {
-        (Some(text), _) => parse_duration(text),
-        (None, Some(setting)) => setting.parse(),
-        (None, None) => Ok(DEFAULT_RETENTION),
-    }
-    .unwrap_or_else(|e| {
-        problems.push("retention", e);
-        DEFAULT_RETENTION
-    });
+    let retention = s
+        .retention
+        .as_ref()
+        .map_or(Ok(DEFAULT_RETENTION), DurationSetting::parse)
+        .unwrap_or_else(|e| {
+            problems.push("retention", e);
+            DEFAULT_RETENTION
+        });
     let task_deadline_margin_secs = at_least(
         &mut problems,
         "task_deadline_margin_secs",
-        pick(
-            args.task_deadline_margin_secs,
-            file.task_deadline_margin_secs,
-            DEFAULT_TASK_DEADLINE_MARGIN_SECS,
-        ),
+        s.task_deadline_margin_secs
+            .unwrap_or(DEFAULT_TASK_DEADLINE_MARGIN_SECS),
         1,
     );
     let drain_secs = at_least(
         &mut problems,
         "drain_secs",
-        pick(
-            args.drain_secs,
-            file.drain_secs,
-            parley_coordinator::service::DEFAULT_DRAIN.as_secs(),
-        ),
+        s.drain_secs.unwrap_or(drain_default),
         1,
     );
     let max_tokens = at_least(
         &mut problems,
         "max_tokens",
-        pick(args.max_tokens, file.max_tokens, limits::DEFAULT_MAX_TOKENS),
+        s.max_tokens.unwrap_or(limits::DEFAULT_MAX_TOKENS),
         1,
     );
     let max_pending_requests = at_least(
         &mut problems,
         "max_pending_requests",
-        pick(
-            args.max_pending_requests,
-            file.max_pending_requests,
-            DEFAULT_MAX_PENDING_REQUESTS,
-        ),
+        s.max_pending_requests
+            .unwrap_or(DEFAULT_MAX_PENDING_REQUESTS),
         1,
     );
     let max_followers = at_least(
         &mut problems,
         "max_followers",
-        pick(
-            args.max_followers,
-            file.max_followers,
-            parley_cluster::events::DEFAULT_MAX_FOLLOWERS,
-        ),
+        s.max_followers
+            .unwrap_or(parley_cluster::events::DEFAULT_MAX_FOLLOWERS),
         1,
     );
     let clarification_timeout_secs = at_least(
         &mut problems,
         "clarification_timeout_secs",
-        pick(
-            args.clarification_timeout_secs,
-            file.clarification_timeout_secs,
-            parley_coordinator::service::DEFAULT_CLARIFICATION_TIMEOUT.as_secs(),
-        ),
+        s.clarification_timeout_secs
+            .unwrap_or(clarification_default),
         1,
     );
-    let providers = match args.config.clone().or(file.config.clone()) {
+    let providers = match s.config.clone() {
         Some(path) => operator_providers(&path).unwrap_or_else(|e| {
             problems.push("config", e);
             Default::default()
@@ -155,8 +178,8 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         None => Default::default(),
     };
     let max_debate = parley_protocol::Budget {
-        usd: args.max_debate_usd.or(file.max_debate_usd),
-        tokens: args.max_debate_tokens.or(file.max_debate_tokens),
+        usd: s.max_debate_usd,
+        tokens: s.max_debate_tokens,
     };
     if max_debate.usd.is_some() || max_debate.tokens.is_some() {
         for p in max_debate.problems("max_debate") {
@@ -171,6 +194,8 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         Duration::from_millis(lease_ttl_ms),
     );
     config.nats_creds = common.nats_creds;
+    config.stream_replicas = common.stream_replicas;
+    config.redis_min_replicas = common.redis_min_replicas;
     config.nats_inbox_prefix = common.nats_inbox_prefix;
     config.metrics_addr = common.metrics_addr;
     config.retention = (!retention.is_zero()).then_some(retention);

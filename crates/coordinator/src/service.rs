@@ -10,6 +10,8 @@
 //!   lease) but has nothing in flight; it survives crashes and takeovers like any other.
 //!   With [`CoordinatorConfig::clarification_timeout`] its actor answers every open
 //!   question `"NA"` once the debate has waited that long (counted from the checkpoint).
+//! - `parley.debates.feedback` (`FeedbackRequest`): the user's thumbs up/down on a
+//!   completed debate, written into its checkpoint (`userFeedback`) by compare-and-set.
 //! - `parley.debates.follow` / `parley.debates.list`: a consumer of one debate's events (at
 //!   most [`CoordinatorConfig::max_followers`] at once), or of every debate's last event,
 //!   created for the requester, who only pulls from it (`parley_cluster::events`).
@@ -68,9 +70,9 @@ use chrono::Utc;
 use futures::StreamExt;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::{
-    decode_answer_request, decode_debate_ref, decode_submission, is_valid_debate_id, new_debate_id,
-    preview, split_pages, Answer, DebateStatus, ResultNotice, StatusPage, StatusRequest,
-    StatusSummary, StatusView, SubmissionPolicy, TaskRef,
+    decode_answer_request, decode_debate_ref, decode_feedback_request, decode_submission,
+    is_valid_debate_id, new_debate_id, preview, split_pages, Answer, DebateStatus, ResultNotice,
+    StatusPage, StatusRequest, StatusSummary, StatusView, SubmissionPolicy, TaskRef,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef, RactorErr};
@@ -104,6 +106,10 @@ pub struct CoordinatorConfig {
     /// Inbox prefix of the NATS replies; `None`: `_INBOX_coordinator`.
     pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
+    /// Replicas of the JetStream streams (setting `stream_replicas`).
+    pub stream_replicas: usize,
+    /// Redis replicas each checkpoint write waits for (setting `redis_min_replicas`).
+    pub redis_min_replicas: usize,
     /// Lease time-to-live: how long a crashed replica's debates wait before a takeover.
     pub lease_ttl: Duration,
     /// How often a debate actor renews its lease and polls Redis for results (≤ TTL/3).
@@ -142,6 +148,8 @@ impl CoordinatorConfig {
             nats_creds: None,
             nats_inbox_prefix: None,
             redis_url,
+            stream_replicas: parley_cluster::settings::DEFAULT_STREAM_REPLICAS,
+            redis_min_replicas: 0,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
             scan_every: Duration::from_secs(2),
@@ -247,6 +255,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         subjects::RETRY,
         subjects::CANCEL,
         subjects::ANSWER,
+        subjects::FEEDBACK,
         subjects::FOLLOW,
         subjects::LIST,
     ] {
@@ -313,11 +322,12 @@ async fn connect(
     );
     let (nats, store) =
         start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown).await?;
+    let store = store.with_min_replicas(config.redis_min_replicas);
     let js = jetstream::new(nats.clone());
-    parley_cluster::streams::tasks_stream(&js)
+    parley_cluster::streams::tasks_stream(&js, config.stream_replicas)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the tasks stream: {e}"))?;
-    parley_cluster::streams::events_stream(&js)
+    parley_cluster::streams::events_stream(&js, config.stream_replicas)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
     Ok((nats, store, js))
@@ -424,6 +434,9 @@ async fn within_deadline<T>(
         })
 }
 
+/// Compare-and-set attempts of a feedback write.
+const FEEDBACK_ATTEMPTS: u32 = 5;
+
 /// The metric label of a request subject.
 fn subject_label(subject: &str) -> &'static str {
     match subject {
@@ -432,6 +445,7 @@ fn subject_label(subject: &str) -> &'static str {
         subjects::RETRY => "retry",
         subjects::CANCEL => "cancel",
         subjects::ANSWER => "answer",
+        subjects::FEEDBACK => "feedback",
         subjects::FOLLOW => "follow",
         subjects::LIST => "list",
         _ => "control",
@@ -468,6 +482,7 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
                 subjects::RETRY => Some(svc.user_command(&msg.payload, Command::Retry).await),
                 subjects::CANCEL => Some(svc.user_command(&msg.payload, Command::Cancel).await),
                 subjects::ANSWER => Some(svc.answer(&msg.payload).await),
+                subjects::FEEDBACK => Some(within_deadline(svc.feedback(&msg.payload)).await),
                 subjects::FOLLOW => Some(within_deadline(svc.follow(&msg.payload)).await),
                 subjects::LIST => Some(within_deadline(svc.follow_all()).await),
                 s => svc.control(s, &msg.payload).await,
@@ -1047,6 +1062,42 @@ impl Service {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Err(last)
+    }
+
+    /// `parley.debates.feedback`: the user's verdict on a completed debate, written into its
+    /// checkpoint (`userFeedback`) by compare-and-set, so a write of the debate's actor in
+    /// between is never lost (the verdict is applied again to the newer checkpoint).
+    async fn feedback(&self, payload: &[u8]) -> Reply {
+        let req = decode_feedback_request(payload).map_err(ErrorReply::from)?;
+        let id = req.debate_id.as_str();
+        for _ in 0..FEEDBACK_ATTEMPTS {
+            let cp = self.store.state(id).await.map_err(unavailable)?;
+            let cp = cp.ok_or_else(|| self.not_found(id))?;
+            if cp.state.status != DebateStatus::Completed {
+                return Err(err(
+                    ErrorCode::Conflict,
+                    format!(
+                        "debate {id} is {}; feedback is for a completed debate",
+                        cp.state.status.as_str()
+                    ),
+                ));
+            }
+            let mut state = cp.state;
+            state.user_feedback = Some(req.feedback);
+            if self
+                .store
+                .save_state(&state, cp.version)
+                .await
+                .map_err(unavailable)?
+                .is_some()
+            {
+                return Ok(json!({ "debateId": id, "userFeedback": req.feedback }));
+            }
+        }
+        Err(err(
+            ErrorCode::Unavailable,
+            format!("debate {id} was being written; try again"),
+        ))
     }
 
     /// Hands a user command to the replica that owns the debate.

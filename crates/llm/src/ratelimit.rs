@@ -363,23 +363,25 @@ if tonumber(ARGV[3]) >= 0 then push(KEYS[2], now + tonumber(ARGV[1]) + tonumber(
 return 0
 "#;
 
-/// The cluster-wide limiter: GCRA in Redis, Redis server time.
+/// The cluster-wide limiter: GCRA in Redis, Redis server time. `C` is the connection: a
+/// `ConnectionManager`, or any other cheap-to-clone connection that reconnects (the
+/// services' follows a Sentinel failover).
 #[derive(Clone)]
-pub struct RedisLimiter {
-    conn: redis::aio::ConnectionManager,
+pub struct RedisLimiter<C = redis::aio::ConnectionManager> {
+    conn: C,
     acquire: redis::Script,
     adjust: redis::Script,
     pause: redis::Script,
 }
 
-impl std::fmt::Debug for RedisLimiter {
+impl<C> std::fmt::Debug for RedisLimiter<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("RedisLimiter")
     }
 }
 
-impl RedisLimiter {
-    pub fn new(conn: redis::aio::ConnectionManager) -> Self {
+impl<C> RedisLimiter<C> {
+    pub fn new(conn: C) -> Self {
         Self {
             conn,
             acquire: redis::Script::new(ACQUIRE_LUA),
@@ -398,7 +400,10 @@ impl RedisLimiter {
 }
 
 #[async_trait]
-impl Limiter for RedisLimiter {
+impl<C> Limiter for RedisLimiter<C>
+where
+    C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
     async fn acquire(
         &self,
         key: &str,

@@ -12,6 +12,9 @@ pub const EVALS_SUBMIT: &str = "parley.evals.submit";
 pub const JUDGE_WORKERS_QUEUE: &str = "parley-judge-workers";
 /// Answers to a debate's clarification questions (`parley_protocol::AnswerRequest`).
 pub const ANSWER: &str = "parley.debates.answer";
+/// The user's thumbs up/down on a completed debate (`parley_protocol::FeedbackRequest`),
+/// stored as its state's `userFeedback`.
+pub const FEEDBACK: &str = "parley.debates.feedback";
 /// A consumer of one debate's events, created by a coordinator for the requester
 /// (`parley_cluster::events`): clients never create consumers themselves.
 pub const FOLLOW: &str = "parley.debates.follow";

@@ -306,10 +306,82 @@ pub fn decode_answer_request(payload: &[u8]) -> Result<AnswerRequest, Rejection>
     Ok(r)
 }
 
+/// `parley.debates.feedback`: the user's verdict on a completed debate, stored as its
+/// state's `userFeedback` (1 thumbs up, -1 thumbs down).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FeedbackRequest {
+    pub debate_id: String,
+    pub feedback: i8,
+}
+
+/// Decodes and checks a feedback request (`parley.debates.feedback`): size, JSON, shape
+/// (unknown fields refused), the id and the verdict (1 or -1). Never panics.
+pub fn decode_feedback_request(payload: &[u8]) -> Result<FeedbackRequest, Rejection> {
+    if payload.len() > limits::MAX_REQUEST_BYTES {
+        return Err(Rejection::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "request is {} bytes, the limit is {}",
+                payload.len(),
+                limits::MAX_REQUEST_BYTES
+            ),
+        ));
+    }
+    let v: Value = serde_json::from_slice(payload)
+        .map_err(|e| Rejection::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
+    let r: FeedbackRequest = serde_json::from_value(v).map_err(|e| {
+        Rejection::new(
+            ErrorCode::InvalidRequest,
+            format!("expected {{\"debateId\": ..., \"feedback\": 1 or -1}}: {e}"),
+        )
+    })?;
+    let mut c = crate::spec::Check::default();
+    if !is_valid_debate_id(&r.debate_id) {
+        c.push("debateId", "not a debate id (deb-YYYYMMDD-HHMMSS-xxxxxx)");
+    }
+    if !matches!(r.feedback, 1 | -1) {
+        c.push(
+            "feedback",
+            format!(
+                "{} is not a verdict (1 thumbs up, -1 thumbs down)",
+                r.feedback
+            ),
+        );
+    }
+    c.into_result()?;
+    Ok(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn feedback_requests_are_checked() {
+        let id = "deb-20200101-000000-aaaaaa";
+        let r = decode_feedback_request(
+            json!({"debateId": id, "feedback": -1})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(r.feedback, -1);
+        let e = decode_feedback_request(
+            json!({"debateId": "x", "feedback": 3})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap_err();
+        let text = ErrorReply::from(e).error.message;
+        assert!(
+            text.contains("debateId") && text.contains("feedback"),
+            "{text}"
+        );
+        assert!(decode_feedback_request(b"{\"debateId\": 1}").is_err());
+        assert!(decode_feedback_request(&[b' '; 5000]).is_err());
+    }
 
     #[test]
     fn answer_requests_are_bounded_and_name_the_field() {

@@ -25,22 +25,31 @@ const PORT_ATTEMPTS: usize = 3;
 enum Kind {
     Nats,
     Redis,
+    /// `redis-server <config> --sentinel`.
+    Sentinel,
 }
 
 impl Kind {
     fn program(self) -> &'static str {
         match self {
             Kind::Nats => "nats-server",
-            Kind::Redis => "redis-server",
+            Kind::Redis | Kind::Sentinel => "redis-server",
         }
     }
 
     fn args(self, port: u16, data_dir: &Path, config: Option<&Path>) -> Vec<std::ffi::OsString> {
         let port = port.to_string();
         let mut v: Vec<std::ffi::OsString> = Vec::new();
-        if let (Kind::Nats, Some(c)) = (self, config) {
-            v.push("-c".into());
-            v.push(c.into());
+        match (self, config) {
+            (Kind::Nats, Some(c)) => {
+                v.push("-c".into());
+                v.push(c.into());
+            }
+            (Kind::Sentinel, Some(c)) => {
+                v.push(c.into());
+                v.push("--sentinel".into());
+            }
+            _ => {}
         }
         v.extend::<Vec<std::ffi::OsString>>(match self {
             Kind::Nats => vec![
@@ -66,6 +75,14 @@ impl Kind {
                 "--appendfsync".into(),
                 "always".into(),
             ],
+            Kind::Sentinel => vec![
+                "--port".into(),
+                port.into(),
+                "--bind".into(),
+                "127.0.0.1".into(),
+                "--dir".into(),
+                data_dir.into(),
+            ],
         });
         v
     }
@@ -80,7 +97,7 @@ impl Kind {
         let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
         let expect: &[u8] = match self {
             Kind::Nats => b"INFO",
-            Kind::Redis => {
+            Kind::Redis | Kind::Sentinel => {
                 if s.write_all(b"*1\r\n$4\r\nPING\r\n").is_err() {
                     return false;
                 }
@@ -120,10 +137,20 @@ struct ServerProcess {
     /// A configuration file (`-c`) and the environment it expands (`$NAME`); kept for
     /// restarts.
     config: Option<(PathBuf, Vec<(String, String)>)>,
+    /// More arguments after the usual ones (e.g. `--replicaof`); kept for restarts.
+    extra_args: Vec<String>,
 }
 
 impl ServerProcess {
     fn start(kind: Kind, config: Option<(PathBuf, Vec<(String, String)>)>) -> anyhow::Result<Self> {
+        Self::start_with_args(kind, config, Vec::new())
+    }
+
+    fn start_with_args(
+        kind: Kind,
+        config: Option<(PathBuf, Vec<(String, String)>)>,
+        extra_args: Vec<String>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("parley-{}-", kind.program()))
             .tempdir()
@@ -145,6 +172,7 @@ impl ServerProcess {
             log_path,
             dir,
             config,
+            extra_args,
         };
         let mut attempt = 0;
         loop {
@@ -173,6 +201,7 @@ impl ServerProcess {
         let env = self.config.iter().flat_map(|(_, env)| env.iter().cloned());
         let spawned = Command::new(program)
             .args(self.kind.args(self.port, &self.data_dir, config))
+            .args(&self.extra_args)
             .envs(env)
             .stdin(Stdio::null())
             .stdout(out)
@@ -359,6 +388,107 @@ impl NatsServer {
     }
 }
 
+/// Several `nats-server -js` processes on loopback, clustered by routes into one
+/// JetStream cluster (named `parley`): node `i` is named `n<i>` (its JetStream
+/// `server_name`), has its own client port, cluster port and store directory, and routes to
+/// every other node. Once a majority of the nodes runs, JetStream elects its meta leader
+/// and streams may have up to `size` replicas. SIGKILLed on drop.
+#[derive(Debug)]
+pub struct NatsCluster {
+    nodes: Vec<NatsServer>,
+    names: Vec<String>,
+    /// The nodes' configuration files (read again by a restart); dropped after the nodes.
+    _config_dir: tempfile::TempDir,
+}
+
+impl NatsCluster {
+    /// Starts `size` nodes (each waits until it sends its `INFO` line). JetStream answers
+    /// only once the nodes have found each other and elected a meta leader: poll for it
+    /// (`$JS.API.INFO`) before creating streams.
+    pub fn start(size: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(size >= 1, "a NATS cluster needs at least one node");
+        let dir = tempfile::Builder::new()
+            .prefix("parley-nats-cluster-")
+            .tempdir()
+            .context("while creating a directory for the nats-server configurations")?;
+        let cluster_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let mut nodes = Vec::with_capacity(size);
+        let mut names = Vec::with_capacity(size);
+        for (i, port) in cluster_ports.iter().enumerate() {
+            let name = format!("n{i}");
+            let routes: Vec<String> = cluster_ports
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, p)| format!("nats-route://127.0.0.1:{p}"))
+                .collect();
+            let conf = dir.path().join(format!("{name}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "server_name: {name}\n\
+                     cluster {{\n  name: parley\n  listen: 127.0.0.1:{port}\n  routes: [{}]\n}}\n",
+                    routes.join(", ")
+                ),
+            )
+            .with_context(|| format!("while writing {}", conf.display()))?;
+            let node = NatsServer::start_with_config(&conf, &[])
+                .with_context(|| format!("while starting cluster node {name}"))?;
+            nodes.push(node);
+            names.push(name);
+        }
+        Ok(NatsCluster {
+            nodes,
+            names,
+            _config_dir: dir,
+        })
+    }
+
+    /// The client URLs of every node, comma-separated (`nats://127.0.0.1:P1,...`).
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(NatsServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Node `i`.
+    pub fn node(&self, i: usize) -> &NatsServer {
+        &self.nodes[i]
+    }
+
+    /// The JetStream server name of node `i` (`n<i>`).
+    pub fn name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    /// The index of the node whose server name is `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    /// SIGKILLs node `i` (a crash); its store stays for [`NatsCluster::restart`].
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].kill();
+    }
+
+    /// Starts node `i` again on its ports with its store; it rejoins the cluster.
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.nodes[i].restart()
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the cluster has no node (never: `start` needs one).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
 /// A `redis-server` on an ephemeral loopback port with append-only persistence
 /// (`appendfsync always`), so data written before a kill is there after a restart.
 /// SIGKILLed on drop; the directory is removed.
@@ -373,6 +503,24 @@ impl RedisServer {
         Ok(RedisServer {
             inner: ServerProcess::start(Kind::Redis, None)?,
         })
+    }
+
+    /// Like [`RedisServer::start`], with more `redis-server` arguments (each option and its
+    /// values as separate items, e.g. `["--replicaof", "127.0.0.1", "6379"]`); kept across
+    /// restarts.
+    pub fn start_with_args(args: &[&str]) -> anyhow::Result<Self> {
+        Ok(RedisServer {
+            inner: ServerProcess::start_with_args(
+                Kind::Redis,
+                None,
+                args.iter().map(|a| a.to_string()).collect(),
+            )?,
+        })
+    }
+
+    /// A replica of `master` (`--replicaof 127.0.0.1 <port>`).
+    pub fn start_replica_of(master: &RedisServer) -> anyhow::Result<Self> {
+        Self::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()])
     }
 
     /// The process id of the running server (for SIGSTOP / SIGCONT in tests).
@@ -409,5 +557,62 @@ impl RedisServer {
     /// The server's log (stdout and stderr of every run).
     pub fn log_path(&self) -> &Path {
         &self.inner.log_path
+    }
+}
+
+/// A Redis Sentinel (`redis-server <conf> --sentinel`) on an ephemeral loopback port,
+/// monitoring one master. SIGKILLed on drop.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    inner: ServerProcess,
+    /// Holds the configuration file (Sentinel rewrites it); dropped after `inner`.
+    _config_dir: tempfile::TempDir,
+}
+
+impl RedisSentinel {
+    /// Starts a sentinel watching the master `master_name` at 127.0.0.1:`master_port` with
+    /// `quorum`; the master is considered down after `down_after` without an answer, and a
+    /// failover may take up to 10 s. Waits until it answers `PING`.
+    pub fn start(
+        master_name: &str,
+        master_port: u16,
+        quorum: u32,
+        down_after: Duration,
+    ) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("parley-sentinel-conf-")
+            .tempdir()
+            .context("while creating a directory for the sentinel configuration")?;
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}\n\
+                 sentinel down-after-milliseconds {master_name} {}\n\
+                 sentinel failover-timeout {master_name} 10000\n\
+                 sentinel parallel-syncs {master_name} 1\n",
+                down_after.as_millis()
+            ),
+        )
+        .with_context(|| format!("while writing {}", conf.display()))?;
+        Ok(RedisSentinel {
+            inner: ServerProcess::start(Kind::Sentinel, Some((conf, Vec::new())))?,
+            _config_dir: dir,
+        })
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.inner.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.inner.port)
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        self.inner.kill();
     }
 }

@@ -370,6 +370,41 @@
     return renderMarkdown(src, el('div', { class: cls }));
   }
 
+  /** Puts `text` on the clipboard: the Clipboard API (this page is served from localhost or
+   *  behind TLS, where it exists), else a selected hidden text area and the copy command. */
+  async function copyText(text) {
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      await navigator.clipboard.writeText(text);
+      return;
+    }
+    const ta = el('textarea', { readonly: true, class: 'offscreen' });
+    ta.value = text;
+    document.body.append(ta);
+    ta.select();
+    const ok = document.execCommand('copy');
+    ta.remove();
+    if (!ok) throw new Error('the browser refused to copy');
+  }
+
+  /** A button that copies `text` (the raw Markdown) and says so. */
+  function copyButton(text, what) {
+    const b = el('button', { type: 'button', class: 'copy', title: `Copy ${what}`, 'aria-label': `Copy ${what}`, text: 'Copy' });
+    b.addEventListener('click', async (ev) => {
+      ev.preventDefault();
+      ev.stopPropagation();
+      try {
+        await copyText(String(text));
+        b.textContent = 'Copied';
+        b.classList.add('done');
+      } catch (e) {
+        b.textContent = 'Copy failed';
+        b.title = e && e.message ? e.message : 'copy failed';
+      }
+      setTimeout(() => { b.textContent = 'Copy'; b.classList.remove('done'); }, 1500);
+    });
+    return b;
+  }
+
   // ---------------------------------------------------------------- formatting
   const fmtInt = (n) => (Number(n) || 0).toLocaleString('en-US');
   // Dollars: four decimals under a dollar (a call often costs a fraction of a cent).
@@ -556,53 +591,145 @@
   }
 
   // ---------------------------------------------------------------- form
+  /** The agent editor: one row per agent (name, role, model, provider, temperature), 1 to
+   *  the server's limit. The server checks everything again (as it checks any submission)
+   *  and its error names the field (`agents[1].model`), which is marked here. */
+  function agentEditor(d) {
+    const max = Math.max(1, Number(d.maxAgents) || 1);
+    const providers = d.providers || [];
+    const rows = [];
+    const list = el('div', { class: 'agents', id: 'agents' });
+    const add = el('button', { type: 'button', class: 'btn', id: 'add-agent' }, 'Add agent');
+    const count = el('span', { class: 'muted small', id: 'agent-count' });
+    let serial = 0;
+    const allowedFor = (provider) => {
+      const p = providers.find((x) => x.name === provider);
+      return p && Array.isArray(p.allowedModels) ? p.allowedModels : null;
+    };
+    function modelControl(row, value) {
+      const allowed = allowedFor(row.provider.value);
+      let control;
+      if (allowed) {
+        control = el('select', { class: 'agent-model', 'aria-label': 'Model' },
+          allowed.map((m) => el('option', { value: m, selected: m === value, text: m })));
+        if (!allowed.includes(value)) control.value = allowed[0] || '';
+      } else {
+        const listId = `models-${row.n}`;
+        control = el('input', { class: 'agent-model', 'aria-label': 'Model', list: listId, value: value || '', maxlength: 256, required: true });
+        control.append(el('datalist', { id: listId }, (d.models || []).map((m) => el('option', { value: m }))));
+      }
+      if (row.model) row.model.replaceWith(control);
+      row.model = control;
+      return control;
+    }
+    function sync() {
+      rows.forEach((r, i) => {
+        r.el.dataset.index = String(i);
+        r.remove.disabled = rows.length <= 1;
+      });
+      add.disabled = rows.length >= max;
+      count.textContent = `${rows.length} of at most ${max}`;
+    }
+    function addRow(a) {
+      if (rows.length >= max) return;
+      const row = { n: serial++ };
+      row.name = el('input', { class: 'agent-name', 'aria-label': 'Name', value: a.name || '', maxlength: 256, required: true });
+      row.role = el('select', { class: 'agent-role', 'aria-label': 'Role' },
+        d.roles.map((r) => el('option', { value: r, selected: r === a.role, text: r })));
+      row.provider = el('select', { class: 'agent-provider', 'aria-label': 'Provider' },
+        el('option', { value: '', text: 'default provider' }),
+        providers.map((p) => el('option', { value: p.name, selected: p.name === a.provider, text: p.name })));
+      row.temperature = el('input', { class: 'agent-temperature', 'aria-label': 'Temperature', type: 'number', min: 0, max: 2, step: 0.1,
+        value: a.temperature === undefined || a.temperature === null ? 0.5 : a.temperature, required: true });
+      modelControl(row, a.model || (d.models || [])[0] || '');
+      row.provider.addEventListener('change', () => modelControl(row, row.model.value));
+      row.remove = el('button', { type: 'button', class: 'btn remove-agent', title: 'Remove this agent', 'aria-label': 'Remove this agent' }, '✕');
+      row.remove.addEventListener('click', () => {
+        if (rows.length <= 1) return;
+        rows.splice(rows.indexOf(row), 1);
+        row.el.remove();
+        sync();
+      });
+      row.el = el('div', { class: 'agent-row' },
+        el('label', null, el('span', { class: 'small muted', text: 'Name' }), row.name),
+        el('label', null, el('span', { class: 'small muted', text: 'Role' }), row.role),
+        el('label', null, el('span', { class: 'small muted', text: 'Model' }), row.model),
+        el('label', null, el('span', { class: 'small muted', text: 'Provider' }), row.provider),
+        el('label', null, el('span', { class: 'small muted', text: 'Temperature' }), row.temperature),
+        row.remove);
+      rows.push(row);
+      list.append(row.el);
+      sync();
+    }
+    add.addEventListener('click', () => {
+      const last = rows[rows.length - 1];
+      const role = last ? last.role.value : (d.roles[0] || '');
+      addRow({ name: `Agent ${rows.length + 1}`, role, model: last ? last.model.value : '',
+        provider: last ? last.provider.value : '', temperature: last ? Number(last.temperature.value) : 0.5 });
+    });
+    const initial = d.agents.length ? d.agents : [{ name: 'Agent 1', role: d.roles[0] }];
+    for (const a of initial.slice(0, max)) addRow(a);
+    return {
+      node: el('div', null, list, el('div', { class: 'actions' }, add, count)),
+      values: () => rows.map((r) => {
+        const a = { name: r.name.value, role: r.role.value, model: r.model.value, temperature: Number(r.temperature.value) };
+        if (r.provider.value) a.provider = r.provider.value;
+        return a;
+      }),
+      /** Marks the inputs an error message names (`agents[2].temperature`). */
+      mark: (message) => {
+        for (const r of rows) for (const k of ['name', 'role', 'model', 'provider', 'temperature']) r[k].classList.remove('invalid');
+        const re = /agents\[(\d+)\]\.(name|role|model|provider|temperature)/g;
+        let m;
+        while ((m = re.exec(String(message))) !== null) {
+          const r = rows[Number(m[1])];
+          if (r) r[m[2]].classList.add('invalid');
+        }
+      },
+    };
+  }
+
   function showForm(error) {
     const cfg = app.config;
     const view = clear($('view'));
     if (!cfg) return;
     const d = cfg.defaults;
-    const chosen = new Set(d.agents.map((a) => a.role));
     const problem = el('textarea', { id: 'problem', name: 'problem', required: true, maxlength: 100000,
       placeholder: 'Describe the design problem: what it must do, its constraints, scale and risks…' });
-    const chips = el('div', { class: 'chips', id: 'roles' }, d.roles.map((r) => el('label', { class: 'chip' },
-      el('input', { type: 'checkbox', name: 'role', value: r, checked: chosen.has(r) }),
-      el('span', { text: r }))));
+    const editor = agentEditor(d);
     const rounds = el('input', { type: 'number', id: 'rounds', name: 'rounds', min: 1, max: d.maxRounds, value: d.rounds, required: true });
     const clarify = el('input', { type: 'checkbox', id: 'clarify', name: 'clarify', checked: !!d.clarify });
     const errorBox = el('p', { class: 'error', id: 'form-error', hidden: !error, text: error || '' });
     const submit = el('button', { type: 'submit', class: 'btn primary', id: 'start' }, 'Start debate');
-    const form = el('form', { id: 'debate-form', autocomplete: 'off' },
+    const form = el('form', { id: 'debate-form', autocomplete: 'off', novalidate: true },
       el('label', { for: 'problem' }, 'Problem'), problem,
-      el('label', null, 'Agents by role'), chips,
+      el('label', null, 'Agents'), editor.node,
       el('div', { class: 'row' },
         el('div', null, el('label', { for: 'rounds' }, 'Rounds'), rounds),
         el('div', null, el('label', null, 'Judge'), el('div', { class: 'muted', text: `${d.judge.name} · ${d.judge.model}` }))),
       el('label', { class: 'chip', for: 'clarify' }, clarify,
         el('span', { text: 'Agents ask clarifying questions first (you answer them here)' })),
-      el('div', { class: 'actions' }, submit, el('span', { class: 'muted small', text: `Runs ${cfg.backend === 'cluster' ? 'on the cluster' : 'in the server process'}; settings come from the server's config.` })),
+      el('div', { class: 'actions' }, submit, el('span', { class: 'muted small', text: `Runs ${cfg.backend === 'cluster' ? 'on the cluster' : 'in the server process'}; prompts and the judge come from the server's config.` })),
       errorBox);
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
-      const roles = [...form.querySelectorAll('input[name=role]:checked')].map((i) => i.value);
-      if (!roles.length) { errorBox.hidden = false; errorBox.textContent = 'Choose at least one role.'; return; }
       submit.disabled = true;
+      editor.mark('');
       try {
-        const r = await api('POST', '/debates', { problem: problem.value, roles, rounds: Number(rounds.value), clarify: clarify.checked });
+        const r = await api('POST', '/debates', { problem: problem.value, agents: editor.values(), rounds: Number(rounds.value), clarify: clarify.checked });
         await refreshList();
         navigate(`/?d=${encodeURIComponent(r.debateId)}`);
       } catch (e) {
         errorBox.hidden = false;
         errorBox.textContent = e.message;
+        editor.mark(e.message);
         submit.disabled = false;
       }
     });
-    const roster = el('div', { class: 'roster' }, d.agents.map((a) => el('div', null,
-      el('b', { text: a.name }), el('span', { class: 'muted', text: `${a.role} · ${a.model}` }))));
     view.append(el('div', { class: 'card form-card' },
       el('h2', null, 'Start a debate'),
       el('p', { class: 'muted', text: 'Agents propose solutions, critique each other and refine over the rounds; the judge writes the final solution.' }),
-      form,
-      el('label', null, 'Configured agents'), roster));
+      form));
     problem.focus();
   }
 
@@ -848,7 +975,7 @@
         this.renderActions();
       }
       if (want('clarify')) this.renderBlock('clarify', () => JSON.stringify([this.state && this.state.clarifications, this.status()]), () => this.renderClarify());
-      if (want('solution')) this.renderBlock('solution', () => JSON.stringify(this.state && this.state.finalSolution), () => this.renderSolution());
+      if (want('solution')) this.renderBlock('solution', () => JSON.stringify([this.state && this.state.finalSolution, this.state && this.state.userFeedback, this.status(), this.feedbackError || '']), () => this.renderSolution());
       if (want('flow')) this.renderBlock('flow', () => `${this.lastSeq}:${this.running() ? Date.now() : ''}`, () => this.renderFlow());
       if (want('rounds')) this.renderBlock('rounds', () => this.roundsSig(), () => this.renderRounds());
     }
@@ -865,7 +992,7 @@
     headSig() {
       const st = this.state;
       const ev = this.latest;
-      return JSON.stringify([this.status(), this.interrupted(), st && st.updatedAt, st && st.error, ev && ev.seq]);
+      return JSON.stringify([this.status(), this.interrupted(), st && st.updatedAt, st && st.error, ev && ev.seq, st && st.engine && st.engine.warnings]);
     }
 
     tokens() {
@@ -943,6 +1070,7 @@
         st && st.error && status === 'failed'
           ? el('p', { class: 'error failure', id: 'failure', text: `Failed at ${st.error.node} (round ${st.error.round}): ${st.error.message}\nRetry continues from that step; completed calls are not repeated.` })
           : null,
+        this.noteList(this.notes().debate, { id: 'warnings' }),
         this.actionsEl);
       return card;
     }
@@ -1032,12 +1160,19 @@
         ? el('section', { class: cls }, el('h3', null, name), el('ul', null, items.map((x) => { const li = el('li'); inline(String(x), li); return li; })))
         : null);
       const meta = this.state.synthesisMetadata;
+      const solutionText = [s.description,
+        ...[['Unmet major requirements', s.unfulfilledMajorRequirements], ['Tradeoffs', s.tradeoffs],
+          ['Recommendations', s.recommendations], ['Open questions', s.openQuestions]]
+          .filter(([, xs]) => xs && xs.length)
+          .map(([name, xs]) => `## ${name}\n\n${xs.map((x) => `- ${x}`).join('\n')}`)].join('\n\n');
       return el('div', { class: 'card solution', id: 'solution' },
         el('div', { class: 'solution-head' },
           el('div', null, el('h2', null, 'Final solution'),
             el('div', { class: 'muted small', text: `Synthesized by ${this.agentName(s.synthesizedBy)}${meta ? ` · ${fmtInt(meta.tokensUsed)} tokens · ${fmtMs(meta.latencyMs)} · ${meta.model}` : ''}` })),
           el('div', { class: 'confidence' }, el('div', { class: 'num', text: `${Math.round(c)}` }),
             el('div', { class: 'muted small', text: 'confidence / 100' }), el('div', { class: 'meter' }, meter))),
+        el('div', { class: 'solution-tools' }, (() => { const b = copyButton(solutionText, 'the solution'); b.id = 'copy-solution'; return b; })(),
+          this.renderFeedback()),
         markdown(s.description),
         el('div', { class: 'lists' },
           section('unmet', 'Unmet major requirements', s.unfulfilledMajorRequirements),
@@ -1055,6 +1190,28 @@
       const lines = (v.votes || []).map((b) => `${b.agentId} → ${b.vote || '(none)'}${b.valid ? '' : ` (invalid: ${b.invalidReason || '?'})`}: ${b.reason || ''}`);
       if (v.tallied) lines.push(v.winner ? `Winner: ${v.winner}` : `Tie between ${(v.leaders || []).join(', ')} (the judge chose)`);
       return lines;
+    }
+
+    /** Thumbs up/down on a completed debate, stored as its `userFeedback`. */
+    renderFeedback() {
+      if (this.status() !== 'completed') return null;
+      const current = Number(this.state && this.state.userFeedback) || 0;
+      const send = async (verdict) => {
+        this.feedbackError = null;
+        try {
+          const r = await api('POST', `/debates/${encodeURIComponent(this.id)}/feedback`, { feedback: verdict });
+          if (this.state) this.state.userFeedback = r && r.userFeedback !== undefined ? r.userFeedback : verdict;
+        } catch (e) {
+          this.feedbackError = e.message;
+        }
+        this.render(['solution']);
+      };
+      const button = (verdict, id, label, glyph) => el('button', { type: 'button', id, class: `btn thumb${current === verdict ? ' chosen' : ''}`,
+        'aria-pressed': current === verdict ? 'true' : 'false', title: label, 'aria-label': label, onclick: () => send(verdict) }, glyph);
+      return el('div', { class: 'feedback', id: 'feedback' },
+        el('span', { class: 'muted small', text: current ? 'Your verdict:' : 'Was this useful?' }),
+        button(1, 'feedback-up', 'Thumbs up', '▲ Useful'), button(-1, 'feedback-down', 'Thumbs down', '▼ Not useful'),
+        this.feedbackError ? el('span', { class: 'error small', id: 'feedback-error', text: this.feedbackError }) : null);
     }
 
     renderFlow() {
@@ -1111,14 +1268,15 @@
     roundsSig() {
       const st = this.state;
       const running = [...this.tasks.entries()].filter(([, t]) => t.state === 'running' || t.state === 'retrying').map(([k]) => k);
-      return JSON.stringify([st && st.rounds.map((r) => [r.roundNumber, r.contributions.length, r.evaluation ? r.evaluation.confidence : null]),
-        running, this.agentIds(), this.status()]);
+      return JSON.stringify([st && st.rounds.map((r) => [r.roundNumber, r.contributions.length, r.evaluation ? r.evaluation.confidence : null, (r.dropped || []).length]),
+        running, this.agentIds(), this.status(), st && st.engine && st.engine.warnings, st && st.error]);
     }
 
-    contribBody(key, content) {
+    contribBody(key, content, what) {
       const body = markdown(content, 'md body');
+      const copy = copyButton(content, what);
       const long = String(content).length > 700;
-      if (!long) return [body];
+      if (!long) return [body, copy];
       const expanded = this.expanded.has(key);
       if (!expanded) body.classList.add('clamped');
       const btn = el('button', { type: 'button', class: 'more', text: expanded ? 'Show less' : 'Show more' });
@@ -1126,13 +1284,82 @@
         if (this.expanded.has(key)) { this.expanded.delete(key); body.classList.add('clamped'); btn.textContent = 'Show more'; }
         else { this.expanded.add(key); body.classList.remove('clamped'); btn.textContent = 'Show less'; }
       });
-      return [body, btn];
+      return [body, btn, copy];
     }
 
     metrics(c, short) {
       const m = c.metadata || {};
       if (m.carriedOver) return 'carried over';
       return `${fmtInt(m.tokensUsed)} tok · ${fmtMs(m.latencyMs)}${m.model && !short ? ` · ${m.model}` : ''}`;
+    }
+
+    /** Where the debate's warnings, dropped critiques and failure belong: the debate as a
+     *  whole, a round, or one box of an agent's column (`round/box/agent`, box one of
+     *  proposal, critiques, refinement, column). Warnings name their place: a task id
+     *  (`<debate>/<round>/<kind>/<agent>[/<target>]: ...`), `round N: ...` or `agent X: ...`. */
+    notes() {
+      const st = this.state;
+      const out = { debate: [], round: new Map(), box: new Map() };
+      if (!st) return out;
+      const put = (map, key, note) => { if (!map.has(key)) map.set(key, []); map.get(key).push(note); };
+      const boxOf = { propose: 'proposal', critique: 'critiques', refine: 'refinement', summarize: 'column',
+        proposal: 'proposal', refinement: 'refinement', summarization: 'column' };
+      const anyDropped = (n) => { const r = st.rounds.find((x) => x.roundNumber === n); return r && r.dropped && r.dropped.length > 0; };
+      for (const w of (st.engine && st.engine.warnings) || []) {
+        const text = String(w);
+        let m;
+        if (text.startsWith(`${this.id}/`)) {
+          const rest = text.slice(this.id.length + 1);
+          const cut = rest.indexOf(': ');
+          const parts = (cut >= 0 ? rest.slice(0, cut) : rest).split('/');
+          const message = cut >= 0 ? rest.slice(cut + 2) : rest;
+          const round = Number(parts[0]) || 0;
+          const box = boxOf[parts[1]];
+          if (box && round) {
+            const owner = parts[1] === 'critique' && parts[3] ? parts[3] : parts[2];
+            const who = parts[1] === 'critique' ? `${this.agentName(parts[2])}'s critique: ` : '';
+            put(out.box, `${round}/${box}/${owner}`, { kind: 'warning', text: who + message });
+          } else if (round) put(out.round, round, { kind: 'warning', text: `${title(NODE_OF_KIND[parts[1]] || parts[1])}: ${message}` });
+          else out.debate.push({ kind: 'warning', text: message });
+        } else if ((m = /^round (\d+): ([\s\S]*)$/.exec(text))) {
+          const round = Number(m[1]);
+          // Dropped critiques are shown from the round's `dropped` list, where they happened.
+          if (m[2].startsWith('dropped ') && anyDropped(round)) continue;
+          put(out.round, round, { kind: 'warning', text: m[2] });
+        } else if ((m = /^agent ([^:\s]+): ([\s\S]*)$/.exec(text))) {
+          const r = /\bround (\d+)\b/.exec(m[2]);
+          if (r && st.rounds.some((x) => x.roundNumber === Number(r[1]))) put(out.box, `${r[1]}/proposal/${m[1]}`, { kind: 'warning', text: m[2] });
+          else out.debate.push({ kind: 'warning', text: `${this.agentName(m[1])}: ${m[2]}` });
+        } else out.debate.push({ kind: 'warning', text });
+      }
+      for (const r of st.rounds) {
+        for (const d of r.dropped || []) {
+          put(out.box, `${r.roundNumber}/critiques/${d.targetAgentId}`, { kind: 'dropped',
+            text: `${this.agentName(d.agentId)}'s critique was dropped after ${d.attempts} attempt${d.attempts === 1 ? '' : 's'}: ${d.error}` });
+        }
+      }
+      const e = st.error;
+      // The failure, in the round it stopped (the synthesis after the last round: that
+      // round); the head says it too, with the retry button.
+      const last = st.rounds.length ? st.rounds[st.rounds.length - 1].roundNumber : 0;
+      const failedIn = e && (st.rounds.some((r) => r.roundNumber === e.round) ? e.round : last);
+      if (e && this.status() === 'failed' && failedIn) {
+        const parts = String(e.taskId || '').slice(this.id.length + 1).split('/');
+        const box = failedIn === e.round ? (boxOf[e.node] || (e.node === 'critique' ? 'critiques' : null)) : null;
+        const owner = e.node === 'critique' && parts[3] ? parts[3] : e.agentId;
+        const text = `Failed here after ${e.attempts} attempt${e.attempts === 1 ? '' : 's'}: ${e.message}`;
+        if (box && owner) put(out.box, `${failedIn}/${box}/${owner}`, { kind: 'failure', text });
+        else put(out.round, failedIn, { kind: 'failure', text: `${title(e.node)}: ${text}` });
+      }
+      return out;
+    }
+
+    /** The notes of one place, as a list (or nothing). */
+    noteList(notes, attrs) {
+      if (!notes || !notes.length) return null;
+      return el('ul', Object.assign({ class: 'notes' }, attrs || {}), notes.map((x) => el('li', { class: `note ${x.kind}`, dataset: { kind: x.kind } },
+        el('span', { class: 'tag', text: x.kind === 'failure' ? 'Failed' : x.kind === 'dropped' ? 'Dropped' : 'Warning' }),
+        el('span', { text: x.text }))));
     }
 
     waiting(text, active) {
@@ -1145,26 +1372,33 @@
       const agents = this.agentIds();
       const out = el('div', { id: 'rounds' });
       const ended = !this.running();
+      const notes = this.notes();
+      const at = (n, box, a) => this.noteList(notes.box.get(`${n}/${box}/${a}`), { dataset: { round: String(n), agent: a, box } });
       for (const r of [...st.rounds].reverse()) {
         const n = r.roundNumber;
         const header = el('div', { class: 'round-title' }, el('h2', null, `Round ${n}`),
           r.evaluation ? el('span', { class: 'muted small', text: `judge confidence after this round: ${Math.round(r.evaluation.confidence)}` }) : null);
+        const roundNotes = this.noteList(notes.round.get(n), { dataset: { round: String(n), box: 'round' } });
         const cols = el('div', { class: 'columns' });
         for (const a of agents) {
           const find = (type, target) => r.contributions.find((c) => c.type === type && c.agentId === a && (target === undefined || c.targetAgentId === target));
           const col = el('section', { class: 'agent-col', dataset: { agent: a, round: String(n) } },
-            el('header', null, el('div', null, el('b', { text: this.agentName(a) }), el('span', { class: 'role', text: this.roleOf(a) }))));
+            el('header', null, el('div', null, el('b', { text: this.agentName(a) }), el('span', { class: 'role', text: this.roleOf(a) }))),
+            at(n, 'column', a));
           // proposal
           const prop = find('proposal');
           const propBox = el('div', { class: 'contrib proposal' }, el('div', { class: 'kind' }, 'Proposal', prop ? el('span', { class: 'metrics', text: this.metrics(prop) }) : null));
           if (prop && prop.metadata && prop.metadata.carriedOver) {
             const key = `${n}/p/${a}`;
             const d = el('details', { class: 'carried', open: this.open.has(key) },
-              el('summary', null, `Round ${n - 1}'s refinement, carried over`), markdown(prop.content, 'md body'));
+              el('summary', null, `Round ${n - 1}'s refinement, carried over`), markdown(prop.content, 'md body'),
+              copyButton(prop.content, `${this.agentName(a)}'s proposal`));
             d.addEventListener('toggle', () => { if (d.open) this.open.add(key); else this.open.delete(key); });
             propBox.append(d);
-          } else if (prop) propBox.append(...this.contribBody(`${n}/p/${a}`, prop.content));
+          } else if (prop) propBox.append(...this.contribBody(`${n}/p/${a}`, prop.content, `${this.agentName(a)}'s proposal`));
           else propBox.append(this.runningTask(n, 'proposal', a) ? this.waiting('Writing the proposal…', true) : this.waiting(ended ? 'No proposal' : 'Waiting to start'));
+          const propNotes = at(n, 'proposal', a);
+          if (propNotes) propBox.append(propNotes);
           col.append(propBox);
           // critiques received
           const received = r.contributions.filter((c) => c.type === 'critique' && c.targetAgentId === a);
@@ -1176,7 +1410,8 @@
               el('summary', null,
                 el('span', { class: 'from' }, `From ${this.agentName(c.agentId)}`, el('span', { class: 'preview', text: firstLine(c.content.replace(/[#*`_>]/g, ''), 150) })),
                 el('span', { class: 'metrics', text: this.metrics(c, true) })),
-              markdown(c.content, 'md body'));
+              markdown(c.content, 'md body'),
+              copyButton(c.content, `${this.agentName(c.agentId)}'s critique of ${this.agentName(a)}`));
             d.addEventListener('toggle', () => { if (d.open) this.open.add(key); else this.open.delete(key); });
             crit.append(d);
           }
@@ -1184,17 +1419,21 @@
             if (received.some((c) => c.agentId === o)) continue;
             if (this.runningTask(n, 'critique', o, a)) crit.append(el('div', { class: 'crit' }, this.waiting(`${this.agentName(o)} is critiquing…`, true)));
           }
-          if (!received.length && !others.some((o) => this.runningTask(n, 'critique', o, a))) crit.append(el('div', { class: 'crit' }, this.waiting(ended ? 'None' : 'Waiting for the proposal')));
+          const critNotes = at(n, 'critiques', a);
+          if (!received.length && !critNotes && !others.some((o) => this.runningTask(n, 'critique', o, a))) crit.append(el('div', { class: 'crit' }, this.waiting(ended ? 'None' : 'Waiting for the proposal')));
+          if (critNotes) crit.append(critNotes);
           col.append(crit);
           // refinement
           const ref = find('refinement');
           const refBox = el('div', { class: 'contrib refinement' }, el('div', { class: 'kind' }, 'Refinement', ref ? el('span', { class: 'metrics', text: this.metrics(ref) }) : null));
-          if (ref) refBox.append(...this.contribBody(`${n}/r/${a}`, ref.content));
+          if (ref) refBox.append(...this.contribBody(`${n}/r/${a}`, ref.content, `${this.agentName(a)}'s refinement`));
           else refBox.append(this.runningTask(n, 'refinement', a) ? this.waiting('Refining with the critiques…', true) : this.waiting(ended ? 'No refinement' : 'Waiting for the critiques'));
+          const refNotes = at(n, 'refinement', a);
+          if (refNotes) refBox.append(refNotes);
           col.append(refBox);
           cols.append(col);
         }
-        out.append(header, cols);
+        out.append(header, roundNotes || '', cols);
       }
       return out;
     }

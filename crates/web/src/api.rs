@@ -3,14 +3,15 @@
 //! | method | path | what |
 //! |---|---|---|
 //! | GET | `/healthz` | `ok` while the server runs (no token needed; no data) |
-//! | GET | `/api/config` | the backend kind and the form's defaults |
+//! | GET | `/api/config` | the backend kind and the form's defaults (agents, roles, providers with their allowed models, the agent limit) |
 //! | GET | `/api/debates` | the debates, most recently updated first |
-//! | POST | `/api/debates` | start one: `{problem, roles?, rounds?, idempotencyKey?}` → 201 `{debateId}` |
+//! | POST | `/api/debates` | start one: `{problem, roles? \| agents?: [{name, role, model, provider?, temperature?}], rounds?, idempotencyKey?}` → 201 `{debateId}` |
 //! | GET | `/api/debates/{id}` | its state (dialectic's DebateState JSON) |
 //! | GET | `/api/debates/{id}/events` | Server-Sent Events, `id:` = the event's sequence number; resumes after `Last-Event-ID` or `?after=N` |
 //! | POST | `/api/debates/{id}/retry` | resume a failed (or interrupted) debate |
 //! | POST | `/api/debates/{id}/cancel` | cancel it |
 //! | POST | `/api/debates/{id}/answers` | `{answers: [{id, answer}]}` to its clarification questions |
+//! | POST | `/api/debates/{id}/feedback` | `{feedback: 1 \| -1}`: thumbs up/down on a completed debate (its `userFeedback`) |
 //! | GET | `/api/debates/{id}/report` | the Markdown report (download) |
 //! | GET | `/api/debates/{id}/state` | the state JSON (download) |
 //!
@@ -39,7 +40,9 @@ use futures::StreamExt as _;
 use parley_protocol::subjects::{ErrorCode, ErrorReply};
 use serde_json::{json, Value};
 
-use crate::backend::{checked_id, AnswersRequest, ApiError, Backend, SubmitRequest};
+use crate::backend::{
+    checked_id, AnswersRequest, ApiError, Backend, FeedbackRequest, SubmitRequest,
+};
 use crate::{assets, auth};
 
 /// Bytes in one request body, at most (a submission's problem is at most 100 000
@@ -102,6 +105,7 @@ pub fn router(state: AppState) -> Router {
         .route("/debates/{id}/retry", post(retry))
         .route("/debates/{id}/cancel", post(cancel))
         .route("/debates/{id}/answers", post(answers))
+        .route("/debates/{id}/feedback", post(feedback))
         .fallback(api_not_found)
         .layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -398,6 +402,21 @@ async fn answers(
     Ok(json_response(
         StatusCode::OK,
         &s.backend.answer(&id, request).await?,
+    ))
+}
+
+async fn feedback(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Response, ApiError> {
+    let id = checked_id(&id)?.to_string();
+    let request: FeedbackRequest = json_body(&headers, body)?;
+    request.validate()?;
+    Ok(json_response(
+        StatusCode::OK,
+        &s.backend.feedback(&id, request).await?,
     ))
 }
 

@@ -79,6 +79,11 @@ pub struct SubmitRequest {
     /// built-in agent), as `parley run --agents`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roles: Option<Vec<String>>,
+    /// The agents of this debate, edited on the page (instead of `roles`): each takes the
+    /// prompts and settings of the config's agent of its role (or the built-in one) with
+    /// the name, model, provider and temperature chosen here. Two may share a role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<AgentChoice>>,
     /// 1–20, as `parley run --rounds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds: Option<u32>,
@@ -128,6 +133,26 @@ impl SubmitRequest {
                 }
             }
         }
+        if self.roles.is_some() && self.agents.is_some() {
+            problems.push("agents: give either roles or agents, not both".into());
+        }
+        if let Some(agents) = &self.agents {
+            if agents.is_empty() {
+                problems.push("agents: at least one agent is required".into());
+            }
+            if agents.len() > limits::MAX_AGENTS {
+                problems.push(format!(
+                    "agents: {} agents, the limit is {}",
+                    agents.len(),
+                    limits::MAX_AGENTS
+                ));
+            }
+            // The sizes here (so nothing huge is looked at further); the rest (allowed
+            // models, providers, ranges) is the submission's validation, on the spec.
+            for (i, a) in agents.iter().enumerate().take(limits::MAX_AGENTS) {
+                a.check_sizes(&format!("agents[{i}]"), &mut problems);
+            }
+        }
         if let Some(r) = self.rounds {
             if !(1..=limits::MAX_ROUNDS).contains(&r) {
                 problems.push(format!(
@@ -148,6 +173,65 @@ impl SubmitRequest {
             Ok(())
         } else {
             Err(ApiError::invalid(problems.join("; ")))
+        }
+    }
+}
+
+/// One agent as the page's editor sends it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentChoice {
+    pub name: String,
+    pub role: String,
+    pub model: String,
+    /// One of the server's providers; none: the server's default for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// 0-2; none: the config's (or built-in) agent's temperature for the role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+}
+
+impl AgentChoice {
+    /// Empty or oversized fields, each named `field.key` (e.g. `agents[1].model`).
+    fn check_sizes(&self, field: &str, problems: &mut Vec<String>) {
+        use parley_protocol::limits;
+        let mut text = |key: &str, v: &str, max: usize| {
+            if v.trim().is_empty() {
+                problems.push(format!("{field}.{key}: must not be empty"));
+            } else if v.len() > max {
+                problems.push(format!(
+                    "{field}.{key}: {} bytes, the limit is {max}",
+                    v.len()
+                ));
+            }
+        };
+        text("name", &self.name, limits::MAX_NAME_BYTES);
+        text("role", &self.role, limits::MAX_LABEL_BYTES);
+        text("model", &self.model, limits::MAX_MODEL_BYTES);
+        if let Some(p) = &self.provider {
+            text("provider", p, limits::MAX_LABEL_BYTES);
+        }
+    }
+}
+
+/// `POST /api/debates/{id}/feedback`: the user's thumbs up (1) or down (-1) on a completed
+/// debate, stored as the state's `userFeedback`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FeedbackRequest {
+    pub feedback: i8,
+}
+
+impl FeedbackRequest {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if matches!(self.feedback, 1 | -1) {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(format!(
+                "feedback: {} is not a verdict (1 thumbs up, -1 thumbs down)",
+                self.feedback
+            )))
         }
     }
 }
@@ -257,6 +341,22 @@ pub struct FormDefaults {
     /// Whether clarification questions are on by default (`debate.interactiveClarifications`).
     #[serde(default)]
     pub clarify: bool,
+    /// The most agents one debate may have (the operator's limit; the editor offers 1 to this).
+    pub max_agents: usize,
+    /// The providers an agent may name (the operator's), each with its allowed models.
+    pub providers: Vec<ProviderView>,
+    /// Models to offer in the editor: every allowed model and the config's agents' models.
+    pub models: Vec<String>,
+}
+
+/// A provider as the editor offers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderView {
+    pub name: String,
+    /// The models an agent may use with it; none: any model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_models: Option<Vec<String>>,
 }
 
 /// An agent as the page shows it.
@@ -267,6 +367,9 @@ pub struct AgentView {
     pub name: String,
     pub role: String,
     pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    pub temperature: f64,
 }
 
 impl From<&parley_protocol::AgentConfig> for AgentView {
@@ -276,6 +379,8 @@ impl From<&parley_protocol::AgentConfig> for AgentView {
             name: a.name.clone(),
             role: a.role.clone(),
             model: a.model.clone(),
+            provider: a.provider.clone(),
+            temperature: a.temperature,
         }
     }
 }
@@ -314,6 +419,8 @@ pub trait Backend: Send + Sync + 'static {
     async fn cancel(&self, id: &str) -> Result<Value, ApiError>;
     /// Answers to a debate's clarification questions.
     async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError>;
+    /// Records the user's verdict (1 or -1) on a completed debate as its `userFeedback`.
+    async fn feedback(&self, id: &str, feedback: FeedbackRequest) -> Result<Value, ApiError>;
 }
 
 /// The problem's first [`PROBLEM_PREVIEW_CHARS`] characters, on one line.
@@ -351,6 +458,7 @@ mod tests {
             rounds: Some(21),
             idempotency_key: Some(String::new()),
             clarify: false,
+            agents: None,
         };
         let e = r.validate().unwrap_err();
         assert_eq!(e.status, 400);
@@ -363,6 +471,73 @@ mod tests {
             ..Default::default()
         };
         assert!(ok.validate().is_ok());
+    }
+
+    #[test]
+    fn edited_agents_are_bounded_and_exclusive_with_roles() {
+        let agent = |name: &str| AgentChoice {
+            name: name.into(),
+            role: "architect".into(),
+            model: "m".into(),
+            provider: None,
+            temperature: Some(0.5),
+        };
+        let r = SubmitRequest {
+            problem: "P".into(),
+            agents: Some(vec![
+                agent("A"),
+                AgentChoice {
+                    model: " ".into(),
+                    ..agent("B")
+                },
+                AgentChoice {
+                    name: "n".repeat(parley_protocol::limits::MAX_NAME_BYTES + 1),
+                    ..agent("C")
+                },
+            ]),
+            roles: Some(vec!["architect".into()]),
+            ..Default::default()
+        };
+        let e = r.validate().unwrap_err();
+        for part in [
+            "not both",
+            "agents[1].model: must not be empty",
+            "agents[2].name",
+        ] {
+            assert!(e.message.contains(part), "{} lacks {part}", e.message);
+        }
+        let too_many = SubmitRequest {
+            problem: "P".into(),
+            agents: Some(vec![agent("A"); parley_protocol::limits::MAX_AGENTS + 1]),
+            ..Default::default()
+        };
+        assert!(too_many
+            .validate()
+            .unwrap_err()
+            .message
+            .contains("the limit is"));
+        let none = SubmitRequest {
+            problem: "P".into(),
+            agents: Some(vec![]),
+            ..Default::default()
+        };
+        assert!(none.validate().is_err());
+        let ok = SubmitRequest {
+            problem: "P".into(),
+            agents: Some(vec![agent("A"), agent("B")]),
+            ..Default::default()
+        };
+        assert!(ok.validate().is_ok(), "two agents may share a role");
+    }
+
+    #[test]
+    fn feedback_is_up_or_down() {
+        assert!(FeedbackRequest { feedback: 1 }.validate().is_ok());
+        assert!(FeedbackRequest { feedback: -1 }.validate().is_ok());
+        for bad in [0, 2, -2] {
+            let e = FeedbackRequest { feedback: bad }.validate().unwrap_err();
+            assert!(e.message.starts_with("feedback:"), "{}", e.message);
+        }
     }
 
     #[test]

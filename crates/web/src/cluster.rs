@@ -1,7 +1,7 @@
 //! [`ClusterBackend`]: a front end of a cluster, holding no debate state of its own, so any
 //! number of `serve` replicas can run side by side.
 //!
-//! - submit, status, retry, cancel, answer: the coordinators' request subjects
+//! - submit, status, retry, cancel, answer, feedback: the coordinators' request subjects
 //!   (`parley.debates.*`), exactly as `parley submit / status / retry / cancel / answer`
 //!   send them. A state larger than one NATS message arrives in pages and is put back
 //!   together.
@@ -36,8 +36,8 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
 use crate::backend::{
-    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream, FormDefaults,
-    ReportFn, SpecSource, SubmitRequest, WireEvent,
+    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream,
+    FeedbackRequest, FormDefaults, ReportFn, SpecSource, SubmitRequest, WireEvent,
 };
 
 /// The subject clarification answers go to (answered by the coordinators).
@@ -347,6 +347,12 @@ impl Backend for ClusterBackend {
     async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError> {
         let body = json!({ "debateId": id, "answers": answers.answers });
         self.request(ANSWER_SUBJECT, body.to_string().into_bytes())
+            .await
+    }
+
+    async fn feedback(&self, id: &str, request: FeedbackRequest) -> Result<Value, ApiError> {
+        let body = json!({ "debateId": id, "feedback": request.feedback });
+        self.request(subjects::FEEDBACK, body.to_string().into_bytes())
             .await
     }
 }

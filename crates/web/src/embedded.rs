@@ -50,8 +50,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{
-    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream, FormDefaults,
-    ReportFn, SpecSource, SubmitRequest, WireEvent,
+    problem_preview, AnswersRequest, ApiError, Backend, DebateListItem, EventStream,
+    FeedbackRequest, FormDefaults, ReportFn, SpecSource, SubmitRequest, WireEvent,
 };
 
 /// How long a stopping server waits for the calls in flight before it checkpoints.
@@ -402,11 +402,7 @@ impl Inner {
     }
 
     fn load(&self, id: &str) -> Result<(DebateSpec, DebateState), ApiError> {
-        self.store.load(id).map_err(|e| match e {
-            LoadError::BadId(_) => ApiError::invalid(e.to_string()),
-            LoadError::NotFound(_) => ApiError::not_found(id),
-            _ => ApiError::internal(e.to_string()),
-        })
+        self.store.load(id).map_err(|e| load_error(id, e))
     }
 
     /// Appends events to the debate's log, then offers them to its streams. Events at or
@@ -618,6 +614,15 @@ impl Inner {
     }
 }
 
+/// A checkpoint that cannot be loaded, as the API's error.
+fn load_error(id: &str, e: LoadError) -> ApiError {
+    match e {
+        LoadError::BadId(_) => ApiError::invalid(e.to_string()),
+        LoadError::NotFound(_) => ApiError::not_found(id),
+        _ => ApiError::internal(e.to_string()),
+    }
+}
+
 /// What a list entry needs of a checkpoint (the rest is skipped).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -806,5 +811,50 @@ impl Backend for EmbeddedBackend {
 
     async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError> {
         self.answer_clarifications(id, answers).await
+    }
+
+    /// Writes `userFeedback` into the debate's file (a completed debate has no driver; the
+    /// driver lock is held anyway so nothing else writes the file meanwhile). A state file
+    /// dialectic wrote (no spec) is saved in Parley's shape, keeping what it holds.
+    async fn feedback(&self, id: &str, request: FeedbackRequest) -> Result<Value, ApiError> {
+        let inner = &self.inner;
+        let live = inner.live_off_thread(id).await?;
+        let _driver = live.driver.lock().await;
+        let owned = id.to_string();
+        let verdict = request.feedback;
+        inner
+            .off_thread(move |i| {
+                let id = owned.as_str();
+                let completed = |state: &DebateState| {
+                    if state.status == DebateStatus::Completed {
+                        Ok(())
+                    } else {
+                        Err(ApiError::conflict(format!(
+                            "debate {id} is {}; feedback is for a completed debate",
+                            state.status.as_str()
+                        )))
+                    }
+                };
+                let saved = match i.store.load(id) {
+                    Ok((spec, mut state)) => {
+                        completed(&state)?;
+                        state.user_feedback = Some(verdict);
+                        i.store.save_with_spec(&state, &spec)
+                    }
+                    Err(LoadError::NoSpec(_)) => {
+                        let mut state = i
+                            .store
+                            .load_state(id)
+                            .map_err(|e| ApiError::internal(e.to_string()))?;
+                        completed(&state)?;
+                        state.user_feedback = Some(verdict);
+                        i.store.save(&state)
+                    }
+                    Err(e) => return Err(load_error(id, e)),
+                };
+                saved.map_err(|e| ApiError::internal(e.to_string()))?;
+                Ok(json!({ "debateId": id, "userFeedback": verdict }))
+            })
+            .await?
     }
 }

@@ -27,8 +27,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use backend::{
-    Answer, AnswersRequest, ApiError, Backend, DebateListItem, FormDefaults, ReportFn, SpecSource,
-    SubmitRequest,
+    AgentChoice, Answer, AnswersRequest, ApiError, Backend, DebateListItem, FeedbackRequest,
+    FormDefaults, ProviderView, ReportFn, SpecSource, SubmitRequest,
 };
 pub use cluster::ClusterBackend;
 pub use embedded::EmbeddedBackend;

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use parley_cluster::cancel_on_signal;
 use parley_cluster::settings::{
-    at_least, pick, CommonArgs, Problems, DEFAULT_ACK_WAIT_SECS, DEFAULT_CONCURRENCY,
+    at_least, CommonArgs, Layer, Problems, DEFAULT_ACK_WAIT_SECS, DEFAULT_CONCURRENCY,
     DEFAULT_DRAIN_SECS,
 };
 
@@ -53,40 +53,45 @@ pub struct WorkerArgs {
 /// The worker's settings, layered and validated (every problem at once).
 pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, String> {
     let mut problems = Problems::default();
-    let (file, common) = args.common.resolve(&mut problems);
+    let max_tokens_default = parley_protocol::limits::DEFAULT_MAX_TOKENS;
+    let defaults = Layer::default()
+        .with("concurrency", Some(DEFAULT_CONCURRENCY as u64))
+        .with("ack_wait_secs", Some(DEFAULT_ACK_WAIT_SECS))
+        .with("drain_secs", Some(DEFAULT_DRAIN_SECS))
+        .with("max_tokens", Some(u64::from(max_tokens_default)));
+    let flags = Layer::default()
+        .with_path("config", args.config.as_deref())
+        .with("concurrency", args.concurrency.map(|n| n as u64))
+        .with("ack_wait_secs", args.ack_wait_secs)
+        .with("drain_secs", args.drain_secs)
+        .with("max_tokens", args.max_tokens.map(u64::from));
+    let (s, common) = args.common.resolve_layered(&mut problems, defaults, flags);
+    // (The defaults layer sets these keys; the fallbacks are the same values.)
     let concurrency = at_least(
         &mut problems,
         "concurrency",
-        pick(args.concurrency, file.concurrency, DEFAULT_CONCURRENCY),
+        s.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
         1,
     );
     let ack_wait_secs = at_least(
         &mut problems,
         "ack_wait_secs",
-        pick(
-            args.ack_wait_secs,
-            file.ack_wait_secs,
-            DEFAULT_ACK_WAIT_SECS,
-        ),
+        s.ack_wait_secs.unwrap_or(DEFAULT_ACK_WAIT_SECS),
         1,
     );
     let drain_secs = at_least(
         &mut problems,
         "drain_secs",
-        pick(args.drain_secs, file.drain_secs, DEFAULT_DRAIN_SECS),
+        s.drain_secs.unwrap_or(DEFAULT_DRAIN_SECS),
         1,
     );
     let max_tokens = at_least(
         &mut problems,
         "max_tokens",
-        pick(
-            args.max_tokens,
-            file.max_tokens,
-            parley_protocol::limits::DEFAULT_MAX_TOKENS,
-        ),
+        s.max_tokens.unwrap_or(max_tokens_default),
         1,
     );
-    let (base_url, limits) = match args.config.clone().or(file.config) {
+    let (base_url, limits) = match s.config {
         Some(p) => provider_settings_from_config(&p).unwrap_or_else(|e| {
             problems.push("config", format!("{e:#}"));
             Default::default()
@@ -103,6 +108,8 @@ pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, Str
         nats_creds: common.nats_creds,
         nats_inbox_prefix: common.nats_inbox_prefix,
         redis_url: common.redis_url,
+        stream_replicas: common.stream_replicas,
+        redis_min_replicas: common.redis_min_replicas,
         base_url,
         limits,
         max_tokens,

@@ -134,6 +134,11 @@ pub struct WorkerConfig {
     /// Inbox prefix of the NATS replies; `None`: the kind's (`parley_cluster::nats`).
     pub nats_inbox_prefix: Option<String>,
     pub redis_url: String,
+    /// Replicas of the result-stash bucket when this worker creates it (setting
+    /// `stream_replicas`).
+    pub stream_replicas: usize,
+    /// Redis replicas each result write waits for (setting `redis_min_replicas`).
+    pub redis_min_replicas: usize,
     /// Global OpenAI-compatible base URL (the debate config's `baseUrl`).
     pub base_url: Option<String>,
     /// The operator's `providers` section: rate limits per provider (and model), shared by
@@ -344,6 +349,7 @@ async fn start(
     let (nats, store) =
         parley_cluster::start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown)
             .await?;
+    let store = store.with_min_replicas(config.redis_min_replicas);
     let js = jetstream::new(nats.clone());
     // Only the coordinator creates streams. A signal while waiting: wait on, the caller's
     // `unless_shutdown` stops this start-up.
@@ -353,14 +359,14 @@ async fn start(
     let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
-    let stash = ResultStash::open(&js)
+    let stash = ResultStash::open(&js, config.stream_replicas)
         .await
         .map_err(|e| anyhow::anyhow!("while opening the result stash: {e}"))?;
-    let limiter_conn = redis::Client::open(config.redis_url.as_str())
-        .context("while parsing the Redis URL")?
-        .get_connection_manager()
-        .await
-        .context("while connecting the rate limiter to Redis")?;
+    // The limiter's scripts are small: the client's usual 500 ms answer time.
+    let limiter_conn =
+        parley_cluster::RedisConnection::connect(&config.redis_url, Duration::from_millis(500))
+            .await
+            .context("while connecting the rate limiter to Redis")?;
     let registry = Registry::with_limits(
         ProviderSettings {
             max_tokens: Some(config.max_tokens),

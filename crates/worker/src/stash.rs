@@ -50,8 +50,8 @@ pub struct ResultStash {
 }
 
 impl ResultStash {
-    /// Opens the bucket, creating it when missing.
-    pub async fn open(js: &jetstream::Context) -> Result<Self, async_nats::Error> {
+    /// Opens the bucket, creating it with `replicas` replicas when missing.
+    pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<Self, async_nats::Error> {
         let mut last: Option<async_nats::Error> = None;
         // Two workers creating the bucket at once may race; the second try finds it.
         for i in 0..5u64 {
@@ -70,6 +70,7 @@ impl ResultStash {
                     deny_delete: true,
                     allow_direct: true,
                     discard: stream::DiscardPolicy::New,
+                    num_replicas: replicas,
                     ..Default::default()
                 })
                 .await;

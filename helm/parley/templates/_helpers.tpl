@@ -172,6 +172,8 @@ mounted files. `settings` adds keys.
 # {{ .component }} settings; PARLEY_* variables override them.
 nats_url = {{ $ctx.Values.nats.url | toJson }}
 redis_url = {{ $ctx.Values.redis.url | toJson }}
+stream_replicas = {{ int $ctx.Values.nats.streamReplicas }}
+redis_min_replicas = {{ int $ctx.Values.redis.minReplicas }}
 metrics_addr = {{ printf "0.0.0.0:%d" (int $ctx.Values.metrics.port) | toJson }}
 drain_secs = {{ int $v.drainSecs }}
 {{- if eq .component "coordinator" }}
@@ -205,6 +207,14 @@ from $(NATS_PASSWORD), in the first server URL (the client takes the credentials
 {{- $withUser = printf "%s:$(NATS_PASSWORD)@%s" $user $first }}
 {{- end }}
 {{- join "," (prepend (rest $urls) $withUser) }}
+{{- end }}
+
+{{/*
+PARLEY_REDIS_URL with redis.passwordSecret: `:$(REDIS_PASSWORD)@` after the scheme.
+*/}}
+{{- define "parley.redisUrlWithPassword" -}}
+{{- $parts := splitn "://" 2 .Values.redis.url }}
+{{- printf "%s://:$(REDIS_PASSWORD)@%s" $parts._0 $parts._1 }}
 {{- end }}
 
 {{/* Checks that fail the render with a message naming the value. */}}
@@ -245,6 +255,12 @@ from $(NATS_PASSWORD), in the first server URL (the client takes the credentials
 {{- if and .Values.secrets.serveToken (lt (len .Values.secrets.serveToken) 16) }}
 {{- fail "secrets.serveToken is shorter than 16 characters (parley serve refuses it)" }}
 {{- end }}
+{{- end }}
+{{- if and .Values.redis.urlFromSecret .Values.redis.passwordSecret.name }}
+{{- fail "redis.urlFromSecret and redis.passwordSecret.name both set: keep one (the URL in the Secret, or the password)" }}
+{{- end }}
+{{- if and .Values.redis.passwordSecret.name (contains "@" .Values.redis.url) }}
+{{- fail "redis.url carries credentials and redis.passwordSecret.name is set: keep the password in the Secret only" }}
 {{- end }}
 {{- if and .Values.redis.urlFromSecret (not .Values.secrets.existingSecret) (not .Values.secrets.redisUrl) }}
 {{- fail "redis.urlFromSecret needs secrets.redisUrl or secrets.existingSecret" }}

@@ -136,6 +136,11 @@ impl RedisStore {
             .arg(if ok { "1" } else { "0" })
             .invoke_async(&mut self.conn())
             .await?;
+        // An existing result too: the write that stored it may not have reached the
+        // replicas yet (its worker died before its WAIT).
+        if r >= 0 {
+            self.replicate("result", id).await?;
+        }
         Ok(match r {
             1 => Stored::New,
             0 => Stored::Existing,

@@ -1,0 +1,412 @@
+//! Redis connections of the services, to a single server or to the master of a Sentinel
+//! deployment, chosen by the URL (setting `redis_url`):
+//!
+//! - `redis://[user:password@]host:port[/db]`, `rediss://...`, `unix://...`: one server; the
+//!   connection reconnects to it by itself (the `redis` crate's connection manager).
+//! - `redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/db]`: the
+//!   sentinels of a replicated Redis. The master is found by name through the sentinels
+//!   (the first that answers; the master's `ROLE` is checked), and found again whenever a
+//!   command fails in a way that means it may have moved: the connection broke or timed
+//!   out, or the server answered `READONLY` (a former master demoted to replica). The
+//!   credentials apply to the master and to the sentinels (as with the Bitnami chart's
+//!   default `sentinel.auth`).
+//!
+//! A failed command is not sent again (as with the connection manager): the caller sees the
+//! error and retries when it is safe, and its next command goes to the master the
+//! sentinels name then.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+
+/// URL scheme of a Sentinel deployment.
+pub const SENTINEL_SCHEME: &str = "redis+sentinel";
+/// How long connecting to a server (or a sentinel) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the Redis URL points.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server (`redis://`, `rediss://`, `unix://`): the URL as given.
+    Server(String),
+    /// The master named `master` of the sentinels at `sentinels` (`host:port`).
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+        db: i64,
+        username: Option<String>,
+        password: Option<String>,
+    },
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Server(url) => f
+                .debug_tuple("Server")
+                .field(&crate::nats::redact(url))
+                .finish(),
+            Self::Sentinel {
+                sentinels,
+                master,
+                db,
+                ..
+            } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", sentinels)
+                .field("master", master)
+                .field("db", db)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl RedisTarget {
+    /// Reads a Redis URL; the error names what is wrong, never the credentials.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let url = url.trim();
+        let Some(rest) = url.strip_prefix(&format!("{SENTINEL_SCHEME}://")) else {
+            return Ok(Self::Server(url.to_string()));
+        };
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(u) => match u.split_once(':') {
+                Some((user, pw)) => (
+                    (!user.is_empty()).then(|| crate::nats::percent_decode(user)),
+                    Some(crate::nats::percent_decode(pw)),
+                ),
+                None => (None, Some(crate::nats::percent_decode(u))),
+            },
+        };
+        let sentinels: Vec<String> = hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(str::to_string)
+            .collect();
+        if sentinels.is_empty() {
+            return Err(format!(
+                "{SENTINEL_SCHEME} URL without sentinels: expected \
+                 {SENTINEL_SCHEME}://host:26379[,host:26379...]/<master name>"
+            ));
+        }
+        for s in &sentinels {
+            let port = s.rsplit_once(':').map(|(_, p)| p);
+            if port.is_none_or(|p| p.parse::<u16>().is_err()) {
+                return Err(format!(
+                    "sentinel address {s:?}: expected host:port (e.g. redis-sentinel:26379)"
+                ));
+            }
+        }
+        let mut parts = path.split('/');
+        let master = parts.next().unwrap_or("").trim().to_string();
+        if master.is_empty() {
+            return Err(format!(
+                "{SENTINEL_SCHEME} URL without a master name: expected \
+                 {SENTINEL_SCHEME}://host:26379/<master name>[/db]"
+            ));
+        }
+        let db = match parts.next().filter(|d| !d.is_empty()) {
+            None => 0,
+            Some(d) => d
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| format!("database {d:?} is not a number"))?,
+        };
+        if parts.next().is_some() {
+            return Err(format!(
+                "{SENTINEL_SCHEME} URL: unexpected path after /<master name>/<db>"
+            ));
+        }
+        Ok(Self::Sentinel {
+            sentinels,
+            master,
+            db,
+            username,
+            password,
+        })
+    }
+}
+
+/// A Redis connection that reconnects after errors: cheap to clone (all clones share one
+/// multiplexed connection); use it wherever a `ConnectionManager` would go.
+#[derive(Clone)]
+pub enum RedisConnection {
+    Server(ConnectionManager),
+    Sentinel(SentinelConnection),
+}
+
+impl RedisConnection {
+    /// Connects to `url` (see the module docs), each command answering within
+    /// `response_timeout`. Through sentinels, fails when no sentinel names a reachable
+    /// master.
+    pub async fn connect(url: &str, response_timeout: Duration) -> RedisResult<Self> {
+        let target = RedisTarget::parse(url)
+            .map_err(|e| RedisError::from((redis::ErrorKind::InvalidClientConfig, "", e)))?;
+        match target {
+            RedisTarget::Server(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(response_timeout));
+                Ok(Self::Server(
+                    client.get_connection_manager_with_config(config).await?,
+                ))
+            }
+            RedisTarget::Sentinel {
+                sentinels,
+                master,
+                db,
+                username,
+                password,
+            } => {
+                let auth = match (&username, &password) {
+                    (Some(u), Some(p)) => format!("{}:{}@", encode(u), encode(p)),
+                    (None, Some(p)) => format!(":{}@", encode(p)),
+                    _ => String::new(),
+                };
+                let params: Vec<String> = sentinels
+                    .iter()
+                    .map(|s| format!("redis://{auth}{s}"))
+                    .collect();
+                let mut info = redis::RedisConnectionInfo::default().set_db(db);
+                if let Some(u) = &username {
+                    info = info.set_username(u);
+                }
+                if let Some(p) = &password {
+                    info = info.set_password(p);
+                }
+                let client = SentinelClient::build(
+                    params,
+                    master.clone(),
+                    Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(info)),
+                    SentinelServerType::Master,
+                )?;
+                let conn = SentinelConnection {
+                    shared: Arc::new(SentinelShared {
+                        client: tokio::sync::Mutex::new(client),
+                        current: Mutex::new(None),
+                        generation: AtomicU64::new(0),
+                        config: redis::AsyncConnectionConfig::new()
+                            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                            .set_response_timeout(Some(response_timeout)),
+                        master,
+                        db,
+                    }),
+                };
+                conn.current().await?;
+                Ok(Self::Sentinel(conn))
+            }
+        }
+    }
+}
+
+/// Percent-encodes the characters that would end a URL's user-info.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The master of a Sentinel deployment, found again after it moved.
+#[derive(Clone)]
+pub struct SentinelConnection {
+    shared: Arc<SentinelShared>,
+}
+
+struct SentinelShared {
+    /// Asks the sentinels; one lookup at a time.
+    client: tokio::sync::Mutex<SentinelClient>,
+    /// The connection to the master in use and its generation; `None` once it failed.
+    current: Mutex<Option<(u64, MultiplexedConnection)>>,
+    generation: AtomicU64,
+    config: redis::AsyncConnectionConfig,
+    master: String,
+    db: i64,
+}
+
+impl SentinelConnection {
+    /// The connection to the master, looked up through the sentinels when there is none.
+    async fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        if let Some(c) = self.cached() {
+            return Ok(c);
+        }
+        let mut client = self.shared.client.lock().await;
+        // Another command may have connected while this one waited.
+        if let Some(c) = self.cached() {
+            return Ok(c);
+        }
+        let conn = client
+            .get_async_connection_with_config(&self.shared.config)
+            .await
+            .map_err(|e| {
+                tracing::warn!(master = %self.shared.master, error = %e, "cannot reach the Redis master through the sentinels");
+                e
+            })?;
+        let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::info!(master = %self.shared.master, generation, "connected to the Redis master named by the sentinels");
+        *self.lock() = Some((generation, conn.clone()));
+        Ok((generation, conn))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, MultiplexedConnection)>> {
+        self.shared
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
+        self.lock().clone()
+    }
+
+    /// After `e` on the connection of `generation`: forget it when the master may have
+    /// moved, so the next command asks the sentinels.
+    fn failed(&self, generation: u64, e: &RedisError) {
+        if !master_may_have_moved(e) {
+            return;
+        }
+        let mut current = self.lock();
+        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            tracing::warn!(master = %self.shared.master, error = %e, "the Redis master failed; asking the sentinels again");
+            *current = None;
+        }
+    }
+}
+
+/// Whether an error means the connection is gone or the server is no longer the master.
+pub fn master_may_have_moved(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+}
+
+impl ConnectionLike for SentinelConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.current().await?;
+            let r = conn.req_packed_command(cmd).await;
+            if let Err(e) = &r {
+                self.failed(generation, e);
+            }
+            r
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.current().await?;
+            let r = conn.req_packed_commands(pipeline, offset, count).await;
+            if let Err(e) = &r {
+                self.failed(generation, e);
+            }
+            r
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared.db
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Server(c) => c.req_packed_command(cmd),
+            Self::Sentinel(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Server(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Server(c) => c.get_db(),
+            Self::Sentinel(c) => c.get_db(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_urls_name_sentinels_master_and_db() {
+        assert_eq!(
+            RedisTarget::parse("redis://:pw@h:6379/2").unwrap(),
+            RedisTarget::Server("redis://:pw@h:6379/2".into())
+        );
+        assert_eq!(
+            RedisTarget::parse("redis+sentinel://:p%40ss@s1:26379,s2:26379/mymaster/3").unwrap(),
+            RedisTarget::Sentinel {
+                sentinels: vec!["s1:26379".into(), "s2:26379".into()],
+                master: "mymaster".into(),
+                db: 3,
+                username: None,
+                password: Some("p@ss".into()),
+            }
+        );
+        assert_eq!(
+            RedisTarget::parse("redis+sentinel://app:pw@s1:26379/m").unwrap(),
+            RedisTarget::Sentinel {
+                sentinels: vec!["s1:26379".into()],
+                master: "m".into(),
+                db: 0,
+                username: Some("app".into()),
+                password: Some("pw".into()),
+            }
+        );
+        for (bad, says) in [
+            ("redis+sentinel://s1:26379", "master name"),
+            ("redis+sentinel:///m", "without sentinels"),
+            ("redis+sentinel://:hunter2@s1/m", "host:port"),
+            ("redis+sentinel://s1:26379/m/x", "not a number"),
+            ("redis+sentinel://s1:26379/m/1/2", "unexpected path"),
+        ] {
+            let e = RedisTarget::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+        let dbg = format!(
+            "{:?}",
+            RedisTarget::parse("redis+sentinel://:hunter2@s1:1/m").unwrap()
+        );
+        assert!(!dbg.contains("hunter2"), "{dbg}");
+        assert_eq!(encode("p@ss:w/rd"), "p%40ss%3Aw%2Frd");
+    }
+}

@@ -1,0 +1,363 @@
+//! High availability of the backing services: the services run against a 3-node JetStream
+//! cluster (R3 streams) and a node dies mid-debate. Real `nats-server` processes clustered on
+//! loopback, a real `redis-server`, the service binaries and the fake LLM.
+//!
+//! Build the binaries first: `cargo build --workspace --bins`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use parley_tests::*;
+
+/// Streams whose replicas must follow `stream_replicas`.
+const REPLICATED: [&str; 3] = ["PARLEY_TASKS", "PARLEY_EVENTS", "KV_PARLEY_RESULT_STASH"];
+
+/// Debates in flight when the node dies.
+const DEBATES: usize = 4;
+
+/// The events of debate `id` carry sequence numbers 1..=n, each once, and end with
+/// `debateCompleted`.
+async fn assert_events_kept(client: &async_nats::Client, id: &str) {
+    // Right after a failover a JetStream API request may time out: try again.
+    let mut tries = 0;
+    let evs = loop {
+        match events(client, &format!("parley.debates.{id}.events")).await {
+            Ok(evs) => break evs,
+            Err(e) if tries < 10 => {
+                eprintln!("reading the events of {id}: {e:#}; again");
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("reading the events of {id}: {e:#}"),
+        }
+    };
+    let seqs: Vec<u64> = evs.iter().map(|e| e.seq).collect();
+    let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "{id}: events missing or repeated");
+    let last = evs.last().unwrap_or_else(|| panic!("{id}: no events"));
+    assert!(
+        matches!(
+            last.kind,
+            parley_protocol::EventKind::DebateCompleted { .. }
+        ),
+        "{id}: last event {:?}",
+        last.kind
+    );
+}
+
+/// Moves the leadership of `stream` to the node named `to` by asking its leader to step
+/// down until the election lands there (each step picks a random new leader); gives up
+/// after a few tries (the test then kills a node leading only the other stream).
+async fn move_leader(client: &async_nats::Client, stream: &str, to: &str) -> bool {
+    for _ in 0..12 {
+        let Some(leader) = stream_leader(client, stream).await else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        if leader == to {
+            return true;
+        }
+        let _ = jetstream_api(client, &format!("STREAM.LEADER.STEPDOWN.{stream}")).await;
+        // Wait for the new election before looking again.
+        let mut waited = 0;
+        while waited < 50 {
+            match stream_leader(client, stream).await {
+                Some(l) if l != leader => break,
+                _ => {}
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waited += 1;
+        }
+    }
+    false
+}
+
+/// Several debates in flight with busy workers on a 3-node JetStream cluster with R3
+/// streams; the node leading the tasks stream (and, when the stepdown lands there, the
+/// events stream) is killed with SIGKILL. Every debate completes, no call whose answer was
+/// stored runs again, and every debate's events are all in the events stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debates_survive_the_loss_of_the_jetstream_stream_leader() {
+    let mut nats = NatsCluster::start(3).unwrap();
+    let urls = nats.urls();
+    let client = connect_as(&urls).await;
+    wait_for_jetstream(&client, Duration::from_secs(30)).await;
+    let redis = RedisServer::start().unwrap();
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(400)));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("debate-config.json");
+    write_json(&config, &serde_json::json!({"baseUrl": fake.base_url()}));
+
+    let common = |extra: &[(&'static str, String)]| {
+        let mut flags = vec![
+            ("--nats-url", urls.clone()),
+            ("--redis-url", redis.url()),
+            ("--stream-replicas", "3".to_string()),
+        ];
+        flags.extend(extra.iter().cloned());
+        flags
+    };
+    let _coord = start_service(
+        "parley-coordinator",
+        &common(&[("--lease-ttl-ms", "2000".into())]),
+        "coordinator ready",
+    );
+    let worker = |kind: &str| {
+        start_service(
+            &format!("parley-{kind}-worker"),
+            &common(&[
+                ("--concurrency", "4".into()),
+                ("--ack-wait-secs", "3".into()),
+                ("--config", config.display().to_string()),
+            ]),
+            "worker ready",
+        )
+    };
+    let _agents = [worker("agent"), worker("agent")];
+    let _judge = worker("judge");
+
+    for stream in REPLICATED {
+        let info = jetstream_api(&client, &format!("STREAM.INFO.{stream}"))
+            .await
+            .unwrap();
+        assert_eq!(info["config"]["num_replicas"], 3, "{stream}: {info}");
+        let replicas = info["cluster"]["replicas"].as_array().map_or(0, Vec::len);
+        assert_eq!(replicas, 2, "{stream}: a leader and two replicas: {info}");
+    }
+
+    let problems: Vec<String> = (0..DEBATES)
+        .map(|i| format!("Design a replicated service number {i}"))
+        .collect();
+    let mut ids = Vec::new();
+    for p in &problems {
+        ids.push(submit_on(&client, &spec(p)).await);
+    }
+    // Mid round 1 in every debate: answers stored, more calls in flight.
+    for id in &ids {
+        wait_status_on(&client, id, Duration::from_secs(40), |s| {
+            contributions(s) >= 2
+        })
+        .await;
+    }
+
+    let tasks_leader = stream_leader(&client, "PARLEY_TASKS")
+        .await
+        .expect("the tasks stream has a leader");
+    let both = move_leader(&client, "PARLEY_EVENTS", &tasks_leader).await;
+    let victim = nats.index_of(&tasks_leader).unwrap();
+    eprintln!(
+        "killing {tasks_leader} (leads PARLEY_TASKS{})",
+        if both { " and PARLEY_EVENTS" } else { "" }
+    );
+    let before_kill = fake.request_count();
+    nats.kill(victim);
+
+    for id in &ids {
+        let state = wait_status_on(&client, id, Duration::from_secs(90), is_done).await;
+        assert_complete(&state);
+    }
+    assert!(
+        fake.request_count() > before_kill,
+        "the debates went on after the kill"
+    );
+    // A new leader was elected on a surviving node.
+    let new_leader = stream_leader(&client, "PARLEY_TASKS").await.unwrap();
+    assert_ne!(new_leader, tasks_leader);
+    assert_no_completed_call_repeated(&fake);
+    assert_eq!(
+        successful_calls_by_problem(&fake, &problems),
+        vec![22; DEBATES],
+        "each debate made each of its 22 calls once"
+    );
+    for id in &ids {
+        assert_events_kept(&client, id).await;
+    }
+}
+
+/// The fields of `SENTINEL MASTER <name>` asked of the sentinel at `addr`, as a map.
+async fn sentinel_master(addr: &str, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let client = redis::Client::open(format!("redis://{addr}"))?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let flat: Vec<String> = redis::cmd("SENTINEL")
+        .arg("MASTER")
+        .arg(name)
+        .query_async(&mut conn)
+        .await?;
+    Ok(flat
+        .chunks(2)
+        .filter(|kv| kv.len() == 2)
+        .map(|kv| (kv[0].clone(), kv[1].clone()))
+        .collect())
+}
+
+/// Polls until `check` holds, panicking with `what` after `timeout`.
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A Redis master with one replica, watched by three sentinels; the services reach Redis
+/// only through the sentinels (`redis+sentinel://`) and wait for one replica on every
+/// checkpoint and result write (`--redis-min-replicas 1`). With several debates mid-round
+/// the master is killed (SIGKILL): the sentinels promote the replica, the services find it,
+/// and every debate completes with no call whose answer was stored made again (a lost
+/// checkpoint or result would make its call run again) and all its events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debates_survive_a_redis_sentinel_failover() {
+    const MASTER: &str = "parley-master";
+    let t0 = std::time::Instant::now();
+    let nats = NatsServer::start().unwrap();
+    let client = connect_as(&nats.url()).await;
+    let mut master = RedisServer::start().unwrap();
+    let replica = RedisServer::start_replica_of(&master).unwrap();
+    let sentinels: Vec<RedisSentinel> = (0..3)
+        .map(|_| {
+            RedisSentinel::start(MASTER, master.port(), 2, Duration::from_millis(1000)).unwrap()
+        })
+        .collect();
+    // Each sentinel knows the replica and the two other sentinels (needed to agree on the
+    // failover), and the replica is in sync.
+    for s in &sentinels {
+        wait_for(
+            "the sentinels to find each other and the replica",
+            Duration::from_secs(30),
+            || async {
+                sentinel_master(&s.addr(), MASTER).await.is_ok_and(|m| {
+                    m.get("num-slaves").map(String::as_str) == Some("1")
+                        && m.get("num-other-sentinels").map(String::as_str) == Some("2")
+                })
+            },
+        )
+        .await;
+    }
+    let replica_conn = redis_connection(&replica.url()).await;
+    wait_for("the replica to sync", Duration::from_secs(30), || {
+        let mut conn = replica_conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            info.contains("master_link_status:up")
+        }
+    })
+    .await;
+    eprintln!("{:?}: sentinels ready, replica in sync", t0.elapsed());
+    let redis_url = format!(
+        "redis+sentinel://{}/{MASTER}",
+        sentinels
+            .iter()
+            .map(RedisSentinel::addr)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(400)));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("debate-config.json");
+    write_json(&config, &serde_json::json!({"baseUrl": fake.base_url()}));
+    let common = |extra: &[(&'static str, String)]| {
+        let mut flags = vec![
+            ("--nats-url", nats.url()),
+            ("--redis-url", redis_url.clone()),
+            ("--redis-min-replicas", "1".to_string()),
+        ];
+        flags.extend(extra.iter().cloned());
+        flags
+    };
+    let _coord = start_service(
+        "parley-coordinator",
+        &common(&[("--lease-ttl-ms", "2000".into())]),
+        "coordinator ready",
+    );
+    let worker = |kind: &str| {
+        start_service(
+            &format!("parley-{kind}-worker"),
+            &common(&[
+                ("--concurrency", "4".into()),
+                ("--ack-wait-secs", "3".into()),
+                ("--config", config.display().to_string()),
+            ]),
+            "worker ready",
+        )
+    };
+    let _agents = [worker("agent"), worker("agent")];
+    let _judge = worker("judge");
+
+    let problems: Vec<String> = (0..DEBATES)
+        .map(|i| format!("Design a failover drill number {i}"))
+        .collect();
+    let mut ids = Vec::new();
+    for p in &problems {
+        ids.push(submit_on(&client, &spec(p)).await);
+    }
+    for id in &ids {
+        wait_status_on(&client, id, Duration::from_secs(40), |s| {
+            contributions(s) >= 2
+        })
+        .await;
+    }
+    let before_kill = fake.request_count();
+    eprintln!("{:?}: killing the master", t0.elapsed());
+    master.kill();
+    let old_master = master.port().to_string();
+    // The sentinels promote the replica.
+    wait_for(
+        "the sentinels to promote the replica",
+        Duration::from_secs(40),
+        || {
+            let addr = sentinels[0].addr();
+            let old = old_master.clone();
+            async move {
+                sentinel_master(&addr, MASTER)
+                    .await
+                    .is_ok_and(|m| m.get("port").is_some_and(|p| *p != old))
+            }
+        },
+    )
+    .await;
+
+    eprintln!("{:?}: replica promoted", t0.elapsed());
+    for id in &ids {
+        let state = wait_status_on(&client, id, Duration::from_secs(90), is_done).await;
+        assert_complete(&state);
+    }
+    eprintln!("{:?}: debates done", t0.elapsed());
+    assert!(
+        fake.request_count() > before_kill,
+        "the debates went on after the kill"
+    );
+    assert_no_completed_call_repeated(&fake);
+    assert_eq!(
+        successful_calls_by_problem(&fake, &problems),
+        vec![22; DEBATES],
+        "each debate made each of its 22 calls once"
+    );
+    for id in &ids {
+        assert_events_kept(&client, id).await;
+    }
+    // The debates' final checkpoints are on the promoted replica.
+    let mut promoted = redis_connection(&replica.url()).await;
+    for id in &ids {
+        let version: Option<u64> = redis::cmd("HGET")
+            .arg(format!("parley:{{{id}}}:state"))
+            .arg("version")
+            .query_async(&mut promoted)
+            .await
+            .unwrap();
+        assert!(
+            version.is_some_and(|v| v > 1),
+            "{id}: no checkpoint on the new master"
+        );
+    }
+}
