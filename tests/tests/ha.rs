@@ -173,6 +173,23 @@ async fn debates_survive_the_loss_of_the_jetstream_stream_leader() {
     for id in &ids {
         assert_events_kept(&client, id).await;
     }
+    // The CLI takes the servers as repeated flags, the dead node first: it connects to a
+    // live one.
+    let mut args = vec!["status".to_string(), ids[0].clone()];
+    for i in std::iter::once(victim).chain((0..nats.len()).filter(|i| *i != victim)) {
+        args.push("--nats-url".into());
+        args.push(nats.node(i).url());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = parley_cli(dir.path(), &args).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["status"], "completed");
 }
 
 /// The fields of `SENTINEL MASTER <name>` asked of the sentinel at `addr`, as a map.

@@ -155,3 +155,118 @@ async fn idempotency_keys_bind_a_spec_digest_and_secrets_are_written_once() {
     );
     assert_eq!(store.dispatch_secret("deb-9").await.unwrap(), None);
 }
+
+/// The master's replication offset and the offset its replica acknowledged
+/// (`INFO replication`: `master_repl_offset`, `slave0:...,offset=N`).
+async fn replication_offsets(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let master = info
+        .lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no master_repl_offset in {info}"));
+    let acked = info
+        .lines()
+        .find(|l| l.starts_with("slave0:"))
+        .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix("offset=")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no slave0 offset in {info}"));
+    (master, acked)
+}
+
+/// With `redis_min_replicas = 1` a checkpoint or a result write returns only once the
+/// replica acknowledged it: the offset the replica acknowledged is past the master's offset
+/// from before the write (without `WAIT` the replica acknowledges only once a second), and
+/// the value is on the replica. With the replica stopped the writes still succeed (on the master) and
+/// reach the replica once it runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_wait_for_a_replica_with_min_replicas() {
+    use parley_testkit::send_signal;
+    // No pings from the master to its replica (they move its offset) during the test.
+    let master = RedisServer::start_with_args(&["--repl-ping-replica-period", "3600"]).unwrap();
+    let mut on_master = parley_tests::redis_connection(&master.url()).await;
+    let replica = RedisServer::start_replica_of(&master).unwrap();
+    let mut on_replica = parley_tests::redis_connection(&replica.url()).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut on_replica)
+            .await
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replica never synced: {info}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let store = RedisStore::connect(&master.url())
+        .await
+        .unwrap()
+        .with_min_replicas(1);
+    let replica_conn = on_replica.clone();
+    let version = |id: &'static str| {
+        let mut conn = replica_conn.clone();
+        async move {
+            let v: Option<u64> = redis::cmd("HGET")
+                .arg(format!("parley:{{{id}}}:state"))
+                .arg("version")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            v
+        }
+    };
+    let m = Machine::new("deb-1".into(), spec(), Utc::now());
+    for v in 0..5 {
+        let (before, _) = replication_offsets(&mut on_master).await;
+        assert_eq!(store.save_state(m.state(), v).await.unwrap(), Some(v + 1));
+        let (_, acked) = replication_offsets(&mut on_master).await;
+        assert!(
+            acked > before,
+            "the checkpoint returned before the replica had it ({acked} <= {before})"
+        );
+        assert_eq!(
+            version("deb-1").await,
+            Some(v + 1),
+            "checkpoint not on the replica"
+        );
+    }
+    let r = result("t1", 1, true);
+    let (before, _) = replication_offsets(&mut on_master).await;
+    assert!(store.put_result(&r).await.unwrap());
+    let (_, acked) = replication_offsets(&mut on_master).await;
+    assert!(
+        acked > before,
+        "the result returned before the replica had it ({acked} <= {before})"
+    );
+    let field: Option<String> = redis::cmd("HGET")
+        .arg("parley:{deb-1}:results")
+        .arg("t1")
+        .query_async(&mut on_replica)
+        .await
+        .unwrap();
+    assert!(field.is_some(), "result not on the replica");
+
+    // The replica stops answering: writes succeed on the master all the same.
+    let pid = replica.pid().unwrap();
+    send_signal(pid, "STOP");
+    assert_eq!(store.save_state(m.state(), 5).await.unwrap(), Some(6));
+    assert_eq!(store.save_state(m.state(), 6).await.unwrap(), Some(7));
+    send_signal(pid, "CONT");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while version("deb-1").await != Some(7) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never caught up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
