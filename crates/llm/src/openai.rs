@@ -28,7 +28,10 @@ use serde_json::{json, Value};
 
 use parley_protocol::limits;
 
-use crate::provider::{ChatRequest, ChatResponse, ErrorKind, LlmError, Provider, ResponseFormat};
+use crate::provider::{
+    ChatRequest, ChatResponse, EmbedRequest, Embeddings, ErrorKind, LlmError, Provider,
+    ResponseFormat,
+};
 
 /// Largest provider reply read (8 MiB); a longer one is an error, not a memory spike.
 pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
@@ -308,6 +311,66 @@ impl OpenAiClient {
             rate_limit_reset: exhausted_until(&headers),
             tool_calls,
             structured: format.is_some(),
+        })
+    }
+
+    /// One `POST {base}/embeddings` (same key, headers, size cap and error handling as a
+    /// chat call).
+    async fn embed_attempt(
+        &self,
+        req: &EmbedRequest,
+        deadline: Instant,
+    ) -> Result<Embeddings, LlmError> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(LlmError::new(
+                ErrorKind::Timeout,
+                &self.name,
+                "call deadline exceeded",
+            ));
+        }
+        let body = json!({"model": req.model, "input": req.inputs, "encoding_format": "float"});
+        let url = format!("{}/embeddings", self.base_url);
+        let mut rb = self.http.post(&url).timeout(remaining).json(&body);
+        if let Some(k) = &self.key {
+            rb = rb.bearer_auth(k.expose());
+        }
+        for (h, v) in &self.extra_headers {
+            rb = rb.header(*h, v);
+        }
+        let started = Instant::now();
+        let resp = rb.send().await.map_err(|e| self.transport_error(e))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        if status.is_redirection() {
+            return Err(self.redirect_error(status.as_u16(), &headers));
+        }
+        let text = self.read_body(resp).await?;
+        let latency_ms = started.elapsed().as_millis() as u64;
+        if !status.is_success() {
+            return Err(self.status_error(status.as_u16(), &headers, &text));
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            LlmError::new(
+                ErrorKind::Malformed,
+                &self.name,
+                format!("embeddings reply is not JSON: {e}"),
+            )
+        })?;
+        let vectors = parse_embeddings(&v, req.inputs.len())
+            .map_err(|why| LlmError::new(ErrorKind::Malformed, &self.name, why))?;
+        Ok(Embeddings {
+            vectors,
+            model: v
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or(&req.model)
+                .to_string(),
+            prompt_tokens: v
+                .pointer("/usage/prompt_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            latency_ms,
         })
     }
 
@@ -732,11 +795,107 @@ impl Provider for OpenAiClient {
             }
         }
     }
+
+    async fn embed(&self, req: &EmbedRequest) -> Result<Embeddings, LlmError> {
+        let deadline = Instant::now() + req.timeout;
+        let mut retries = 0;
+        loop {
+            match self.embed_attempt(req, deadline).await {
+                Ok(r) => return Ok(r),
+                Err(e)
+                    if e.retryable()
+                        && retries < self.retry.max_retries
+                        && (e.kind != ErrorKind::RateLimited || self.retry.retry_rate_limited) =>
+                {
+                    let wait = e.retry_after.unwrap_or_else(|| self.backoff(retries));
+                    if wait > self.retry.max_inline_wait || Instant::now() + wait >= deadline {
+                        return Err(e);
+                    }
+                    tracing::warn!(provider = %self.name, kind = ?e.kind, wait_ms = wait.as_millis() as u64, "embeddings call failed, retrying");
+                    parley_telemetry::metrics().llm_retry(&self.name, e.kind.as_str());
+                    tokio::time::sleep(wait).await;
+                    retries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The vectors of an embeddings reply (`data[].embedding`, placed by `data[].index`), or
+/// why the reply does not have exactly one numeric vector per input.
+fn parse_embeddings(v: &Value, inputs: usize) -> Result<Vec<Vec<f32>>, String> {
+    let data = v
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or("embeddings reply has no data array")?;
+    if data.len() != inputs {
+        return Err(format!(
+            "embeddings reply has {} vectors for {inputs} inputs",
+            data.len()
+        ));
+    }
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; inputs];
+    for (i, item) in data.iter().enumerate() {
+        let index = item
+            .get("index")
+            .and_then(Value::as_u64)
+            .map_or(i, |n| n as usize);
+        let slot = out
+            .get_mut(index)
+            .ok_or_else(|| format!("embeddings reply has index {index} for {inputs} inputs"))?;
+        let vector = item
+            .get("embedding")
+            .and_then(Value::as_array)
+            .ok_or_else(|| format!("embeddings reply item {i} has no numeric embedding"))?
+            .iter()
+            .map(|x| x.as_f64().map(|f| f as f32))
+            .collect::<Option<Vec<f32>>>()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("embeddings reply item {i} has no numeric embedding"))?;
+        if slot.replace(vector).is_some() {
+            return Err(format!("embeddings reply repeats index {index}"));
+        }
+    }
+    out.into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| "embeddings reply misses an index".to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn embeddings_replies_are_parsed_by_index_and_checked() {
+        let v = json!({"data": [
+            {"index": 1, "embedding": [0.0, 1.0]},
+            {"index": 0, "embedding": [1.0, 0.0]},
+        ]});
+        assert_eq!(
+            parse_embeddings(&v, 2).unwrap(),
+            vec![vec![1.0, 0.0], vec![0.0, 1.0]]
+        );
+        assert!(parse_embeddings(&v, 3)
+            .unwrap_err()
+            .contains("2 vectors for 3"));
+        let dup =
+            json!({"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]});
+        assert!(parse_embeddings(&dup, 2).unwrap_err().contains("repeats"));
+        let bad = json!({"data": [{"index": 0, "embedding": ["x"]}]});
+        assert!(parse_embeddings(&bad, 1).unwrap_err().contains("numeric"));
+        assert!(parse_embeddings(&json!({}), 1).is_err());
+    }
+
+    #[test]
+    fn cosine_of_vectors() {
+        use crate::cosine;
+        assert!((cosine(&[1.0, 0.0], &[2.0, 0.0]) - 1.0).abs() < 1e-9);
+        assert!(cosine(&[1.0, 0.0], &[0.0, 3.0]).abs() < 1e-9);
+        assert!((cosine(&[1.0, 1.0], &[1.0, 0.0]) - std::f64::consts::FRAC_1_SQRT_2).abs() < 1e-6);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
+        assert_eq!(cosine(&[], &[]), 0.0);
+    }
 
     #[test]
     fn provider_error_text_never_keeps_a_key() {

@@ -144,6 +144,52 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         false
     }
     async fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError>;
+    /// Embeddings of `req.inputs`, one vector per input in order. A provider without an
+    /// embedding mode (the local model) answers a configuration error saying so.
+    async fn embed(&self, req: &EmbedRequest) -> Result<Embeddings, LlmError> {
+        let _ = req;
+        Err(LlmError::new(
+            ErrorKind::Config,
+            self.name(),
+            format!("provider {} has no embedding mode", self.name()),
+        ))
+    }
+}
+
+/// Texts to embed (`POST /v1/embeddings`).
+#[derive(Debug, Clone)]
+pub struct EmbedRequest {
+    pub model: String,
+    pub inputs: Vec<String>,
+    /// Deadline for the whole call, retries included.
+    pub timeout: Duration,
+}
+
+/// The vectors of an [`EmbedRequest`], in the order of its inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embeddings {
+    pub vectors: Vec<Vec<f32>>,
+    pub model: String,
+    /// Embedding tokens are prompt tokens (there is no completion).
+    pub prompt_tokens: u64,
+    pub latency_ms: u64,
+}
+
+/// Cosine similarity of two vectors: 1 for the same direction, 0 for orthogonal ones
+/// (and for an empty or all-zero vector, which has no direction). Vectors of different
+/// lengths compare over their common prefix.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        return 0.0;
+    }
+    (dot / (na.sqrt() * nb.sqrt())).clamp(-1.0, 1.0)
 }
 
 /// Whether LLM spans carry prompts and completions (see [`record_content_on_spans`]).

@@ -682,6 +682,40 @@ impl crate::Provider for RateLimited {
         self.inner.supports_tools()
     }
 
+    /// One request and the inputs' estimated tokens from the limiter; a 429 pauses the key
+    /// for every replica and hands the task back (embedding calls are short and rare).
+    async fn embed(&self, req: &crate::EmbedRequest) -> Result<crate::Embeddings, crate::LlmError> {
+        let (key, rates) = rates_for(&self.limits, self.inner.name(), &req.model);
+        let limited = rates.is_limited();
+        let estimate = estimate_tokens(req.inputs.iter().map(|s| s.chars().count()).sum());
+        let mut waited = Duration::ZERO;
+        if limited {
+            self.take_slot(&key, rates, estimate, &mut waited).await?;
+        }
+        let result = self.inner.embed(req).await;
+        if limited {
+            let used = result.as_ref().map_or(0, |r| r.prompt_tokens);
+            if let Err(e) = self
+                .limiter
+                .adjust_tokens(&key, rates, used as i64 - estimate as i64)
+                .await
+            {
+                tracing::warn!(key = %key, error = %e, "rate limit: could not correct the token charge");
+            }
+        }
+        match result {
+            Err(e) if e.kind == parley_protocol::ErrorKind::RateLimited => {
+                parley_telemetry::metrics().llm_rate_limited(self.inner.name());
+                let d = e.retry_after.unwrap_or(Duration::from_secs(1));
+                if limited {
+                    self.pause(&key, rates, d).await;
+                }
+                Err(self.hand_back(&key, d, "provider rate limit"))
+            }
+            other => other,
+        }
+    }
+
     async fn complete(
         &self,
         req: &crate::ChatRequest,

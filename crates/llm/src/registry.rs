@@ -290,6 +290,31 @@ impl Registry {
         Ok(client)
     }
 
+    /// Embeddings of `inputs` from the provider and model `embedder` names (resolved like
+    /// an agent: same endpoints, keys, allowed models and rate limits). The local model has
+    /// no embedding mode: that is a configuration error saying so, before any model load.
+    pub async fn embed(
+        &self,
+        embedder: &AgentConfig,
+        inputs: &[String],
+        timeout: std::time::Duration,
+    ) -> Result<crate::Embeddings, LlmError> {
+        if self.resolve(embedder)?.kind == "local" {
+            return Err(config_error(
+                "the local model has no embedding mode: similarity needs embeddings from a \
+                 remote provider (embeddings.provider)",
+                "local",
+            ));
+        }
+        self.provider_for(embedder)?
+            .embed(&crate::EmbedRequest {
+                model: embedder.model.clone(),
+                inputs: inputs.to_vec(),
+                timeout,
+            })
+            .await
+    }
+
     /// The shared local model provider, loading the model on first use.
     pub fn local(&self) -> Result<Arc<LocalProvider>, LlmError> {
         if let Some(p) = self.local.get() {

@@ -25,7 +25,8 @@ pub mod servers;
 pub mod webdriver;
 
 pub use fake_llm::{
-    FakeLlm, FakeToolCall, Fault, Latency, Match, RateLimit, RecordedRequest, StructuredOutput,
+    embed_text, FakeLlm, FakeToolCall, Fault, Latency, Match, RateLimit, RecordedRequest,
+    StructuredOutput, EMBEDDING_DIMENSIONS,
 };
 pub use otlp::{OtlpReceiver, ReceivedEvent, ReceivedSpan, SpanStatus};
 pub use process::{

@@ -1,7 +1,8 @@
 //! An OpenAI-compatible fake LLM server with latency, fault and rate-limit knobs.
 //!
-//! Routes: `POST /v1/chat/completions` (Chat Completions) and `POST /v1/responses`
-//! (Responses API). Every request that reaches the server is recorded, whatever it was
+//! Routes: `POST /v1/chat/completions` (Chat Completions), `POST /v1/responses`
+//! (Responses API) and `POST /v1/embeddings` (a deterministic embedding of each input: a
+//! hashed bag of its words, so texts sharing words are close). Every request that reaches the server is recorded, whatever it was
 //! answered with. Anything else answers 404 (and is recorded too).
 //!
 //! Order in which a request is judged, under one lock so concurrent requests see a
@@ -28,6 +29,7 @@ pub mod script;
 mod wire;
 
 pub use knobs::{Fault, Latency, Match, RateLimit, StructuredOutput};
+pub use wire::{embed_text, EMBEDDING_DIMENSIONS};
 
 use anyhow::Context as _;
 use axum::body::{Body, Bytes};
@@ -165,6 +167,7 @@ struct Knobs {
 enum Endpoint {
     Chat,
     Responses,
+    Embeddings,
 }
 
 /// What the server decided to do with a request.
@@ -368,6 +371,11 @@ impl Knobs {
         if body.get("stream").and_then(Value::as_bool) == Some(true) {
             return Plan::BadRequest("stream: true is not supported by the fake LLM".into());
         }
+        if endpoint == Endpoint::Embeddings && wire::embedding_inputs(body).is_none() {
+            return Plan::BadRequest(
+                "input must be a non-empty string or a non-empty array of strings".into(),
+            );
+        }
         if self.structured_output == StructuredOutput::Reject && wire::json_schema(body).is_some() {
             return Plan::BadRequest(
                 "Invalid parameter: 'response_format' of type 'json_schema' is not supported \
@@ -427,6 +435,7 @@ async fn handle(
     let endpoint = match (method == Method::POST, path.as_str()) {
         (true, "/v1/chat/completions") => Some(Endpoint::Chat),
         (true, "/v1/responses") => Some(Endpoint::Responses),
+        (true, "/v1/embeddings") => Some(Endpoint::Embeddings),
         _ => None,
     };
 
@@ -523,6 +532,13 @@ async fn handle(
             if sleep_or_shutdown(&shared, delay).await {
                 return stopped();
             }
+            if endpoint == Endpoint::Embeddings {
+                let inputs = wire::embedding_inputs(&record.body).unwrap_or_default();
+                return json_response(
+                    StatusCode::OK,
+                    wire::embeddings_reply(&record.model, &inputs).to_string(),
+                );
+            }
             let calls = match tool_caller {
                 Some(f) if record.may_call_tools() => f(&record),
                 _ => Vec::new(),
@@ -551,7 +567,9 @@ async fn handle(
                     &prompt,
                 ),
                 Endpoint::Chat => wire::chat_completion(&record.model, n, &text, &prompt),
-                Endpoint::Responses => wire::response(&record.model, n, &text, &prompt),
+                Endpoint::Responses | Endpoint::Embeddings => {
+                    wire::response(&record.model, n, &text, &prompt)
+                }
             };
             let mut resp = json_response(StatusCode::OK, reply.to_string());
             if let Some((limit, remaining, reset)) = quota {

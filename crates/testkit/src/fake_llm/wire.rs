@@ -154,6 +154,60 @@ fn instance(schema: &Value, n: u64, name: &str, depth: usize) -> Value {
     }
 }
 
+/// Length of the fake embeddings.
+pub const EMBEDDING_DIMENSIONS: usize = 64;
+
+/// The texts of an embeddings request's `input` (a string or an array of strings), or
+/// `None` when it is missing, empty or holds anything else.
+pub(crate) fn embedding_inputs(body: &Value) -> Option<Vec<String>> {
+    match body.get("input")? {
+        Value::String(s) => Some(vec![s.clone()]),
+        Value::Array(items) if !items.is_empty() => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => None,
+    }
+}
+
+/// A deterministic embedding of `text`: its lower-cased words counted into
+/// [`EMBEDDING_DIMENSIONS`] buckets by an FNV-1a hash, normalised to length 1 (all zeros
+/// for a text without words). Texts with the same words get the same vector.
+pub fn embed_text(text: &str) -> Vec<f32> {
+    let mut v = vec![0f32; EMBEDDING_DIMENSIONS];
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in word.to_lowercase().bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        v[(h % EMBEDDING_DIMENSIONS as u64) as usize] += 1.0;
+    }
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+/// An embeddings reply (`object: "list"`, one `data[]` item per input, usage).
+pub(crate) fn embeddings_reply(model: &str, inputs: &[String]) -> Value {
+    let tokens: u64 = inputs.iter().map(|t| rough_tokens(t)).sum();
+    json!({
+        "object": "list",
+        "model": model,
+        "data": inputs.iter().enumerate().map(|(i, t)| json!({
+            "object": "embedding",
+            "index": i,
+            "embedding": embed_text(t),
+        })).collect::<Vec<_>>(),
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    })
+}
+
 /// Rough token count: characters / 4, at least 1.
 pub(crate) fn rough_tokens(text: &str) -> u64 {
     ((text.chars().count() / 4) as u64).max(1)
