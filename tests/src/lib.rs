@@ -658,6 +658,7 @@ pub fn task_result(debate_id: &str, task: &str, attempt: u32, ok: bool) -> TaskR
                 confidence: None,
                 verdict: None,
                 vote: None,
+                similarity: None,
                 warnings: vec![],
                 questions: vec![],
             })

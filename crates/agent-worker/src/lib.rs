@@ -123,6 +123,7 @@ async fn run(
         confidence: None,
         verdict: None,
         vote,
+        similarity: None,
         warnings,
         questions,
     })

@@ -135,6 +135,7 @@ fn kind_name(k: TaskKind) -> &'static str {
         TaskKind::Evaluate => "evaluation",
         TaskKind::Verdict => "verdict",
         TaskKind::Vote => "vote",
+        TaskKind::Embed => "embedding",
         TaskKind::JudgeSummarize => "judgeSummary",
         TaskKind::Synthesize => "synthesis",
     }
@@ -327,6 +328,14 @@ fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>
             return Ok(calls);
         };
         let messages = match task.kind.worker() {
+            // Embeddings: every refinement embedded is prompt.
+            _ if task.kind == TaskKind::Embed => Ok(task
+                .input
+                .candidates
+                .iter()
+                .chain(&task.input.previous)
+                .map(|p| parley_llm::ChatMessage::user(p.content.clone()))
+                .collect()),
             WorkerKind::Agent => parley_agent_worker::build_messages(&task),
             WorkerKind::Judge => parley_judge_worker::build_messages(&task),
         }?;
@@ -344,6 +353,7 @@ fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>
             .sum();
         let cap = completion_cap(&task.agent, a.operator_max_tokens);
         let reply_tokens = match s {
+            _ if task.kind == TaskKind::Embed => 0,
             Scenario::Min => 1,
             Scenario::Expected => a.reply_tokens.min(cap),
             Scenario::Max => cap,
@@ -389,6 +399,7 @@ fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: 
         confidence: None,
         verdict: None,
         vote: None,
+        similarity: None,
         questions: Vec::new(),
         warnings: Vec::new(),
     };
@@ -418,6 +429,20 @@ fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: 
                 reasoning: text,
                 open_issues: Vec::new(),
                 valid: true,
+            });
+        }
+        TaskKind::Embed => {
+            // Min: every refinement repeats the one before (the earliest stop, round 2);
+            // otherwise none does (every round runs).
+            let same = if s == Scenario::Min { 1.0 } else { 0.0 };
+            out.similarity = Some(parley_protocol::Similarity {
+                per_agent: task
+                    .input
+                    .previous
+                    .iter()
+                    .map(|p| (p.agent_id.clone(), same))
+                    .collect(),
+                across_agents: None,
             });
         }
         TaskKind::Vote => {

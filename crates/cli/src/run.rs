@@ -312,6 +312,19 @@ pub(crate) fn registry_for(
             .map_err(|e| CliError::config(e.to_string()))?;
         uses_local |= r.kind == "local";
     }
+    if let Some(e) = &spec.debate.embeddings {
+        // Resolved like a participant; the local model has no embedding mode.
+        let r = registry
+            .resolve(&e.as_agent(&spec.judge.id))
+            .map_err(|e| CliError::config(format!("debate.embeddings: {e}")))?;
+        if r.kind == "local" {
+            return Err(CliError::config(format!(
+                "debate.embeddings: no remote provider is configured (no endpoint or API key), \
+                 and {}",
+                parley_protocol::LOCAL_EMBEDDINGS_REFUSED
+            )));
+        }
+    }
     if uses_local {
         crate::config::load_local_model(&registry)?;
     }
@@ -500,6 +513,16 @@ pub fn mode_notes(spec: &parley_protocol::DebateSpec) -> Vec<String> {
         out.push(format!(
             "terminationCondition \"verdict\": the judge gives a verdict after each round; the \
              debate stops at done with confidence >= {} (at most {} rounds)",
+            d.termination_condition.threshold(),
+            d.round_cap()
+        ));
+    }
+    if d.termination_condition.kind == TerminationType::Similarity {
+        out.push(format!(
+            "terminationCondition \"similarity\": each round's refinements are embedded with {}; \
+             the debate stops when every agent's refinement is >= {} similar (cosine) to its \
+             previous one (at most {} rounds)",
+            d.embeddings.as_ref().map_or("?", |e| e.model.as_str()),
             d.termination_condition.threshold(),
             d.round_cap()
         ));

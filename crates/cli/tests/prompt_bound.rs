@@ -52,6 +52,8 @@ fn task(role: &str, kind: TaskKind) -> Task {
                 .map(|i| format!("open issue {i}"))
                 .collect(),
             vote_result: Some("The agents voted; a1 won.\n- a0 voted for a1: x\n".into()),
+            // Only embedding tasks carry the previous round's refinements (no chat prompt).
+            previous: Vec::new(),
         },
         timeout_ms: 1000,
         dispatch_token: None,

@@ -74,8 +74,18 @@ impl Pricing {
             .enumerate()
             .filter(|(_, a)| a.is_enabled())
             .map(|(i, a)| (format!("agents[{i}]"), a));
+        let embedder = spec
+            .debate
+            .embeddings
+            .as_ref()
+            .map(|e| e.as_agent(&spec.judge.id));
         agents
             .chain(std::iter::once(("judge".to_string(), &spec.judge)))
+            .chain(
+                embedder
+                    .as_ref()
+                    .map(|e| ("debate.embeddings".to_string(), e)),
+            )
             .filter(|(_, a)| self.price_of(a).is_none())
             .map(|(f, a)| format!("{f}: {}", a.model))
             .collect()
@@ -98,6 +108,8 @@ impl Pricing {
                 prompt.saturating_mul(2).saturating_add(completion),
                 completion.saturating_mul(2),
             ),
+            // Embeddings: the texts are the prompt, there is no completion.
+            TaskKind::Embed => (task.text_bytes(), 0),
             _ => (prompt, completion),
         };
         // Unpriced: 0 here, and [`Self::priced`] says a dollar budget cannot take it.

@@ -52,6 +52,7 @@ fn ok(task: &Task) -> TaskResult {
             confidence: None,
             verdict: None,
             vote: None,
+            similarity: None,
             warnings: vec![],
             questions: vec![],
         }),

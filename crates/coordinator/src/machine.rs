@@ -56,6 +56,11 @@
 //! - `Verdict(0)` (`debate.mode: "adaptive"`): every `Propose(·, 1)`; round 1's critiques wait
 //!   for it. Done at the threshold: the short path (`Synthesize` from the proposals at once);
 //!   otherwise the full debate. Recorded in `state.adaptive` with the reason.
+//! - `Embed(r)` (`terminationCondition.type: "similarity"`, r below the cap): every
+//!   `Refine(·, r)`; the judge's worker embeds round r's refinements and round r-1's with
+//!   `debate.embeddings` (no chat call) and returns each agent's self-similarity and the
+//!   mean across agents (`rounds[r].similarity`); round r is the last when every agent's
+//!   self-similarity reaches the threshold (never in round 1, which has no round before).
 //! - `Vote(i, R)` (`synthesisMethod: "voting"`, R the final round): the final round complete;
 //!   the tally once every agent has voted (`state.voting`).
 //! - `JudgeSummarize`, then `Synthesize`: the final round complete (and, voting, the
@@ -70,9 +75,10 @@ use parley_protocol::{
     AgentClarifications, AgentConfig, Answer, ClarificationItem, Contribution,
     ContributionMetadata, ContributionType, CritiqueTopology, DebateEvent, DebateFailure,
     DebateMode, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary, DroppedCritique,
-    EventKind, Node, OnAgentFailure, PeerText, Progress, RoundEvaluation, RoundVerdict, Solution,
-    SummarizationConfig, SummaryMetadata, Task, TaskError, TaskInput, TaskKind, TaskOutcome,
-    TaskOutput, TaskResult, TerminationType, Verdict, Vote, VotingRecord, SCHEMA_VERSION,
+    EventKind, Node, OnAgentFailure, PeerText, Progress, RoundEvaluation, RoundSimilarity,
+    RoundVerdict, Solution, SummarizationConfig, SummaryMetadata, Task, TaskError, TaskInput,
+    TaskKind, TaskOutcome, TaskOutput, TaskResult, TerminationType, Verdict, Vote, VotingRecord,
+    SCHEMA_VERSION,
 };
 
 /// What drives the machine.
@@ -1039,6 +1045,13 @@ impl Machine {
                 }
                 "noNewRound"
             }
+            // Embed runs only at rounds ≥ 1: no new round fits.
+            TaskKind::Embed => {
+                if let Some(b) = self.state.budget.as_mut() {
+                    b.final_round = Some(p.round);
+                }
+                "noNewRound"
+            }
             TaskKind::Verdict if p.round > 0 => {
                 if let Some(b) = self.state.budget.as_mut() {
                     b.final_round = Some(p.round);
@@ -1318,6 +1331,9 @@ impl Machine {
                     .round(r)
                     .is_some_and(|rd| rd.count(ContributionType::Refinement) > 0),
                 TerminationType::Verdict => self.round(r).is_some_and(|rd| rd.verdict.is_some()),
+                TerminationType::Similarity => {
+                    self.round(r).is_some_and(|rd| rd.similarity.is_some())
+                }
                 _ => self.round(r).is_some_and(|rd| rd.evaluation.is_some()),
             };
             if open_next && self.next_round_unaffordable(r) {
@@ -1414,6 +1430,7 @@ impl Machine {
         match self.termination() {
             TerminationType::Fixed => None,
             TerminationType::Verdict => Some(TaskKind::Verdict),
+            TerminationType::Similarity => Some(TaskKind::Embed),
             TerminationType::Convergence | TerminationType::Quality => Some(TaskKind::Evaluate),
         }
     }
@@ -1472,6 +1489,10 @@ impl Machine {
                 .round(r)
                 .and_then(|rd| rd.verdict.as_ref())
                 .is_some_and(|v| v.verdict.is_done_at(self.threshold())),
+            TerminationType::Similarity => self
+                .round(r)
+                .and_then(|rd| rd.similarity.as_ref())
+                .is_some_and(|s| s.converged),
             _ => self
                 .round(r)
                 .and_then(|rd| rd.evaluation.as_ref())
@@ -1775,6 +1796,7 @@ impl Machine {
             TaskKind::Summarize => rd.summaries.contains_key(agent.unwrap_or("")),
             TaskKind::Evaluate => rd.evaluation.is_some(),
             TaskKind::Verdict => rd.verdict.is_some(),
+            TaskKind::Embed => rd.similarity.is_some(),
             TaskKind::Vote => self
                 .state
                 .voting
@@ -1813,6 +1835,7 @@ impl Machine {
             "evaluate" => TaskKind::Evaluate,
             "verdict" => TaskKind::Verdict,
             "vote" => TaskKind::Vote,
+            "embed" => TaskKind::Embed,
             "judgeSummarize" => TaskKind::JudgeSummarize,
             "synthesize" => TaskKind::Synthesize,
             _ => return None,
@@ -1834,6 +1857,7 @@ impl Machine {
                 return None
             }
             TaskKind::Vote if !self.spec.debate.voting() => return None,
+            TaskKind::Embed if self.termination() != TerminationType::Similarity => return None,
             _ => {}
         }
         let index = |id: &str| self.agents.iter().position(|a| a.id == id);
@@ -2045,11 +2069,29 @@ impl Machine {
             (TaskKind::Clarify, _) => {
                 input.max_questions = Some(self.spec.debate.clarifications_max_per_agent);
             }
+            (TaskKind::Embed, _) => {
+                let refinements = |r: u32| -> Vec<PeerText> {
+                    let Some(rd) = self.round(r) else {
+                        return Vec::new();
+                    };
+                    self.agents
+                        .iter()
+                        .filter_map(|a| rd.find(ContributionType::Refinement, &a.id, None))
+                        .map(peer)
+                        .collect()
+                };
+                input.candidates = refinements(p.round);
+                input.previous = refinements(p.round.saturating_sub(1));
+            }
             _ => {}
         }
         input.clarifications = answered_clarifications(&self.state.clarifications);
         let node = p.kind.node();
-        let mut agent = self.executor(p).clone();
+        let mut agent = match (p.kind, &self.spec.debate.embeddings) {
+            // The judge's worker embeds with the configured embedding model.
+            (TaskKind::Embed, Some(e)) => e.as_agent(&self.spec.judge.id),
+            _ => self.executor(p).clone(),
+        };
         if self.spec.debate.budget.is_some() {
             // The reservation counted this many completion tokens: ask for no more.
             agent.max_tokens = Some(self.pricing.completion_cap(&agent));
@@ -2143,6 +2185,7 @@ impl Machine {
                 }
             }
             TaskKind::Verdict => self.record_verdict(p.round, out, now, fx),
+            TaskKind::Embed => self.record_similarity(p.round, out, now, fx),
             TaskKind::Vote => self.record_vote(&exec, out, now, fx),
             TaskKind::Synthesize => {
                 let mut solution = out
@@ -2285,6 +2328,52 @@ impl Machine {
         } else if let Some(rd) = self.state.round_mut(r) {
             rd.verdict = Some(RoundVerdict {
                 verdict,
+                metadata: out.metadata,
+            });
+        }
+    }
+
+    /// Keeps round r's similarities (values outside -1..=1 or not numbers are not kept: a
+    /// worker's reply is outside input) and whether the debate stops on them.
+    fn record_similarity(
+        &mut self,
+        r: u32,
+        out: TaskOutput,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let valid = |x: &f64| x.is_finite() && (-1.0..=1.0).contains(x);
+        let mut similarity = out.similarity.unwrap_or_default();
+        similarity
+            .per_agent
+            .retain(|id, s| valid(s) && self.agents.iter().any(|a| &a.id == id));
+        similarity.across_agents = similarity.across_agents.filter(valid);
+        if similarity.per_agent.is_empty() && r >= 2 {
+            self.warn(
+                fx,
+                now,
+                format!("round {r}: no similarity could be measured; the debate goes on"),
+            );
+        }
+        let threshold = self.threshold();
+        let ids: Vec<&str> = self.agents.iter().map(|a| a.id.as_str()).collect();
+        let converged = similarity.converged(&ids, threshold);
+        self.emit(
+            fx,
+            now,
+            EventKind::SimilarityMeasured {
+                round: r,
+                min_per_agent: similarity.min_per_agent(),
+                across_agents: similarity.across_agents,
+                threshold,
+                converged,
+            },
+        );
+        if let Some(rd) = self.state.round_mut(r) {
+            rd.similarity = Some(RoundSimilarity {
+                similarity,
+                threshold,
+                converged,
                 metadata: out.metadata,
             });
         }

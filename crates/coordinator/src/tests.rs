@@ -51,6 +51,7 @@ pub(crate) fn ok(task: &Task, content: &str) -> TaskResult {
         confidence: None,
         verdict: None,
         vote: None,
+        similarity: None,
         warnings: vec![],
         questions: vec![],
     };

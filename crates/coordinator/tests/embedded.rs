@@ -55,6 +55,7 @@ fn answer(task: &Task) -> TaskResult {
             confidence: None,
             verdict: None,
             vote: None,
+            similarity: None,
             warnings: vec![],
             questions: vec![],
         }),

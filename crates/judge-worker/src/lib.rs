@@ -19,8 +19,8 @@ pub mod schema;
 pub mod service;
 
 use parley_llm::{
-    add_usage, call_for_task, call_for_task_structured, task_result, ChatMessage, LlmError,
-    Provider,
+    add_usage, call_for_task, call_for_task_structured, cosine, embed_for_task, task_result,
+    ChatMessage, LlmError, Provider,
 };
 use parley_protocol::{ErrorKind, Solution, Task, TaskKind, TaskOutput, TaskResult};
 
@@ -81,7 +81,77 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
     ])
 }
 
+/// How alike the embedded refinements are: each agent's against its previous one (when
+/// it had one) and the mean over every pair of this round's.
+pub fn similarity(
+    current: &[(String, Vec<f32>)],
+    previous: &[(String, Vec<f32>)],
+) -> parley_protocol::Similarity {
+    let per_agent = current
+        .iter()
+        .filter_map(|(id, v)| {
+            previous
+                .iter()
+                .find(|(p, _)| p == id)
+                .map(|(_, w)| (id.clone(), cosine(v, w)))
+        })
+        .collect();
+    let mut pairs = Vec::new();
+    for (i, (_, a)) in current.iter().enumerate() {
+        for (_, b) in &current[i + 1..] {
+            pairs.push(cosine(a, b));
+        }
+    }
+    let across_agents = (!pairs.is_empty()).then(|| pairs.iter().sum::<f64>() / pairs.len() as f64);
+    parley_protocol::Similarity {
+        per_agent,
+        across_agents,
+    }
+}
+
+/// Embed: one embeddings call for this round's refinements and the round before's, then
+/// their similarities. No chat call.
+async fn run_embed(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmError> {
+    let (current, previous) = (&task.input.candidates, &task.input.previous);
+    if current.is_empty() {
+        return Err(LlmError::new(
+            ErrorKind::InvalidRequest,
+            provider.name(),
+            "embed task without refinements",
+        ));
+    }
+    let inputs = current
+        .iter()
+        .chain(previous)
+        .map(|p| p.content.clone())
+        .collect();
+    let (vectors, metadata) = embed_for_task(provider, task, inputs).await?;
+    let (now, before) = vectors.split_at(current.len());
+    let ids = |peers: &[parley_protocol::PeerText], vs: &[Vec<f32>]| -> Vec<(String, Vec<f32>)> {
+        peers
+            .iter()
+            .zip(vs)
+            .map(|(p, v)| (p.agent_id.clone(), v.clone()))
+            .collect()
+    };
+    let sim = similarity(&ids(current, now), &ids(previous, before));
+    Ok(TaskOutput {
+        content: String::new(),
+        metadata,
+        solution: None,
+        confidence: None,
+        verdict: None,
+        vote: None,
+        similarity: Some(sim),
+        warnings: vec![],
+        questions: vec![],
+    })
+}
+
 async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmError> {
+    if task.kind == TaskKind::Embed {
+        return run_embed(task, provider).await;
+    }
     let messages = build_messages(task)
         .map_err(|m| LlmError::new(ErrorKind::InvalidRequest, provider.name(), m))?;
     let format = match task.kind {
@@ -103,6 +173,7 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
                 confidence: None,
                 verdict: None,
                 vote: None,
+                similarity: None,
                 warnings: vec![],
                 questions: vec![],
             });
@@ -135,6 +206,7 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
         confidence: None,
         verdict: None,
         vote: None,
+        similarity: None,
         warnings: vec![],
         questions: vec![],
     };

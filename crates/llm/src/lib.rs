@@ -21,8 +21,8 @@ pub mod registry;
 pub mod tools;
 
 pub use provider::{
-    add_usage, call_for_task, call_for_task_structured, call_for_task_with_tools, cosine, prices,
-    record_content_on_spans, set_prices, task_result, ChatMessage, ChatRequest, ChatResponse,
-    EmbedRequest, Embeddings, LlmError, Provider, ResponseFormat,
+    add_usage, call_for_task, call_for_task_structured, call_for_task_with_tools, cosine,
+    embed_for_task, prices, record_content_on_spans, set_prices, task_result, ChatMessage,
+    ChatRequest, ChatResponse, EmbedRequest, Embeddings, LlmError, Provider, ResponseFormat,
 };
 pub use registry::{ProviderSettings, Registry};

@@ -389,6 +389,73 @@ async fn call(
     })
 }
 
+/// Embeds `inputs` with the task's agent's model (the embedder): the `llm.call` span
+/// (operation `embeddings`), token metrics and the cost at the operator's prices. Embedding
+/// tokens are prompt tokens.
+pub async fn embed_for_task(
+    provider: &dyn Provider,
+    task: &parley_protocol::Task,
+    inputs: Vec<String>,
+) -> Result<(Vec<Vec<f32>>, parley_protocol::ContributionMetadata), LlmError> {
+    let req = EmbedRequest {
+        model: task.agent.model.clone(),
+        inputs,
+        timeout: Duration::from_millis(task.timeout_ms.max(1)),
+    };
+    let span = tracing::info_span!(
+        "llm.call",
+        otel.kind = "client",
+        gen_ai.operation.name = "embeddings",
+        gen_ai.system = provider.name(),
+        gen_ai.request.model = req.model.as_str(),
+        gen_ai.response.model = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        parley.cost_usd = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let r = match provider.embed(&req).instrument(span.clone()).await {
+        Ok(r) => r,
+        Err(e) => {
+            span.record("error.type", e.kind.as_str());
+            span.record("otel.status_code", "ERROR");
+            return Err(e);
+        }
+    };
+    if r.vectors.len() != req.inputs.len() {
+        return Err(LlmError::new(
+            ErrorKind::Malformed,
+            provider.name(),
+            format!(
+                "{} embeddings for {} inputs",
+                r.vectors.len(),
+                req.inputs.len()
+            ),
+        ));
+    }
+    span.record("gen_ai.response.model", r.model.as_str());
+    span.record("gen_ai.usage.input_tokens", r.prompt_tokens);
+    parley_telemetry::metrics().record_tokens(provider.name(), &r.model, r.prompt_tokens, 0);
+    let cost = prices().cost(provider.name(), &req.model, r.prompt_tokens, 0, 0);
+    if let Some(usd) = cost {
+        span.record("parley.cost_usd", usd);
+        parley_telemetry::metrics().record_cost(provider.name(), &req.model, usd);
+    }
+    let meta = parley_protocol::ContributionMetadata {
+        tokens_used: r.prompt_tokens,
+        latency_ms: r.latency_ms,
+        model: r.model,
+        prompt_tokens: Some(r.prompt_tokens),
+        completion_tokens: Some(0),
+        provider: Some(provider.name().to_string()),
+        carried_over: false,
+        tool_calls: Vec::new(),
+        cached_prompt_tokens: None,
+        cost_usd: cost,
+    };
+    Ok((r.vectors, meta))
+}
+
 /// Adds the cost of a second call (e.g. a stricter retry) to `into`.
 pub fn add_usage(
     into: &mut parley_protocol::ContributionMetadata,

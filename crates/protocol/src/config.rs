@@ -146,6 +146,10 @@ pub enum TerminationType {
     /// After each round the judge gives a structured verdict (`done`/`continue`, confidence,
     /// open issues); the debate stops at `done` with confidence ≥ `threshold`.
     Verdict,
+    /// After each round every agent's refinement is embedded (`debate.embeddings`); the
+    /// debate stops when each agent's refinement is at least `threshold` (0–1, cosine)
+    /// similar to its previous round's.
+    Similarity,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -153,7 +157,8 @@ pub enum TerminationType {
 pub struct TerminationCondition {
     #[serde(rename = "type")]
     pub kind: TerminationType,
-    /// Judge confidence (0–100) at which `convergence` / `quality` stop early.
+    /// Judge confidence (0–100) at which `convergence` / `quality` / `verdict` stop early;
+    /// for `similarity` the cosine similarity (0–1) every agent's refinement must reach.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
     /// `verdict` only: the most rounds the debate runs when the judge never says done. When
@@ -174,8 +179,13 @@ impl Default for TerminationCondition {
 
 impl TerminationCondition {
     pub const DEFAULT_THRESHOLD: f64 = 80.0;
+    /// The default of `similarity` (cosine, 0–1).
+    pub const DEFAULT_SIMILARITY_THRESHOLD: f64 = 0.95;
     pub fn threshold(&self) -> f64 {
-        self.threshold.unwrap_or(Self::DEFAULT_THRESHOLD)
+        self.threshold.unwrap_or(match self.kind {
+            TerminationType::Similarity => Self::DEFAULT_SIMILARITY_THRESHOLD,
+            _ => Self::DEFAULT_THRESHOLD,
+        })
     }
 }
 
@@ -325,6 +335,30 @@ pub struct DebateSettings {
     /// Who critiques whom each round (default: every agent every other).
     #[serde(default, skip_serializing_if = "CritiqueConfig::is_default")]
     pub critique: CritiqueConfig,
+    /// Where `similarity` termination gets its embeddings: a provider and model resolved
+    /// like an agent's (the operator's endpoints and keys; never a participant's URL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<EmbeddingsConfig>,
+}
+
+/// `debate.embeddings`: the provider and model that embed refinements (`POST
+/// /v1/embeddings`). The local model has no embedding mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EmbeddingsConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    pub model: String,
+}
+
+impl EmbeddingsConfig {
+    /// The embedder as a participant the provider registry resolves, under `id` (the
+    /// judge's: its worker runs the embedding task).
+    pub fn as_agent(&self, id: &str) -> AgentConfig {
+        let mut a = AgentConfig::new(id, "embeddings", "embeddings", self.model.clone(), 0.0);
+        a.provider = self.provider.clone();
+        a
+    }
 }
 
 /// Who critiques whom (`debate.critique`): `all` (every agent every other, N×(N−1) a
@@ -478,6 +512,7 @@ impl Default for DebateSettings {
             budget: None,
             mode: DebateMode::default(),
             critique: CritiqueConfig::default(),
+            embeddings: None,
         }
     }
 }

@@ -107,6 +107,19 @@ pub enum EventKind {
         open_issues: usize,
         valid: bool,
     },
+    /// `terminationCondition.type: "similarity"`: how alike round `round`'s refinements
+    /// are (the least self-similarity, none in round 1; the mean across agents) and
+    /// whether the debate stops on it.
+    #[serde(rename_all = "camelCase")]
+    SimilarityMeasured {
+        round: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min_per_agent: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        across_agents: Option<f64>,
+        threshold: f64,
+        converged: bool,
+    },
     /// `debate.mode: "adaptive"`: which path the debate takes after the proposals, and why.
     #[serde(rename_all = "camelCase")]
     AdaptivePathChosen {

@@ -244,6 +244,7 @@ pub const RETRY_NODES: &[&str] = &[
     "evaluation",
     "verdict",
     "vote",
+    "embedding",
     "synthesis",
 ];
 
@@ -440,13 +441,29 @@ impl DebateSpec {
 fn validate_settings(d: &DebateSettings, c: &mut Check) {
     use limits::*;
     c.range("debate.rounds", d.rounds, 1..=MAX_ROUNDS);
+    let similarity = d.termination_condition.kind == crate::TerminationType::Similarity;
     if let Some(t) = d.termination_condition.threshold {
-        if !(0.0..=100.0).contains(&t) {
+        let max = if similarity { 1.0 } else { 100.0 };
+        if !(0.0..=max).contains(&t) {
             c.push(
                 "debate.terminationCondition.threshold",
-                format!("{t} is out of range 0..=100"),
+                if similarity {
+                    format!(
+                        "{t} is out of range 0..=1 (type \"similarity\" takes a cosine similarity)"
+                    )
+                } else {
+                    format!("{t} is out of range 0..=100")
+                },
             );
         }
+    }
+    validate_embeddings(d, similarity, c);
+    if similarity && d.mode == crate::DebateMode::Adaptive {
+        c.push(
+            "debate.mode",
+            "\"adaptive\" screens the proposals with a judge verdict (confidence 0..=100) and \
+             cannot share terminationCondition type \"similarity\" (threshold 0..=1)",
+        );
     }
     if !crate::SYNTHESIS_METHODS.contains(&d.synthesis_method.as_str()) {
         c.push(
@@ -501,6 +518,51 @@ fn validate_settings(d: &DebateSettings, c: &mut Check) {
             );
         }
         validate_retry(&field, p, c);
+    }
+}
+
+/// The reason `similarity` termination cannot run on the local model (the README says the
+/// same).
+pub const LOCAL_EMBEDDINGS_REFUSED: &str = "the local model has no embedding mode \
+    (llama.cpp's embedding mode needs an embedding model, and none is packaged): \
+    terminationCondition type \"similarity\" needs debate.embeddings with a remote provider \
+    (openai, openrouter or openai-compatible)";
+
+/// `debate.embeddings`: required by `similarity` (and only used by it), a known remote
+/// provider and a model name.
+fn validate_embeddings(d: &DebateSettings, similarity: bool, c: &mut Check) {
+    match (&d.embeddings, similarity) {
+        (None, true) => c.push(
+            "debate.embeddings",
+            "terminationCondition type \"similarity\" needs debate.embeddings {provider, model}",
+        ),
+        (Some(_), false) => c.push(
+            "debate.embeddings",
+            "only used with terminationCondition type \"similarity\"",
+        ),
+        _ => {}
+    }
+    let Some(e) = &d.embeddings else { return };
+    c.label("debate.embeddings.model", &e.model, limits::MAX_MODEL_BYTES);
+    if e.model.trim().is_empty() {
+        c.push("debate.embeddings.model", "must not be empty");
+    }
+    match e.provider.as_deref() {
+        Some("local") => c.push("debate.embeddings.provider", LOCAL_EMBEDDINGS_REFUSED),
+        Some(p) if !crate::KNOWN_PROVIDERS.contains(&p) => c.push(
+            "debate.embeddings.provider",
+            format!(
+                "unknown provider {:?} (expected one of: {})",
+                preview(p, 40),
+                crate::KNOWN_PROVIDERS
+                    .iter()
+                    .filter(|k| **k != "local")
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        _ => {}
     }
 }
 

@@ -163,10 +163,56 @@ pub struct DebateRound {
     /// The judge's verdict on this round (`terminationCondition.type: "verdict"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<RoundVerdict>,
+    /// The similarities of this round's refinements (`terminationCondition.type:
+    /// "similarity"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<RoundSimilarity>,
     /// Critiques given up after their retry budget (`debate.onAgentFailure: "drop"`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<DroppedCritique>,
     pub timestamp: DateTime<Utc>,
+}
+
+/// How alike a round's refinements are (cosine similarity of their embeddings).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Similarity {
+    /// Agent id → cosine(its refinement of this round, of the round before); empty in
+    /// round 1. An agent missing a refinement the round before is left out.
+    #[serde(default)]
+    pub per_agent: BTreeMap<String, f64>,
+    /// The mean pairwise cosine of this round's refinements (`None` with one agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub across_agents: Option<f64>,
+}
+
+impl Similarity {
+    /// The least self-similarity (`None` before round 2).
+    pub fn min_per_agent(&self) -> Option<f64> {
+        self.per_agent.values().copied().reduce(f64::min)
+    }
+
+    /// The change fell under the threshold: every one of `agents` has a self-similarity
+    /// of at least `threshold`.
+    pub fn converged(&self, agents: &[&str], threshold: f64) -> bool {
+        !agents.is_empty()
+            && agents
+                .iter()
+                .all(|a| self.per_agent.get(*a).is_some_and(|s| *s >= threshold))
+    }
+}
+
+/// A round's [`Similarity`] as recorded in the state, with the threshold it was held to
+/// and the embedding call's usage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoundSimilarity {
+    #[serde(flatten)]
+    pub similarity: Similarity,
+    pub threshold: f64,
+    /// Whether the debate stopped on it.
+    pub converged: bool,
+    pub metadata: ContributionMetadata,
 }
 
 /// A critique that was dropped instead of failing the debate: who would have critiqued
@@ -190,6 +236,7 @@ impl DebateRound {
             summaries: BTreeMap::new(),
             evaluation: None,
             verdict: None,
+            similarity: None,
             dropped: Vec::new(),
             timestamp: now,
         }

@@ -20,6 +20,9 @@ pub enum Node {
     Verdict,
     /// Every agent votes for the best final refinement (`synthesisMethod: "voting"`).
     Vote,
+    /// The round's refinements embedded and compared (`terminationCondition.type:
+    /// "similarity"`).
+    Embedding,
     Synthesis,
     Completed,
     Failed,
@@ -38,6 +41,7 @@ impl Node {
             Self::Evaluation => "evaluation",
             Self::Verdict => "verdict",
             Self::Vote => "vote",
+            Self::Embedding => "embedding",
             Self::Synthesis => "synthesis",
             Self::Completed => "completed",
             Self::Failed => "failed",
@@ -68,6 +72,9 @@ pub enum TaskKind {
     /// An agent's vote for the best final refinement other than its own; the task id's
     /// round is the final round.
     Vote,
+    /// Round r's refinements (and round r-1's) embedded by the judge's worker, which
+    /// returns the similarities (`terminationCondition.type: "similarity"`).
+    Embed,
     JudgeSummarize,
     Synthesize,
 }
@@ -100,6 +107,7 @@ impl TaskKind {
             Self::Evaluate => Node::Evaluation,
             Self::Verdict => Node::Verdict,
             Self::Vote => Node::Vote,
+            Self::Embed => Node::Embedding,
             Self::Synthesize => Node::Synthesis,
         }
     }
@@ -111,9 +119,11 @@ impl TaskKind {
             | Self::Refine
             | Self::Summarize
             | Self::Vote => WorkerKind::Agent,
-            Self::Evaluate | Self::Verdict | Self::JudgeSummarize | Self::Synthesize => {
-                WorkerKind::Judge
-            }
+            Self::Evaluate
+            | Self::Verdict
+            | Self::Embed
+            | Self::JudgeSummarize
+            | Self::Synthesize => WorkerKind::Judge,
         }
     }
     pub fn as_str(self) -> &'static str {
@@ -126,6 +136,7 @@ impl TaskKind {
             Self::Evaluate => "evaluate",
             Self::Verdict => "verdict",
             Self::Vote => "vote",
+            Self::Embed => "embed",
             Self::JudgeSummarize => "judgeSummarize",
             Self::Synthesize => "synthesize",
         }
@@ -192,6 +203,10 @@ pub struct TaskInput {
     /// pick from) and every vote with its reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vote_result: Option<String>,
+    /// Embed: the agents' refinements of the round before (`candidates` holds this
+    /// round's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous: Vec<PeerText>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -256,6 +271,7 @@ impl Task {
             + i.proposal.as_ref().map_or(0, peer)
             + i.critiques.iter().map(peer).sum::<u64>()
             + i.candidates.iter().map(peer).sum::<u64>()
+            + i.previous.iter().map(peer).sum::<u64>()
             + i.open_issues
                 .iter()
                 .map(|s| s.len() as u64 + 4)
@@ -471,6 +487,9 @@ pub struct TaskOutput {
     /// Vote: the agent id voted for and why (`None`: no readable vote, with a warning).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vote: Option<Ballot>,
+    /// Embed: the round's similarities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<crate::Similarity>,
     /// Clarify: the questions the agent asks (none when its reply held none or could not
     /// be read; a warning then says which).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
