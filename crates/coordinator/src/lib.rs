@@ -39,4 +39,6 @@ mod clarify_tests;
 #[cfg(test)]
 mod deadline_tests;
 #[cfg(test)]
+mod similarity_tests;
+#[cfg(test)]
 mod tests;
