@@ -258,3 +258,34 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
     out.warnings = warnings;
     Ok(out)
 }
+
+#[cfg(test)]
+mod similarity_tests {
+    use super::similarity;
+
+    fn v(id: &str, x: &[f32]) -> (String, Vec<f32>) {
+        (id.to_string(), x.to_vec())
+    }
+
+    #[test]
+    fn self_similarity_per_agent_and_the_mean_across_agents() {
+        let now = [
+            v("a", &[1.0, 0.0]),
+            v("b", &[0.0, 1.0]),
+            v("c", &[1.0, 1.0]),
+        ];
+        // "c" had no refinement the round before: no self-similarity for it.
+        let before = [v("a", &[2.0, 0.0]), v("b", &[1.0, 0.0])];
+        let s = similarity(&now, &before);
+        assert_eq!(s.per_agent.len(), 2);
+        assert!((s.per_agent["a"] - 1.0).abs() < 1e-9);
+        assert!(s.per_agent["b"].abs() < 1e-9);
+        // Pairs: a·b = 0, a·c = b·c = 1/√2.
+        let want = 2.0 * std::f64::consts::FRAC_1_SQRT_2 / 3.0;
+        assert!((s.across_agents.unwrap() - want).abs() < 1e-6);
+        assert_eq!(s.min_per_agent(), Some(s.per_agent["b"]));
+        // One agent, round 1: nothing to compare.
+        let lone = similarity(&now[..1], &[]);
+        assert!(lone.per_agent.is_empty() && lone.across_agents.is_none());
+    }
+}
