@@ -19,7 +19,7 @@ pub fn status_line(p: &Progress) -> String {
     )
 }
 
-/// One line for a verdict, the adaptive path or the vote tally.
+/// One line for a verdict, a round's similarity, the adaptive path or the vote tally.
 fn mode_line(kind: &EventKind) -> String {
     match kind {
         EventKind::VerdictGiven {
@@ -45,6 +45,20 @@ fn mode_line(kind: &EventKind) -> String {
         }
         EventKind::AdaptivePathChosen { path, reason } => {
             format!("adaptive: {} path: {reason}", path.as_str())
+        }
+        EventKind::SimilarityMeasured {
+            round,
+            min_per_agent,
+            across_agents,
+            threshold,
+            converged,
+        } => {
+            let own = min_per_agent.map_or("-".to_string(), |m| format!("{m:.3}"));
+            let across = across_agents.map_or("-".to_string(), |m| format!("{m:.3}"));
+            let decision = if *converged { "stop" } else { "go on" };
+            format!(
+                "similarity after round {round}: least self-similarity {own}, across agents {across} (threshold {threshold}): {decision}"
+            )
         }
         EventKind::VotesTallied {
             winner, leaders, ..
@@ -112,6 +126,7 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
                 let _ = writeln!(err, "budget: round {round}: {what}{n}");
             }
             EventKind::VerdictGiven { .. }
+            | EventKind::SimilarityMeasured { .. }
             | EventKind::AdaptivePathChosen { .. }
             | EventKind::VotesTallied { .. } => {
                 if tty {

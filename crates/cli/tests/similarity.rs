@@ -50,6 +50,12 @@ async fn a_debate_whose_refinements_repeat_stops_after_round_two() {
         stderr.contains("terminationCondition \"similarity\""),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("similarity after round 1: least self-similarity -")
+            && stderr.contains("similarity after round 2: least self-similarity 0.9")
+            && stderr.contains("(threshold 0.9): stop"),
+        "{stderr}"
+    );
     let state = read_json(dir.path().join("state.json"));
     assert_eq!(state["status"], "completed");
     let rounds = state["rounds"].as_array().unwrap();
