@@ -11,7 +11,7 @@
 //! nats_inbox_prefix = "_INBOX_agent_worker" # PARLEY_NATS_INBOX_PREFIX (default: the role's, see `nats`)
 //! redis_min_replicas = 1               # PARLEY_REDIS_MIN_REPLICAS: checkpoint and result writes wait (WAIT) for this many Redis replicas (default 0)
 //! stream_replicas = 3                  # PARLEY_STREAM_REPLICAS, --stream-replicas: replicas of the JetStream streams and the stash bucket (1 to 5)
-//! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url; or redis+sentinel://s1:26379,s2:26379/<master> (see `redis_conn`)
+//! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url; or redis+sentinel://s1:26379,s2:26379/<master>, or redis+cluster://n1:6379,n2:6379 (see `redis_conn`)
 //! metrics_addr = "0.0.0.0:9090"        # PARLEY_METRICS_ADDR, --metrics-addr ("off" disables)
 //! lease_ttl_ms = 10000                 # coordinator
 //! concurrency = 8                      # workers
@@ -410,7 +410,15 @@ impl CommonArgs {
             problems,
             "redis_url",
             &redis_url,
-            &["redis", "rediss", "unix", "redis+unix", "redis+sentinel"],
+            &[
+                "redis",
+                "rediss",
+                "unix",
+                "redis+unix",
+                "redis+sentinel",
+                "redis+cluster",
+                "rediss+cluster",
+            ],
         );
         if let Err(e) = crate::redis_conn::RedisTarget::parse(&redis_url) {
             problems.push("redis_url", e);
