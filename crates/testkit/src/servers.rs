@@ -623,7 +623,8 @@ const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// A Redis Cluster on loopback: `masters` masters with one replica each, every node a
 /// `redis-server --cluster-enabled yes` on ephemeral ports (client and bus port), without
 /// persistence, joined by `redis-cli --cluster create --cluster-replicas 1`. Node timeout
-/// 1 s, so a killed master's replica takes over within a few seconds. SIGKILLed on drop.
+/// 1 s and replica validity factor 0, so a killed master's replica takes over within a few
+/// seconds. SIGKILLed on drop.
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
@@ -632,7 +633,8 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts `2 * masters` nodes (at least 3 masters: a cluster needs a majority of
     /// masters to fail one over), creates the cluster and waits until every node reports
-    /// `cluster_state:ok` and every master has its replica.
+    /// `cluster_state:ok`, every master has its replica and every replica has finished its
+    /// first sync.
     pub fn start(masters: usize) -> anyhow::Result<Self> {
         anyhow::ensure!(masters >= 3, "a Redis Cluster needs at least 3 masters");
         let mut nodes = Vec::with_capacity(masters * 2);
@@ -647,6 +649,13 @@ impl RedisCluster {
                 "nodes.conf",
                 "--cluster-node-timeout",
                 "1000",
+                // A replica takes over however long ago it last heard from its master
+                // (otherwise a master that took no writes for ~10 s cannot fail over).
+                "--cluster-replica-validity-factor",
+                "0",
+                // Replicas get their first full copy at once, not after 5 s.
+                "--repl-diskless-sync-delay",
+                "0",
                 "--cluster-port",
                 &bus,
                 "--appendonly",
@@ -677,7 +686,8 @@ impl RedisCluster {
                 cluster
                     .cli(i, &["CLUSTER", "INFO"])
                     .is_ok_and(|info| info.contains("cluster_state:ok"))
-            }) && cluster.masters_with_replica().is_ok_and(|n| n == masters);
+            }) && cluster.masters_with_replica().is_ok_and(|n| n == masters)
+                && cluster.replicas_in_sync() == masters;
             if ok {
                 return Ok(cluster);
             }
@@ -687,6 +697,17 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Nodes that are replicas with their replication link up (they hold a full copy).
+    fn replicas_in_sync(&self) -> usize {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.cli(i, &["INFO", "replication"]).is_ok_and(|info| {
+                    info.contains("role:slave") && info.contains("master_link_status:up")
+                })
+            })
+            .count()
     }
 
     /// Masters that have a connected replica, as a node sees them.
