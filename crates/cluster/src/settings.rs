@@ -299,7 +299,8 @@ pub struct CommonArgs {
     pub nats_inbox_prefix: Option<String>,
     /// Redis URL (`redis://`, `rediss://`; may carry credentials), or the sentinels of a
     /// replicated Redis: `redis+sentinel://[:password@]host:26379[,host:26379...]/<master
-    /// name>[/db]` [default: redis://127.0.0.1:6379].
+    /// name>[/db]`, or nodes of a Redis Cluster: `redis+cluster://[:password@]host:6379[,...]`
+    /// (`rediss+cluster://` with TLS) [default: redis://127.0.0.1:6379].
     #[arg(long, env = "PARLEY_REDIS_URL")]
     pub redis_url: Option<String>,
     /// Address of `/metrics`, `/healthz` and `/readyz`, or `off` [default: 0.0.0.0:9090].
