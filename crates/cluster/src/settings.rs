@@ -573,6 +573,27 @@ mod tests {
     }
 
     #[test]
+    fn redis_cluster_urls_are_accepted_and_checked() {
+        let check = |url: &str| {
+            let args = CommonArgs {
+                redis_url: Some(url.into()),
+                ..CommonArgs::default()
+            };
+            let mut problems = Problems::default();
+            let (_, s) = args.resolve(&mut problems);
+            problems.into_result().map(|()| s.redis_url)
+        };
+        assert_eq!(
+            check("redis+cluster://:pw@n1:7000,n2:7001").unwrap(),
+            "redis+cluster://:pw@n1:7000,n2:7001"
+        );
+        check("rediss+cluster://n1:6379").unwrap();
+        let e = check("redis+cluster://:hunter2@n1").unwrap_err();
+        assert!(e.contains("redis_url:") && e.contains("host:port"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
     fn every_problem_is_reported_with_its_key() {
         let dir = tempfile::tempdir().unwrap();
         let args = CommonArgs {
