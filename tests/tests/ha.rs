@@ -1,12 +1,14 @@
 //! High availability of the backing services: the services run against a 3-node JetStream
 //! cluster (R3 streams) and a node dies mid-debate. Real `nats-server` processes clustered on
-//! loopback, a real `redis-server`, the service binaries and the fake LLM.
+//! loopback, a real `redis-server` (alone, watched by sentinels, or a Redis Cluster), the
+//! service binaries and the fake LLM.
 //!
 //! Build the binaries first: `cargo build --workspace --bins`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use parley_testkit::RedisCluster;
 use parley_tests::*;
 
 /// Streams whose replicas must follow `stream_replicas`.
@@ -375,6 +377,155 @@ async fn debates_survive_a_redis_sentinel_failover() {
         assert!(
             version.is_some_and(|v| v > 1),
             "{id}: no checkpoint on the new master"
+        );
+    }
+}
+
+/// A Redis Cluster of 3 masters with one replica each; the services reach it through
+/// `redis+cluster://` and wait for one replica on every checkpoint and result write
+/// (`--redis-min-replicas 1`, `WAIT` sent to the master of the debate's slot). With several
+/// debates mid-round the master serving most of the debates' hash slots is killed
+/// (SIGKILL): its replica takes over, the cluster client follows the new slot map, and
+/// every debate completes with no call whose answer was stored made again and all its
+/// events; the final checkpoints are on the masters serving the slots afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debates_survive_a_redis_cluster_master_failover() {
+    let t0 = std::time::Instant::now();
+    let nats = NatsServer::start().unwrap();
+    let client = connect_as(&nats.url()).await;
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
+        .await
+        .unwrap()
+        .unwrap();
+    eprintln!("{:?}: redis cluster ready", t0.elapsed());
+
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(400)));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("debate-config.json");
+    write_json(&config, &serde_json::json!({"baseUrl": fake.base_url()}));
+    let redis_url = cluster.url();
+    let common = |extra: &[(&'static str, String)]| {
+        let mut flags = vec![
+            ("--nats-url", nats.url()),
+            ("--redis-url", redis_url.clone()),
+            ("--redis-min-replicas", "1".to_string()),
+        ];
+        flags.extend(extra.iter().cloned());
+        flags
+    };
+    let _coord = start_service(
+        "parley-coordinator",
+        &common(&[("--lease-ttl-ms", "2000".into())]),
+        "coordinator ready",
+    );
+    let worker = |kind: &str| {
+        start_service(
+            &format!("parley-{kind}-worker"),
+            &common(&[
+                ("--concurrency", "4".into()),
+                ("--ack-wait-secs", "3".into()),
+                ("--config", config.display().to_string()),
+            ]),
+            "worker ready",
+        )
+    };
+    let _agents = [worker("agent"), worker("agent")];
+    let _judge = worker("judge");
+
+    let problems: Vec<String> = (0..DEBATES)
+        .map(|i| format!("Design a cluster failover drill number {i}"))
+        .collect();
+    let mut ids = Vec::new();
+    for p in &problems {
+        ids.push(submit_on(&client, &spec(p)).await);
+    }
+    for id in &ids {
+        wait_status_on(&client, id, Duration::from_secs(40), |s| {
+            contributions(s) >= 2
+        })
+        .await;
+    }
+    // The master serving most debates' slots (their keys share the slot of `{<id>}`).
+    let mut serving: BTreeMap<usize, usize> = BTreeMap::new();
+    for id in &ids {
+        let master = cluster
+            .master_of(&format!("parley:{{{id}}}:state"))
+            .unwrap();
+        *serving.entry(master).or_default() += 1;
+    }
+    let (&victim, &held) = serving.iter().max_by_key(|(_, n)| **n).unwrap();
+    let victim_port = cluster.node(victim).port();
+    let moved: Vec<&String> = ids
+        .iter()
+        .filter(|id| {
+            cluster
+                .master_of(&format!("parley:{{{id}}}:state"))
+                .unwrap()
+                == victim
+        })
+        .collect();
+    assert_eq!(moved.len(), held);
+    let before_kill = fake.request_count();
+    eprintln!(
+        "{:?}: killing the master on port {victim_port}, serving {held} of {DEBATES} debates",
+        t0.elapsed()
+    );
+    cluster.kill(victim);
+    // Its replica is promoted and serves the debates' slots.
+    let key = format!("parley:{{{}}}:state", moved[0]);
+    let mut promoted = None;
+    wait_for(
+        "the replica to take over the killed master's slots",
+        Duration::from_secs(30),
+        || {
+            let m = cluster.master_of(&key).ok().filter(|&m| m != victim);
+            promoted = m;
+            std::future::ready(m.is_some())
+        },
+    )
+    .await;
+    let promoted = promoted.unwrap();
+    eprintln!(
+        "{:?}: node on port {} promoted",
+        t0.elapsed(),
+        cluster.node(promoted).port()
+    );
+
+    for id in &ids {
+        let state = wait_status_on(&client, id, Duration::from_secs(90), is_done).await;
+        assert_complete(&state);
+    }
+    eprintln!("{:?}: debates done", t0.elapsed());
+    assert!(
+        fake.request_count() > before_kill,
+        "the debates went on after the kill"
+    );
+    assert_no_completed_call_repeated(&fake);
+    assert_eq!(
+        successful_calls_by_problem(&fake, &problems),
+        vec![22; DEBATES],
+        "each debate made each of its 22 calls once"
+    );
+    for id in &ids {
+        assert_events_kept(&client, id).await;
+    }
+    // Every debate's final checkpoint is on the master serving its slot now (the promoted
+    // replica for the debates the killed master held).
+    for id in &ids {
+        let key = format!("parley:{{{id}}}:state");
+        let master = cluster.master_of(&key).unwrap();
+        assert_ne!(master, victim, "{id}: still mapped to the killed master");
+        let mut conn = redis_connection(&cluster.node(master).url()).await;
+        let version: Option<u64> = redis::cmd("HGET")
+            .arg(&key)
+            .arg("version")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            version.is_some_and(|v| v > 1),
+            "{id}: no checkpoint on the master of its slot"
         );
     }
 }

@@ -1,5 +1,5 @@
-//! Redis connections of the services, to a single server or to the master of a Sentinel
-//! deployment, chosen by the URL (setting `redis_url`):
+//! Redis connections of the services, to a single server, to the master of a Sentinel
+//! deployment or to a Redis Cluster, chosen by the URL (setting `redis_url`):
 //!
 //! - `redis://[user:password@]host:port[/db]`, `rediss://...`, `unix://...`: one server; the
 //!   connection reconnects to it by itself (the `redis` crate's connection manager).
@@ -10,6 +10,14 @@
 //!   out, or the server answered `READONLY` (a former master demoted to replica). The
 //!   credentials apply to the master and to the sentinels (as with the Bitnami chart's
 //!   default `sentinel.auth`).
+//! - `redis+cluster://[user:password@]host:port[,host:port...]` (`rediss+cluster://` for
+//!   TLS): some nodes of a Redis Cluster (database 0 only). The `redis` crate's cluster
+//!   client learns the slot map from them, sends each command (and each script, by its
+//!   first key) to the master of the key's slot, and follows `MOVED`/`ASK` redirections and
+//!   failovers. A pipeline or transaction goes to one node, so its keys must share a hash
+//!   slot: every per-debate key carries the hash tag `{<id>}`, and the global keys
+//!   (`parley:running`, `parley:idem:*`, `parley:deadletter`) are only used alone.
+//!   [`RedisConnection::wait_replicas`] sends `WAIT` to the master of the written key's slot.
 //!
 //! A failed command is not sent again (as with the connection manager): the caller sees the
 //! error and retries when it is safe, and its next command goes to the master the
@@ -20,11 +28,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 /// URL scheme of a Sentinel deployment.
 pub const SENTINEL_SCHEME: &str = "redis+sentinel";
+/// URL scheme of a Redis Cluster (plain TCP).
+pub const CLUSTER_SCHEME: &str = "redis+cluster";
+/// URL scheme of a Redis Cluster over TLS.
+pub const CLUSTER_TLS_SCHEME: &str = "rediss+cluster";
 /// How long connecting to a server (or a sentinel) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -38,6 +53,13 @@ pub enum RedisTarget {
         sentinels: Vec<String>,
         master: String,
         db: i64,
+        username: Option<String>,
+        password: Option<String>,
+    },
+    /// Seed nodes (`host:port`) of a Redis Cluster; `tls` for `rediss+cluster`.
+    Cluster {
+        nodes: Vec<String>,
+        tls: bool,
         username: Option<String>,
         password: Option<String>,
     },
@@ -61,6 +83,11 @@ impl std::fmt::Debug for RedisTarget {
                 .field("master", master)
                 .field("db", db)
                 .finish_non_exhaustive(),
+            Self::Cluster { nodes, tls, .. } => f
+                .debug_struct("Cluster")
+                .field("nodes", nodes)
+                .field("tls", tls)
+                .finish_non_exhaustive(),
         }
     }
 }
@@ -69,44 +96,23 @@ impl RedisTarget {
     /// Reads a Redis URL; the error names what is wrong, never the credentials.
     pub fn parse(url: &str) -> Result<Self, String> {
         let url = url.trim();
+        for (scheme, tls) in [(CLUSTER_SCHEME, false), (CLUSTER_TLS_SCHEME, true)] {
+            if let Some(rest) = url.strip_prefix(&format!("{scheme}://")) {
+                return Self::parse_cluster(scheme, rest, tls);
+            }
+        }
         let Some(rest) = url.strip_prefix(&format!("{SENTINEL_SCHEME}://")) else {
             return Ok(Self::Server(url.to_string()));
         };
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let (username, password) = match userinfo {
-            None => (None, None),
-            Some(u) => match u.split_once(':') {
-                Some((user, pw)) => (
-                    (!user.is_empty()).then(|| crate::nats::percent_decode(user)),
-                    Some(crate::nats::percent_decode(pw)),
-                ),
-                None => (None, Some(crate::nats::percent_decode(u))),
-            },
-        };
-        let sentinels: Vec<String> = hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .map(str::to_string)
-            .collect();
+        let (username, password, sentinels) = split_authority(authority);
         if sentinels.is_empty() {
             return Err(format!(
                 "{SENTINEL_SCHEME} URL without sentinels: expected \
                  {SENTINEL_SCHEME}://host:26379[,host:26379...]/<master name>"
             ));
         }
-        for s in &sentinels {
-            let port = s.rsplit_once(':').map(|(_, p)| p);
-            if port.is_none_or(|p| p.parse::<u16>().is_err()) {
-                return Err(format!(
-                    "sentinel address {s:?}: expected host:port (e.g. redis-sentinel:26379)"
-                ));
-            }
-        }
+        check_host_ports("sentinel", "redis-sentinel:26379", &sentinels)?;
         let mut parts = path.split('/');
         let master = parts.next().unwrap_or("").trim().to_string();
         if master.is_empty() {
@@ -136,6 +142,67 @@ impl RedisTarget {
             password,
         })
     }
+
+    /// The part after `redis+cluster://`: `[user:password@]host:port[,host:port...][/[0]]`.
+    fn parse_cluster(scheme: &str, rest: &str, tls: bool) -> Result<Self, String> {
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if !(path.is_empty() || path == "0") {
+            return Err(format!(
+                "{scheme} URL: a Redis Cluster has only database 0, the path must be empty"
+            ));
+        }
+        let (username, password, nodes) = split_authority(authority);
+        if nodes.is_empty() {
+            return Err(format!(
+                "{scheme} URL without nodes: expected {scheme}://host:6379[,host:6379...]"
+            ));
+        }
+        check_host_ports("cluster node", "redis-cluster-0:6379", &nodes)?;
+        Ok(Self::Cluster {
+            nodes,
+            tls,
+            username,
+            password,
+        })
+    }
+}
+
+/// `[user:password@]h1:p1,h2:p2`: the decoded user and password, and the addresses.
+fn split_authority(authority: &str) -> (Option<String>, Option<String>, Vec<String>) {
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let (username, password) = match userinfo {
+        None => (None, None),
+        Some(u) => match u.split_once(':') {
+            Some((user, pw)) => (
+                (!user.is_empty()).then(|| crate::nats::percent_decode(user)),
+                Some(crate::nats::percent_decode(pw)),
+            ),
+            None => (None, Some(crate::nats::percent_decode(u))),
+        },
+    };
+    let hosts = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+        .collect();
+    (username, password, hosts)
+}
+
+/// Every address is `host:port` with a numeric port; the error names the first that is not.
+fn check_host_ports(what: &str, example: &str, addrs: &[String]) -> Result<(), String> {
+    for a in addrs {
+        let port = a.rsplit_once(':').map(|(_, p)| p);
+        if port.is_none_or(|p| p.parse::<u16>().is_err()) {
+            return Err(format!(
+                "{what} address {a:?}: expected host:port (e.g. {example})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A Redis connection that reconnects after errors: cheap to clone (all clones share one
@@ -144,6 +211,7 @@ impl RedisTarget {
 pub enum RedisConnection {
     Server(ConnectionManager),
     Sentinel(SentinelConnection),
+    Cluster(ClusterConnection),
 }
 
 impl RedisConnection {
@@ -207,6 +275,52 @@ impl RedisConnection {
                 conn.current().await?;
                 Ok(Self::Sentinel(conn))
             }
+            RedisTarget::Cluster {
+                nodes,
+                tls,
+                username,
+                password,
+            } => {
+                let scheme = if tls { "rediss" } else { "redis" };
+                let urls: Vec<String> = nodes.iter().map(|n| format!("{scheme}://{n}")).collect();
+                let mut builder = ClusterClientBuilder::new(urls)
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(response_timeout);
+                if let Some(u) = &username {
+                    builder = builder.username(u);
+                }
+                if let Some(p) = &password {
+                    builder = builder.password(p);
+                }
+                let conn = builder.build()?.get_async_connection().await?;
+                Ok(Self::Cluster(conn))
+            }
+        }
+    }
+
+    /// `WAIT replicas timeout` for this connection's writes to `key`: under Redis Cluster
+    /// it goes to the master of `key`'s slot (the node that took the write), elsewhere to
+    /// the one master. The number of replicas that acknowledged them.
+    pub async fn wait_replicas(
+        &mut self,
+        key: &str,
+        replicas: usize,
+        timeout: Duration,
+    ) -> RedisResult<i64> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas).arg(timeout.as_millis() as u64);
+        match self {
+            Self::Cluster(c) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let v = c
+                    .route_command(
+                        cmd,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?;
+                redis::from_redis_value(v).map_err(RedisError::from)
+            }
+            _ => cmd.query_async(self).await,
         }
     }
 }
@@ -338,6 +452,7 @@ impl ConnectionLike for RedisConnection {
         match self {
             Self::Server(c) => c.req_packed_command(cmd),
             Self::Sentinel(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -350,6 +465,7 @@ impl ConnectionLike for RedisConnection {
         match self {
             Self::Server(c) => c.req_packed_commands(pipeline, offset, count),
             Self::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -357,6 +473,7 @@ impl ConnectionLike for RedisConnection {
         match self {
             Self::Server(c) => c.get_db(),
             Self::Sentinel(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
         }
     }
 }
@@ -408,5 +525,42 @@ mod tests {
         );
         assert!(!dbg.contains("hunter2"), "{dbg}");
         assert_eq!(encode("p@ss:w/rd"), "p%40ss%3Aw%2Frd");
+    }
+
+    #[test]
+    fn cluster_urls_name_seed_nodes_and_tls() {
+        assert_eq!(
+            RedisTarget::parse("redis+cluster://:p%40ss@n1:7000, n2:7001").unwrap(),
+            RedisTarget::Cluster {
+                nodes: vec!["n1:7000".into(), "n2:7001".into()],
+                tls: false,
+                username: None,
+                password: Some("p@ss".into()),
+            }
+        );
+        assert_eq!(
+            RedisTarget::parse("rediss+cluster://app:pw@n1:6379/").unwrap(),
+            RedisTarget::Cluster {
+                nodes: vec!["n1:6379".into()],
+                tls: true,
+                username: Some("app".into()),
+                password: Some("pw".into()),
+            }
+        );
+        for (bad, says) in [
+            ("redis+cluster://", "without nodes"),
+            ("redis+cluster://:hunter2@n1", "host:port"),
+            ("redis+cluster://:hunter2@n1:7000,n2:x", "\"n2:x\""),
+            ("redis+cluster://:hunter2@n1:7000/2", "only database 0"),
+        ] {
+            let e = RedisTarget::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+        let dbg = format!(
+            "{:?}",
+            RedisTarget::parse("redis+cluster://:hunter2@n1:1").unwrap()
+        );
+        assert!(!dbg.contains("hunter2") && dbg.contains("n1:1"), "{dbg}");
     }
 }

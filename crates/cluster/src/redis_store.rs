@@ -197,10 +197,11 @@ impl RedisStore {
         if now_ms() < self.replicas_short_until.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(self.min_replicas)
-            .arg(REPLICA_WAIT.as_millis() as u64)
-            .query_async(&mut self.conn())
+        // Every key of a debate is in the slot of its hash tag: under Redis Cluster, WAIT
+        // goes to the master that took the write.
+        let acked = self
+            .conn()
+            .wait_replicas(&key(debate_id, "state"), self.min_replicas, REPLICA_WAIT)
             .await?;
         if acked < self.min_replicas as i64 {
             self.replicas_short_until.store(

@@ -11,7 +11,7 @@
 //! nats_inbox_prefix = "_INBOX_agent_worker" # PARLEY_NATS_INBOX_PREFIX (default: the role's, see `nats`)
 //! redis_min_replicas = 1               # PARLEY_REDIS_MIN_REPLICAS: checkpoint and result writes wait (WAIT) for this many Redis replicas (default 0)
 //! stream_replicas = 3                  # PARLEY_STREAM_REPLICAS, --stream-replicas: replicas of the JetStream streams and the stash bucket (1 to 5)
-//! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url; or redis+sentinel://s1:26379,s2:26379/<master> (see `redis_conn`)
+//! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url; or redis+sentinel://s1:26379,s2:26379/<master>, or redis+cluster://n1:6379,n2:6379 (see `redis_conn`)
 //! metrics_addr = "0.0.0.0:9090"        # PARLEY_METRICS_ADDR, --metrics-addr ("off" disables)
 //! lease_ttl_ms = 10000                 # coordinator
 //! concurrency = 8                      # workers
@@ -299,7 +299,8 @@ pub struct CommonArgs {
     pub nats_inbox_prefix: Option<String>,
     /// Redis URL (`redis://`, `rediss://`; may carry credentials), or the sentinels of a
     /// replicated Redis: `redis+sentinel://[:password@]host:26379[,host:26379...]/<master
-    /// name>[/db]` [default: redis://127.0.0.1:6379].
+    /// name>[/db]`, or nodes of a Redis Cluster: `redis+cluster://[:password@]host:6379[,...]`
+    /// (`rediss+cluster://` with TLS) [default: redis://127.0.0.1:6379].
     #[arg(long, env = "PARLEY_REDIS_URL")]
     pub redis_url: Option<String>,
     /// Address of `/metrics`, `/healthz` and `/readyz`, or `off` [default: 0.0.0.0:9090].
@@ -410,7 +411,15 @@ impl CommonArgs {
             problems,
             "redis_url",
             &redis_url,
-            &["redis", "rediss", "unix", "redis+unix", "redis+sentinel"],
+            &[
+                "redis",
+                "rediss",
+                "unix",
+                "redis+unix",
+                "redis+sentinel",
+                "redis+cluster",
+                "rediss+cluster",
+            ],
         );
         if let Err(e) = crate::redis_conn::RedisTarget::parse(&redis_url) {
             problems.push("redis_url", e);
@@ -561,6 +570,27 @@ mod tests {
             Some(PathBuf::from("rel/debate.json")),
             "a flag's paths are as given"
         );
+    }
+
+    #[test]
+    fn redis_cluster_urls_are_accepted_and_checked() {
+        let check = |url: &str| {
+            let args = CommonArgs {
+                redis_url: Some(url.into()),
+                ..CommonArgs::default()
+            };
+            let mut problems = Problems::default();
+            let (_, s) = args.resolve(&mut problems);
+            problems.into_result().map(|()| s.redis_url)
+        };
+        assert_eq!(
+            check("redis+cluster://:pw@n1:7000,n2:7001").unwrap(),
+            "redis+cluster://:pw@n1:7000,n2:7001"
+        );
+        check("rediss+cluster://n1:6379").unwrap();
+        let e = check("redis+cluster://:hunter2@n1").unwrap_err();
+        assert!(e.contains("redis_url:") && e.contains("host:port"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
     }
 
     #[test]

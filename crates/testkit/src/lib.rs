@@ -34,5 +34,5 @@ pub use process::{
     workspace_bin, ChildProcess,
 };
 pub use pty::OnPty;
-pub use servers::{NatsCluster, NatsServer, RedisSentinel, RedisServer};
+pub use servers::{ClusterNode, NatsCluster, NatsServer, RedisCluster, RedisSentinel, RedisServer};
 pub use webdriver::{browser_available, Browser};

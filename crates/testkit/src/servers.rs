@@ -616,3 +616,245 @@ impl RedisSentinel {
         self.inner.kill();
     }
 }
+
+/// How long a new Redis Cluster may take to agree on its slots and replicas.
+const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A Redis Cluster on loopback: `masters` masters with one replica each, every node a
+/// `redis-server --cluster-enabled yes` on ephemeral ports (client and bus port), without
+/// persistence, joined by `redis-cli --cluster create --cluster-replicas 1`. Node timeout
+/// 1 s and replica validity factor 0, so a killed master's replica takes over within a few
+/// seconds. SIGKILLed on drop.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `2 * masters` nodes (at least 3 masters: a cluster needs a majority of
+    /// masters to fail one over), creates the cluster and waits until every node reports
+    /// `cluster_state:ok`, every master has its replica and every replica has finished its
+    /// first sync.
+    pub fn start(masters: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(masters >= 3, "a Redis Cluster needs at least 3 masters");
+        let mut nodes = Vec::with_capacity(masters * 2);
+        for _ in 0..masters * 2 {
+            // The bus port is set explicitly: the default (port + 10000) may not exist
+            // for a high ephemeral port.
+            let bus = free_port().to_string();
+            nodes.push(RedisServer::start_with_args(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                // A replica takes over however long ago it last heard from its master
+                // (otherwise a master that took no writes for ~10 s cannot fail over).
+                "--cluster-replica-validity-factor",
+                "0",
+                // Replicas get their first full copy at once, not after 5 s.
+                "--repl-diskless-sync-delay",
+                "0",
+                "--cluster-port",
+                &bus,
+                "--appendonly",
+                "no",
+            ])?);
+        }
+        let cluster = RedisCluster { nodes };
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &cluster.nodes {
+            create.arg(format!("127.0.0.1:{}", n.port()));
+        }
+        let out = create
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .context("while running redis-cli --cluster create")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "redis-cli --cluster create failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deadline = Instant::now() + CLUSTER_READY_TIMEOUT;
+        loop {
+            let ok = (0..cluster.nodes.len()).all(|i| {
+                cluster
+                    .cli(i, &["CLUSTER", "INFO"])
+                    .is_ok_and(|info| info.contains("cluster_state:ok"))
+            }) && cluster.masters_with_replica().is_ok_and(|n| n == masters)
+                && cluster.replicas_in_sync() == masters;
+            if ok {
+                return Ok(cluster);
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the Redis Cluster was not ready within {CLUSTER_READY_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Nodes that are replicas with their replication link up (they hold a full copy).
+    fn replicas_in_sync(&self) -> usize {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.cli(i, &["INFO", "replication"]).is_ok_and(|info| {
+                    info.contains("role:slave") && info.contains("master_link_status:up")
+                })
+            })
+            .count()
+    }
+
+    /// Masters that have a connected replica, as a node sees them.
+    fn masters_with_replica(&self) -> anyhow::Result<usize> {
+        let nodes = self.cluster_nodes()?;
+        Ok(nodes
+            .iter()
+            .filter(|n| n.master && n.connected)
+            .filter(|m| {
+                nodes
+                    .iter()
+                    .any(|r| r.replica_of.as_deref() == Some(m.id.as_str()) && r.connected)
+            })
+            .count())
+    }
+
+    /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...` (every node, as seeds).
+    pub fn url(&self) -> String {
+        format!(
+            "redis+cluster://{}",
+            self.nodes
+                .iter()
+                .map(|n| format!("127.0.0.1:{}", n.port()))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    }
+
+    /// Node `i`.
+    pub fn node(&self, i: usize) -> &RedisServer {
+        &self.nodes[i]
+    }
+
+    /// Number of nodes (masters and replicas).
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the cluster has no nodes (never, once started).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// SIGKILLs node `i`.
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].kill();
+    }
+
+    /// Runs `redis-cli -p <node i's port> args...`; its stdout, or an error naming the
+    /// node when it fails or answers with an error.
+    pub fn cli(&self, i: usize, args: &[&str]) -> anyhow::Result<String> {
+        let port = self.nodes[i].port();
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("while running redis-cli against 127.0.0.1:{port}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        anyhow::ensure!(
+            out.status.success()
+                && !stdout.starts_with("ERR")
+                && !stdout.starts_with("CLUSTERDOWN"),
+            "redis-cli {args:?} on 127.0.0.1:{port}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(stdout)
+    }
+
+    /// `CLUSTER NODES` as seen by the first running node that answers.
+    pub fn cluster_nodes(&self) -> anyhow::Result<Vec<ClusterNode>> {
+        let mut last = anyhow!("no Redis Cluster node is running");
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].pid().is_none() {
+                continue;
+            }
+            match self.cli(i, &["CLUSTER", "NODES"]) {
+                Ok(text) => return Ok(text.lines().filter_map(ClusterNode::parse).collect()),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// The index of the node that is the master serving `key`'s hash slot now, as seen by
+    /// a running node.
+    pub fn master_of(&self, key: &str) -> anyhow::Result<usize> {
+        let live = (0..self.nodes.len())
+            .find(|&i| self.nodes[i].pid().is_some())
+            .ok_or_else(|| anyhow!("no Redis Cluster node is running"))?;
+        let slot: u16 = self
+            .cli(live, &["CLUSTER", "KEYSLOT", key])?
+            .trim()
+            .parse()
+            .context("CLUSTER KEYSLOT did not answer a number")?;
+        let node = self
+            .cluster_nodes()?
+            .into_iter()
+            .find(|n| n.master && n.connected && n.slots.iter().any(|r| r.contains(&slot)))
+            .ok_or_else(|| anyhow!("no connected master serves slot {slot}"))?;
+        self.index_of_port(node.port)
+            .ok_or_else(|| anyhow!("slot {slot} is served by unknown port {}", node.port))
+    }
+
+    /// The index of the node listening on `port`.
+    pub fn index_of_port(&self, port: u16) -> Option<usize> {
+        self.nodes.iter().position(|n| n.port() == port)
+    }
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+pub struct ClusterNode {
+    pub id: String,
+    pub port: u16,
+    pub master: bool,
+    /// Not flagged `fail`/`fail?` and its link is `connected`.
+    pub connected: bool,
+    /// The master's id, for a replica.
+    pub replica_of: Option<String>,
+    pub slots: Vec<std::ops::RangeInclusive<u16>>,
+}
+
+impl ClusterNode {
+    /// `<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slot>...`.
+    fn parse(line: &str) -> Option<Self> {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 {
+            return None;
+        }
+        let port = f[1].split('@').next()?.rsplit_once(':')?.1.parse().ok()?;
+        let flags: Vec<&str> = f[2].split(',').collect();
+        let slots = f[8..]
+            .iter()
+            .filter(|s| !s.starts_with('['))
+            .filter_map(|s| match s.split_once('-') {
+                Some((a, b)) => Some(a.parse().ok()?..=b.parse().ok()?),
+                None => s.parse().ok().map(|n| n..=n),
+            })
+            .collect();
+        Some(ClusterNode {
+            id: f[0].to_string(),
+            port,
+            master: flags.contains(&"master"),
+            connected: f[7] == "connected" && !flags.iter().any(|x| x.starts_with("fail")),
+            replica_of: (f[3] != "-").then(|| f[3].to_string()),
+            slots,
+        })
+    }
+}
