@@ -3,14 +3,16 @@
 //!
 //! ```sh
 //! cargo build --release --workspace --bins
-//! cargo bench -p parley-tests --bench cluster -- [throughput] [makespan] [ratelimit]
+//! cargo bench -p parley-tests --bench cluster -- [throughput] [makespan] [ratelimit] [scaleout]
 //! ```
-//! No mode = all three. Knobs (environment):
+//! No mode = the first three (`scaleout` runs only when named). Knobs (environment):
 //! - `DEBATES` (throughput, default 40): debates submitted at once in the loaded run;
 //!   `PACED_RATE` / `PACED_SECS` (default 500 tasks/s for 10 s): the paced run's offered
 //!   load; `SEQUENTIAL` (default 5): debates run one at a time in the unloaded run.
 //! - `RUNS` (makespan, default 5): debates measured, one at a time.
 //! - `DURATION` (ratelimit, default 60): seconds of the measured window.
+//! - `SCALE_DEBATES` (scaleout, default 100): debates submitted at once per coordinator
+//!   count; `RAW_OPS` (default 2000): raw operations of each kind.
 //!
 //! # Modes
 //! - `throughput`: zero-latency fake LLM; 1 coordinator, 2 agent workers and 1 judge worker
@@ -30,6 +32,18 @@
 //!   `Retry-After: 1` beyond). A backlog far larger than a minute's allowance; requests
 //!   accepted per minute in a window that starts 5 s after the first submit and lasts
 //!   `DURATION` seconds, as a fraction of 600, and the 429s.
+//! - `scaleout`: 1, 2 and 4 coordinators (sharing debates by lease), 2 agent workers and
+//!   1 judge worker (concurrency 16), zero-latency fake LLM, `SCALE_DEBATES` debates at
+//!   once: tasks/s and overhead p50/p99 as in `throughput`, and the CPU time per task of
+//!   each component (coordinators, agent workers, judge worker, nats-server, redis-server)
+//!   from `/proc/<pid>/stat` (utime + stime, `getconf CLK_TCK`) read before the first submit
+//!   and after the last debate completed. Then the checkpoint bytes of one 6-agent, 2-round
+//!   debate run alone (Redis `total_net_input_bytes` over the debate, minus the results'
+//!   payloads, next to the final state's JSON), and the raw operations a task needs, with
+//!   the same clients on fresh servers: a JetStream publish + pull + ack of a task-sized
+//!   message, and one task's Redis commands (claim, result, claim release, result read,
+//!   checkpoint) — CPU per op of this process (the client) and of each server; the
+//!   components' CPU per task is then printed as a multiple of those.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -635,6 +649,539 @@ async fn ratelimit(rows: &mut Vec<Row>) {
     });
 }
 
+/// CPU time (user + system) of a process so far, in seconds, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32, ticks_per_s: f64) -> f64 {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    // Fields after the command name (in parentheses, may hold spaces): state is field 3,
+    // utime field 14, stime field 15.
+    let rest = &stat[stat
+        .rfind(')')
+        .unwrap_or_else(|| panic!("{path}: no ')' in {stat:?}"))
+        + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| -> f64 {
+        fields
+            .get(i - 3)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{path}: field {i} is not a tick count: {stat:?}"))
+            as f64
+    };
+    (tick(14) + tick(15)) / ticks_per_s
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (`getconf CLK_TCK`).
+fn clock_ticks() -> f64 {
+    let out = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("running getconf CLK_TCK");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|t| *t > 0.0)
+        .unwrap_or_else(|| panic!("getconf CLK_TCK printed {text:?}"))
+}
+
+/// The processes whose CPU time a scale-out run reads, by component.
+struct Components {
+    ticks: f64,
+    groups: Vec<(&'static str, Vec<u32>)>,
+}
+
+impl Components {
+    /// CPU seconds of each component so far.
+    fn sample(&self) -> Vec<f64> {
+        self.groups
+            .iter()
+            .map(|(_, pids)| pids.iter().map(|p| cpu_seconds(*p, self.ticks)).sum())
+            .collect()
+    }
+}
+
+/// What one scale-out run measured.
+struct ScaleRun {
+    coordinators: usize,
+    tasks: usize,
+    rate: f64,
+    p50: f64,
+    p99: f64,
+    /// ms of CPU per task, by component (as in [`Components::groups`]).
+    cpu_ms: Vec<(&'static str, f64)>,
+}
+
+/// `n` coordinators, 2 agent workers and a judge worker (concurrency 16 each), zero-latency
+/// fake LLM: a batch of `debates` submitted at once, CPU read before and after.
+async fn scaleout_run(n: usize, debates: usize, ticks: f64) -> ScaleRun {
+    let c = Cluster::start().await;
+    let conc = "16";
+    let flags = ["--concurrency", conc, "--ack-wait-secs", "30"];
+    let coordinators: Vec<ChildProcess> = (0..n).map(|_| c.coordinator()).collect();
+    let agents: Vec<ChildProcess> = (0..2)
+        .map(|_| c.worker_with("agent", &flags, &[]))
+        .collect();
+    let judge = c.worker_with("judge", &flags, &[]);
+    let pids = |ps: &[ChildProcess]| ps.iter().map(ChildProcess::pid).collect::<Vec<_>>();
+    let comps = Components {
+        ticks,
+        groups: vec![
+            ("coordinators", pids(&coordinators)),
+            ("agent workers", pids(&agents)),
+            ("judge worker", vec![judge.pid()]),
+            ("nats-server", vec![c.nats.pid().expect("nats-server runs")]),
+            (
+                "redis-server",
+                vec![c.redis.pid().expect("redis-server runs")],
+            ),
+        ],
+    };
+    let clock = Clock::now();
+    // Warm-up: a few debates so that every coordinator has run one.
+    let warm_specs: Vec<Value> = (0..2 * n)
+        .map(|i| spec(&format!("Warm-up debate {i} for the scale-out bench")))
+        .collect();
+    let warm: Vec<String> = futures::future::join_all(warm_specs.iter().map(|s| c.submit(s))).await;
+    wait_all(&c, &warm, Duration::from_secs(60)).await;
+
+    let problems: Vec<String> = (0..debates)
+        .map(|i| format!("Scale-out debate {i:04}: design service {i}"))
+        .collect();
+    let specs: Vec<Value> = problems.iter().map(|p| spec(p)).collect();
+    let before = comps.sample();
+    let first_submit = Utc::now();
+    let ids: Vec<String> = futures::future::join_all(specs.iter().map(|s| c.submit(s))).await;
+    wait_all(&c, &ids, Duration::from_secs(600)).await;
+    let after = comps.sample();
+    let Batch {
+        tasks,
+        wall_s,
+        overheads: mut o,
+    } = measure_batch(&c, &ids, problems, first_submit, clock).await;
+    o.total.sort_by(f64::total_cmp);
+    let cpu_ms = comps
+        .groups
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|((name, _), (b, a))| (*name, (a - b) * 1000.0 / tasks as f64))
+        .collect();
+    assert_no_completed_call_repeated(&c.fake);
+    drop((coordinators, agents, judge));
+    ScaleRun {
+        coordinators: n,
+        tasks,
+        rate: tasks as f64 / wall_s,
+        p50: quantile(&o.total, 0.5),
+        p99: quantile(&o.total, 0.99),
+        cpu_ms,
+    }
+}
+
+/// CPU per raw operation, in µs: the bench process (client) and each server.
+struct RawCost {
+    client_us: f64,
+    nats_us: f64,
+    redis_us: f64,
+}
+
+/// The bytes of a task message in the raw JetStream loop (a task reference: ids, attempt,
+/// token, deadline — a few hundred bytes of JSON).
+const RAW_TASK_BYTES: usize = 512;
+
+/// `ops` JetStream round trips of a task-sized message: publish (awaiting the stream's
+/// ack) into a work-queue stream, pull (batches of 16) and ack, as a worker does; at most
+/// 16 publishes in flight.
+async fn raw_jetstream(c: &Cluster, ops: usize, ticks: f64) -> RawCost {
+    use async_nats::jetstream::{consumer::pull, stream};
+    let js = async_nats::jetstream::new(c.client.clone());
+    let s = js
+        .create_stream(stream::Config {
+            name: "SCALEOUT_RAW".into(),
+            subjects: vec!["scaleout.raw".into()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .expect("creating the raw stream");
+    let consumer = s
+        .create_consumer(pull::Config {
+            durable_name: Some("raw".into()),
+            ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .expect("creating the raw consumer");
+    let payload = vec![b'x'; RAW_TASK_BYTES];
+    let me = std::process::id();
+    let (nats, redis) = (c.nats.pid().unwrap(), c.redis.pid().unwrap());
+    let sample = || {
+        [
+            cpu_seconds(me, ticks),
+            cpu_seconds(nats, ticks),
+            cpu_seconds(redis, ticks),
+        ]
+    };
+    let before = sample();
+    let publisher = async {
+        use futures::StreamExt;
+        futures::stream::iter(0..ops)
+            .map(|_| {
+                let js = js.clone();
+                let payload = payload.clone();
+                async move {
+                    js.publish("scaleout.raw", payload.into())
+                        .await
+                        .expect("publish")
+                        .await
+                        .expect("publish ack")
+                }
+            })
+            .buffer_unordered(16)
+            .count()
+            .await
+    };
+    let puller = async {
+        use futures::StreamExt;
+        let mut got = 0;
+        while got < ops {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(16)
+                .expires(Duration::from_millis(500))
+                .messages()
+                .await
+                .expect("fetch");
+            while let Some(m) = batch.next().await {
+                m.expect("message").ack().await.expect("ack");
+                got += 1;
+            }
+        }
+        got
+    };
+    let (published, pulled) = tokio::join!(publisher, puller);
+    assert_eq!((published, pulled), (ops, ops));
+    raw_cost(before, sample(), ops)
+}
+
+fn raw_cost(before: [f64; 3], after: [f64; 3], ops: usize) -> RawCost {
+    let us = |i: usize| (after[i] - before[i]) * 1e6 / ops as f64;
+    RawCost {
+        client_us: us(0),
+        nats_us: us(1),
+        redis_us: us(2),
+    }
+}
+
+/// `ops` times the Redis commands one task causes, with the same keys and scripts as the
+/// store: the worker's claim (`SET NX PX`), result (`HSETNX`, `result_bytes`) and claim
+/// release (script), the coordinator's result read (`HGET`) and checkpoint (version-checked
+/// script writing `state_bytes` of state); 16 tasks in flight on one multiplexed connection.
+async fn raw_redis(
+    c: &Cluster,
+    ops: usize,
+    result_bytes: usize,
+    state_bytes: usize,
+    ticks: f64,
+) -> RawCost {
+    use futures::StreamExt;
+    let conn = redis_connection(&c.redis.url()).await;
+    let release = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    let cas = redis::Script::new(
+        "local cur = redis.call('HGET', KEYS[1], 'version') if not cur then cur = '0' end \
+         if cur == ARGV[1] then redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3]) return 1 end return 0",
+    );
+    let result = "r".repeat(result_bytes);
+    let state = "s".repeat(state_bytes);
+    let me = std::process::id();
+    let (nats, redis_pid) = (c.nats.pid().unwrap(), c.redis.pid().unwrap());
+    let sample = || {
+        [
+            cpu_seconds(me, ticks),
+            cpu_seconds(nats, ticks),
+            cpu_seconds(redis_pid, ticks),
+        ]
+    };
+    let before = sample();
+    let done = futures::stream::iter(0..ops)
+        .map(|i| {
+            let mut conn = conn.clone();
+            let (release, cas, result, state) = (&release, &cas, &result, &state);
+            async move {
+                // One debate per 22 tasks, as in the bench's debates.
+                let debate = format!("raw-{}", i / 22);
+                let task = format!("{debate}/task-{i}");
+                let claim = format!("parley:{{{debate}}}:claim:{task}");
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(&claim)
+                    .arg("worker-1")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("SET claim");
+                assert!(set.is_some(), "claim {claim} already held");
+                let results = format!("parley:{{{debate}}}:results");
+                let _: i64 = redis::cmd("HSETNX")
+                    .arg(&results)
+                    .arg(&task)
+                    .arg(result)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("HSETNX result");
+                let _: i64 = release
+                    .key(&claim)
+                    .arg("worker-1")
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("release claim");
+                let _: Option<String> = redis::cmd("HGET")
+                    .arg(&results)
+                    .arg(&task)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("HGET result");
+                let _: i64 = cas
+                    .key(format!("parley:{{{debate}}}:state"))
+                    .arg(i)
+                    .arg(i + 1)
+                    .arg(state)
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("checkpoint");
+            }
+        })
+        .buffer_unordered(16)
+        .count()
+        .await;
+    assert_eq!(done, ops);
+    raw_cost(before, sample(), ops)
+}
+
+/// A `agents`-agent, 2-round debate spec (roles cycle through the built-in ones).
+fn wide_spec(problem: &str, agents: usize) -> Value {
+    let roles = [
+        "architect",
+        "security",
+        "kiss",
+        "performance",
+        "testing",
+        "datamodeling",
+    ];
+    let list: Vec<Value> = (0..agents)
+        .map(|i| {
+            json!({"id": format!("agent-{i}"), "name": format!("Agent {i}"),
+                   "role": roles[i % roles.len()], "model": "model-arch", "temperature": 0.1})
+        })
+        .collect();
+    json!({
+        "problem": problem,
+        "agents": list,
+        "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "model-judge", "temperature": 0.4},
+        "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"}}
+    })
+}
+
+/// The fields of Redis `INFO <section>` as numbers (the ones that are).
+async fn redis_info(
+    conn: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+) -> HashMap<String, String> {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// Calls and microseconds of `cmdstat_<name>` in `INFO commandstats`.
+fn cmdstat(info: &HashMap<String, String>, name: &str) -> u64 {
+    info.get(&format!("cmdstat_{name}"))
+        .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Bytes written into Redis over one 6-agent, 2-round debate run alone (1 coordinator),
+/// next to the final state's JSON. Returns (rows printed, final state bytes).
+async fn checkpoint_bytes(rows: &mut Vec<Row>) -> usize {
+    let c = Cluster::start().await;
+    let _services = services(&c, 2, 16);
+    let warm = c
+        .submit(&spec("Warm-up debate for the checkpoint bytes"))
+        .await;
+    wait_all(&c, &[warm], Duration::from_secs(60)).await;
+    let mut conn = redis_connection(&c.redis.url()).await;
+    let stats0 = redis_info(&mut conn, "stats").await;
+    let cmds0 = redis_info(&mut conn, "commandstats").await;
+    let id = c
+        .submit(&wide_spec("Checkpoint bytes: design a 6-team platform", 6))
+        .await;
+    wait_all(&c, std::slice::from_ref(&id), Duration::from_secs(60)).await;
+    let stats1 = redis_info(&mut conn, "stats").await;
+    let cmds1 = redis_info(&mut conn, "commandstats").await;
+    let num = |m: &HashMap<String, String>, k: &str| -> u64 {
+        m.get(k)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("INFO has no number {k}"))
+    };
+    let net_in = num(&stats1, "total_net_input_bytes") - num(&stats0, "total_net_input_bytes");
+    let (state_field, results): (Option<String>, HashMap<String, String>) = (
+        redis::cmd("HGET")
+            .arg(format!("parley:{{{id}}}:state"))
+            .arg("state")
+            .query_async(&mut conn)
+            .await
+            .expect("HGET state"),
+        redis::cmd("HGETALL")
+            .arg(format!("parley:{{{id}}}:results"))
+            .query_async(&mut conn)
+            .await
+            .expect("HGETALL results"),
+    );
+    let final_state = state_field.expect("the debate's state is stored").len();
+    let result_bytes: usize = results.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let evalsha = cmdstat(&cmds1, "evalsha") - cmdstat(&cmds0, "evalsha");
+    let hsetnx = cmdstat(&cmds1, "hsetnx") - cmdstat(&cmds0, "hsetnx");
+    let tasks = results.keys().filter(|k| !k.contains('#')).count();
+    let rest = net_in.saturating_sub(result_bytes as u64);
+    println!(
+        "  6 agents x 2 rounds ({tasks} tasks): {net_in} bytes into Redis over the debate ({evalsha} EVALSHA = checkpoints + lease renewals + claim releases, {hsetnx} HSETNX results);"
+    );
+    println!(
+        "  results {result_bytes} bytes, the rest (checkpoints, leases, claims, reads) {rest} bytes; final state JSON {final_state} bytes: {:.1} x the final state",
+        rest as f64 / final_state as f64
+    );
+    rows.push(Row {
+        mode: "checkpoint",
+        metric: "bytes into Redis, 6x2 debate (all clients)".into(),
+        value: net_in.to_string(),
+        target: "-".into(),
+        ok: None,
+    });
+    rows.push(Row {
+        mode: "checkpoint",
+        metric: "  minus the results (HSETNX payloads)".into(),
+        value: rest.to_string(),
+        target: "-".into(),
+        ok: None,
+    });
+    rows.push(Row {
+        mode: "checkpoint",
+        metric: "final state JSON bytes".into(),
+        value: final_state.to_string(),
+        target: "-".into(),
+        ok: None,
+    });
+    rows.push(Row {
+        mode: "checkpoint",
+        metric: "written (minus results) / final state".into(),
+        value: format!("{:.1}", rest as f64 / final_state as f64),
+        target: "-".into(),
+        ok: None,
+    });
+    final_state
+}
+
+async fn scaleout(rows: &mut Vec<Row>) {
+    let debates = env_num("SCALE_DEBATES", 100).max(1) as usize;
+    let raw_ops = env_num("RAW_OPS", 2000).max(1) as usize;
+    let ticks = clock_ticks();
+    println!(
+        "== scaleout: 1, 2, 4 coordinators; 2 agent workers + 1 judge worker (concurrency 16); {debates} debates at once; zero LLM latency; load {}",
+        load_average()
+    );
+    let mut runs = Vec::new();
+    for n in [1, 2, 4] {
+        let r = scaleout_run(n, debates, ticks).await;
+        println!(
+            "  {n} coordinator(s): {} tasks, {:.0} tasks/s, overhead p50 {:.1} / p99 {:.1} ms; CPU ms/task: {}",
+            r.tasks,
+            r.rate,
+            r.p50,
+            r.p99,
+            r.cpu_ms
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        runs.push(r);
+    }
+
+    println!(
+        "== checkpoint bytes (one debate alone; load {})",
+        load_average()
+    );
+    let state_bytes = checkpoint_bytes(rows).await;
+
+    println!("== raw operations: {raw_ops} of each, same clients, fresh servers, no services");
+    let c = Cluster::start().await;
+    let js = raw_jetstream(&c, raw_ops, ticks).await;
+    // A result as the fake answers (a few hundred bytes of JSON); the checkpoint at the
+    // size of the final state of a 3-agent debate would be larger than the average one:
+    // use half of the 6-agent final state as a middle-of-the-debate checkpoint.
+    let rd = raw_redis(&c, raw_ops, 600, state_bytes / 2, ticks).await;
+    println!(
+        "  JetStream publish+pull+ack of {RAW_TASK_BYTES} B: client {:.1} µs, nats-server {:.1} µs, redis-server {:.1} µs CPU per op",
+        js.client_us, js.nats_us, js.redis_us
+    );
+    println!(
+        "  Redis task writes (SET NX PX, HSETNX 600 B, release script, HGET, checkpoint script {} B): client {:.1} µs, nats-server {:.1} µs, redis-server {:.1} µs CPU per task",
+        state_bytes / 2,
+        rd.client_us, rd.nats_us, rd.redis_us
+    );
+
+    println!(
+        "\n{:>5} {:>8} {:>10} {:>10} | CPU ms per task: {:>7} {:>7} {:>7} {:>7} {:>7} | x raw: {:>6} {:>6} {:>6} {:>6}",
+        "coord", "tasks/s", "ovh p50", "ovh p99", "coord", "agents", "judge", "nats", "redis", "coord", "agent", "nats", "redis"
+    );
+    let raw_client_ms = (js.client_us + rd.client_us) / 1000.0;
+    for r in &runs {
+        let v: Vec<f64> = r.cpu_ms.iter().map(|(_, v)| *v).collect();
+        let (coord, agents, judge, nats, redis) = (v[0], v[1], v[2], v[3], v[4]);
+        let x = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.1}", a / b)
+            } else {
+                "-".into()
+            }
+        };
+        println!(
+            "{:>5} {:>8.0} {:>7.1} ms {:>7.1} ms |                  {coord:>7.3} {agents:>7.3} {judge:>7.3} {nats:>7.3} {redis:>7.3} |        {:>6} {:>6} {:>6} {:>6}",
+            r.coordinators,
+            r.rate,
+            r.p50,
+            r.p99,
+            x(coord, raw_client_ms),
+            x(agents + judge, raw_client_ms),
+            x(nats, js.nats_us / 1000.0),
+            x(redis, rd.redis_us / 1000.0),
+        );
+        rows.push(Row {
+            mode: "scaleout",
+            metric: format!("{} coordinator(s): tasks/s, ovh p50/p99", r.coordinators),
+            value: format!("{:.0}, {:.1}/{:.1} ms", r.rate, r.p50, r.p99),
+            target: "-".into(),
+            ok: None,
+        });
+        rows.push(Row {
+            mode: "scaleout",
+            metric: format!("{} coord.: CPU ms/task coord/workers", r.coordinators),
+            value: format!("{coord:.3}/{:.3}", agents + judge),
+            target: "-".into(),
+            ok: None,
+        });
+    }
+    println!("  x raw: coordinator and workers (agent + judge) CPU per task over the client CPU of one raw JetStream op + one task's raw Redis commands ({raw_client_ms:.3} ms); nats-server over its CPU per raw JetStream op; redis-server over its CPU per task's raw Redis commands");
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     // `cargo bench` passes `--bench`; every other argument is a mode.
@@ -652,8 +1199,11 @@ async fn main() {
             "throughput" => throughput(&mut rows).await,
             "makespan" => makespan(&mut rows).await,
             "ratelimit" => ratelimit(&mut rows).await,
+            "scaleout" => scaleout(&mut rows).await,
             other => {
-                eprintln!("unknown mode {other:?}: use throughput, makespan or ratelimit");
+                eprintln!(
+                    "unknown mode {other:?}: use throughput, makespan, ratelimit or scaleout"
+                );
                 std::process::exit(2);
             }
         }
