@@ -785,8 +785,8 @@ struct RawCost {
 }
 
 /// The bytes of a task message in the raw JetStream loop (a task reference: ids, attempt,
-/// token, deadline — a few hundred bytes of JSON).
-const RAW_TASK_BYTES: usize = 512;
+/// kind, dispatch token: about 250 bytes of JSON).
+const RAW_TASK_BYTES: usize = 256;
 
 /// `ops` JetStream round trips of a task-sized message: publish (awaiting the stream's
 /// ack) into a work-queue stream, pull (batches of 16) and ack, as a worker does; at most
@@ -872,28 +872,59 @@ fn raw_cost(before: [f64; 3], after: [f64; 3], ops: usize) -> RawCost {
     }
 }
 
-/// `ops` times the Redis commands one task causes, with the same keys and scripts as the
-/// store: the worker's claim (`SET NX PX`), result (`HSETNX`, `result_bytes`) and claim
-/// release (script), the coordinator's result read (`HGET`) and checkpoint (version-checked
-/// script writing `state_bytes` of state); 16 tasks in flight on one multiplexed connection.
-async fn raw_redis(
-    c: &Cluster,
-    ops: usize,
-    result_bytes: usize,
-    state_bytes: usize,
-    ticks: f64,
-) -> RawCost {
+/// The byte sizes of one task's Redis values in the raw loop.
+struct TaskSizes {
+    /// The task body the coordinator stores before publishing its reference.
+    body: usize,
+    /// The result the worker stores.
+    result: usize,
+    /// The checkpoint the coordinator writes after applying the result.
+    state: usize,
+}
+
+/// `ops` times the Redis commands one task causes, with the same keys, commands and
+/// script logic as the store: the coordinator's body write (`HSET`), the worker's lookup
+/// (pipeline of 3 `HGET` + 2 `EXISTS`), claim (`SET NX PX`), result write (script:
+/// `EXISTS`, `HSETNX`, `HDEL` of the body, `PTTL`) and claim release (script), the
+/// coordinator's result read (`HMGET`) and checkpoint (version-checked script). 16 tasks in
+/// flight on one multiplexed connection, 22 tasks per debate.
+async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> RawCost {
     use futures::StreamExt;
     let conn = redis_connection(&c.redis.url()).await;
+    let store = redis::Script::new(
+        "if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end \
+         local set = redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) \
+         redis.call('HDEL', KEYS[3], ARGV[3]) \
+         local ttl = redis.call('PTTL', KEYS[1]) \
+         if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end return set",
+    );
     let release = redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
     );
     let cas = redis::Script::new(
         "local cur = redis.call('HGET', KEYS[1], 'version') if not cur then cur = '0' end \
-         if cur == ARGV[1] then redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3]) return 1 end return 0",
+         if cur == ARGV[1] then redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3]) \
+         return 1 end return 0",
     );
-    let result = "r".repeat(result_bytes);
-    let state = "s".repeat(state_bytes);
+    let (body, result, state) = (
+        "b".repeat(sizes.body),
+        "r".repeat(sizes.result),
+        "s".repeat(sizes.state),
+    );
+    // The debates' states exist (the result script checks it) before the window.
+    let debates = ops.div_ceil(22);
+    let mut setup = conn.clone();
+    for d in 0..debates {
+        let _: () = redis::cmd("HSET")
+            .arg(format!("parley:{{raw-{d}}}:state"))
+            .arg("version")
+            .arg(0)
+            .arg("state")
+            .arg(&state)
+            .query_async(&mut setup)
+            .await
+            .expect("HSET initial state");
+    }
     let me = std::process::id();
     let (nats, redis_pid) = (c.nats.pid().unwrap(), c.redis.pid().unwrap());
     let sample = || {
@@ -904,57 +935,101 @@ async fn raw_redis(
         ]
     };
     let before = sample();
-    let done = futures::stream::iter(0..ops)
-        .map(|i| {
+    // The checkpoints of one debate are serial (version-checked), as in its actor.
+    let done = futures::stream::iter(0..debates)
+        .map(|d| {
             let mut conn = conn.clone();
-            let (release, cas, result, state) = (&release, &cas, &result, &state);
+            let (store, release, cas) = (&store, &release, &cas);
+            let (body, result, state) = (&body, &result, &state);
             async move {
-                // One debate per 22 tasks, as in the bench's debates.
-                let debate = format!("raw-{}", i / 22);
-                let task = format!("{debate}/task-{i}");
-                let claim = format!("parley:{{{debate}}}:claim:{task}");
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(&claim)
-                    .arg("worker-1")
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("SET claim");
-                assert!(set.is_some(), "claim {claim} already held");
-                let results = format!("parley:{{{debate}}}:results");
-                let _: i64 = redis::cmd("HSETNX")
-                    .arg(&results)
-                    .arg(&task)
-                    .arg(result)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("HSETNX result");
-                let _: i64 = release
-                    .key(&claim)
-                    .arg("worker-1")
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("release claim");
-                let _: Option<String> = redis::cmd("HGET")
-                    .arg(&results)
-                    .arg(&task)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("HGET result");
-                let _: i64 = cas
-                    .key(format!("parley:{{{debate}}}:state"))
-                    .arg(i)
-                    .arg(i + 1)
-                    .arg(state)
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("checkpoint");
+                let k = |part: &str| format!("parley:{{raw-{d}}}:{part}");
+                let tasks = (d * 22..((d + 1) * 22).min(ops)).len();
+                for t in 0..tasks {
+                    let task = format!("raw-{d}/task-{t}");
+                    let field = format!("{task}#1");
+                    let _: i64 = redis::cmd("HSET")
+                        .arg(k("tasks"))
+                        .arg(&field)
+                        .arg(body)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("HSET body");
+                    let (_, _, _, exists, got): (
+                        Option<String>,
+                        Option<String>,
+                        bool,
+                        bool,
+                        Option<String>,
+                    ) = redis::pipe()
+                        .cmd("HGET")
+                        .arg(k("results"))
+                        .arg(&task)
+                        .cmd("HGET")
+                        .arg(k("results"))
+                        .arg(&field)
+                        .cmd("EXISTS")
+                        .arg(k("cancel"))
+                        .cmd("EXISTS")
+                        .arg(k("state"))
+                        .cmd("HGET")
+                        .arg(k("tasks"))
+                        .arg(&field)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("lookup pipeline");
+                    assert!(
+                        exists && got.is_some(),
+                        "task {task}: state or body missing"
+                    );
+                    let claim = k(&format!("claim:{task}"));
+                    let set: Option<String> = redis::cmd("SET")
+                        .arg(&claim)
+                        .arg("worker-1")
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("SET claim");
+                    assert!(set.is_some(), "claim {claim} already held");
+                    let stored: i64 = store
+                        .key(k("state"))
+                        .key(k("results"))
+                        .key(k("tasks"))
+                        .arg(&task)
+                        .arg(result)
+                        .arg(&field)
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("store result");
+                    assert_eq!(stored, 1, "result of {task} not stored");
+                    let _: i64 = release
+                        .key(&claim)
+                        .arg("worker-1")
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("release claim");
+                    let _: Vec<Option<String>> = redis::cmd("HMGET")
+                        .arg(k("results"))
+                        .arg(&task)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("HMGET result");
+                    let saved: i64 = cas
+                        .key(k("state"))
+                        .arg(t)
+                        .arg(t + 1)
+                        .arg(state)
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("checkpoint");
+                    assert_eq!(saved, 1, "checkpoint {t} of raw-{d} refused");
+                }
+                tasks
             }
         })
         .buffer_unordered(16)
-        .count()
+        .fold(0, |n, t| async move { n + t })
         .await;
     assert_eq!(done, ops);
     raw_cost(before, sample(), ops)
@@ -1000,17 +1075,131 @@ async fn redis_info(
         .collect()
 }
 
-/// Calls and microseconds of `cmdstat_<name>` in `INFO commandstats`.
-fn cmdstat(info: &HashMap<String, String>, name: &str) -> u64 {
-    info.get(&format!("cmdstat_{name}"))
-        .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+/// The arguments of one `MONITOR` line (`<time> [<db> <client>] "ARG" "ARG" ...`), as byte
+/// counts of the unescaped values: Redis escapes `\\`, `\"`, `\n`, `\r`, `\t`, `\a`, `\b`
+/// and other bytes as `\xHH`. Also returns the values themselves, lossily (for keys).
+fn monitor_args(line: &str) -> Vec<(usize, String)> {
+    let Some(start) = line.find("] \"") else {
+        return Vec::new();
+    };
+    let bytes = &line.as_bytes()[start + 2..];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        i += 1;
+        let (mut len, mut text) = (0, Vec::new());
+        while i < bytes.len() && bytes[i] != b'"' {
+            if bytes[i] == b'\\' && i + 1 < bytes.len() {
+                i += if bytes[i + 1] == b'x' { 4 } else { 2 };
+                text.push(b'?');
+            } else {
+                text.push(bytes[i]);
+                i += 1;
+            }
+            len += 1;
+        }
+        i += 1;
+        out.push((len, String::from_utf8_lossy(&text).into_owned()));
+    }
+    out
 }
 
-/// Bytes written into Redis over one 6-agent, 2-round debate run alone (1 coordinator),
-/// next to the final state's JSON. Returns (rows printed, final state bytes).
-async fn checkpoint_bytes(rows: &mut Vec<Row>) -> usize {
+/// Bytes of the commands a debate caused, by what they are (from `MONITOR`).
+#[derive(Default)]
+struct RedisWrites {
+    /// Checkpoints (the version-checked state script): count, state bytes.
+    checkpoints: (usize, usize),
+    /// Task bodies (`HSET` of the tasks hash): count, body bytes.
+    bodies: (usize, usize),
+    /// Results (the result script): count, result bytes.
+    results: (usize, usize),
+    /// Every argument of every command about the debate (keys, scripts' hashes, values).
+    all_args: usize,
+    commands: usize,
+}
+
+impl RedisWrites {
+    fn add(&mut self, args: &[(usize, String)]) {
+        let Some((_, cmd)) = args.first() else {
+            return;
+        };
+        self.commands += 1;
+        self.all_args += args.iter().map(|(n, _)| n).sum::<usize>();
+        let key = |i: usize| args.get(i).map(|(_, k)| k.as_str()).unwrap_or("");
+        match cmd.to_ascii_uppercase().as_str() {
+            "EVALSHA" | "EVAL" => {
+                let numkeys: usize = key(2).parse().unwrap_or(0);
+                let argv = args.get(3 + numkeys..).unwrap_or(&[]);
+                if !key(3).ends_with(":state") {
+                    return;
+                }
+                match (numkeys, argv.len()) {
+                    (1, 3) => {
+                        self.checkpoints.0 += 1;
+                        self.checkpoints.1 += argv[2].0;
+                    }
+                    (3, 5) => {
+                        self.results.0 += 1;
+                        self.results.1 += argv[1].0;
+                    }
+                    _ => {}
+                }
+            }
+            "HSET" if key(1).ends_with(":tasks") => {
+                for pair in args[2..].chunks(2) {
+                    if let [_, (n, _)] = pair {
+                        self.bodies.0 += 1;
+                        self.bodies.1 += n;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Everything Redis `MONITOR` reports on a connection of its own, until the returned
+/// sender is used (then the lines seen so far).
+async fn redis_monitor(
+    port: u16,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Vec<String>>,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connecting to redis-server for MONITOR");
+    s.write_all(b"MONITOR\r\n").await.expect("MONITOR");
+    let mut lines = BufReader::new(s).lines();
+    let first = lines.next_line().await.expect("MONITOR reply");
+    assert_eq!(first.as_deref(), Some("+OK"), "MONITOR refused: {first:?}");
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                line = lines.next_line() => match line.expect("reading MONITOR") {
+                    Some(l) => seen.push(l),
+                    None => break,
+                },
+            }
+        }
+        seen
+    });
+    (stop, task)
+}
+
+/// What one 6-agent, 2-round debate run alone (1 coordinator, 2 agent workers, 1 judge
+/// worker) writes into Redis, next to its final state's JSON: `MONITOR` splits the
+/// commands, `INFO stats` gives all bytes received. Returns the sizes of one task's values
+/// (mean body, mean result, mean checkpoint) for the raw loop.
+async fn checkpoint_bytes(rows: &mut Vec<Row>) -> TaskSizes {
     let c = Cluster::start().await;
     let _services = services(&c, 2, 16);
     let warm = c
@@ -1018,75 +1207,105 @@ async fn checkpoint_bytes(rows: &mut Vec<Row>) -> usize {
         .await;
     wait_all(&c, &[warm], Duration::from_secs(60)).await;
     let mut conn = redis_connection(&c.redis.url()).await;
-    let stats0 = redis_info(&mut conn, "stats").await;
-    let cmds0 = redis_info(&mut conn, "commandstats").await;
+    let net_in = |m: &HashMap<String, String>| -> u64 {
+        m.get("total_net_input_bytes")
+            .and_then(|v| v.parse().ok())
+            .expect("INFO stats has total_net_input_bytes")
+    };
+    let (stop, monitor) = redis_monitor(c.redis.port()).await;
+    let in0 = net_in(&redis_info(&mut conn, "stats").await);
     let id = c
         .submit(&wide_spec("Checkpoint bytes: design a 6-team platform", 6))
         .await;
     wait_all(&c, std::slice::from_ref(&id), Duration::from_secs(60)).await;
-    let stats1 = redis_info(&mut conn, "stats").await;
-    let cmds1 = redis_info(&mut conn, "commandstats").await;
-    let num = |m: &HashMap<String, String>, k: &str| -> u64 {
-        m.get(k)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("INFO has no number {k}"))
+    let in1 = net_in(&redis_info(&mut conn, "stats").await);
+    // The marker ends what MONITOR has to report about the debate.
+    let marker = format!("scaleout-monitor-end-{id}");
+    let _: String = redis::cmd("ECHO")
+        .arg(&marker)
+        .query_async(&mut conn)
+        .await
+        .expect("ECHO");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = stop.send(());
+    let lines = monitor.await.expect("the MONITOR task");
+    assert!(
+        lines.iter().any(|l| l.contains(&marker)),
+        "MONITOR did not report the end marker"
+    );
+    let tag = format!("{{{id}}}");
+    let mut w = RedisWrites::default();
+    for l in lines.iter().filter(|l| l.contains(&tag)) {
+        w.add(&monitor_args(l));
+    }
+    let final_state: Option<String> = redis::cmd("HGET")
+        .arg(format!("parley:{tag}:state"))
+        .arg("state")
+        .query_async(&mut conn)
+        .await
+        .expect("HGET state");
+    let final_state = final_state.expect("the debate's state is stored").len();
+    let tasks = w.results.0;
+    assert!(
+        w.checkpoints.0 > 0 && tasks > 0 && w.bodies.0 > 0,
+        "MONITOR saw no checkpoint, result or body of {id}"
+    );
+    let ratio = w.checkpoints.1 as f64 / final_state as f64;
+    println!(
+        "  6 agents x 2 rounds, {tasks} tasks: {} commands naming the debate, {} bytes of arguments; {} bytes into Redis in all (INFO total_net_input_bytes, every client)",
+        w.commands,
+        w.all_args,
+        in1 - in0
+    );
+    println!(
+        "  checkpoints: {} writes, {} bytes of state (mean {}); final state JSON {final_state} bytes: {ratio:.1} x the final state",
+        w.checkpoints.0,
+        w.checkpoints.1,
+        w.checkpoints.1 / w.checkpoints.0
+    );
+    println!(
+        "  task bodies: {} writes, {} bytes (mean {}); results: {} writes, {} bytes (mean {})",
+        w.bodies.0,
+        w.bodies.1,
+        w.bodies.1 / w.bodies.0,
+        w.results.0,
+        w.results.1,
+        w.results.1 / w.results.0
+    );
+    let mut row = |metric: &str, value: String| {
+        rows.push(Row {
+            mode: "checkpoint",
+            metric: metric.into(),
+            value,
+            target: "-".into(),
+            ok: None,
+        })
     };
-    let net_in = num(&stats1, "total_net_input_bytes") - num(&stats0, "total_net_input_bytes");
-    let (state_field, results): (Option<String>, HashMap<String, String>) = (
-        redis::cmd("HGET")
-            .arg(format!("parley:{{{id}}}:state"))
-            .arg("state")
-            .query_async(&mut conn)
-            .await
-            .expect("HGET state"),
-        redis::cmd("HGETALL")
-            .arg(format!("parley:{{{id}}}:results"))
-            .query_async(&mut conn)
-            .await
-            .expect("HGETALL results"),
+    row(
+        "6x2 debate: checkpoints (writes, bytes)",
+        format!("{}, {}", w.checkpoints.0, w.checkpoints.1),
     );
-    let final_state = state_field.expect("the debate's state is stored").len();
-    let result_bytes: usize = results.iter().map(|(k, v)| k.len() + v.len()).sum();
-    let evalsha = cmdstat(&cmds1, "evalsha") - cmdstat(&cmds0, "evalsha");
-    let hsetnx = cmdstat(&cmds1, "hsetnx") - cmdstat(&cmds0, "hsetnx");
-    let tasks = results.keys().filter(|k| !k.contains('#')).count();
-    let rest = net_in.saturating_sub(result_bytes as u64);
-    println!(
-        "  6 agents x 2 rounds ({tasks} tasks): {net_in} bytes into Redis over the debate ({evalsha} EVALSHA = checkpoints + lease renewals + claim releases, {hsetnx} HSETNX results);"
+    row(
+        "6x2 debate: final state JSON bytes",
+        final_state.to_string(),
     );
-    println!(
-        "  results {result_bytes} bytes, the rest (checkpoints, leases, claims, reads) {rest} bytes; final state JSON {final_state} bytes: {:.1} x the final state",
-        rest as f64 / final_state as f64
+    row(
+        "6x2 debate: checkpoint bytes / final state",
+        format!("{ratio:.1}"),
     );
-    rows.push(Row {
-        mode: "checkpoint",
-        metric: "bytes into Redis, 6x2 debate (all clients)".into(),
-        value: net_in.to_string(),
-        target: "-".into(),
-        ok: None,
-    });
-    rows.push(Row {
-        mode: "checkpoint",
-        metric: "  minus the results (HSETNX payloads)".into(),
-        value: rest.to_string(),
-        target: "-".into(),
-        ok: None,
-    });
-    rows.push(Row {
-        mode: "checkpoint",
-        metric: "final state JSON bytes".into(),
-        value: final_state.to_string(),
-        target: "-".into(),
-        ok: None,
-    });
-    rows.push(Row {
-        mode: "checkpoint",
-        metric: "written (minus results) / final state".into(),
-        value: format!("{:.1}", rest as f64 / final_state as f64),
-        target: "-".into(),
-        ok: None,
-    });
-    final_state
+    row(
+        "6x2 debate: bodies + results bytes",
+        format!("{} + {}", w.bodies.1, w.results.1),
+    );
+    row(
+        "6x2 debate: bytes into Redis, all clients",
+        (in1 - in0).to_string(),
+    );
+    TaskSizes {
+        body: w.bodies.1 / w.bodies.0,
+        result: w.results.1 / w.results.0,
+        state: w.checkpoints.1 / w.checkpoints.0,
+    }
 }
 
 async fn scaleout(rows: &mut Vec<Row>) {
@@ -1119,22 +1338,22 @@ async fn scaleout(rows: &mut Vec<Row>) {
         "== checkpoint bytes (one debate alone; load {})",
         load_average()
     );
-    let state_bytes = checkpoint_bytes(rows).await;
+    let sizes = checkpoint_bytes(rows).await;
 
     println!("== raw operations: {raw_ops} of each, same clients, fresh servers, no services");
     let c = Cluster::start().await;
     let js = raw_jetstream(&c, raw_ops, ticks).await;
-    // A result as the fake answers (a few hundred bytes of JSON); the checkpoint at the
-    // size of the final state of a 3-agent debate would be larger than the average one:
-    // use half of the 6-agent final state as a middle-of-the-debate checkpoint.
-    let rd = raw_redis(&c, raw_ops, 600, state_bytes / 2, ticks).await;
+    // Values of the sizes the 6-agent debate wrote (means).
+    let rd = raw_redis(&c, raw_ops, &sizes, ticks).await;
     println!(
         "  JetStream publish+pull+ack of {RAW_TASK_BYTES} B: client {:.1} µs, nats-server {:.1} µs, redis-server {:.1} µs CPU per op",
         js.client_us, js.nats_us, js.redis_us
     );
     println!(
-        "  Redis task writes (SET NX PX, HSETNX 600 B, release script, HGET, checkpoint script {} B): client {:.1} µs, nats-server {:.1} µs, redis-server {:.1} µs CPU per task",
-        state_bytes / 2,
+        "  one task's Redis commands (body {} B, result {} B, checkpoint {} B): client {:.1} µs, nats-server {:.1} µs, redis-server {:.1} µs CPU per task",
+        sizes.body,
+        sizes.result,
+        sizes.state,
         rd.client_us, rd.nats_us, rd.redis_us
     );
 
