@@ -37,7 +37,7 @@
 //!   once: tasks/s and overhead p50/p99 as in `throughput`, and the CPU time per task of
 //!   each component (coordinators, agent workers, judge worker, nats-server, redis-server)
 //!   from `/proc/<pid>/stat` (utime + stime, `getconf CLK_TCK`) read before the first submit
-//!   and after the last debate completed. Then the checkpoint bytes of one 6-agent, 2-round
+//!   and after the last debate's end event (a subscription, no status polls in the window). Then the checkpoint bytes of one 6-agent, 2-round
 //!   debate run alone (Redis `total_net_input_bytes` over the debate, minus the results'
 //!   payloads, next to the final state's JSON), and the raw operations a task needs, with
 //!   the same clients on fresh servers: a JetStream publish + pull + ack of a task-sized
@@ -684,6 +684,56 @@ fn clock_ticks() -> f64 {
         .unwrap_or_else(|| panic!("getconf CLK_TCK printed {text:?}"))
 }
 
+/// Waits until every debate of `ids` published its end event (completed, failed or
+/// cancelled) on `events`, a core subscription to the event subjects made before the
+/// submits: unlike status polls, it adds no work to the services. A second without an
+/// event (or a dropped one: a core subscription may lose messages to a slow reader) asks
+/// the open debates' status once. Panics after `timeout`.
+async fn wait_end_events(
+    c: &Cluster,
+    events: &mut async_nats::Subscriber,
+    ids: &[String],
+    timeout: Duration,
+) {
+    use futures::StreamExt;
+    let mut open: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+    let deadline = Instant::now() + timeout;
+    while !open.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} debates did not end in {timeout:?}",
+            open.len()
+        );
+        match tokio::time::timeout(Duration::from_secs(1), events.next()).await {
+            Ok(Some(msg)) => {
+                let Ok(e) = serde_json::from_slice::<DebateEvent>(&msg.payload) else {
+                    continue;
+                };
+                if matches!(
+                    e.kind,
+                    EventKind::DebateCompleted { .. }
+                        | EventKind::DebateFailed { .. }
+                        | EventKind::DebateCancelled
+                ) {
+                    open.remove(e.debate_id.as_str());
+                }
+            }
+            Ok(None) => panic!("the event subscription ended"),
+            Err(_) => {
+                let mut ended = Vec::new();
+                for id in &open {
+                    if is_done(&c.status(id).await) {
+                        ended.push(*id);
+                    }
+                }
+                for id in ended {
+                    open.remove(id);
+                }
+            }
+        }
+    }
+}
+
 /// The processes whose CPU time a scale-out run reads, by component.
 struct Components {
     ticks: f64,
@@ -748,11 +798,17 @@ async fn scaleout_run(n: usize, debates: usize, ticks: f64) -> ScaleRun {
         .map(|i| format!("Scale-out debate {i:04}: design service {i}"))
         .collect();
     let specs: Vec<Value> = problems.iter().map(|p| spec(p)).collect();
+    let mut end_events = c
+        .client
+        .subscribe("parley.debates.*.events")
+        .await
+        .expect("subscribing to the debates' events");
     let before = comps.sample();
     let first_submit = Utc::now();
     let ids: Vec<String> = futures::future::join_all(specs.iter().map(|s| c.submit(s))).await;
-    wait_all(&c, &ids, Duration::from_secs(600)).await;
+    wait_end_events(&c, &mut end_events, &ids, Duration::from_secs(600)).await;
     let after = comps.sample();
+    drop(end_events);
     let Batch {
         tasks,
         wall_s,
