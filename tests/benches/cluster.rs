@@ -868,15 +868,7 @@ async fn raw_jetstream(c: &Cluster, ops: usize, ticks: f64) -> RawCost {
         .await
         .expect("creating the raw consumer");
     let payload = vec![b'x'; RAW_TASK_BYTES];
-    let me = std::process::id();
-    let (nats, redis) = (c.nats.pid().unwrap(), c.redis.pid().unwrap());
-    let sample = || {
-        [
-            cpu_seconds(me, ticks),
-            cpu_seconds(nats, ticks),
-            cpu_seconds(redis, ticks),
-        ]
-    };
+    let sample = || raw_sample(c, ticks);
     let before = sample();
     let publisher = async {
         use futures::StreamExt;
@@ -917,6 +909,15 @@ async fn raw_jetstream(c: &Cluster, ops: usize, ticks: f64) -> RawCost {
     let (published, pulled) = tokio::join!(publisher, puller);
     assert_eq!((published, pulled), (ops, ops));
     raw_cost(before, sample(), ops)
+}
+
+/// CPU seconds so far of this process (the raw loops' client), nats-server, redis-server.
+fn raw_sample(c: &Cluster, ticks: f64) -> [f64; 3] {
+    [
+        cpu_seconds(std::process::id(), ticks),
+        cpu_seconds(c.nats.pid().expect("nats-server runs"), ticks),
+        cpu_seconds(c.redis.pid().expect("redis-server runs"), ticks),
+    ]
 }
 
 fn raw_cost(before: [f64; 3], after: [f64; 3], ops: usize) -> RawCost {
@@ -981,15 +982,7 @@ async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> Ra
             .await
             .expect("HSET initial state");
     }
-    let me = std::process::id();
-    let (nats, redis_pid) = (c.nats.pid().unwrap(), c.redis.pid().unwrap());
-    let sample = || {
-        [
-            cpu_seconds(me, ticks),
-            cpu_seconds(nats, ticks),
-            cpu_seconds(redis_pid, ticks),
-        ]
-    };
+    let sample = || raw_sample(c, ticks);
     let before = sample();
     // The checkpoints of one debate are serial (version-checked), as in its actor.
     let done = futures::stream::iter(0..debates)
