@@ -3,14 +3,16 @@
 //!
 //! ```sh
 //! cargo build --release --workspace --bins
-//! cargo bench -p parley-tests --bench cluster -- [throughput] [makespan] [ratelimit]
+//! cargo bench -p parley-tests --bench cluster -- [throughput] [makespan] [ratelimit] [scaleout]
 //! ```
-//! No mode = all three. Knobs (environment):
+//! No mode = the first three (`scaleout` runs only when named). Knobs (environment):
 //! - `DEBATES` (throughput, default 40): debates submitted at once in the loaded run;
 //!   `PACED_RATE` / `PACED_SECS` (default 500 tasks/s for 10 s): the paced run's offered
 //!   load; `SEQUENTIAL` (default 5): debates run one at a time in the unloaded run.
 //! - `RUNS` (makespan, default 5): debates measured, one at a time.
 //! - `DURATION` (ratelimit, default 60): seconds of the measured window.
+//! - `SCALE_DEBATES` (scaleout, default 100): debates submitted at once per coordinator
+//!   count; `RAW_OPS` (default 2000): raw operations of each kind.
 //!
 //! # Modes
 //! - `throughput`: zero-latency fake LLM; 1 coordinator, 2 agent workers and 1 judge worker
@@ -30,6 +32,18 @@
 //!   `Retry-After: 1` beyond). A backlog far larger than a minute's allowance; requests
 //!   accepted per minute in a window that starts 5 s after the first submit and lasts
 //!   `DURATION` seconds, as a fraction of 600, and the 429s.
+//! - `scaleout`: 1, 2 and 4 coordinators (sharing debates by lease), 2 agent workers and
+//!   1 judge worker (concurrency 16), zero-latency fake LLM, `SCALE_DEBATES` debates at
+//!   once: tasks/s and overhead p50/p99 as in `throughput`, and the CPU time per task of
+//!   each component (coordinators, agent workers, judge worker, nats-server, redis-server)
+//!   from `/proc/<pid>/stat` (utime + stime, `getconf CLK_TCK`) read before the first submit
+//!   and after the last debate's end event (a subscription, no status polls in the window). Then the checkpoint bytes of one 6-agent, 2-round
+//!   debate run alone (Redis `total_net_input_bytes` over the debate, minus the results'
+//!   payloads, next to the final state's JSON), and the raw operations a task needs, with
+//!   the same clients on fresh servers: a JetStream publish + pull + ack of a task-sized
+//!   message, and one task's Redis commands (claim, result, claim release, result read,
+//!   checkpoint) — CPU per op of this process (the client) and of each server; the
+//!   components' CPU per task is then printed as a multiple of those.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -635,6 +649,807 @@ async fn ratelimit(rows: &mut Vec<Row>) {
     });
 }
 
+/// CPU time (user + system) of a process so far, in seconds, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32, ticks_per_s: f64) -> f64 {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    // Fields after the command name (in parentheses, may hold spaces): state is field 3,
+    // utime field 14, stime field 15.
+    let rest = &stat[stat
+        .rfind(')')
+        .unwrap_or_else(|| panic!("{path}: no ')' in {stat:?}"))
+        + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| -> f64 {
+        fields
+            .get(i - 3)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{path}: field {i} is not a tick count: {stat:?}"))
+            as f64
+    };
+    (tick(14) + tick(15)) / ticks_per_s
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (`getconf CLK_TCK`).
+fn clock_ticks() -> f64 {
+    let out = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("running getconf CLK_TCK");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|t| *t > 0.0)
+        .unwrap_or_else(|| panic!("getconf CLK_TCK printed {text:?}"))
+}
+
+/// Waits until every debate of `ids` published its end event (completed, failed or
+/// cancelled) on `events`, a core subscription to the event subjects made before the
+/// submits: unlike status polls, it adds no work to the services. A second without an
+/// event (or a dropped one: a core subscription may lose messages to a slow reader) asks
+/// the open debates' status once. Panics after `timeout`.
+async fn wait_end_events(
+    c: &Cluster,
+    events: &mut async_nats::Subscriber,
+    ids: &[String],
+    timeout: Duration,
+) {
+    use futures::StreamExt;
+    let mut open: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+    let deadline = Instant::now() + timeout;
+    while !open.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} debates did not end in {timeout:?}",
+            open.len()
+        );
+        match tokio::time::timeout(Duration::from_secs(1), events.next()).await {
+            Ok(Some(msg)) => {
+                let Ok(e) = serde_json::from_slice::<DebateEvent>(&msg.payload) else {
+                    continue;
+                };
+                if matches!(
+                    e.kind,
+                    EventKind::DebateCompleted { .. }
+                        | EventKind::DebateFailed { .. }
+                        | EventKind::DebateCancelled
+                ) {
+                    open.remove(e.debate_id.as_str());
+                }
+            }
+            Ok(None) => panic!("the event subscription ended"),
+            Err(_) => {
+                let mut ended = Vec::new();
+                for id in &open {
+                    if is_done(&c.status(id).await) {
+                        ended.push(*id);
+                    }
+                }
+                for id in ended {
+                    open.remove(id);
+                }
+            }
+        }
+    }
+}
+
+/// The processes whose CPU time a scale-out run reads, by component.
+struct Components {
+    ticks: f64,
+    groups: Vec<(&'static str, Vec<u32>)>,
+}
+
+impl Components {
+    /// CPU seconds of each component so far.
+    fn sample(&self) -> Vec<f64> {
+        self.groups
+            .iter()
+            .map(|(_, pids)| pids.iter().map(|p| cpu_seconds(*p, self.ticks)).sum())
+            .collect()
+    }
+}
+
+/// What one scale-out run measured.
+struct ScaleRun {
+    coordinators: usize,
+    tasks: usize,
+    rate: f64,
+    p50: f64,
+    p99: f64,
+    /// ms of CPU per task, by component (as in [`Components::groups`]).
+    cpu_ms: Vec<(&'static str, f64)>,
+}
+
+/// `n` coordinators, 2 agent workers and a judge worker (concurrency 16 each), zero-latency
+/// fake LLM: a batch of `debates` submitted at once, CPU read before and after.
+async fn scaleout_run(n: usize, debates: usize, ticks: f64) -> ScaleRun {
+    let c = Cluster::start().await;
+    let conc = "16";
+    let flags = ["--concurrency", conc, "--ack-wait-secs", "30"];
+    let coordinators: Vec<ChildProcess> = (0..n).map(|_| c.coordinator()).collect();
+    let agents: Vec<ChildProcess> = (0..2)
+        .map(|_| c.worker_with("agent", &flags, &[]))
+        .collect();
+    let judge = c.worker_with("judge", &flags, &[]);
+    let pids = |ps: &[ChildProcess]| ps.iter().map(ChildProcess::pid).collect::<Vec<_>>();
+    let comps = Components {
+        ticks,
+        groups: vec![
+            ("coordinators", pids(&coordinators)),
+            ("agent workers", pids(&agents)),
+            ("judge worker", vec![judge.pid()]),
+            ("nats-server", vec![c.nats.pid().expect("nats-server runs")]),
+            (
+                "redis-server",
+                vec![c.redis.pid().expect("redis-server runs")],
+            ),
+        ],
+    };
+    let clock = Clock::now();
+    // Warm-up: a few debates so that every coordinator has run one.
+    let warm_specs: Vec<Value> = (0..2 * n)
+        .map(|i| spec(&format!("Warm-up debate {i} for the scale-out bench")))
+        .collect();
+    let warm: Vec<String> = futures::future::join_all(warm_specs.iter().map(|s| c.submit(s))).await;
+    wait_all(&c, &warm, Duration::from_secs(60)).await;
+
+    let problems: Vec<String> = (0..debates)
+        .map(|i| format!("Scale-out debate {i:04}: design service {i}"))
+        .collect();
+    let specs: Vec<Value> = problems.iter().map(|p| spec(p)).collect();
+    let mut end_events = c
+        .client
+        .subscribe("parley.debates.*.events")
+        .await
+        .expect("subscribing to the debates' events");
+    let before = comps.sample();
+    let first_submit = Utc::now();
+    let ids: Vec<String> = futures::future::join_all(specs.iter().map(|s| c.submit(s))).await;
+    wait_end_events(&c, &mut end_events, &ids, Duration::from_secs(600)).await;
+    let after = comps.sample();
+    drop(end_events);
+    let Batch {
+        tasks,
+        wall_s,
+        overheads: mut o,
+    } = measure_batch(&c, &ids, problems, first_submit, clock).await;
+    o.total.sort_by(f64::total_cmp);
+    let cpu_ms = comps
+        .groups
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|((name, _), (b, a))| (*name, (a - b) * 1000.0 / tasks as f64))
+        .collect();
+    assert_no_completed_call_repeated(&c.fake);
+    drop((coordinators, agents, judge));
+    ScaleRun {
+        coordinators: n,
+        tasks,
+        rate: tasks as f64 / wall_s,
+        p50: quantile(&o.total, 0.5),
+        p99: quantile(&o.total, 0.99),
+        cpu_ms,
+    }
+}
+
+/// CPU per raw operation, in µs: the bench process (client) and each server.
+struct RawCost {
+    client_us: f64,
+    nats_us: f64,
+    redis_us: f64,
+}
+
+/// The bytes of a task message in the raw JetStream loop (a task reference: ids, attempt,
+/// kind, dispatch token: about 250 bytes of JSON).
+const RAW_TASK_BYTES: usize = 256;
+
+/// `ops` JetStream round trips of a task-sized message: publish (awaiting the stream's
+/// ack) into a work-queue stream, pull (batches of 16) and ack, as a worker does; at most
+/// 16 publishes in flight.
+async fn raw_jetstream(c: &Cluster, ops: usize, ticks: f64) -> RawCost {
+    use async_nats::jetstream::{consumer::pull, stream};
+    let js = async_nats::jetstream::new(c.client.clone());
+    let s = js
+        .create_stream(stream::Config {
+            name: "SCALEOUT_RAW".into(),
+            subjects: vec!["scaleout.raw".into()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .expect("creating the raw stream");
+    let consumer = s
+        .create_consumer(pull::Config {
+            durable_name: Some("raw".into()),
+            ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .expect("creating the raw consumer");
+    let payload = vec![b'x'; RAW_TASK_BYTES];
+    let sample = || raw_sample(c, ticks);
+    let before = sample();
+    let publisher = async {
+        use futures::StreamExt;
+        futures::stream::iter(0..ops)
+            .map(|_| {
+                let js = js.clone();
+                let payload = payload.clone();
+                async move {
+                    js.publish("scaleout.raw", payload.into())
+                        .await
+                        .expect("publish")
+                        .await
+                        .expect("publish ack")
+                }
+            })
+            .buffer_unordered(16)
+            .count()
+            .await
+    };
+    let puller = async {
+        use futures::StreamExt;
+        let mut got = 0;
+        while got < ops {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(16)
+                .expires(Duration::from_millis(500))
+                .messages()
+                .await
+                .expect("fetch");
+            while let Some(m) = batch.next().await {
+                m.expect("message").ack().await.expect("ack");
+                got += 1;
+            }
+        }
+        got
+    };
+    let (published, pulled) = tokio::join!(publisher, puller);
+    assert_eq!((published, pulled), (ops, ops));
+    raw_cost(before, sample(), ops)
+}
+
+/// CPU seconds so far of this process (the raw loops' client), nats-server, redis-server.
+fn raw_sample(c: &Cluster, ticks: f64) -> [f64; 3] {
+    [
+        cpu_seconds(std::process::id(), ticks),
+        cpu_seconds(c.nats.pid().expect("nats-server runs"), ticks),
+        cpu_seconds(c.redis.pid().expect("redis-server runs"), ticks),
+    ]
+}
+
+fn raw_cost(before: [f64; 3], after: [f64; 3], ops: usize) -> RawCost {
+    let us = |i: usize| (after[i] - before[i]) * 1e6 / ops as f64;
+    RawCost {
+        client_us: us(0),
+        nats_us: us(1),
+        redis_us: us(2),
+    }
+}
+
+/// The byte sizes of one task's Redis values in the raw loop.
+struct TaskSizes {
+    /// The task body the coordinator stores before publishing its reference.
+    body: usize,
+    /// The result the worker stores.
+    result: usize,
+    /// The checkpoint the coordinator writes after applying the result.
+    state: usize,
+}
+
+/// `ops` times the Redis commands one task causes, with the same keys, commands and
+/// script logic as the store: the coordinator's body write (`HSET`), the worker's lookup
+/// (pipeline of 3 `HGET` + 2 `EXISTS`), claim (`SET NX PX`), result write (script:
+/// `EXISTS`, `HSETNX`, `HDEL` of the body, `PTTL`) and claim release (script), the
+/// coordinator's result read (`HMGET`) and checkpoint (version-checked script). 16 tasks in
+/// flight on one multiplexed connection, 22 tasks per debate.
+async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> RawCost {
+    use futures::StreamExt;
+    let conn = redis_connection(&c.redis.url()).await;
+    let store = redis::Script::new(
+        "if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end \
+         local set = redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) \
+         redis.call('HDEL', KEYS[3], ARGV[3]) \
+         local ttl = redis.call('PTTL', KEYS[1]) \
+         if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end return set",
+    );
+    let release = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    let cas = redis::Script::new(
+        "local cur = redis.call('HGET', KEYS[1], 'version') if not cur then cur = '0' end \
+         if cur == ARGV[1] then redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3]) \
+         return 1 end return 0",
+    );
+    let (body, result, state) = (
+        "b".repeat(sizes.body),
+        "r".repeat(sizes.result),
+        "s".repeat(sizes.state),
+    );
+    // The debates' states exist (the result script checks it) before the window.
+    let debates = ops.div_ceil(22);
+    let mut setup = conn.clone();
+    for d in 0..debates {
+        let _: () = redis::cmd("HSET")
+            .arg(format!("parley:{{raw-{d}}}:state"))
+            .arg("version")
+            .arg(0)
+            .arg("state")
+            .arg(&state)
+            .query_async(&mut setup)
+            .await
+            .expect("HSET initial state");
+    }
+    let sample = || raw_sample(c, ticks);
+    let before = sample();
+    // The checkpoints of one debate are serial (version-checked), as in its actor.
+    let done = futures::stream::iter(0..debates)
+        .map(|d| {
+            let mut conn = conn.clone();
+            let (store, release, cas) = (&store, &release, &cas);
+            let (body, result, state) = (&body, &result, &state);
+            async move {
+                let k = |part: &str| format!("parley:{{raw-{d}}}:{part}");
+                let tasks = (d * 22..((d + 1) * 22).min(ops)).len();
+                for t in 0..tasks {
+                    let task = format!("raw-{d}/task-{t}");
+                    let field = format!("{task}#1");
+                    let _: i64 = redis::cmd("HSET")
+                        .arg(k("tasks"))
+                        .arg(&field)
+                        .arg(body)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("HSET body");
+                    let (_, _, _, exists, got): (
+                        Option<String>,
+                        Option<String>,
+                        bool,
+                        bool,
+                        Option<String>,
+                    ) = redis::pipe()
+                        .cmd("HGET")
+                        .arg(k("results"))
+                        .arg(&task)
+                        .cmd("HGET")
+                        .arg(k("results"))
+                        .arg(&field)
+                        .cmd("EXISTS")
+                        .arg(k("cancel"))
+                        .cmd("EXISTS")
+                        .arg(k("state"))
+                        .cmd("HGET")
+                        .arg(k("tasks"))
+                        .arg(&field)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("lookup pipeline");
+                    assert!(
+                        exists && got.is_some(),
+                        "task {task}: state or body missing"
+                    );
+                    let claim = k(&format!("claim:{task}"));
+                    let set: Option<String> = redis::cmd("SET")
+                        .arg(&claim)
+                        .arg("worker-1")
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("SET claim");
+                    assert!(set.is_some(), "claim {claim} already held");
+                    let stored: i64 = store
+                        .key(k("state"))
+                        .key(k("results"))
+                        .key(k("tasks"))
+                        .arg(&task)
+                        .arg(result)
+                        .arg(&field)
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("store result");
+                    assert_eq!(stored, 1, "result of {task} not stored");
+                    let _: i64 = release
+                        .key(&claim)
+                        .arg("worker-1")
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("release claim");
+                    let _: Vec<Option<String>> = redis::cmd("HMGET")
+                        .arg(k("results"))
+                        .arg(&task)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("HMGET result");
+                    let saved: i64 = cas
+                        .key(k("state"))
+                        .arg(t)
+                        .arg(t + 1)
+                        .arg(state)
+                        .invoke_async(&mut conn)
+                        .await
+                        .expect("checkpoint");
+                    assert_eq!(saved, 1, "checkpoint {t} of raw-{d} refused");
+                }
+                tasks
+            }
+        })
+        .buffer_unordered(16)
+        .fold(0, |n, t| async move { n + t })
+        .await;
+    assert_eq!(done, ops);
+    raw_cost(before, sample(), ops)
+}
+
+/// A `agents`-agent, 2-round debate spec (roles cycle through the built-in ones).
+fn wide_spec(problem: &str, agents: usize) -> Value {
+    let roles = [
+        "architect",
+        "security",
+        "kiss",
+        "performance",
+        "testing",
+        "datamodeling",
+    ];
+    let list: Vec<Value> = (0..agents)
+        .map(|i| {
+            json!({"id": format!("agent-{i}"), "name": format!("Agent {i}"),
+                   "role": roles[i % roles.len()], "model": "model-arch", "temperature": 0.1})
+        })
+        .collect();
+    json!({
+        "problem": problem,
+        "agents": list,
+        "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "model-judge", "temperature": 0.4},
+        "debate": {"rounds": 2, "terminationCondition": {"type": "fixed"}}
+    })
+}
+
+/// The fields of Redis `INFO <section>` as numbers (the ones that are).
+async fn redis_info(
+    conn: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+) -> HashMap<String, String> {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// The arguments of one `MONITOR` line (`<time> [<db> <client>] "ARG" "ARG" ...`), as byte
+/// counts of the unescaped values: Redis escapes `\\`, `\"`, `\n`, `\r`, `\t`, `\a`, `\b`
+/// and other bytes as `\xHH`. Also returns the values themselves, lossily (for keys).
+fn monitor_args(line: &str) -> Vec<(usize, String)> {
+    let Some(start) = line.find("] \"") else {
+        return Vec::new();
+    };
+    let bytes = &line.as_bytes()[start + 2..];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        i += 1;
+        let (mut len, mut text) = (0, Vec::new());
+        while i < bytes.len() && bytes[i] != b'"' {
+            if bytes[i] == b'\\' && i + 1 < bytes.len() {
+                i += if bytes[i + 1] == b'x' { 4 } else { 2 };
+                text.push(b'?');
+            } else {
+                text.push(bytes[i]);
+                i += 1;
+            }
+            len += 1;
+        }
+        i += 1;
+        out.push((len, String::from_utf8_lossy(&text).into_owned()));
+    }
+    out
+}
+
+/// Bytes of the commands a debate caused, by what they are (from `MONITOR`).
+#[derive(Default)]
+struct RedisWrites {
+    /// Checkpoints (the version-checked state script): count, state bytes.
+    checkpoints: (usize, usize),
+    /// Task bodies (`HSET` of the tasks hash): count, body bytes.
+    bodies: (usize, usize),
+    /// Results (the result script): count, result bytes.
+    results: (usize, usize),
+    /// Every argument of every command about the debate (keys, scripts' hashes, values).
+    all_args: usize,
+    commands: usize,
+}
+
+impl RedisWrites {
+    fn add(&mut self, args: &[(usize, String)]) {
+        let Some((_, cmd)) = args.first() else {
+            return;
+        };
+        self.commands += 1;
+        self.all_args += args.iter().map(|(n, _)| n).sum::<usize>();
+        let key = |i: usize| args.get(i).map(|(_, k)| k.as_str()).unwrap_or("");
+        match cmd.to_ascii_uppercase().as_str() {
+            "EVALSHA" | "EVAL" => {
+                let numkeys: usize = key(2).parse().unwrap_or(0);
+                let argv = args.get(3 + numkeys..).unwrap_or(&[]);
+                if !key(3).ends_with(":state") {
+                    return;
+                }
+                match (numkeys, argv.len()) {
+                    (1, 3) => {
+                        self.checkpoints.0 += 1;
+                        self.checkpoints.1 += argv[2].0;
+                    }
+                    (3, 5) => {
+                        self.results.0 += 1;
+                        self.results.1 += argv[1].0;
+                    }
+                    _ => {}
+                }
+            }
+            "HSET" if key(1).ends_with(":tasks") => {
+                for pair in args[2..].chunks(2) {
+                    if let [_, (n, _)] = pair {
+                        self.bodies.0 += 1;
+                        self.bodies.1 += n;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Everything Redis `MONITOR` reports on a connection of its own, until the returned
+/// sender is used (then the lines seen so far).
+async fn redis_monitor(
+    port: u16,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Vec<String>>,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connecting to redis-server for MONITOR");
+    s.write_all(b"MONITOR\r\n").await.expect("MONITOR");
+    let mut lines = BufReader::new(s).lines();
+    let first = lines.next_line().await.expect("MONITOR reply");
+    assert_eq!(first.as_deref(), Some("+OK"), "MONITOR refused: {first:?}");
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                line = lines.next_line() => match line.expect("reading MONITOR") {
+                    Some(l) => seen.push(l),
+                    None => break,
+                },
+            }
+        }
+        seen
+    });
+    (stop, task)
+}
+
+/// What one 6-agent, 2-round debate run alone (1 coordinator, 2 agent workers, 1 judge
+/// worker) writes into Redis, next to its final state's JSON: `MONITOR` splits the
+/// commands, `INFO stats` gives all bytes received. Returns the sizes of one task's values
+/// (mean body, mean result, mean checkpoint) for the raw loop.
+async fn checkpoint_bytes(rows: &mut Vec<Row>) -> TaskSizes {
+    let c = Cluster::start().await;
+    let _services = services(&c, 2, 16);
+    let warm = c
+        .submit(&spec("Warm-up debate for the checkpoint bytes"))
+        .await;
+    wait_all(&c, &[warm], Duration::from_secs(60)).await;
+    let mut conn = redis_connection(&c.redis.url()).await;
+    let net_in = |m: &HashMap<String, String>| -> u64 {
+        m.get("total_net_input_bytes")
+            .and_then(|v| v.parse().ok())
+            .expect("INFO stats has total_net_input_bytes")
+    };
+    let (stop, monitor) = redis_monitor(c.redis.port()).await;
+    let in0 = net_in(&redis_info(&mut conn, "stats").await);
+    let id = c
+        .submit(&wide_spec("Checkpoint bytes: design a 6-team platform", 6))
+        .await;
+    wait_all(&c, std::slice::from_ref(&id), Duration::from_secs(60)).await;
+    let in1 = net_in(&redis_info(&mut conn, "stats").await);
+    // The marker ends what MONITOR has to report about the debate.
+    let marker = format!("scaleout-monitor-end-{id}");
+    let _: String = redis::cmd("ECHO")
+        .arg(&marker)
+        .query_async(&mut conn)
+        .await
+        .expect("ECHO");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = stop.send(());
+    let lines = monitor.await.expect("the MONITOR task");
+    assert!(
+        lines.iter().any(|l| l.contains(&marker)),
+        "MONITOR did not report the end marker"
+    );
+    let tag = format!("{{{id}}}");
+    let mut w = RedisWrites::default();
+    for l in lines.iter().filter(|l| l.contains(&tag)) {
+        w.add(&monitor_args(l));
+    }
+    let final_state: Option<String> = redis::cmd("HGET")
+        .arg(format!("parley:{tag}:state"))
+        .arg("state")
+        .query_async(&mut conn)
+        .await
+        .expect("HGET state");
+    let final_state = final_state.expect("the debate's state is stored").len();
+    let tasks = w.results.0;
+    assert!(
+        w.checkpoints.0 > 0 && tasks > 0 && w.bodies.0 > 0,
+        "MONITOR saw no checkpoint, result or body of {id}"
+    );
+    let ratio = w.checkpoints.1 as f64 / final_state as f64;
+    println!(
+        "  6 agents x 2 rounds, {tasks} tasks: {} commands naming the debate, {} bytes of arguments; {} bytes into Redis in all (INFO total_net_input_bytes, every client)",
+        w.commands,
+        w.all_args,
+        in1 - in0
+    );
+    println!(
+        "  checkpoints: {} writes, {} bytes of state (mean {}); final state JSON {final_state} bytes: {ratio:.1} x the final state",
+        w.checkpoints.0,
+        w.checkpoints.1,
+        w.checkpoints.1 / w.checkpoints.0
+    );
+    println!(
+        "  task bodies: {} writes, {} bytes (mean {}); results: {} writes, {} bytes (mean {})",
+        w.bodies.0,
+        w.bodies.1,
+        w.bodies.1 / w.bodies.0,
+        w.results.0,
+        w.results.1,
+        w.results.1 / w.results.0
+    );
+    let mut row = |metric: &str, value: String| {
+        rows.push(Row {
+            mode: "checkpoint",
+            metric: metric.into(),
+            value,
+            target: "-".into(),
+            ok: None,
+        })
+    };
+    row(
+        "6x2 debate: checkpoints (writes, bytes)",
+        format!("{}, {}", w.checkpoints.0, w.checkpoints.1),
+    );
+    row(
+        "6x2 debate: final state JSON bytes",
+        final_state.to_string(),
+    );
+    row(
+        "6x2 debate: checkpoint bytes / final state",
+        format!("{ratio:.1}"),
+    );
+    row(
+        "6x2 debate: bodies + results bytes",
+        format!("{} + {}", w.bodies.1, w.results.1),
+    );
+    row(
+        "6x2 debate: bytes into Redis, all clients",
+        (in1 - in0).to_string(),
+    );
+    TaskSizes {
+        body: w.bodies.1 / w.bodies.0,
+        result: w.results.1 / w.results.0,
+        state: w.checkpoints.1 / w.checkpoints.0,
+    }
+}
+
+async fn scaleout(rows: &mut Vec<Row>) {
+    let debates = env_num("SCALE_DEBATES", 100).max(1) as usize;
+    let raw_ops = env_num("RAW_OPS", 2000).max(1) as usize;
+    let ticks = clock_ticks();
+    println!(
+        "== scaleout: 1, 2, 4 coordinators; 2 agent workers + 1 judge worker (concurrency 16); {debates} debates at once; zero LLM latency; load {}",
+        load_average()
+    );
+    let mut runs = Vec::new();
+    for n in [1, 2, 4] {
+        let r = scaleout_run(n, debates, ticks).await;
+        println!(
+            "  {n} coordinator(s): {} tasks, {:.0} tasks/s, overhead p50 {:.1} / p99 {:.1} ms; CPU ms/task: {}",
+            r.tasks,
+            r.rate,
+            r.p50,
+            r.p99,
+            r.cpu_ms
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        runs.push(r);
+    }
+
+    println!(
+        "== checkpoint bytes (one debate alone; load {})",
+        load_average()
+    );
+    let sizes = checkpoint_bytes(rows).await;
+
+    println!("== raw operations: {raw_ops} of each, same clients, fresh servers, no services");
+    let c = Cluster::start().await;
+    let js = raw_jetstream(&c, raw_ops, ticks).await;
+    // Values of the sizes the 6-agent debate wrote (means).
+    let rd = raw_redis(&c, raw_ops, &sizes, ticks).await;
+    println!(
+        "  JetStream publish+pull+ack of {RAW_TASK_BYTES} B: client {:.1} µs, nats-server {:.1} µs, redis-server {:.1} µs CPU per op",
+        js.client_us, js.nats_us, js.redis_us
+    );
+    println!(
+        "  one task's Redis commands (body {} B, result {} B, checkpoint {} B): client {:.1} µs, nats-server {:.1} µs, redis-server {:.1} µs CPU per task",
+        sizes.body,
+        sizes.result,
+        sizes.state,
+        rd.client_us, rd.nats_us, rd.redis_us
+    );
+
+    println!(
+        "\n{:>5} {:>8} {:>10} {:>10} | CPU ms per task: {:>7} {:>7} {:>7} {:>7} {:>7} | x raw: {:>6} {:>6} {:>6} {:>6}",
+        "coord", "tasks/s", "ovh p50", "ovh p99", "coord", "agents", "judge", "nats", "redis", "coord", "agent", "nats", "redis"
+    );
+    let raw_client_ms = (js.client_us + rd.client_us) / 1000.0;
+    for r in &runs {
+        let v: Vec<f64> = r.cpu_ms.iter().map(|(_, v)| *v).collect();
+        let (coord, agents, judge, nats, redis) = (v[0], v[1], v[2], v[3], v[4]);
+        let x = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.1}", a / b)
+            } else {
+                "-".into()
+            }
+        };
+        println!(
+            "{:>5} {:>8.0} {:>7.1} ms {:>7.1} ms |                  {coord:>7.3} {agents:>7.3} {judge:>7.3} {nats:>7.3} {redis:>7.3} |        {:>6} {:>6} {:>6} {:>6}",
+            r.coordinators,
+            r.rate,
+            r.p50,
+            r.p99,
+            x(coord, raw_client_ms),
+            x(agents + judge, raw_client_ms),
+            x(nats, js.nats_us / 1000.0),
+            x(redis, rd.redis_us / 1000.0),
+        );
+        rows.push(Row {
+            mode: "scaleout",
+            metric: format!("{} coordinator(s): tasks/s, ovh p50/p99", r.coordinators),
+            value: format!("{:.0}, {:.1}/{:.1} ms", r.rate, r.p50, r.p99),
+            target: "-".into(),
+            ok: None,
+        });
+        rows.push(Row {
+            mode: "scaleout",
+            metric: format!("{} coord.: CPU ms/task coord/workers", r.coordinators),
+            value: format!("{coord:.3}/{:.3}", agents + judge),
+            target: "-".into(),
+            ok: None,
+        });
+    }
+    println!("  x raw: coordinator and workers (agent + judge) CPU per task over the client CPU of one raw JetStream op + one task's raw Redis commands ({raw_client_ms:.3} ms); nats-server over its CPU per raw JetStream op; redis-server over its CPU per task's raw Redis commands");
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     // `cargo bench` passes `--bench`; every other argument is a mode.
@@ -652,8 +1467,11 @@ async fn main() {
             "throughput" => throughput(&mut rows).await,
             "makespan" => makespan(&mut rows).await,
             "ratelimit" => ratelimit(&mut rows).await,
+            "scaleout" => scaleout(&mut rows).await,
             other => {
-                eprintln!("unknown mode {other:?}: use throughput, makespan or ratelimit");
+                eprintln!(
+                    "unknown mode {other:?}: use throughput, makespan, ratelimit or scaleout"
+                );
                 std::process::exit(2);
             }
         }

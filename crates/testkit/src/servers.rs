@@ -366,6 +366,11 @@ impl NatsServer {
         self.inner.port
     }
 
+    /// The process id of the running server (e.g. to read its CPU time in `/proc`).
+    pub fn pid(&self) -> Option<u32> {
+        self.inner.child.as_ref().map(std::process::Child::id)
+    }
+
     /// SIGKILL (a crash: no clean shutdown). The store survives for [`NatsServer::restart`].
     pub fn kill(&mut self) {
         self.inner.kill();
