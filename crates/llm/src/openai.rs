@@ -205,6 +205,41 @@ impl OpenAiClient {
             .insert(model.to_string())
     }
 
+    /// One `POST url` of a JSON body within the call's deadline: the key, the extra
+    /// headers, no redirects, the reply read under its size cap. Returns the status, the
+    /// headers, the body and the latency; the caller classifies the status.
+    async fn post_json(
+        &self,
+        url: &str,
+        body: &Value,
+        deadline: Instant,
+    ) -> Result<(reqwest::StatusCode, HeaderMap, String, u64), LlmError> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(LlmError::new(
+                ErrorKind::Timeout,
+                &self.name,
+                "call deadline exceeded",
+            ));
+        }
+        let mut rb = self.http.post(url).timeout(remaining).json(body);
+        if let Some(k) = &self.key {
+            rb = rb.bearer_auth(k.expose());
+        }
+        for (h, v) in &self.extra_headers {
+            rb = rb.header(*h, v);
+        }
+        let started = Instant::now();
+        let resp = rb.send().await.map_err(|e| self.transport_error(e))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        if status.is_redirection() {
+            return Err(self.redirect_error(status.as_u16(), &headers));
+        }
+        let text = self.read_body(resp).await?;
+        Ok((status, headers, text, started.elapsed().as_millis() as u64))
+    }
+
     async fn attempt(
         &self,
         req: &ChatRequest,
@@ -226,30 +261,7 @@ impl OpenAiClient {
                 responses_body(req, format),
             )
         };
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(LlmError::new(
-                ErrorKind::Timeout,
-                &self.name,
-                "call deadline exceeded",
-            ));
-        }
-        let mut rb = self.http.post(&url).timeout(remaining).json(&body);
-        if let Some(k) = &self.key {
-            rb = rb.bearer_auth(k.expose());
-        }
-        for (h, v) in &self.extra_headers {
-            rb = rb.header(*h, v);
-        }
-        let started = Instant::now();
-        let resp = rb.send().await.map_err(|e| self.transport_error(e))?;
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        if status.is_redirection() {
-            return Err(self.redirect_error(status.as_u16(), &headers));
-        }
-        let text = self.read_body(resp).await?;
-        let latency_ms = started.elapsed().as_millis() as u64;
+        let (status, headers, text, latency_ms) = self.post_json(&url, &body, deadline).await?;
         if !status.is_success() {
             if !chat && (status.as_u16() == 404 || status.as_u16() == 405) {
                 // No Responses API here: use Chat Completions from now on.
@@ -321,32 +333,9 @@ impl OpenAiClient {
         req: &EmbedRequest,
         deadline: Instant,
     ) -> Result<Embeddings, LlmError> {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(LlmError::new(
-                ErrorKind::Timeout,
-                &self.name,
-                "call deadline exceeded",
-            ));
-        }
         let body = json!({"model": req.model, "input": req.inputs, "encoding_format": "float"});
         let url = format!("{}/embeddings", self.base_url);
-        let mut rb = self.http.post(&url).timeout(remaining).json(&body);
-        if let Some(k) = &self.key {
-            rb = rb.bearer_auth(k.expose());
-        }
-        for (h, v) in &self.extra_headers {
-            rb = rb.header(*h, v);
-        }
-        let started = Instant::now();
-        let resp = rb.send().await.map_err(|e| self.transport_error(e))?;
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        if status.is_redirection() {
-            return Err(self.redirect_error(status.as_u16(), &headers));
-        }
-        let text = self.read_body(resp).await?;
-        let latency_ms = started.elapsed().as_millis() as u64;
+        let (status, headers, text, latency_ms) = self.post_json(&url, &body, deadline).await?;
         if !status.is_success() {
             return Err(self.status_error(status.as_u16(), &headers, &text));
         }
