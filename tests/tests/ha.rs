@@ -223,6 +223,104 @@ where
     }
 }
 
+/// The services of a Redis failover drill (coordinator with a 2 s lease, two agent workers
+/// and a judge worker, each waiting for one Redis replica per write) against a fake LLM at
+/// 400 ms, with [`DEBATES`] debates submitted and each past its first contributions.
+struct Drill {
+    fake: FakeLlm,
+    problems: Vec<String>,
+    ids: Vec<String>,
+    _services: Vec<ChildProcess>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drill {
+    async fn start(
+        nats_url: &str,
+        redis_url: &str,
+        client: &async_nats::Client,
+        what: &str,
+    ) -> Self {
+        let fake = FakeLlm::start().await.unwrap();
+        fake.set_latency(Latency::Fixed(Duration::from_millis(400)));
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("debate-config.json");
+        write_json(&config, &serde_json::json!({"baseUrl": fake.base_url()}));
+        let common = |extra: &[(&'static str, String)]| {
+            let mut flags = vec![
+                ("--nats-url", nats_url.to_string()),
+                ("--redis-url", redis_url.to_string()),
+                ("--redis-min-replicas", "1".to_string()),
+            ];
+            flags.extend(extra.iter().cloned());
+            flags
+        };
+        let worker = |kind: &str| {
+            start_service(
+                &format!("parley-{kind}-worker"),
+                &common(&[
+                    ("--concurrency", "4".into()),
+                    ("--ack-wait-secs", "3".into()),
+                    ("--config", config.display().to_string()),
+                ]),
+                "worker ready",
+            )
+        };
+        let services = vec![
+            start_service(
+                "parley-coordinator",
+                &common(&[("--lease-ttl-ms", "2000".into())]),
+                "coordinator ready",
+            ),
+            worker("agent"),
+            worker("agent"),
+            worker("judge"),
+        ];
+        let problems: Vec<String> = (0..DEBATES)
+            .map(|i| format!("Design a {what} number {i}"))
+            .collect();
+        let mut ids = Vec::new();
+        for p in &problems {
+            ids.push(submit_on(client, &spec(p)).await);
+        }
+        for id in &ids {
+            wait_status_on(client, id, Duration::from_secs(40), |s| {
+                contributions(s) >= 2
+            })
+            .await;
+        }
+        Self {
+            fake,
+            problems,
+            ids,
+            _services: services,
+            _dir: dir,
+        }
+    }
+
+    /// Every debate completes after the kill, no completed call is made again, each
+    /// debate made its 22 calls once, and every debate's events are all kept.
+    async fn finish(&self, client: &async_nats::Client, before_kill: usize) {
+        for id in &self.ids {
+            let state = wait_status_on(client, id, Duration::from_secs(90), is_done).await;
+            assert_complete(&state);
+        }
+        assert!(
+            self.fake.request_count() > before_kill,
+            "the debates went on after the kill"
+        );
+        assert_no_completed_call_repeated(&self.fake);
+        assert_eq!(
+            successful_calls_by_problem(&self.fake, &self.problems),
+            vec![22; DEBATES],
+            "each debate made each of its 22 calls once"
+        );
+        for id in &self.ids {
+            assert_events_kept(client, id).await;
+        }
+    }
+}
+
 /// A Redis master with one replica, watched by three sentinels; the services reach Redis
 /// only through the sentinels (`redis+sentinel://`) and wait for one replica on every
 /// checkpoint and result write (`--redis-min-replicas 1`). With several debates mid-round
@@ -280,52 +378,8 @@ async fn debates_survive_a_redis_sentinel_failover() {
             .join(",")
     );
 
-    let fake = FakeLlm::start().await.unwrap();
-    fake.set_latency(Latency::Fixed(Duration::from_millis(400)));
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("debate-config.json");
-    write_json(&config, &serde_json::json!({"baseUrl": fake.base_url()}));
-    let common = |extra: &[(&'static str, String)]| {
-        let mut flags = vec![
-            ("--nats-url", nats.url()),
-            ("--redis-url", redis_url.clone()),
-            ("--redis-min-replicas", "1".to_string()),
-        ];
-        flags.extend(extra.iter().cloned());
-        flags
-    };
-    let _coord = start_service(
-        "parley-coordinator",
-        &common(&[("--lease-ttl-ms", "2000".into())]),
-        "coordinator ready",
-    );
-    let worker = |kind: &str| {
-        start_service(
-            &format!("parley-{kind}-worker"),
-            &common(&[
-                ("--concurrency", "4".into()),
-                ("--ack-wait-secs", "3".into()),
-                ("--config", config.display().to_string()),
-            ]),
-            "worker ready",
-        )
-    };
-    let _agents = [worker("agent"), worker("agent")];
-    let _judge = worker("judge");
-
-    let problems: Vec<String> = (0..DEBATES)
-        .map(|i| format!("Design a failover drill number {i}"))
-        .collect();
-    let mut ids = Vec::new();
-    for p in &problems {
-        ids.push(submit_on(&client, &spec(p)).await);
-    }
-    for id in &ids {
-        wait_status_on(&client, id, Duration::from_secs(40), |s| {
-            contributions(s) >= 2
-        })
-        .await;
-    }
+    let drill = Drill::start(&nats.url(), &redis_url, &client, "failover drill").await;
+    let (fake, ids) = (&drill.fake, &drill.ids);
     let before_kill = fake.request_count();
     eprintln!("{:?}: killing the master", t0.elapsed());
     master.kill();
@@ -347,27 +401,14 @@ async fn debates_survive_a_redis_sentinel_failover() {
     .await;
 
     eprintln!("{:?}: replica promoted", t0.elapsed());
-    for id in &ids {
-        let state = wait_status_on(&client, id, Duration::from_secs(90), is_done).await;
-        assert_complete(&state);
-    }
-    eprintln!("{:?}: debates done", t0.elapsed());
-    assert!(
-        fake.request_count() > before_kill,
-        "the debates went on after the kill"
+    drill.finish(&client, before_kill).await;
+    eprintln!(
+        "{:?}: debates done, every call once, every event kept",
+        t0.elapsed()
     );
-    assert_no_completed_call_repeated(&fake);
-    assert_eq!(
-        successful_calls_by_problem(&fake, &problems),
-        vec![22; DEBATES],
-        "each debate made each of its 22 calls once"
-    );
-    for id in &ids {
-        assert_events_kept(&client, id).await;
-    }
     // The debates' final checkpoints are on the promoted replica.
     let mut promoted = redis_connection(&replica.url()).await;
-    for id in &ids {
+    for id in ids {
         let version: Option<u64> = redis::cmd("HGET")
             .arg(format!("parley:{{{id}}}:state"))
             .arg("version")
@@ -399,56 +440,17 @@ async fn debates_survive_a_redis_cluster_master_failover() {
         .unwrap();
     eprintln!("{:?}: redis cluster ready", t0.elapsed());
 
-    let fake = FakeLlm::start().await.unwrap();
-    fake.set_latency(Latency::Fixed(Duration::from_millis(400)));
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("debate-config.json");
-    write_json(&config, &serde_json::json!({"baseUrl": fake.base_url()}));
-    let redis_url = cluster.url();
-    let common = |extra: &[(&'static str, String)]| {
-        let mut flags = vec![
-            ("--nats-url", nats.url()),
-            ("--redis-url", redis_url.clone()),
-            ("--redis-min-replicas", "1".to_string()),
-        ];
-        flags.extend(extra.iter().cloned());
-        flags
-    };
-    let _coord = start_service(
-        "parley-coordinator",
-        &common(&[("--lease-ttl-ms", "2000".into())]),
-        "coordinator ready",
-    );
-    let worker = |kind: &str| {
-        start_service(
-            &format!("parley-{kind}-worker"),
-            &common(&[
-                ("--concurrency", "4".into()),
-                ("--ack-wait-secs", "3".into()),
-                ("--config", config.display().to_string()),
-            ]),
-            "worker ready",
-        )
-    };
-    let _agents = [worker("agent"), worker("agent")];
-    let _judge = worker("judge");
-
-    let problems: Vec<String> = (0..DEBATES)
-        .map(|i| format!("Design a cluster failover drill number {i}"))
-        .collect();
-    let mut ids = Vec::new();
-    for p in &problems {
-        ids.push(submit_on(&client, &spec(p)).await);
-    }
-    for id in &ids {
-        wait_status_on(&client, id, Duration::from_secs(40), |s| {
-            contributions(s) >= 2
-        })
-        .await;
-    }
+    let drill = Drill::start(
+        &nats.url(),
+        &cluster.url(),
+        &client,
+        "cluster failover drill",
+    )
+    .await;
+    let (fake, ids) = (&drill.fake, &drill.ids);
     // The master serving most debates' slots (their keys share the slot of `{<id>}`).
     let mut serving: BTreeMap<usize, usize> = BTreeMap::new();
-    for id in &ids {
+    for id in ids {
         let master = cluster
             .master_of(&format!("parley:{{{id}}}:state"))
             .unwrap();
@@ -492,27 +494,14 @@ async fn debates_survive_a_redis_cluster_master_failover() {
         cluster.node(promoted).port()
     );
 
-    for id in &ids {
-        let state = wait_status_on(&client, id, Duration::from_secs(90), is_done).await;
-        assert_complete(&state);
-    }
-    eprintln!("{:?}: debates done", t0.elapsed());
-    assert!(
-        fake.request_count() > before_kill,
-        "the debates went on after the kill"
+    drill.finish(&client, before_kill).await;
+    eprintln!(
+        "{:?}: debates done, every call once, every event kept",
+        t0.elapsed()
     );
-    assert_no_completed_call_repeated(&fake);
-    assert_eq!(
-        successful_calls_by_problem(&fake, &problems),
-        vec![22; DEBATES],
-        "each debate made each of its 22 calls once"
-    );
-    for id in &ids {
-        assert_events_kept(&client, id).await;
-    }
     // Every debate's final checkpoint is on the master serving its slot now (the promoted
     // replica for the debates the killed master held).
-    for id in &ids {
+    for id in ids {
         let key = format!("parley:{{{id}}}:state");
         let master = cluster.master_of(&key).unwrap();
         assert_ne!(master, victim, "{id}: still mapped to the killed master");
