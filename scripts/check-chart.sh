@@ -118,6 +118,17 @@ ensure_validator() {
     touch "$VENV/.complete"
 }
 
+# Both tools, installed once under a lock: tests render the chart concurrently, and two
+# first-time installs must not replace each other's virtualenv mid-use.
+ensure_tools() {
+    mkdir -p "$CACHE"
+    exec 9>"$CACHE/.install.lock"
+    flock 9
+    ensure_helm
+    ensure_validator
+    flock -u 9
+}
+
 api_flags() {
     local a
     for a in "${API_VERSIONS[@]}"; do printf -- '--api-versions\n%s\n' "$a"; done
@@ -132,15 +143,13 @@ render() { # render NAME [helm flags...]: helm template with the cluster's capab
 
 case "${1:-}" in
 tools)
-    ensure_helm
-    ensure_validator
+    ensure_tools
     echo "$HELM"
     exit 0
     ;;
 render-json)
     shift
-    ensure_helm
-    ensure_validator
+    ensure_tools
     render parley "$@" | "$PY" helm/tests/check_rendered.py --to-json
     exit 0
     ;;
@@ -149,8 +158,7 @@ render-json)
 esac
 
 start=$(date +%s)
-ensure_helm
-ensure_validator
+ensure_tools
 say "==> $("$HELM" version --short), $("$PY" -m kubernetes_validate --version 2>/dev/null || echo kubernetes-validate)"
 
 OUT="$TMP/out"

@@ -19,7 +19,7 @@ For every file:
   metrics port; the services' TOML settings parse and use only keys the services take; no
   API key lands in a ConfigMap and the coordinator gets none;
 - the web page (`serve`, optional): `parley serve` listening on all addresses of its port,
-  in front of NATS (`--nats-url`), its bearer token from the Secret (never a literal), no
+  in front of NATS (`PARLEY_SERVE_NATS_URL`, never on its command line), its bearer token from the Secret (never a literal), no
   API key, no Redis; probes on /healthz of its `http` port; its Service targets that port;
   its NetworkPolicy lets in only that port and lets out only DNS and NATS.
 
@@ -301,8 +301,10 @@ class Check:
             return
         args = c.get("args") or []
         listen = f"0.0.0.0:{ports['http']['containerPort']}"
-        if args[:1] != ["serve"] or "--nats-url" not in args:
-            self.fail(f"{where}: args {args} are not `serve ... --nats-url URL`")
+        if args[:1] != ["serve"]:
+            self.fail(f"{where}: args {args} are not `serve ...`")
+        if "--nats-url" in args:
+            self.fail(f"{where}: the NATS URL is on the command line (a password there shows in ps): {args}")
         if "--listen" not in args or args[args.index("--listen") + 1:][:1] != [listen]:
             self.fail(f"{where}: does not listen on {listen}: {args}")
         if "--no-auth" in args or "--auth-token" in args:
@@ -315,6 +317,8 @@ class Check:
         ref = ((env.get("PARLEY_SERVE_TOKEN") or {}).get("valueFrom") or {}).get("secretKeyRef") or {}
         if ref.get("key") != "serve-token" or ref.get("optional"):
             self.fail(f"{where}: PARLEY_SERVE_TOKEN is not the Secret's serve-token key: {env.get('PARLEY_SERVE_TOKEN')}")
+        if not (env.get("PARLEY_SERVE_NATS_URL") or {}).get("value"):
+            self.fail(f"{where}: no PARLEY_SERVE_NATS_URL: the page would not front the cluster")
         for var in sorted((API_KEY_VARS | {"PARLEY_REDIS_URL"}) & env.keys()):
             self.fail(f"{where}: the page gets {var}")
 
@@ -416,11 +420,13 @@ class Check:
                         refs.append(item["key"])
             if any(r != own for r in refs):
                 self.fail(f"Deployment/{self.name(d)}: reads another component's NATS credential: {refs}")
-            url = (env.get("PARLEY_NATS_URL") or {}).get("value", "")
+            # The web page reads its URL from PARLEY_SERVE_NATS_URL (serve's own flag's variable).
+            url_var = "PARLEY_SERVE_NATS_URL" if comp == SERVE else "PARLEY_NATS_URL"
+            url = (env.get(url_var) or {}).get("value", "")
             if "NATS_PASSWORD" in env:
                 m = re.match(r"^(?:[a-z]+://)?([^:@/]+):\$\(NATS_PASSWORD\)@", url)
                 if not m:
-                    self.fail(f"Deployment/{self.name(d)}: PARLEY_NATS_URL does not carry its own user: {url}")
+                    self.fail(f"Deployment/{self.name(d)}: {url_var} does not carry its own user: {url}")
                 else:
                     users[comp] = m.group(1)
             if refs:

@@ -79,6 +79,70 @@ async fn a_vote_survives_kill_9_of_the_coordinator() {
         .filter(|e| matches!(e.kind, EventKind::VotesTallied { .. }))
         .count();
     assert_eq!((cast, tallied), (3, 1));
+    // The small summary view says how the vote went.
+    let summary = summary(&c, &id).await;
+    assert_eq!(
+        summary["votes"],
+        json!({"cast": 3, "valid": 3, "tallied": true, "winner": "agent-kiss", "tie": false}),
+        "{summary}"
+    );
+}
+
+/// `parley status --summary` against the cluster.
+async fn summary(c: &Cluster, id: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = parley_cli(
+        dir.path(),
+        &["status", id, "--nats-url", &c.nats.url(), "--summary"],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A similarity debate on the cluster: the judge's worker embeds each round's refinements
+/// with the configured embedding model; the scripted replies repeat, so the debate stops
+/// after round 2 of 4, and the summary says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_similarity_debate_stops_when_the_refinements_repeat() {
+    let c = Cluster::start().await;
+    let script = DebateScript::agreeing();
+    c.fake.set_responder(move |r| script.reply(r));
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+
+    let mut s = spec("Design a search index for product listings");
+    s["debate"]["rounds"] = json!(4);
+    s["debate"]["terminationCondition"] = json!({"type": "similarity", "threshold": 0.9});
+    s["debate"]["embeddings"] = json!({"provider": "openai-compatible", "model": "embed-small"});
+    let id = c.submit(&s).await;
+    let state = c.wait_status(&id, Duration::from_secs(60), is_done).await;
+    assert_eq!(state["status"], "completed", "{state}");
+    let rounds = state["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2, "stops after round 2 of 4");
+    assert_eq!(rounds[1]["similarity"]["converged"], true, "{state}");
+    let embeds: Vec<_> = c
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/embeddings" && r.status == 200)
+        .collect();
+    assert_eq!(embeds.len(), 2, "one embeddings call a round");
+    assert!(embeds.iter().all(|r| r.model == "embed-small"));
+    assert_no_completed_call_repeated(&c.fake);
+    let summary = summary(&c, &id).await;
+    assert_eq!(summary["similarity"]["round"], 2, "{summary}");
+    assert_eq!(summary["similarity"]["converged"], true, "{summary}");
+    assert!(
+        summary["similarity"]["leastPerAgent"].as_f64().unwrap() >= 0.9,
+        "{summary}"
+    );
 }
 
 /// The judge's verdict keeps failing (500): the debate fails at the verdict node; after the
@@ -133,4 +197,50 @@ async fn parley_retry_continues_a_debate_whose_verdict_failed() {
     assert_no_completed_call_repeated(&c.fake);
     assert_eq!(calls(&c, "verdict"), 1);
     assert_eq!(calls(&c, "refine"), 3);
+    let summary = summary(&c, &id).await;
+    assert_eq!(summary["verdict"]["round"], 1, "{summary}");
+    assert_eq!(summary["verdict"]["verdict"], "done", "{summary}");
+}
+
+/// Adaptive mode with a ring of critics on the cluster. Proposals the judge finds in
+/// agreement take the short path (3 proposals, the screen, the synthesis: nothing else);
+/// proposals it never finds in agreement take the full debate, where the ring plans one
+/// critique per agent a round (3, not 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_paths_and_a_ring_of_critics_on_the_cluster() {
+    let c = Cluster::start().await;
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let mut s = spec("Design a job scheduler");
+    s["debate"]["mode"] = json!("adaptive");
+    s["debate"]["critique"] = json!({"topology": "ring"});
+
+    let agreeing = DebateScript::agreeing();
+    c.fake.set_responder(move |r| agreeing.reply(r));
+    let id = c.submit(&s).await;
+    let state = c.wait_status(&id, Duration::from_secs(60), is_done).await;
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(state["adaptive"]["path"], "short", "{state}");
+    let kinds = ["propose", "critique", "refine", "verdict", "synthesize"];
+    let counts: Vec<usize> = kinds.iter().map(|k| calls(&c, k)).collect();
+    assert_eq!(counts, vec![3, 0, 0, 1, 1], "{kinds:?}");
+    assert_eq!(summary(&c, &id).await["adaptivePath"], "short");
+
+    let before = counts;
+    let never = DebateScript::never_agreeing();
+    c.fake.set_responder(move |r| never.reply(r));
+    s["problem"] = json!("Design a job scheduler with priorities");
+    let id = c.submit(&s).await;
+    let state = c.wait_status(&id, Duration::from_secs(60), is_done).await;
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(state["adaptive"]["path"], "full", "{state}");
+    let counts: Vec<usize> = kinds
+        .iter()
+        .zip(&before)
+        .map(|(k, b)| calls(&c, k) - b)
+        .collect();
+    // Two rounds: round 2's proposals are round 1's refinements, carried over.
+    assert_eq!(counts, vec![3, 6, 6, 1, 1], "{kinds:?}");
+    assert_no_completed_call_repeated(&c.fake);
 }

@@ -270,6 +270,9 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         if let Some(v) = &rd.verdict {
             let _ = writeln!(md, "#### Judge verdict\n\n{}\n", verdict_text(&v.verdict));
         }
+        if let Some(s) = &rd.similarity {
+            let _ = writeln!(md, "#### Similarity\n\n{}\n", similarity_text(s));
+        }
     }
     if let Some(v) = &state.voting {
         let _ = writeln!(md, "### Votes\n");
@@ -345,6 +348,39 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         let _ = writeln!(md, "\n### Cost per participant\n\n{per}");
     }
     md
+}
+
+/// A round's similarities as one paragraph: each agent's refinement against its previous
+/// one, the mean across agents, and whether the debate stopped on them.
+fn similarity_text(s: &parley_protocol::RoundSimilarity) -> String {
+    let per_agent = if s.similarity.per_agent.is_empty() {
+        "No earlier refinement to compare with (first round).".to_string()
+    } else {
+        let each: Vec<String> = s
+            .similarity
+            .per_agent
+            .iter()
+            .map(|(agent, v)| format!("{agent} {v:.3}"))
+            .collect();
+        format!(
+            "Each agent against its previous refinement: {}.",
+            each.join(", ")
+        )
+    };
+    let across = s
+        .similarity
+        .across_agents
+        .map(|v| format!(" Across agents: {v:.3}."))
+        .unwrap_or_default();
+    let decision = if s.converged {
+        "converged: the debate stopped here"
+    } else {
+        "not converged"
+    };
+    format!(
+        "{per_agent}{across} Threshold {:.3}: **{decision}**.",
+        s.threshold
+    )
 }
 
 /// A verdict as one paragraph: decision, confidence, reasoning and open issues.

@@ -118,8 +118,10 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         );
     }
     let registry = registry_for(&spec, endpoints, limits)?;
+    let models = effective_models(&spec, &registry);
     let mut machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
     machine.set_pricing(pricing);
+    machine.set_effective_models(models);
     let outputs = Outputs {
         config: args.config,
         output: args.output,
@@ -329,6 +331,33 @@ pub(crate) fn registry_for(
         crate::config::load_local_model(&registry)?;
     }
     Ok(registry)
+}
+
+/// The model each participant really runs on where it differs from its configured one:
+/// participants the registry places on the local model run the local model's file, whatever
+/// model their config names (for the independence warnings).
+pub(crate) fn effective_models(
+    spec: &DebateSpec,
+    registry: &Registry,
+) -> std::collections::BTreeMap<String, String> {
+    let on_local: Vec<&str> = spec
+        .active_agents()
+        .chain(std::iter::once(&spec.judge))
+        .filter(|a| registry.resolve(a).is_ok_and(|r| r.kind == "local"))
+        .map(|a| a.id.as_str())
+        .collect();
+    // Only then: `local()` loads the model (registry_for already did).
+    let name = match on_local.is_empty() {
+        true => None,
+        false => registry.local().ok(),
+    };
+    let Some(local) = name else {
+        return Default::default();
+    };
+    on_local
+        .into_iter()
+        .map(|id| (id.to_string(), local.model().model_name().to_string()))
+        .collect()
 }
 
 /// Runs the machine to its end (or an interrupt), then reports like `parley run`. When the

@@ -52,8 +52,16 @@ pub struct ServeArgs {
     pub no_auth: bool,
     /// Front this cluster over NATS instead of running debates in this process. Repeat
     /// the flag, or separate URLs with commas, to name several servers of one NATS
-    /// cluster (the connection fails over between them).
-    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    /// cluster (the connection fails over between them). From the environment
+    /// (`PARLEY_SERVE_NATS_URL`), a URL holding a password stays out of the process's
+    /// command line.
+    #[arg(
+        long,
+        env = "PARLEY_SERVE_NATS_URL",
+        hide_env_values = true,
+        value_name = "URL",
+        value_delimiter = ','
+    )]
     pub nats_url: Vec<String>,
     /// NATS credentials file for --nats-url: a `.creds` file or an NKey seed file.
     #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]

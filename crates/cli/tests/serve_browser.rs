@@ -1094,3 +1094,68 @@ async fn warnings_dropped_critiques_and_failures_show_where_they_happened() {
         "a judge failure belongs to its round: {failure}"
     );
 }
+
+/// A similarity debate with a ring of critics: each round's header says how similar the
+/// refinements were to the round before and whether the debate stopped there, and each
+/// agent shows the one critique the ring gave it (not "1/2").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_headers_show_similarity_and_a_ring_shows_its_critiques() {
+    need_browser();
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = parley_tests::spec_config(Some(&fake.base_url()));
+    cfg["debate"]["rounds"] = json!(3);
+    cfg["debate"]["critique"] = json!({"topology": "ring"});
+    cfg["debate"]["terminationCondition"] = json!({"type": "similarity", "threshold": 0.5});
+    cfg["debate"]["embeddings"] = json!({"provider": "openai-compatible", "model": "embed-small"});
+    parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
+    let port = free_port();
+    let serve = serve_with(dir.path(), port, &[]);
+    let token = generated_token(&serve);
+    let b = Browser::start().await.unwrap();
+    b.set_window(1440, 1000).await.unwrap();
+    start_from_the_form(
+        &b,
+        &format!("http://127.0.0.1:{port}/#token={token}"),
+        "Design a cache in front of a slow inventory service",
+    )
+    .await;
+    b.wait_for("#solution", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let seen = b
+        .wait_until(
+            "const lines = [...document.querySelectorAll('#rounds .round-title .similarity')].map((s) => s.textContent);
+             const kinds = [...document.querySelectorAll('#rounds .contrib.critiques .kind')].map((k) => k.textContent);
+             return lines.length ? { lines, kinds } : null;",
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    let lines: Vec<String> = seen["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect();
+    // Newest round first; the fake's replies repeat, so round 2 converges at 0.5.
+    assert_eq!(lines.len(), 2, "{seen}");
+    assert!(
+        lines[0].contains("threshold 0.50): converged, stopped"),
+        "{seen}"
+    );
+    assert!(
+        lines[1].starts_with("similarity to the previous round: least –")
+            && lines[1].ends_with("go on"),
+        "{seen}"
+    );
+    for kind in seen["kinds"].as_array().unwrap() {
+        assert!(
+            kind.as_str().unwrap().starts_with("Critiques received · 1"),
+            "{seen}"
+        );
+    }
+    b.screenshot(&artifacts().join("serve-similarity.png"))
+        .await
+        .unwrap();
+}

@@ -25,7 +25,14 @@ async fn run(dir: &Path, cfg: &Value) -> std::process::Output {
     run_parley(
         PARLEY,
         dir,
-        &["run", "Design a cache", "--output", "state.json"],
+        &[
+            "run",
+            "Design a cache",
+            "--output",
+            "state.json",
+            "--report",
+            "report.md",
+        ],
         &[("OPENAI_COMPATIBLE_API_KEY", KEY.to_string())],
     )
     .await
@@ -75,6 +82,14 @@ async fn a_debate_whose_refinements_repeat_stops_after_round_two() {
     );
     assert!(two["acrossAgents"].as_f64().is_some(), "{two}");
     assert_eq!(two["metadata"]["model"], "embed-small");
+    // The report shows each round's similarities and where the debate stopped.
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(
+        report.contains("#### Similarity")
+            && report.contains("No earlier refinement to compare with (first round).")
+            && report.contains("Threshold 0.900: **converged: the debate stopped here**."),
+        "{report}"
+    );
     assert!(two["metadata"]["promptTokens"].as_u64().unwrap() > 0);
 
     // On the wire: two embeddings calls (after rounds 1 and 2), the model, this round's

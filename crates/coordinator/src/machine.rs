@@ -212,6 +212,10 @@ pub struct Machine {
     /// Prices and the completion cap budgets reserve with (operator settings: not
     /// checkpointed, set again by the driver).
     pricing: crate::budget::Pricing,
+    /// Participant id → the model it really runs on, where that differs from its
+    /// configured one (e.g. embedded, falling back to the local model). Operator
+    /// knowledge, not checkpointed; used for the independence warnings.
+    effective_models: BTreeMap<String, String>,
 }
 
 /// A user's `retry` of a running debate re-sends its outstanding attempts at most once in
@@ -264,7 +268,14 @@ impl Machine {
             deadlines: BTreeMap::new(),
             last_running_retry: None,
             pricing: Default::default(),
+            effective_models: BTreeMap::new(),
         }
+    }
+
+    /// The models participants really run on where they differ from the configured ones
+    /// (participant id → model name). Set it before [`Input::Start`].
+    pub fn set_effective_models(&mut self, models: BTreeMap<String, String>) {
+        self.effective_models = models;
     }
 
     /// The operator's prices and completion cap, for a debate with a budget (see
@@ -489,7 +500,12 @@ impl Machine {
                         );
                     }
                 }
-                for problem in parley_protocol::independence_problems(&self.spec) {
+                let problems = parley_protocol::independence_problems_with(&self.spec, |a| {
+                    self.effective_models
+                        .get(&a.id)
+                        .map_or(a.model.as_str(), String::as_str)
+                });
+                for problem in problems {
                     self.warn(&mut fx, now, format!("independence: {problem}"));
                 }
                 // Without clarifications a pass-through node.
@@ -2703,22 +2719,18 @@ impl Machine {
             done += rd.contributions.len();
         }
         let mut total = per_round * rounds as usize + 1;
-        if self.termination() != TerminationType::Fixed {
-            total += rounds as usize;
+        if let Some(check) = self.round_check() {
+            // Every round but the last is checked (the last one ends the debate anyway).
+            total += rounds.saturating_sub(1) as usize;
             done += self
                 .state
                 .rounds
                 .iter()
-                .filter(|r| r.evaluation.is_some())
-                .count();
-        }
-        if self.termination() == TerminationType::Verdict {
-            total += rounds as usize;
-            done += self
-                .state
-                .rounds
-                .iter()
-                .filter(|r| r.verdict.is_some())
+                .filter(|r| match check {
+                    TaskKind::Verdict => r.verdict.is_some(),
+                    TaskKind::Embed => r.similarity.is_some(),
+                    _ => r.evaluation.is_some(),
+                })
                 .count();
         }
         if self.adaptive() {
@@ -2753,7 +2765,12 @@ impl Machine {
             rounds,
             phase: phase.as_str().to_string(),
             done,
-            total: total.max(done),
+            // A completed debate did all it will do (an early stop skips the rest).
+            total: if self.state.status == DebateStatus::Completed {
+                done
+            } else {
+                total.max(done)
+            },
             active_agents: active,
         }
     }

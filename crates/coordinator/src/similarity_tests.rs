@@ -103,6 +103,10 @@ fn the_debate_stops_once_every_refinement_repeats_the_previous_one() {
         .collect();
     assert_eq!(measured, vec![false, true]);
     assert!(st.final_solution.is_some());
+    // Progress counts the embeddings done, and a debate that stopped early is complete:
+    // 2 rounds × (3 proposals, 6 critiques, 3 refinements), 2 embeddings, the synthesis.
+    let p = r.machine.progress();
+    assert_eq!((p.done, p.total), (2 * 12 + 2 + 1, 2 * 12 + 2 + 1));
 }
 
 #[test]

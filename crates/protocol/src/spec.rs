@@ -408,6 +408,15 @@ impl DebateSpec {
         }
         validate_agent("judge", &self.judge, policy, &mut c);
         validate_settings(&self.debate, &mut c);
+        if let Some(e) = &self.debate.embeddings {
+            // The embedding calls are the judge side's: the same allow-lists apply.
+            check_model_allowed(
+                "debate.embeddings",
+                &e.as_agent(&self.judge.id),
+                policy,
+                &mut c,
+            );
+        }
         validate_critique(&self.debate.critique, active, &mut c);
         if self.debate.voting() && active < 2 {
             c.push(
@@ -571,23 +580,34 @@ fn validate_embeddings(d: &DebateSettings, similarity: bool, c: &mut Check) {
 /// agents uses — it tends to favour that agent's answers. Warnings at start; errors with
 /// `judge.recuse: true`.
 pub fn independence_problems(spec: &DebateSpec) -> Vec<String> {
+    independence_problems_with(spec, |a| a.model.as_str())
+}
+
+/// [`independence_problems`] with the model each participant really runs on (`model_of`),
+/// e.g. the local model a participant falls back to when its provider is not configured.
+pub fn independence_problems_with<'a>(
+    spec: &'a DebateSpec,
+    model_of: impl Fn(&'a AgentConfig) -> &'a str,
+) -> Vec<String> {
     let mut out = Vec::new();
-    let agents: Vec<&AgentConfig> = spec.active_agents().collect();
-    if agents.len() >= 2 && agents.iter().all(|a| a.model == agents[0].model) {
+    let agents: Vec<(&AgentConfig, &str)> =
+        spec.active_agents().map(|a| (a, model_of(a))).collect();
+    if agents.len() >= 2 && agents.iter().all(|(_, m)| *m == agents[0].1) {
         out.push(format!(
             "every agent uses the same model {:?}: their answers are not independent",
-            preview(&agents[0].model, 80)
+            preview(agents[0].1, 80)
         ));
     }
+    let judge = model_of(&spec.judge);
     let shared: Vec<&str> = agents
         .iter()
-        .filter(|a| a.model == spec.judge.model)
-        .map(|a| a.id.as_str())
+        .filter(|(_, m)| *m == judge)
+        .map(|(a, _)| a.id.as_str())
         .collect();
     if !shared.is_empty() {
         out.push(format!(
             "the judge uses the model {:?} of agent(s) {}: it may favour their answers",
-            preview(&spec.judge.model, 80),
+            preview(judge, 80),
             shared.join(", ")
         ));
     }

@@ -162,6 +162,54 @@ pub struct StatusSummary {
     /// While `awaiting_clarifications`: the questions waiting for an answer, by agent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub questions: Vec<crate::AgentClarifications>,
+    /// The newest per-round judge verdict (`terminationCondition.type: "verdict"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<VerdictSummary>,
+    /// The newest round's similarities (`terminationCondition.type: "similarity"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<SimilaritySummary>,
+    /// `debate.mode: "adaptive"`: the path taken after the proposals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_path: Option<crate::AdaptivePath>,
+    /// `synthesisMethod: "voting"`: the votes so far and, once tallied, the outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub votes: Option<VotesSummary>,
+}
+
+/// A round's verdict in the summary: the decision, and how many issues stay open.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerdictSummary {
+    pub round: u32,
+    pub verdict: crate::VerdictDecision,
+    pub confidence: f64,
+    pub open_issues: usize,
+}
+
+/// A round's similarities in the summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimilaritySummary {
+    pub round: u32,
+    /// The least self-similarity of an agent's refinement (none in round 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub least_per_agent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub across_agents: Option<f64>,
+    pub threshold: f64,
+    pub converged: bool,
+}
+
+/// The votes in the summary: how many are in, and the tally once every vote is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VotesSummary {
+    pub cast: usize,
+    pub valid: usize,
+    pub tallied: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub winner: Option<String>,
+    pub tie: bool,
 }
 
 impl StatusSummary {
@@ -184,6 +232,31 @@ impl StatusSummary {
             version,
             state_bytes: state_bytes as u64,
             questions: crate::pending_clarifications(&state.clarifications),
+            verdict: state.rounds.iter().rev().find_map(|r| {
+                r.verdict.as_ref().map(|v| VerdictSummary {
+                    round: r.round_number,
+                    verdict: v.verdict.verdict,
+                    confidence: v.verdict.confidence,
+                    open_issues: v.verdict.open_issues.len(),
+                })
+            }),
+            similarity: state.rounds.iter().rev().find_map(|r| {
+                r.similarity.as_ref().map(|s| SimilaritySummary {
+                    round: r.round_number,
+                    least_per_agent: s.similarity.min_per_agent(),
+                    across_agents: s.similarity.across_agents,
+                    threshold: s.threshold,
+                    converged: s.converged,
+                })
+            }),
+            adaptive_path: state.adaptive.as_ref().map(|a| a.path),
+            votes: state.voting.as_ref().map(|v| VotesSummary {
+                cast: v.votes.len(),
+                valid: v.votes.iter().filter(|b| b.valid).count(),
+                tallied: v.tallied,
+                winner: v.winner.clone(),
+                tie: v.tie,
+            }),
         }
     }
 }

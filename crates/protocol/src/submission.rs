@@ -509,6 +509,25 @@ mod tests {
         assert!(r.message.contains("judge.model"), "{r}");
         v["judge"]["model"] = json!("gpt-4o-mini");
         decode_submission(v.to_string().as_bytes(), &policy).unwrap();
+        // The embedding model of a similarity debate is held to the same lists.
+        v["debate"]["terminationCondition"] = json!({"type": "similarity", "threshold": 0.9});
+        v["debate"]["embeddings"] =
+            json!({"provider": "openai", "model": "text-embedding-3-large"});
+        let r = decode_submission(v.to_string().as_bytes(), &policy).unwrap_err();
+        assert!(
+            r.message.contains("debate.embeddings.model")
+                && r.message.contains("\"text-embedding-3-large\""),
+            "{r}"
+        );
+        policy
+            .providers
+            .get_mut("openai")
+            .unwrap()
+            .allowed_models
+            .as_mut()
+            .unwrap()
+            .push("text-embedding-3-large".into());
+        decode_submission(v.to_string().as_bytes(), &policy).unwrap();
     }
 
     #[test]

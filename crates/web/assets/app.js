@@ -433,11 +433,21 @@
   const PHASES = {
     initialization: 'Starting', clarification: 'Clarifying', roundManager: 'Next round',
     summarization: 'Summarizing', proposal: 'Proposals', critique: 'Critiques',
-    refinement: 'Refinements', evaluation: 'Judge evaluation', verdict: 'Judge verdict', vote: 'Voting',
+    refinement: 'Refinements', evaluation: 'Judge evaluation', verdict: 'Judge verdict', vote: 'Voting', embedding: 'Similarity',
     synthesis: 'Synthesis',
     completed: 'Done', failed: 'Failed',
   };
   const phaseName = (p) => PHASES[p] || title(p);
+  /** A round's judge verdict in one line: decision, confidence, open issues. */
+  const verdictLine = (v) => `judge verdict: ${v.verdict}, confidence ${Math.round(Number(v.confidence) || 0)}`
+    + ((v.openIssues || []).length ? ` · open issues: ${v.openIssues.join('; ')}` : '');
+  /** A round's similarities in one line: the least self-similarity, across agents, stop or go on. */
+  const similarityLine = (s) => {
+    const own = Object.values(s.perAgent || {});
+    const least = own.length ? Math.min(...own).toFixed(3) : '–';
+    const across = s.acrossAgents === undefined || s.acrossAgents === null ? '–' : Number(s.acrossAgents).toFixed(3);
+    return `similarity to the previous round: least ${least}, across agents ${across} (threshold ${Number(s.threshold).toFixed(2)}): ${s.converged ? 'converged, stopped' : 'go on'}`;
+  };
 
   // ---------------------------------------------------------------- API
   let token = sessionStorage.getItem('parley-token') || '';
@@ -794,7 +804,7 @@
 
   // ---------------------------------------------------------------- debate view
   const NODE_OF_KIND = { propose: 'proposal', critique: 'critique', refine: 'refinement', summarize: 'summarization',
-    evaluate: 'evaluation', verdict: 'verdict', vote: 'vote', judgeSummarize: 'summarization', synthesize: 'synthesis' };
+    evaluate: 'evaluation', verdict: 'verdict', vote: 'vote', embed: 'embedding', judgeSummarize: 'summarization', synthesize: 'synthesis' };
 
   class DebateView {
     constructor(id) {
@@ -1003,6 +1013,8 @@
         for (const c of r.contributions) n += c.metadata.tokensUsed || 0;
         for (const s of Object.values(r.summaries || {})) n += s.metadata.tokensUsed || 0;
         if (r.evaluation) n += r.evaluation.metadata.tokensUsed || 0;
+        if (r.verdict) n += r.verdict.metadata.tokensUsed || 0;
+        if (r.similarity) n += r.similarity.metadata.tokensUsed || 0;
       }
       if (st.judgeSummary) n += st.judgeSummary.metadata.tokensUsed || 0;
       if (st.synthesisMetadata) n += st.synthesisMetadata.tokensUsed || 0;
@@ -1268,7 +1280,8 @@
     roundsSig() {
       const st = this.state;
       const running = [...this.tasks.entries()].filter(([, t]) => t.state === 'running' || t.state === 'retrying').map(([k]) => k);
-      return JSON.stringify([st && st.rounds.map((r) => [r.roundNumber, r.contributions.length, r.evaluation ? r.evaluation.confidence : null, (r.dropped || []).length]),
+      return JSON.stringify([st && st.rounds.map((r) => [r.roundNumber, r.contributions.length, r.evaluation ? r.evaluation.confidence : null, (r.dropped || []).length,
+        r.verdict ? r.verdict.verdict : null, r.similarity ? r.similarity.converged : null]),
         running, this.agentIds(), this.status(), st && st.engine && st.engine.warnings, st && st.error]);
     }
 
@@ -1377,7 +1390,9 @@
       for (const r of [...st.rounds].reverse()) {
         const n = r.roundNumber;
         const header = el('div', { class: 'round-title' }, el('h2', null, `Round ${n}`),
-          r.evaluation ? el('span', { class: 'muted small', text: `judge confidence after this round: ${Math.round(r.evaluation.confidence)}` }) : null);
+          r.evaluation ? el('span', { class: 'muted small', text: `judge confidence after this round: ${Math.round(r.evaluation.confidence)}` }) : null,
+          r.verdict ? el('span', { class: 'muted small verdict', text: verdictLine(r.verdict) }) : null,
+          r.similarity ? el('span', { class: 'muted small similarity', text: similarityLine(r.similarity) }) : null);
         const roundNotes = this.noteList(notes.round.get(n), { dataset: { round: String(n), box: 'round' } });
         const cols = el('div', { class: 'columns' });
         for (const a of agents) {
@@ -1403,7 +1418,7 @@
           // critiques received
           const received = r.contributions.filter((c) => c.type === 'critique' && c.targetAgentId === a);
           const others = agents.filter((x) => x !== a);
-          const crit = el('div', { class: 'contrib critiques' }, el('div', { class: 'kind' }, `Critiques received · ${received.length}/${others.length}`));
+          const crit = el('div', { class: 'contrib critiques' }, el('div', { class: 'kind' }, `Critiques received · ${received.length}`));
           for (const c of received) {
             const key = `${n}/c/${c.agentId}/${a}`;
             const d = el('details', { class: 'crit', open: this.open.has(key) },
