@@ -612,7 +612,8 @@ impl Machine {
                 agent,
                 target,
             };
-            if (n.enabled)(self, &p) && !(n.done)(self, &p) {
+            // `done` first: it is a lookup, `enabled` may read a history.
+            if !(n.done)(self, &p) && (n.enabled)(self, &p) {
                 out.push(p);
             }
         };
