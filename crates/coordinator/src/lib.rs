@@ -35,6 +35,8 @@ pub use store::{answer_saved, AnswerSavedError, FileStore, LoadError};
 #[cfg(test)]
 mod adaptive_tests;
 #[cfg(test)]
+mod budget_tests;
+#[cfg(test)]
 mod clarify_tests;
 #[cfg(test)]
 mod deadline_tests;

@@ -42,6 +42,13 @@
 //! machine from the checkpoint, feeds in the results workers stored meanwhile, and
 //! dispatches whatever is still missing with the same task ids.
 //!
+//! The task graph is one table of node kinds, `graph::NODES`: each entry gives its
+//! executor, its scope (per agent, per critique pair, the judge's), its inputs, what enables
+//! it, when it is done, which task ids are valid, what its result records and what the
+//! budget gives up without it. Planning, parsing task ids, building tasks, recording results
+//! and degrading under a budget all go through it; the engine here (attempts, retries,
+//! deadlines, budgets, events) is the same for every kind.
+//!
 //! Dependencies (round r, agents i ≠ j):
 //! - `Summarize(i, r)`, r ≥ 2: needs `Refine(i, r-1)`; only when i's history exceeds the
 //!   summarization threshold.
@@ -71,15 +78,16 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use parley_protocol::{
-    answered_clarifications, limits, pending_clarifications, task_id, AdaptivePath, AdaptiveRecord,
-    AgentClarifications, AgentConfig, Answer, ClarificationItem, Contribution,
-    ContributionMetadata, ContributionType, CritiqueTopology, DebateEvent, DebateFailure,
-    DebateMode, DebateRound, DebateSpec, DebateState, DebateStatus, DebateSummary, DroppedCritique,
-    EventKind, Node, OnAgentFailure, PeerText, Progress, RoundEvaluation, RoundSimilarity,
-    RoundVerdict, Solution, SummarizationConfig, SummaryMetadata, Task, TaskError, TaskInput,
-    TaskKind, TaskOutcome, TaskOutput, TaskResult, TerminationType, Verdict, Vote, VotingRecord,
-    SCHEMA_VERSION,
+    limits, pending_clarifications, task_id, AdaptivePath, AdaptiveRecord, AgentClarifications,
+    AgentConfig, Answer, ClarificationItem, Contribution, ContributionMetadata, ContributionType,
+    CritiqueTopology, DebateEvent, DebateFailure, DebateMode, DebateRound, DebateSpec, DebateState,
+    DebateStatus, DroppedCritique, EventKind, Node, OnAgentFailure, Progress, RoundSimilarity,
+    RoundVerdict, Solution, SummarizationConfig, Task, TaskError, TaskKind, TaskOutcome,
+    TaskOutput, TaskResult, TerminationType, Verdict, Vote, VotingRecord, SCHEMA_VERSION,
 };
+
+mod graph;
+use graph::Phase;
 
 /// What drives the machine.
 // Inputs and effects are moved once from producer to consumer, never stored in bulk:
@@ -942,7 +950,7 @@ impl Machine {
             return true;
         }
         // Clarification iterations all belong before round 1.
-        let node_round = if p.kind == TaskKind::Clarify {
+        let node_round = if graph::def(p.kind).phase == Phase::Clarification {
             0
         } else {
             p.round
@@ -1027,83 +1035,6 @@ impl Machine {
         }
     }
 
-    /// The next task does not fit the budget: take the next step of the degradation order
-    /// for its kind, record it and announce it.
-    /// - a critique is dropped (recorded like a failed one, reason `budget`);
-    /// - a summary (an agent's or the judge's) is skipped: the full history is used;
-    /// - an evaluation: no new round starts; the debate synthesizes after this round;
-    /// - a proposal or a refinement (or a clarification): synthesize with what exists, as
-    ///   soon as the calls in flight are back.
-    ///
-    /// (Before a new round opens, [`Self::open_rounds_and_carry_over`] also checks that
-    /// its refinements would fit, else no new round starts.)
-    fn degrade(&mut self, p: &Planned, id: String, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
-        let step = match p.kind {
-            TaskKind::Critique => {
-                let err = TaskError {
-                    kind: parley_protocol::ErrorKind::Internal,
-                    message: "budget: the critique does not fit the debate's budget".into(),
-                    provider: None,
-                    retry_after_ms: None,
-                };
-                self.drop_critique(p, &id, 0, &err, now, fx);
-                "dropCritiques"
-            }
-            TaskKind::Summarize | TaskKind::JudgeSummarize => {
-                if let Some(b) = self.state.budget.as_mut() {
-                    b.skipped.insert(id.clone());
-                }
-                "skipSummaries"
-            }
-            TaskKind::Evaluate => {
-                if let Some(b) = self.state.budget.as_mut() {
-                    b.final_round = Some(p.round);
-                }
-                "noNewRound"
-            }
-            // Embed runs only at rounds ≥ 1: no new round fits.
-            TaskKind::Embed => {
-                if let Some(b) = self.state.budget.as_mut() {
-                    b.final_round = Some(p.round);
-                }
-                "noNewRound"
-            }
-            TaskKind::Verdict if p.round > 0 => {
-                if let Some(b) = self.state.budget.as_mut() {
-                    b.final_round = Some(p.round);
-                }
-                "noNewRound"
-            }
-            TaskKind::Verdict => {
-                // The adaptive screen does not fit: debate as configured.
-                self.choose_path(
-                    Verdict::unreadable("not asked: over the debate's budget".into()),
-                    ContributionMetadata::default(),
-                    now,
-                    fx,
-                );
-                "skipScreen"
-            }
-            TaskKind::Vote => {
-                if let Some(b) = self.state.budget.as_mut() {
-                    b.synthesize_now = true;
-                }
-                "synthesizeNow"
-            }
-            TaskKind::Clarify => {
-                self.state.engine.clarifications_done = true;
-                "skipClarifications"
-            }
-            TaskKind::Propose | TaskKind::Refine | TaskKind::Synthesize => {
-                if let Some(b) = self.state.budget.as_mut() {
-                    b.synthesize_now = true;
-                }
-                "synthesizeNow"
-            }
-        };
-        self.record_degradation(step, p.round, vec![id], now, fx);
-    }
-
     /// Adds a degradation to the budget record (a step repeated in the same round joins
     /// the last entry) and emits its event.
     fn record_degradation(
@@ -1179,23 +1110,10 @@ impl Machine {
             self.state.clarification_iterations = 1;
         }
         let k = self.state.clarification_iterations;
-        let missing: Vec<usize> = (0..self.agents.len())
-            .filter(|&i| {
-                !self
-                    .state
-                    .engine
-                    .clarification_replies
-                    .contains(&self.agents[i].id)
-            })
-            .collect();
+        let mut missing = Vec::new();
+        self.plan_at(Phase::Clarification, k, &mut missing);
         if !missing.is_empty() {
-            for i in missing {
-                let p = Planned {
-                    round: k,
-                    kind: TaskKind::Clarify,
-                    agent: Some(i),
-                    target: None,
-                };
+            for p in missing {
                 self.dispatch(p, now, fx);
             }
             return;
@@ -1440,17 +1358,6 @@ impl Machine {
                 .is_some_and(|a| a.path == AdaptivePath::Full)
     }
 
-    /// The judge's check after a complete round r: `Evaluate` (convergence/quality),
-    /// `Verdict` (verdict), none (fixed).
-    fn round_check(&self) -> Option<TaskKind> {
-        match self.termination() {
-            TerminationType::Fixed => None,
-            TerminationType::Verdict => Some(TaskKind::Verdict),
-            TerminationType::Similarity => Some(TaskKind::Embed),
-            TerminationType::Convergence | TerminationType::Quality => Some(TaskKind::Evaluate),
-        }
-    }
-
     /// The newest verdict: of the last round that has one, else the adaptive screen's.
     fn last_verdict(&self) -> Option<&Verdict> {
         self.state
@@ -1470,6 +1377,47 @@ impl Machine {
     /// Every agent has voted and the votes are counted.
     fn votes_tallied(&self) -> bool {
         self.state.voting.as_ref().is_some_and(|v| v.tallied)
+    }
+
+    /// No vote is due, or every vote is counted.
+    fn votes_settled(&self) -> bool {
+        !self.votes_due() || self.votes_tallied()
+    }
+
+    /// The final round is complete: the closing nodes (votes, synthesis) may run.
+    fn finished(&self) -> bool {
+        let last = self.state.rounds.len() as u32;
+        last > 0 && self.round_complete(last) && self.is_final_round(last)
+    }
+
+    /// The judge's check of complete round r (`Evaluate`, `Verdict` or `Embed`, as the
+    /// termination says) is due: not after the last possible round.
+    fn round_check_due(&self, r: u32) -> bool {
+        self.round_complete(r)
+            && r < self.spec.debate.round_cap()
+            && self
+                .state
+                .budget
+                .as_ref()
+                .and_then(|b| b.final_round)
+                .is_none_or(|f| r < f)
+    }
+
+    /// The judge summarizes the final transcript before the synthesis.
+    fn judge_summary_due(&self) -> bool {
+        let cfg = self.summarization_for(None);
+        let last = self.state.rounds.len() as u32;
+        let id = task_id(
+            &self.state.id,
+            last,
+            TaskKind::JudgeSummarize,
+            &self.spec.judge.id,
+            None,
+        );
+        cfg.enabled
+            && self.state.judge_summary.is_none()
+            && !self.budget_skipped(&id)
+            && self.final_transcript().chars().count() > cfg.threshold
     }
 
     fn round(&self, r: u32) -> Option<&DebateRound> {
@@ -1545,185 +1493,6 @@ impl Machine {
         Some(len <= self.summarization_for(Some(i)).threshold)
     }
 
-    /// All tasks whose inputs exist and whose output does not, in a stable order.
-    fn plan(&self) -> Vec<Planned> {
-        let mut out = Vec::new();
-        let n = self.agents.len();
-        let rounds = self.state.rounds.len() as u32;
-        if self.state.budget.as_ref().is_some_and(|b| b.synthesize_now) {
-            // Over budget: synthesize with what exists once nothing else is out.
-            if rounds > 0 && self.in_flight.is_empty() && self.backing_off.is_empty() {
-                out.push(Planned {
-                    round: rounds,
-                    kind: TaskKind::Synthesize,
-                    agent: None,
-                    target: None,
-                });
-            }
-            return out;
-        }
-        for r in 1..=rounds {
-            let Some(rd) = self.round(r) else { continue };
-            let pairs = self.critique_pairs(r);
-            for i in 0..n {
-                let id = &self.agents[i].id;
-                let settled = self.summary_settled(i, r);
-                if settled == Some(false) {
-                    out.push(Planned {
-                        round: r,
-                        kind: TaskKind::Summarize,
-                        agent: Some(i),
-                        target: None,
-                    });
-                }
-                let has_proposal = rd.find(ContributionType::Proposal, id, None).is_some();
-                if !has_proposal {
-                    let fallback = r >= 2
-                        && self
-                            .round(r - 1)
-                            .and_then(|p| p.find(ContributionType::Refinement, id, None))
-                            .is_some_and(|c| c.content.trim().is_empty());
-                    if (r == 1 || fallback) && settled == Some(true) {
-                        out.push(Planned {
-                            round: r,
-                            kind: TaskKind::Propose,
-                            agent: Some(i),
-                            target: None,
-                        });
-                    }
-                }
-                if settled != Some(true) {
-                    continue;
-                }
-                if !self.critiques_open(r) {
-                    continue;
-                }
-                // Critiques by i of every planned target's proposal that exists.
-                for &(_, j) in pairs.range((i, 0)..(i + 1, 0)) {
-                    let tid = &self.agents[j].id;
-                    if rd.find(ContributionType::Proposal, tid, None).is_some()
-                        && rd.find(ContributionType::Critique, id, Some(tid)).is_none()
-                        && !rd.dropped_critique(id, tid)
-                    {
-                        out.push(Planned {
-                            round: r,
-                            kind: TaskKind::Critique,
-                            agent: Some(i),
-                            target: Some(j),
-                        });
-                    }
-                }
-                let critiques_in = pairs.iter().filter(|&&(_, t)| t == i).all(|&(k, _)| {
-                    let critic = &self.agents[k].id;
-                    rd.find(ContributionType::Critique, critic, Some(id))
-                        .is_some()
-                        || rd.dropped_critique(critic, id)
-                });
-                if has_proposal
-                    && critiques_in
-                    && rd.find(ContributionType::Refinement, id, None).is_none()
-                {
-                    out.push(Planned {
-                        round: r,
-                        kind: TaskKind::Refine,
-                        agent: Some(i),
-                        target: None,
-                    });
-                }
-            }
-            if let Some(kind) = self.round_check() {
-                let check = Planned {
-                    round: r,
-                    kind,
-                    agent: None,
-                    target: None,
-                };
-                if self.round_complete(r)
-                    && r < self.spec.debate.round_cap()
-                    && !self.is_done(&check)
-                    && self
-                        .state
-                        .budget
-                        .as_ref()
-                        .and_then(|b| b.final_round)
-                        .is_none_or(|f| r < f)
-                {
-                    out.push(check);
-                }
-            }
-            // Adaptive: the judge's verdict on the round-1 proposals (task round 0).
-            if r == 1
-                && self.adaptive()
-                && self.state.adaptive.is_none()
-                && self
-                    .agents
-                    .iter()
-                    .all(|a| rd.find(ContributionType::Proposal, &a.id, None).is_some())
-            {
-                out.push(Planned {
-                    round: 0,
-                    kind: TaskKind::Verdict,
-                    agent: None,
-                    target: None,
-                });
-            }
-        }
-        if self.short_path() {
-            out.push(Planned {
-                round: rounds.max(1),
-                kind: TaskKind::Synthesize,
-                agent: None,
-                target: None,
-            });
-            return out;
-        }
-        // Synthesis once the final round is complete (and, voting, every vote is in).
-        let finished = rounds > 0 && self.round_complete(rounds) && self.is_final_round(rounds);
-        if finished && self.votes_due() && !self.votes_tallied() {
-            for i in 0..n {
-                let vote = Planned {
-                    round: rounds,
-                    kind: TaskKind::Vote,
-                    agent: Some(i),
-                    target: None,
-                };
-                if !self.is_done(&vote) {
-                    out.push(vote);
-                }
-            }
-            return out;
-        }
-        if finished {
-            let judge_sum = self.summarization_for(None);
-            let summary_due = judge_sum.enabled
-                && self.state.judge_summary.is_none()
-                && !self.budget_skipped(&task_id(
-                    &self.state.id,
-                    rounds,
-                    TaskKind::JudgeSummarize,
-                    &self.spec.judge.id,
-                    None,
-                ))
-                && self.final_transcript().chars().count() > judge_sum.threshold;
-            if summary_due {
-                out.push(Planned {
-                    round: rounds,
-                    kind: TaskKind::JudgeSummarize,
-                    agent: None,
-                    target: None,
-                });
-            } else {
-                out.push(Planned {
-                    round: rounds,
-                    kind: TaskKind::Synthesize,
-                    agent: None,
-                    target: None,
-                });
-            }
-        }
-        out
-    }
-
     /// The (critic, target) pairs of round `r` under `debate.critique` (indices into the
     /// active agents). `all`: every ordered pair. `ring`: i critiques i+1 … i+k (mod n).
     /// `random`: k distinct targets per critic from a PRNG seeded by the debate id and the
@@ -1782,131 +1551,11 @@ impl Machine {
             .is_some_and(|b| b.skipped.contains(id))
     }
 
-    fn is_done(&self, p: &Planned) -> bool {
-        if p.kind == TaskKind::Clarify {
-            let agent = p.agent.map(|i| self.agents[i].id.as_str()).unwrap_or("");
-            return self.state.engine.clarifications_done
-                || p.round < self.state.clarification_iterations
-                || self.state.engine.clarification_replies.contains(agent);
-        }
-        if p.kind == TaskKind::Verdict && p.round == 0 {
-            return self.state.adaptive.is_some();
-        }
-        let Some(rd) = self.round(p.round) else {
-            return false;
-        };
-        let agent = p.agent.map(|i| self.agents[i].id.as_str());
-        let target = p.target.map(|j| self.agents[j].id.as_str());
-        match p.kind {
-            TaskKind::Propose => rd
-                .find(ContributionType::Proposal, agent.unwrap_or(""), None)
-                .is_some(),
-            TaskKind::Critique => {
-                rd.find(ContributionType::Critique, agent.unwrap_or(""), target)
-                    .is_some()
-                    || rd.dropped_critique(agent.unwrap_or(""), target.unwrap_or(""))
-            }
-            TaskKind::Refine => rd
-                .find(ContributionType::Refinement, agent.unwrap_or(""), None)
-                .is_some(),
-            TaskKind::Summarize => rd.summaries.contains_key(agent.unwrap_or("")),
-            TaskKind::Evaluate => rd.evaluation.is_some(),
-            TaskKind::Verdict => rd.verdict.is_some(),
-            TaskKind::Embed => rd.similarity.is_some(),
-            TaskKind::Vote => self
-                .state
-                .voting
-                .as_ref()
-                .is_some_and(|v| v.votes.iter().any(|b| Some(b.agent_id.as_str()) == agent)),
-            TaskKind::JudgeSummarize => self.state.judge_summary.is_some(),
-            TaskKind::Synthesize => self.state.final_solution.is_some(),
-            TaskKind::Clarify => false,
-        }
-    }
-
     fn executor(&self, p: &Planned) -> &AgentConfig {
         match p.agent {
             Some(i) => &self.agents[i],
             None => &self.spec.judge,
         }
-    }
-
-    fn task_id_of(&self, p: &Planned) -> String {
-        let agent = &self.executor(p).id;
-        let target = p.target.map(|j| self.agents[j].id.as_str());
-        task_id(&self.state.id, p.round, p.kind, agent, target)
-    }
-
-    /// Inverse of [`Self::task_id_of`]; `None` for ids this debate never issues.
-    fn parse_task_id(&self, id: &str) -> Option<Planned> {
-        let rest = id.strip_prefix(&self.state.id)?.strip_prefix('/')?;
-        let mut parts = rest.split('/');
-        let round: u32 = parts.next()?.parse().ok()?;
-        let kind = match parts.next()? {
-            "clarify" => TaskKind::Clarify,
-            "propose" => TaskKind::Propose,
-            "critique" => TaskKind::Critique,
-            "refine" => TaskKind::Refine,
-            "summarize" => TaskKind::Summarize,
-            "evaluate" => TaskKind::Evaluate,
-            "verdict" => TaskKind::Verdict,
-            "vote" => TaskKind::Vote,
-            "embed" => TaskKind::Embed,
-            "judgeSummarize" => TaskKind::JudgeSummarize,
-            "synthesize" => TaskKind::Synthesize,
-            _ => return None,
-        };
-        let who = parts.next()?;
-        let target = parts.next();
-        let last_round = if kind == TaskKind::Clarify {
-            self.state.clarification_iterations as usize
-        } else {
-            self.state.rounds.len()
-        };
-        // Round 0 is only the adaptive screen; verdicts and votes only where configured.
-        let screen = kind == TaskKind::Verdict && round == 0 && self.adaptive();
-        if parts.next().is_some() || (round == 0 && !screen) || round as usize > last_round {
-            return None;
-        }
-        match kind {
-            TaskKind::Verdict if !screen && self.termination() != TerminationType::Verdict => {
-                return None
-            }
-            TaskKind::Vote if !self.spec.debate.voting() => return None,
-            TaskKind::Embed if self.termination() != TerminationType::Similarity => return None,
-            _ => {}
-        }
-        let index = |id: &str| self.agents.iter().position(|a| a.id == id);
-        let (agent, target) = match kind.worker() {
-            parley_protocol::WorkerKind::Judge => {
-                if who != self.spec.judge.id || target.is_some() {
-                    return None;
-                }
-                (None, None)
-            }
-            parley_protocol::WorkerKind::Agent => {
-                let a = index(who)?;
-                let t = match (kind, target) {
-                    (TaskKind::Critique, Some(t)) => {
-                        let t = index(t)?;
-                        // Only the pairs the topology plans.
-                        if !self.critique_pairs(round).contains(&(a, t)) {
-                            return None;
-                        }
-                        Some(t)
-                    }
-                    (TaskKind::Critique, None) | (_, Some(_)) => return None,
-                    _ => None,
-                };
-                (Some(a), t)
-            }
-        };
-        Some(Planned {
-            round,
-            kind,
-            agent,
-            target,
-        })
     }
 
     /// Agent i's perspective history before round r: its proposals, the critiques it
@@ -1985,232 +1634,6 @@ impl Machine {
             (1..=last).map(|r| self.round_transcript(r)).collect()
         } else {
             self.round_transcript(last)
-        }
-    }
-
-    fn build_task(&self, p: &Planned, id: String, attempt: u32) -> Task {
-        let rd = self.round(p.round);
-        let peer = |c: &Contribution| PeerText {
-            agent_id: c.agent_id.clone(),
-            agent_role: c.agent_role.clone(),
-            content: c.content.clone(),
-        };
-        let mut input = TaskInput::default();
-        match (p.kind, p.agent) {
-            (TaskKind::Propose, Some(i)) => input.history = self.history_input(i, p.round),
-            (TaskKind::Critique, Some(i)) => {
-                input.history = self.history_input(i, p.round);
-                let target = &self.agents[p.target.unwrap_or(i)].id;
-                input.proposal = rd
-                    .and_then(|rd| rd.find(ContributionType::Proposal, target, None))
-                    .map(peer);
-            }
-            (TaskKind::Refine, Some(i)) => {
-                let id = &self.agents[i].id;
-                input.history = self.history_input(i, p.round);
-                input.proposal = rd
-                    .and_then(|rd| rd.find(ContributionType::Proposal, id, None))
-                    .map(peer);
-                input.critiques = rd
-                    .map(|rd| {
-                        rd.contributions
-                            .iter()
-                            .filter(|c| {
-                                c.kind == ContributionType::Critique
-                                    && c.target_agent_id.as_deref() == Some(id)
-                            })
-                            .map(peer)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-            }
-            (TaskKind::Summarize, Some(i)) => {
-                input.transcript = Some(self.history(i, p.round));
-                input.max_length = Some(self.summarization_for(Some(i)).max_length);
-            }
-            (TaskKind::Evaluate, _) => input.transcript = Some(self.round_transcript(p.round)),
-            // The screen (round 0) reads round 1's proposals.
-            (TaskKind::Verdict, _) => {
-                input.transcript = Some(self.round_transcript(p.round.max(1)))
-            }
-            (TaskKind::Vote, Some(i)) => {
-                let own = &self.agents[i].id;
-                let last = |a: &AgentConfig| {
-                    rd.and_then(|rd| {
-                        rd.find(ContributionType::Refinement, &a.id, None)
-                            .or_else(|| rd.find(ContributionType::Proposal, &a.id, None))
-                    })
-                };
-                input.proposal = self
-                    .agents
-                    .iter()
-                    .find(|a| &a.id == own)
-                    .and_then(last)
-                    .map(peer);
-                input.candidates = self
-                    .agents
-                    .iter()
-                    .filter(|a| &a.id != own)
-                    .filter_map(last)
-                    .map(peer)
-                    .collect();
-            }
-            (TaskKind::JudgeSummarize, _) => {
-                input.transcript = Some(self.final_transcript());
-                input.max_length = Some(self.summarization_for(None).max_length);
-            }
-            (TaskKind::Synthesize, _) => {
-                let mut t = match &self.state.judge_summary {
-                    Some(s) => s.summary.clone(),
-                    None => self.final_transcript(),
-                };
-                if self.state.budget.is_some() {
-                    // The hold was reserved for this many bytes: keep the newest text.
-                    let cap = self.synthesis_transcript_cap();
-                    if t.len() > cap {
-                        let mut cut = t.len() - cap;
-                        while !t.is_char_boundary(cut) {
-                            cut += 1;
-                        }
-                        t = t.split_off(cut);
-                    }
-                }
-                input.transcript = Some(t);
-                input.open_issues = self
-                    .last_verdict()
-                    .map(|v| v.open_issues.clone())
-                    .unwrap_or_default();
-                input.vote_result = self.vote_result_text();
-            }
-            (TaskKind::Clarify, _) => {
-                input.max_questions = Some(self.spec.debate.clarifications_max_per_agent);
-            }
-            (TaskKind::Embed, _) => {
-                let refinements = |r: u32| -> Vec<PeerText> {
-                    let Some(rd) = self.round(r) else {
-                        return Vec::new();
-                    };
-                    self.agents
-                        .iter()
-                        .filter_map(|a| rd.find(ContributionType::Refinement, &a.id, None))
-                        .map(peer)
-                        .collect()
-                };
-                input.candidates = refinements(p.round);
-                input.previous = refinements(p.round.saturating_sub(1));
-            }
-            _ => {}
-        }
-        input.clarifications = answered_clarifications(&self.state.clarifications);
-        let node = p.kind.node();
-        let mut agent = match (p.kind, &self.spec.debate.embeddings) {
-            // The judge's worker embeds with the configured embedding model.
-            (TaskKind::Embed, Some(e)) => e.as_agent(&self.spec.judge.id),
-            _ => self.executor(p).clone(),
-        };
-        if self.spec.debate.budget.is_some() {
-            // The reservation counted this many completion tokens: ask for no more.
-            agent.max_tokens = Some(self.pricing.completion_cap(&agent));
-        }
-        Task {
-            schema_version: SCHEMA_VERSION,
-            id,
-            debate_id: self.state.id.clone(),
-            round: p.round,
-            kind: p.kind,
-            attempt,
-            agent,
-            target_agent_id: p.target.map(|j| self.agents[j].id.clone()),
-            problem: self.spec.problem.clone(),
-            context: self.spec.context.clone(),
-            input,
-            timeout_ms: self.spec.debate.retry.for_node(node.as_str()).timeout_ms,
-            dispatch_token: None,
-        }
-    }
-
-    /// Stores a task's output in the state.
-    fn record(&mut self, p: &Planned, out: TaskOutput, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
-        let r = p.round;
-        let exec = self.executor(p).clone();
-        let contribution = |kind, target: Option<String>, out: TaskOutput| Contribution {
-            agent_id: exec.id.clone(),
-            agent_role: exec.role.clone(),
-            kind,
-            content: out.content,
-            target_agent_id: target,
-            metadata: out.metadata,
-        };
-        match p.kind {
-            TaskKind::Clarify => self.record_questions(&exec, out.questions, now, fx),
-            TaskKind::Propose => {
-                if r >= 2 {
-                    self.warn(
-                        fx,
-                        now,
-                        format!(
-                            "agent {}: round {} had no usable refinement from round {}; asked for a fresh proposal",
-                            exec.id, r, r - 1
-                        ),
-                    );
-                }
-                self.push_contribution(r, contribution(ContributionType::Proposal, None, out));
-            }
-            TaskKind::Critique => {
-                let target = p.target.map(|j| self.agents[j].id.clone());
-                self.push_contribution(r, contribution(ContributionType::Critique, target, out));
-            }
-            TaskKind::Refine => {
-                self.push_contribution(r, contribution(ContributionType::Refinement, None, out))
-            }
-            TaskKind::Summarize | TaskKind::JudgeSummarize => {
-                let before = match p.agent {
-                    Some(i) => self.history_chars(i, r),
-                    None => self.final_transcript().chars().count(),
-                };
-                let max = self.summarization_for(p.agent).max_length;
-                let summary: String = out.content.chars().take(max).collect();
-                let s = DebateSummary {
-                    agent_id: exec.id.clone(),
-                    agent_role: exec.role.clone(),
-                    metadata: SummaryMetadata {
-                        before_chars: before,
-                        after_chars: summary.chars().count(),
-                        method: self.summarization_for(p.agent).method.clone(),
-                        timestamp: now,
-                        latency_ms: out.metadata.latency_ms,
-                        tokens_used: out.metadata.tokens_used,
-                        model: out.metadata.model,
-                        cost_usd: out.metadata.cost_usd,
-                    },
-                    summary,
-                };
-                if p.kind == TaskKind::JudgeSummarize {
-                    self.state.judge_summary = Some(s);
-                } else if let Some(rd) = self.state.round_mut(r) {
-                    rd.summaries.insert(exec.id.clone(), s);
-                }
-            }
-            TaskKind::Evaluate => {
-                if let Some(rd) = self.state.round_mut(r) {
-                    rd.evaluation = Some(RoundEvaluation {
-                        confidence: out.confidence.unwrap_or(0.0),
-                        reasoning: out.content,
-                        metadata: out.metadata,
-                    });
-                }
-            }
-            TaskKind::Verdict => self.record_verdict(p.round, out, now, fx),
-            TaskKind::Embed => self.record_similarity(p.round, out, now, fx),
-            TaskKind::Vote => self.record_vote(&exec, out, now, fx),
-            TaskKind::Synthesize => {
-                let mut solution = out
-                    .solution
-                    .unwrap_or_else(|| Solution::text_only(out.content.clone(), exec.id.clone()));
-                self.complete_solution(&mut solution, now, fx);
-                self.state.final_solution = Some(solution);
-                self.state.synthesis_metadata = Some(out.metadata);
-            }
         }
     }
 
