@@ -2142,7 +2142,13 @@ impl Machine {
             done += rd.contributions.len();
         }
         let mut total = per_round * rounds as usize + 1;
-        if let Some(check) = self.round_check() {
+        let check = match self.termination() {
+            TerminationType::Fixed => None,
+            TerminationType::Verdict => Some(TaskKind::Verdict),
+            TerminationType::Similarity => Some(TaskKind::Embed),
+            TerminationType::Convergence | TerminationType::Quality => Some(TaskKind::Evaluate),
+        };
+        if let Some(check) = check {
             // Every round but the last is checked (the last one ends the debate anyway).
             total += rounds.saturating_sub(1) as usize;
             done += self
