@@ -432,8 +432,9 @@ fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: 
             });
         }
         TaskKind::Embed => {
-            // Min: every refinement repeats the one before (the earliest stop, round 2);
-            // otherwise none does (every round runs).
+            // Min: every refinement repeats the one before (the earliest stop, round 2)
+            // and the proposals agree (the adaptive short path); otherwise none does
+            // (every round runs).
             let same = if s == Scenario::Min { 1.0 } else { 0.0 };
             out.similarity = Some(parley_protocol::Similarity {
                 per_agent: task
@@ -442,7 +443,7 @@ fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: 
                     .iter()
                     .map(|p| (p.agent_id.clone(), same))
                     .collect(),
-                across_agents: None,
+                across_agents: Some(same),
             });
         }
         TaskKind::Vote => {

@@ -258,10 +258,20 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         }
         if rd.round_number == 1 {
             if let Some(a) = &state.adaptive {
+                let screen = match (&a.verdict, &a.similarity) {
+                    (Some(v), _) => verdict_text(&v.verdict),
+                    (None, Some(s)) => format!(
+                        "The proposals' mean similarity across agents: {} (threshold {:.3}).",
+                        s.similarity
+                            .across_agents
+                            .map_or("not measured".to_string(), |v| format!("{v:.3}")),
+                        s.threshold
+                    ),
+                    (None, None) => "Not screened.".to_string(),
+                };
                 let _ = writeln!(
                     md,
-                    "#### Adaptive screen of the proposals\n\n{}\n\nPath: **{}**. {}\n",
-                    verdict_text(&a.verdict.verdict),
+                    "#### Adaptive screen of the proposals\n\n{screen}\n\nPath: **{}**. {}\n",
                     a.path.as_str(),
                     a.reason
                 );
@@ -324,14 +334,10 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
                 + r.summaries.len()
                 + usize::from(r.evaluation.is_some())
                 + usize::from(r.verdict.is_some())
+                + usize::from(r.similarity.is_some())
         })
         .sum::<usize>()
-        + usize::from(
-            state
-                .adaptive
-                .as_ref()
-                .is_some_and(|a| !a.verdict.metadata.model.is_empty()),
-        )
+        + usize::from(state.adaptive.as_ref().and_then(|a| a.metadata()).is_some())
         + state.voting.as_ref().map_or(0, |v| v.votes.len())
         + usize::from(state.final_solution.is_some())
         + usize::from(state.judge_summary.is_some());

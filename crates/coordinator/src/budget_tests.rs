@@ -72,7 +72,7 @@ fn an_adaptive_screen_the_budget_cannot_afford_is_skipped_and_the_debate_goes_on
         "{}",
         adaptive.reason
     );
-    assert!(!adaptive.verdict.verdict.valid);
+    assert!(!adaptive.verdict.as_ref().unwrap().verdict.valid);
     assert_eq!(steps(st)[0], ("skipScreen".to_string(), 0));
     assert!(r.events.iter().any(|e| matches!(
         &e.kind,

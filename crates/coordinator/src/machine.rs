@@ -1339,6 +1339,25 @@ impl Machine {
         self.spec.debate.mode == DebateMode::Adaptive
     }
 
+    /// The adaptive screen's node: an embedding of the proposals with `similarity`
+    /// termination, else the judge's verdict; none without `debate.mode: "adaptive"`.
+    fn screen(&self) -> Option<TaskKind> {
+        match (self.adaptive(), self.termination()) {
+            (false, _) => None,
+            (true, TerminationType::Similarity) => Some(TaskKind::Embed),
+            (true, _) => Some(TaskKind::Verdict),
+        }
+    }
+
+    /// Every agent's round-1 proposal is in: the screen can compare them.
+    fn screen_due(&self) -> bool {
+        self.round(1).is_some_and(|rd| {
+            self.agents
+                .iter()
+                .all(|a| rd.find(ContributionType::Proposal, &a.id, None).is_some())
+        })
+    }
+
     /// Adaptive and the proposals already agreed: synthesize from round 1's proposals.
     fn short_path(&self) -> bool {
         self.state
@@ -1365,7 +1384,11 @@ impl Machine {
             .iter()
             .rev()
             .find_map(|rd| rd.verdict.as_ref())
-            .or(self.state.adaptive.as_ref().map(|a| &a.verdict))
+            .or(self
+                .state
+                .adaptive
+                .as_ref()
+                .and_then(|a| a.verdict.as_ref()))
             .map(|v| &v.verdict)
     }
 
@@ -1787,6 +1810,16 @@ impl Machine {
             .per_agent
             .retain(|id, s| valid(s) && self.agents.iter().any(|a| &a.id == id));
         similarity.across_agents = similarity.across_agents.filter(valid);
+        if r == 0 {
+            // The adaptive screen: the proposals against each other, no round before.
+            let screen = RoundSimilarity {
+                similarity,
+                threshold: self.threshold(),
+                converged: false,
+                metadata: out.metadata,
+            };
+            return self.choose_path_by_similarity(screen, now, fx);
+        }
         if similarity.per_agent.is_empty() && r >= 2 {
             self.warn(
                 fx,
@@ -1860,7 +1893,47 @@ impl Machine {
         self.state.adaptive = Some(AdaptiveRecord {
             path,
             reason: reason.clone(),
-            verdict: RoundVerdict { verdict, metadata },
+            verdict: Some(RoundVerdict { verdict, metadata }),
+            similarity: None,
+        });
+        self.emit(fx, now, EventKind::AdaptivePathChosen { path, reason });
+    }
+
+    /// Adaptive with `terminationCondition.type: "similarity"`: the short path when the
+    /// round-1 proposals' mean similarity across agents reaches the threshold, else the
+    /// full debate; recorded with the reason and announced.
+    fn choose_path_by_similarity(
+        &mut self,
+        mut screen: RoundSimilarity,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let threshold = screen.threshold;
+        let (path, reason) = match screen.similarity.across_agents {
+            Some(s) if s >= threshold => (
+                AdaptivePath::Short,
+                format!(
+                    "the proposals agree (mean similarity across agents {s:.3} ≥ threshold {threshold}): synthesized at once"
+                ),
+            ),
+            Some(s) => (
+                AdaptivePath::Full,
+                format!(
+                    "the proposals differ (mean similarity across agents {s:.3} < threshold {threshold}): debating as configured"
+                ),
+            ),
+            None => (
+                AdaptivePath::Full,
+                "no similarity of the proposals could be measured: debating as configured"
+                    .to_string(),
+            ),
+        };
+        screen.converged = path == AdaptivePath::Short;
+        self.state.adaptive = Some(AdaptiveRecord {
+            path,
+            reason: reason.clone(),
+            verdict: None,
+            similarity: Some(screen),
         });
         self.emit(fx, now, EventKind::AdaptivePathChosen { path, reason });
     }

@@ -268,9 +268,76 @@ fn similarity_configuration_errors_name_the_problem() {
     fixed.validate().unwrap();
     let mut adaptive = similarity_spec(2, 3, 0.9);
     adaptive.debate.mode = DebateMode::Adaptive;
-    assert!(err(&adaptive).contains("debate.mode"));
+    adaptive.validate().unwrap();
     // An unknown key inside embeddings is refused by name.
     let bad: Result<EmbeddingsConfig, _> =
         serde_json::from_value(json!({"model": "e", "baseUrl": "http://x"}));
     assert!(bad.unwrap_err().to_string().contains("baseUrl"));
+}
+
+/// Adaptive with similarity: the screen embeds round 1's proposals (task round 0, no round
+/// before) and takes the short path when their mean similarity across agents reaches the
+/// threshold, the full debate otherwise; the state keeps the screen's figures and the
+/// reason, and a resume after the screen does not ask for it again.
+#[test]
+fn the_adaptive_screen_compares_the_proposals_by_similarity() {
+    let across = |value: f64| {
+        move |t: &Task| {
+            let mut r = answer(t, &|_, _| 0.1);
+            if let TaskOutcome::Ok(out) = &mut r.outcome {
+                if let Some(s) = out.similarity.as_mut() {
+                    s.across_agents = Some(value);
+                }
+            }
+            Some(r)
+        }
+    };
+    let mut s = similarity_spec(3, 3, 0.9);
+    s.debate.mode = DebateMode::Adaptive;
+
+    let mut short = Run::new(s.clone());
+    short.apply(Input::Start);
+    short.drain(across(0.95));
+    let st = short.machine.state();
+    assert_eq!(st.status, DebateStatus::Completed);
+    let a = st.adaptive.as_ref().unwrap();
+    assert_eq!(a.path, AdaptivePath::Short, "{}", a.reason);
+    assert!(a.reason.contains("0.950 ≥ threshold 0.9"), "{}", a.reason);
+    assert!(a.verdict.is_none());
+    let screen = a.similarity.as_ref().unwrap();
+    assert_eq!(screen.similarity.across_agents, Some(0.95));
+    assert!(screen.converged);
+    let embeds: Vec<&Task> = short
+        .tasks
+        .iter()
+        .filter(|t| t.kind == TaskKind::Embed)
+        .collect();
+    assert_eq!(embeds.len(), 1);
+    assert!(embeds[0].id.ends_with("/0/embed/judge"), "{}", embeds[0].id);
+    assert_eq!(embeds[0].input.candidates.len(), 3);
+    assert!(embeds[0].input.previous.is_empty());
+    assert!(embeds[0]
+        .input
+        .candidates
+        .iter()
+        .all(|c| c.content.contains("/1/propose/")));
+    for kind in [TaskKind::Critique, TaskKind::Refine, TaskKind::Verdict] {
+        assert_eq!(short.count(kind), 0, "{kind:?}");
+    }
+    assert_eq!(short.count(TaskKind::Synthesize), 1);
+    // The screen's call counts in the spend.
+    assert_eq!(st.spend.as_ref().unwrap().calls, 3 + 1 + 1);
+
+    let mut full = Run::new(s);
+    full.apply(Input::Start);
+    full.drain(across(0.5));
+    let st = full.machine.state();
+    assert_eq!(st.status, DebateStatus::Completed);
+    let a = st.adaptive.as_ref().unwrap();
+    assert_eq!(a.path, AdaptivePath::Full, "{}", a.reason);
+    assert!(a.reason.contains("0.500 < threshold 0.9"), "{}", a.reason);
+    // The full debate: 3 rounds, embedded after rounds 1 and 2 as configured.
+    assert_eq!(st.rounds.len(), 3);
+    assert_eq!(full.count(TaskKind::Embed), 1 + 2);
+    assert_eq!(full.count(TaskKind::Critique), 3 * 6);
 }

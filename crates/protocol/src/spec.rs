@@ -467,13 +467,6 @@ fn validate_settings(d: &DebateSettings, c: &mut Check) {
         }
     }
     validate_embeddings(d, similarity, c);
-    if similarity && d.mode == crate::DebateMode::Adaptive {
-        c.push(
-            "debate.mode",
-            "\"adaptive\" screens the proposals with a judge verdict (confidence 0..=100) and \
-             cannot share terminationCondition type \"similarity\" (threshold 0..=1)",
-        );
-    }
     if !crate::SYNTHESIS_METHODS.contains(&d.synthesis_method.as_str()) {
         c.push(
             "debate.synthesisMethod",

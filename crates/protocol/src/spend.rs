@@ -80,9 +80,12 @@ impl Spend {
             if let Some(v) = &r.verdict {
                 meta(judge_id, &v.metadata);
             }
+            if let Some(e) = &r.similarity {
+                meta(judge_id, &e.metadata);
+            }
         }
-        if let Some(a) = &state.adaptive {
-            meta(judge_id, &a.verdict.metadata);
+        if let Some(m) = state.adaptive.as_ref().and_then(|a| a.metadata()) {
+            meta(judge_id, m);
         }
         if let Some(v) = &state.voting {
             for b in &v.votes {

@@ -342,13 +342,28 @@ impl AdaptivePath {
     }
 }
 
-/// Which path an adaptive debate took and why (with the judge's verdict on the proposals).
+/// Which path an adaptive debate took and why: with the judge's verdict on the proposals,
+/// or (`terminationCondition.type: "similarity"`) the proposals' similarity across agents.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdaptiveRecord {
     pub path: AdaptivePath,
     pub reason: String,
-    pub verdict: RoundVerdict,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<RoundVerdict>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<RoundSimilarity>,
+}
+
+impl AdaptiveRecord {
+    /// The screen's call (none when the budget skipped it).
+    pub fn metadata(&self) -> Option<&ContributionMetadata> {
+        self.verdict
+            .as_ref()
+            .map(|v| &v.metadata)
+            .or(self.similarity.as_ref().map(|s| &s.metadata))
+            .filter(|m| !m.model.is_empty())
+    }
 }
 
 /// One agent's ballot (`synthesisMethod: "voting"`).
@@ -678,12 +693,14 @@ impl DebateState {
                         .sum::<u64>()
                     + r.evaluation.as_ref().map_or(0, |e| e.metadata.tokens_used)
                     + r.verdict.as_ref().map_or(0, |v| v.metadata.tokens_used)
+                    + r.similarity.as_ref().map_or(0, |s| s.metadata.tokens_used)
             })
             .sum();
         let screen = self
             .adaptive
             .as_ref()
-            .map_or(0, |a| a.verdict.metadata.tokens_used);
+            .and_then(AdaptiveRecord::metadata)
+            .map_or(0, |m| m.tokens_used);
         let votes: u64 = self
             .voting
             .iter()

@@ -13,9 +13,10 @@
 
 use chrono::{DateTime, Utc};
 use parley_protocol::{
-    answered_clarifications, task_id, AgentConfig, Contribution, ContributionType, DebateSummary,
-    PeerText, RoundEvaluation, Solution, SummaryMetadata, Task, TaskInput, TaskKind, TaskOutput,
-    TerminationType, Verdict, SCHEMA_VERSION,
+    answered_clarifications, task_id, AdaptivePath, AdaptiveRecord, AgentConfig, Contribution,
+    ContributionType, DebateSummary, EventKind, PeerText, RoundEvaluation, Solution,
+    SummaryMetadata, Task, TaskInput, TaskKind, TaskOutput, TerminationType, Verdict,
+    SCHEMA_VERSION,
 };
 
 use super::{Effect, Machine, Planned};
@@ -275,18 +276,11 @@ pub(super) const NODES: &[NodeDef] = &[
         scope: Scope::Judge,
         executor: Executor::Judge,
         valid: |m, r| {
-            (r == 0 && m.adaptive())
+            (r == 0 && m.screen() == Some(TaskKind::Verdict))
                 || (in_rounds(m, r) && m.termination() == TerminationType::Verdict)
         },
         enabled: |m, p| match p.round {
-            0 => {
-                m.adaptive()
-                    && m.round(1).is_some_and(|rd| {
-                        m.agents
-                            .iter()
-                            .all(|a| rd.find(ContributionType::Proposal, &a.id, None).is_some())
-                    })
-            }
+            0 => m.screen() == Some(TaskKind::Verdict) && m.screen_due(),
             r => m.termination() == TerminationType::Verdict && m.round_check_due(r),
         },
         done: |m, p| match p.round {
@@ -313,12 +307,33 @@ pub(super) const NODES: &[NodeDef] = &[
         phase: Phase::Round,
         scope: Scope::Judge,
         executor: Executor::Embeddings,
-        valid: |m, r| in_rounds(m, r) && m.termination() == TerminationType::Similarity,
-        enabled: |m, p| {
-            m.termination() == TerminationType::Similarity && m.round_check_due(p.round)
+        valid: |m, r| {
+            (r == 0 && m.screen() == Some(TaskKind::Embed))
+                || (in_rounds(m, r) && m.termination() == TerminationType::Similarity)
         },
-        done: |m, p| m.round(p.round).is_some_and(|rd| rd.similarity.is_some()),
+        enabled: |m, p| match p.round {
+            0 => m.screen() == Some(TaskKind::Embed) && m.screen_due(),
+            r => m.termination() == TerminationType::Similarity && m.round_check_due(r),
+        },
+        done: |m, p| match p.round {
+            0 => m.state.adaptive.is_some(),
+            r => m.round(r).is_some_and(|rd| rd.similarity.is_some()),
+        },
         input: |m, p| {
+            if p.round == 0 {
+                // The adaptive screen: round 1's proposals against each other.
+                let proposals = m.round(1).map_or_else(Vec::new, |rd| {
+                    m.agents
+                        .iter()
+                        .filter_map(|a| rd.find(ContributionType::Proposal, &a.id, None))
+                        .map(peer)
+                        .collect()
+                });
+                return TaskInput {
+                    candidates: proposals,
+                    ..Default::default()
+                };
+            }
             let refinements = |r: u32| -> Vec<PeerText> {
                 let Some(rd) = m.round(r) else {
                     return Vec::new();
@@ -336,8 +351,24 @@ pub(super) const NODES: &[NodeDef] = &[
             }
         },
         record: |m, p, out, now, fx| m.record_similarity(p.round, out, now, fx),
-        // Embed runs only at rounds ≥ 1: no new round fits.
-        over_budget: no_new_round,
+        over_budget: |m, p, id, now, fx| {
+            if p.round > 0 {
+                return no_new_round(m, p, id, now, fx);
+            }
+            // The screen does not fit: debate as configured.
+            let reason = "the proposals were not compared: over the debate's budget; \
+                          debating as configured";
+            m.state.adaptive = Some(AdaptiveRecord {
+                path: AdaptivePath::Full,
+                reason: reason.into(),
+                verdict: None,
+                similarity: None,
+            });
+            let path = AdaptivePath::Full;
+            let reason = reason.into();
+            m.emit(fx, now, EventKind::AdaptivePathChosen { path, reason });
+            "skipScreen"
+        },
     },
     NodeDef {
         kind: TaskKind::Vote,
