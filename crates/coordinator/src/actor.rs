@@ -218,6 +218,38 @@ impl Actor for DebateActor {
         myself: ActorRef<Self::Msg>,
         args: DebateArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        // Boxed, like `handle` and `post_stop`: the actor's task is sized for its largest
+        // future and lives as long as the debate (see `DebateActor::handle`).
+        Box::pin(start(myself, args)).await
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        Box::pin(stop(state)).await
+    }
+
+    /// One message. The work is a boxed future that lives only while the message is
+    /// handled: inlined, every await point of a transition (checkpoint, publishes) would
+    /// make the actor's task, which lives as long as the debate, several KiB larger.
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: DebateMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        Box::pin(handle(myself, msg, state)).await
+    }
+}
+
+/// [`DebateActor`]'s `pre_start`: load the debate, build its machine, start its ticks.
+async fn start(
+    myself: ActorRef<DebateMsg>,
+    args: DebateArgs,
+) -> Result<DebateActorState, ActorProcessingErr> {
+    {
         let store = &args.deps.store;
         let spec = store.spec(&args.id).await?;
         let cp = store.state(&args.id).await?;
@@ -259,12 +291,11 @@ impl Actor for DebateActor {
             secret,
         })
     }
+}
 
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
+/// [`DebateActor`]'s `post_stop`: stop the ticks, release the lease.
+async fn stop(state: &mut DebateActorState) -> Result<(), ActorProcessingErr> {
+    {
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
@@ -277,13 +308,15 @@ impl Actor for DebateActor {
         let _ = state.deps.store.release_lease(&id, &state.deps.owner).await;
         Ok(())
     }
+}
 
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        msg: DebateMsg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
+/// [`DebateActor`]'s `handle`.
+async fn handle(
+    myself: ActorRef<DebateMsg>,
+    msg: DebateMsg,
+    state: &mut DebateActorState,
+) -> Result<(), ActorProcessingErr> {
+    {
         if state.stopping {
             match msg {
                 DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) => {
