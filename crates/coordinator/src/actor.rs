@@ -166,7 +166,9 @@ pub struct DebateArgs {
 pub struct DebateActor;
 
 pub struct DebateActorState {
-    machine: Machine,
+    /// Boxed: the actor's task holds its state (by value, in more than one of its await
+    /// states); a pointer keeps that task small for as long as the debate lives.
+    machine: Box<Machine>,
     /// Version of the checkpoint this actor wrote (or loaded) last.
     version: u64,
     /// Requested on adoption; consumed by `Kick`.
@@ -272,7 +274,7 @@ async fn start(
             return Err(ActorError::NotRunning(args.id).into());
         }
         let secret = store.ensure_dispatch_secret(&args.id).await?;
-        let mut machine = Machine::from_checkpoint(spec, cp.state);
+        let mut machine = Box::new(Machine::from_checkpoint(spec, cp.state));
         machine.set_task_deadline_margin(Some(args.deps.task_deadline_margin));
         machine.set_pricing(args.deps.pricing.clone());
         let trace = DebateTrace::open(&mut machine);
