@@ -3,9 +3,9 @@
 //!
 //! ```sh
 //! cargo build --release --workspace --bins
-//! cargo bench -p parley-tests --bench cluster -- [throughput] [makespan] [ratelimit] [scaleout]
+//! cargo bench -p parley-tests --bench cluster -- [throughput] [makespan] [ratelimit] [scaleout] [memory]
 //! ```
-//! No mode = the first three (`scaleout` runs only when named). Knobs (environment):
+//! No mode = the first three (`scaleout` and `memory` run only when named). Knobs (environment):
 //! - `DEBATES` (throughput, default 40): debates submitted at once in the loaded run;
 //!   `PACED_RATE` / `PACED_SECS` (default 500 tasks/s for 10 s): the paced run's offered
 //!   load; `SEQUENTIAL` (default 5): debates run one at a time in the unloaded run.
@@ -13,6 +13,11 @@
 //! - `DURATION` (ratelimit, default 60): seconds of the measured window.
 //! - `SCALE_DEBATES` (scaleout, default 100): debates submitted at once per coordinator
 //!   count; `RAW_OPS` (default 2000): raw operations of each kind.
+//! - `LIVE_DEBATES` (memory, default 100000): debates submitted and left live;
+//!   `MEMORY_COORDINATORS` (default 4); `MEMORY_PROMPTS` (default 1; 0: no prompt texts in
+//!   the specs); `STATUS_SAMPLE` (default 200) status requests; `SUBMIT_CONCURRENCY`
+//!   (default 64) submissions in flight; `MEMORY_COORDINATOR_BIN` (default the workspace's
+//!   release `parley-coordinator`): the coordinator binary, e.g. an older build's.
 //!
 //! # Modes
 //! - `throughput`: zero-latency fake LLM; 1 coordinator, 2 agent workers and 1 judge worker
@@ -44,6 +49,18 @@
 //!   message, and one task's Redis commands (claim, result, claim release, result read,
 //!   checkpoint) — CPU per op of this process (the client) and of each server; the
 //!   components' CPU per task is then printed as a multiple of those.
+//! - `memory`: `MEMORY_COORDINATORS` coordinators (default lease TTL, as in production),
+//!   no workers, so every debate stays live (`running`, its round-1 tasks queued in
+//!   JetStream). `LIVE_DEBATES` 3-agent debates submitted through `parley.debates.submit`
+//!   as users do (`SUBMIT_CONCURRENCY` requests in flight), each spec carrying its agents'
+//!   and judge's role prompt texts (`systemPrompt`, the texts of
+//!   `crates/agent-worker/prompts`, as the CLI sends for a config with
+//!   `systemPromptPath`s) and its own problem. Reported: submissions accepted (all must
+//!   be), each coordinator's debates (its lease in Redis) and VmRSS (`/proc/<pid>/status`)
+//!   before and after, the bytes per live debate, nats-server's and redis-server's VmRSS,
+//!   the CPU the idle-but-live debates cost (lease renewals and result polls, over 20 s),
+//!   and the latency of `STATUS_SAMPLE` status requests for random live debates (one at
+//!   a time) while they are all live.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -1450,6 +1467,293 @@ async fn scaleout(rows: &mut Vec<Row>) {
     println!("  x raw: coordinator and workers (agent + judge) CPU per task over the client CPU of one raw JetStream op + one task's raw Redis commands ({raw_client_ms:.3} ms); nats-server over its CPU per raw JetStream op; redis-server over its CPU per task's raw Redis commands");
 }
 
+// ---- memory: live debates per coordinator ----
+
+/// VmRSS of a process in bytes (`/proc/<pid>/status`).
+fn rss_bytes(pid: u32) -> u64 {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or_else(|| panic!("{path}: no VmRSS"))
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// The built-in prompt text of `role` (`crates/agent-worker/prompts/<role>.md`).
+fn role_prompt(role: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/agent-worker/prompts")
+        .join(format!("{role}.md"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// [`spec`] for `problem`, with every participant's role prompt text as its `systemPrompt`
+/// when `prompts` (what the CLI sends for a config naming prompt files).
+fn memory_spec(problem: &str, prompts: Option<&BTreeMap<&'static str, String>>) -> Value {
+    let mut v = spec(problem);
+    if let Some(texts) = prompts {
+        let with_prompt = |p: &mut Value| {
+            let role = p["role"].as_str().expect("role").to_string();
+            p["systemPrompt"] = json!(texts[role.as_str()]);
+        };
+        for a in v["agents"].as_array_mut().expect("agents") {
+            with_prompt(a);
+        }
+        with_prompt(&mut v["judge"]);
+    }
+    v
+}
+
+/// `parley-coordinator` (or `MEMORY_COORDINATOR_BIN`) with the production lease TTL.
+fn memory_coordinator(c: &Cluster) -> ChildProcess {
+    let bin = std::env::var("MEMORY_COORDINATOR_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| workspace_bin("parley-coordinator"));
+    let mut cmd = std::process::Command::new(&bin);
+    cmd.args(["--nats-url", &c.nats.url(), "--redis-url", &c.redis.url()])
+        .env("PARLEY_LOG", "info")
+        .env("PARLEY_METRICS_ADDR", "off");
+    let p = ChildProcess::spawn(cmd, "coordinator").unwrap();
+    assert!(
+        p.wait_for_log_line("coordinator ready", Duration::from_secs(30))
+            .is_some(),
+        "{} did not start:\n{}",
+        bin.display(),
+        p.log()
+    );
+    p
+}
+
+/// The lease owner of each debate, as the pid in `coordinator-<pid>-<hex>`.
+async fn lease_pids(c: &Cluster, ids: &[String]) -> Vec<Option<u32>> {
+    let mut conn = redis_connection(&c.redis.url()).await;
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(2000) {
+        let mut pipe = redis::pipe();
+        for id in chunk {
+            pipe.cmd("GET").arg(format!("parley:{{{id}}}:lease"));
+        }
+        let owners: Vec<Option<String>> = pipe.query_async(&mut conn).await.expect("lease GETs");
+        out.extend(owners.into_iter().map(|o| {
+            o.and_then(|o| {
+                o.strip_prefix("coordinator-")
+                    .and_then(|r| r.split('-').next())
+                    .and_then(|p| p.parse().ok())
+            })
+        }));
+    }
+    out
+}
+
+async fn memory(rows: &mut Vec<Row>) {
+    use futures::StreamExt;
+    let n_debates = env_num("LIVE_DEBATES", 100_000).max(1) as usize;
+    let n_coord = env_num("MEMORY_COORDINATORS", 4).max(1) as usize;
+    let with_prompts = env_num("MEMORY_PROMPTS", 1) != 0;
+    let sample = env_num("STATUS_SAMPLE", 200).max(1) as usize;
+    let in_flight = env_num("SUBMIT_CONCURRENCY", 64).max(1) as usize;
+    let ticks = clock_ticks();
+    println!(
+        "== memory: {n_debates} live debates over {n_coord} coordinator(s), no workers; prompt texts in the specs: {with_prompts}; load {}",
+        load_average()
+    );
+    let c = Cluster::start().await;
+    let coordinators: Vec<ChildProcess> = (0..n_coord).map(|_| memory_coordinator(&c)).collect();
+    let nats_pid = c.nats.pid().expect("nats-server runs");
+    let redis_pid = c.redis.pid().expect("redis-server runs");
+    let coord_pids: Vec<u32> = coordinators.iter().map(ChildProcess::pid).collect();
+    // A warm-up debate per coordinator (first-use allocations), then the idle figures.
+    let prompts: BTreeMap<&'static str, String> = ["architect", "security", "kiss", "generalist"]
+        .into_iter()
+        .map(|r| (r, role_prompt(r)))
+        .collect();
+    let prompts = with_prompts.then_some(&prompts);
+    for i in 0..4 * n_coord {
+        c.submit(&memory_spec(&format!("Warm-up debate {i}"), prompts))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle: Vec<u64> = coord_pids.iter().map(|p| rss_bytes(*p)).collect();
+    let (nats_idle, redis_idle) = (rss_bytes(nats_pid), rss_bytes(redis_pid));
+
+    // Submit.
+    let started = Instant::now();
+    let mut refused: BTreeMap<String, usize> = BTreeMap::new();
+    let mut ids: Vec<String> = Vec::with_capacity(n_debates);
+    let client = c.client.clone();
+    let mut replies = futures::stream::iter(0..n_debates)
+        .map(|i| {
+            let client = client.clone();
+            let body = serde_json::to_vec(&memory_spec(
+                &format!("Live debate {i:06}: design service {i} of the memory bench"),
+                prompts,
+            ))
+            .unwrap();
+            async move { try_request_on(&client, "parley.debates.submit", body).await }
+        })
+        .buffer_unordered(in_flight);
+    let mut last_report = Instant::now();
+    while let Some(r) = replies.next().await {
+        match r {
+            Ok(v) => match v["debateId"].as_str() {
+                Some(id) => ids.push(id.to_string()),
+                None => {
+                    *refused
+                        .entry(v["code"].as_str().unwrap_or("?").to_string())
+                        .or_default() += 1
+                }
+            },
+            Err(e) => *refused.entry(format!("{e}")).or_default() += 1,
+        }
+        if last_report.elapsed() > Duration::from_secs(30) {
+            last_report = Instant::now();
+            println!(
+                "  … {} accepted, {} refused, {:.0} s; coordinators' RSS {} MiB; load {}",
+                ids.len(),
+                refused.values().sum::<usize>(),
+                started.elapsed().as_secs_f64(),
+                coord_pids
+                    .iter()
+                    .map(|p| format!("{:.0}", mib(rss_bytes(*p))))
+                    .collect::<Vec<_>>()
+                    .join("/"),
+                load_average()
+            );
+        }
+    }
+    drop(replies);
+    let submit_s = started.elapsed().as_secs_f64();
+    let accepted = ids.len();
+    println!(
+        "  submitted {n_debates} in {submit_s:.0} s ({:.0}/s): {accepted} accepted, refused {refused:?}",
+        n_debates as f64 / submit_s
+    );
+
+    // Settle, then the CPU the live debates cost while nothing happens (ticks).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let cpu = |pids: &[u32]| pids.iter().map(|p| cpu_seconds(*p, ticks)).sum::<f64>();
+    let window = Duration::from_secs(20);
+    let before = (cpu(&coord_pids), cpu(&[nats_pid]), cpu(&[redis_pid]));
+    tokio::time::sleep(window).await;
+    let after = (cpu(&coord_pids), cpu(&[nats_pid]), cpu(&[redis_pid]));
+    let w = window.as_secs_f64();
+    let idle_cpu = (
+        (after.0 - before.0) / w,
+        (after.1 - before.1) / w,
+        (after.2 - before.2) / w,
+    );
+    println!(
+        "  CPU while {accepted} debates are live and idle: coordinators {:.2}, nats-server {:.2}, redis-server {:.2} cores",
+        idle_cpu.0, idle_cpu.1, idle_cpu.2
+    );
+
+    // Status while loaded: random live debates, one request at a time.
+    let mut latencies = Vec::with_capacity(sample);
+    let mut not_running = 0usize;
+    use rand::Rng as _;
+    let mut rng = rand::thread_rng();
+    for _ in 0..sample.min(accepted) {
+        let id = &ids[rng.gen_range(0..accepted)];
+        let t = Instant::now();
+        let s = c.try_status(id).await;
+        latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+        match s {
+            Ok(s) if s["status"] == "running" => {}
+            other => {
+                not_running += 1;
+                if not_running <= 3 {
+                    println!("  status of {id}: {other:?}");
+                }
+            }
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    let (p50, p99) = (quantile(&latencies, 0.5), quantile(&latencies, 0.99));
+
+    // Who owns what, and what it costs.
+    let owners = lease_pids(&c, &ids).await;
+    let rss: Vec<u64> = coord_pids.iter().map(|p| rss_bytes(*p)).collect();
+    let (nats_rss, redis_rss) = (rss_bytes(nats_pid), rss_bytes(redis_pid));
+    let mut owned_total = 0usize;
+    let mut max_rss = 0u64;
+    let mut growth = 0u64;
+    for (k, pid) in coord_pids.iter().enumerate() {
+        let owned = owners.iter().filter(|o| **o == Some(*pid)).count();
+        owned_total += owned;
+        max_rss = max_rss.max(rss[k]);
+        growth += rss[k].saturating_sub(idle[k]);
+        println!(
+            "  coordinator {k} (pid {pid}): {owned} live debates, RSS {:.1} MiB (idle {:.1} MiB), {:.0} B per debate",
+            mib(rss[k]),
+            mib(idle[k]),
+            rss[k].saturating_sub(idle[k]) as f64 / owned.max(1) as f64
+        );
+    }
+    let per_debate = growth as f64 / owned_total.max(1) as f64;
+    println!(
+        "  {owned_total} of {accepted} debates leased; {:.0} B per live debate (RSS growth over all coordinators / debates); nats-server RSS {:.1} MiB (idle {:.1}), redis-server RSS {:.1} MiB (idle {:.1})",
+        per_debate,
+        mib(nats_rss),
+        mib(nats_idle),
+        mib(redis_rss),
+        mib(redis_idle)
+    );
+    println!(
+        "  status of {} random live debates while loaded: p50 {p50:.1} ms, p99 {p99:.1} ms, {not_running} not running",
+        latencies.len()
+    );
+    let m = "memory";
+    rows.push(Row {
+        mode: m,
+        metric: format!("{n_debates} submissions accepted"),
+        value: format!("{accepted}"),
+        target: format!("{n_debates}"),
+        ok: Some(accepted == n_debates),
+    });
+    rows.push(Row {
+        mode: m,
+        metric: format!("largest coordinator RSS ({n_coord} coord.)"),
+        value: format!("{:.0} MiB", mib(max_rss)),
+        target: "< 500 MB".into(),
+        ok: Some(max_rss < 500_000_000),
+    });
+    rows.push(Row {
+        mode: m,
+        metric: "bytes per live debate (coordinator)".into(),
+        value: format!("{per_debate:.0}"),
+        target: "-".into(),
+        ok: None,
+    });
+    rows.push(Row {
+        mode: m,
+        metric: "status p50/p99 while loaded".into(),
+        value: format!("{p50:.1}/{p99:.1} ms"),
+        target: "-".into(),
+        ok: Some(not_running == 0),
+    });
+    rows.push(Row {
+        mode: m,
+        metric: "nats-server / redis-server RSS".into(),
+        value: format!("{:.0}/{:.0} MiB", mib(nats_rss), mib(redis_rss)),
+        target: "-".into(),
+        ok: None,
+    });
+    rows.push(Row {
+        mode: m,
+        metric: "CPU cores while live: coord/nats/redis".into(),
+        value: format!("{:.2}/{:.2}/{:.2}", idle_cpu.0, idle_cpu.1, idle_cpu.2),
+        target: "-".into(),
+        ok: None,
+    });
+    drop(coordinators);
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     // `cargo bench` passes `--bench`; every other argument is a mode.
@@ -1468,9 +1772,10 @@ async fn main() {
             "makespan" => makespan(&mut rows).await,
             "ratelimit" => ratelimit(&mut rows).await,
             "scaleout" => scaleout(&mut rows).await,
+            "memory" => memory(&mut rows).await,
             other => {
                 eprintln!(
-                    "unknown mode {other:?}: use throughput, makespan, ratelimit or scaleout"
+                    "unknown mode {other:?}: use throughput, makespan, ratelimit, scaleout or memory"
                 );
                 std::process::exit(2);
             }

@@ -139,8 +139,9 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
     let system = task
         .agent
         .system_prompt
-        .clone()
+        .as_deref()
         .filter(|s| !s.trim().is_empty())
+        .map(str::to_string)
         .unwrap_or_else(|| prompts.system.to_string());
     let i = &task.input;
     // Every prompt after the clarification phase states the answers with the problem.

@@ -1163,7 +1163,7 @@ async fn execute(
         }
         Prepared::Debate { template, registry } => {
             let mut spec = (**template).clone();
-            spec.problem = problem.text.clone();
+            spec.problem = problem.text.as_str().into();
             spec.idempotency_key = Some(idempotency_key(&out.root, &problem.id, &record.strategy));
             let mut models: Vec<String> = spec
                 .active_agents()

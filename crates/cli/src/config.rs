@@ -176,7 +176,7 @@ pub fn resolve_prompts(
             &format!("agent {}: system prompt", agent.id),
             warn,
         ) {
-            agent.system_prompt = Some(text);
+            agent.system_prompt = Some(text.into());
             src.source = "file".into();
             src.path = Some(path);
         }
@@ -189,7 +189,7 @@ pub fn resolve_prompts(
             &format!("agent {}: summary prompt", agent.id),
             warn,
         ) {
-            agent.summary_prompt = Some(text);
+            agent.summary_prompt = Some(text.into());
             src.summary_source = Some("file".into());
             src.summary_path = Some(path);
         }
@@ -201,7 +201,7 @@ pub fn resolve_prompts(
             &format!("agent {}: clarification prompt", agent.id),
             warn,
         ) {
-            agent.clarification_prompt = Some(text);
+            agent.clarification_prompt = Some(text.into());
         }
     }
     src
@@ -365,7 +365,7 @@ pub fn assemble_spec(
     sources.judge = Some(resolve_prompts(&mut judge, &base_dir, warn));
     let spec = DebateSpec {
         schema_version: SCHEMA_VERSION,
-        problem,
+        problem: problem.into(),
         context: None,
         context_files: overrides.context_files.clone(),
         agents,

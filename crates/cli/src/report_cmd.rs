@@ -56,7 +56,7 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
             let loaded = config::load(Some(c), &mut warn)?;
             let mut spec = config::build_spec(
                 loaded,
-                state.problem.clone(),
+                state.problem.to_string(),
                 &Overrides::default(),
                 &mut warn,
             )?;

@@ -166,7 +166,9 @@ pub struct DebateArgs {
 pub struct DebateActor;
 
 pub struct DebateActorState {
-    machine: Machine,
+    /// Boxed: the actor's task holds its state (by value, in more than one of its await
+    /// states); a pointer keeps that task small for as long as the debate lives.
+    machine: Box<Machine>,
     /// Version of the checkpoint this actor wrote (or loaded) last.
     version: u64,
     /// Requested on adoption; consumed by `Kick`.
@@ -218,6 +220,38 @@ impl Actor for DebateActor {
         myself: ActorRef<Self::Msg>,
         args: DebateArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        // Boxed, like `handle` and `post_stop`: the actor's task is sized for its largest
+        // future and lives as long as the debate (see `DebateActor::handle`).
+        Box::pin(start(myself, args)).await
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        Box::pin(stop(state)).await
+    }
+
+    /// One message. The work is a boxed future that lives only while the message is
+    /// handled: inlined, every await point of a transition (checkpoint, publishes) would
+    /// make the actor's task, which lives as long as the debate, several KiB larger.
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: DebateMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        Box::pin(handle(myself, msg, state)).await
+    }
+}
+
+/// [`DebateActor`]'s `pre_start`: load the debate, build its machine, start its ticks.
+async fn start(
+    myself: ActorRef<DebateMsg>,
+    args: DebateArgs,
+) -> Result<DebateActorState, ActorProcessingErr> {
+    {
         let store = &args.deps.store;
         let spec = store.spec(&args.id).await?;
         let cp = store.state(&args.id).await?;
@@ -240,7 +274,7 @@ impl Actor for DebateActor {
             return Err(ActorError::NotRunning(args.id).into());
         }
         let secret = store.ensure_dispatch_secret(&args.id).await?;
-        let mut machine = Machine::from_checkpoint(spec, cp.state);
+        let mut machine = Box::new(Machine::from_checkpoint(spec, cp.state));
         machine.set_task_deadline_margin(Some(args.deps.task_deadline_margin));
         machine.set_pricing(args.deps.pricing.clone());
         let trace = DebateTrace::open(&mut machine);
@@ -259,12 +293,11 @@ impl Actor for DebateActor {
             secret,
         })
     }
+}
 
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
+/// [`DebateActor`]'s `post_stop`: stop the ticks, release the lease.
+async fn stop(state: &mut DebateActorState) -> Result<(), ActorProcessingErr> {
+    {
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
@@ -277,13 +310,15 @@ impl Actor for DebateActor {
         let _ = state.deps.store.release_lease(&id, &state.deps.owner).await;
         Ok(())
     }
+}
 
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        msg: DebateMsg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
+/// [`DebateActor`]'s `handle`.
+async fn handle(
+    myself: ActorRef<DebateMsg>,
+    msg: DebateMsg,
+    state: &mut DebateActorState,
+) -> Result<(), ActorProcessingErr> {
+    {
         if state.stopping {
             match msg {
                 DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) => {

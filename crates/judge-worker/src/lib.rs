@@ -32,8 +32,9 @@ pub async fn execute(task: &Task, provider: &dyn Provider, worker: &str) -> Task
 fn system(task: &Task) -> String {
     task.agent
         .system_prompt
-        .clone()
+        .as_deref()
         .filter(|s| !s.trim().is_empty())
+        .map(str::to_string)
         .unwrap_or_else(|| prompts::SYSTEM.to_string())
 }
 

@@ -50,13 +50,13 @@ pub struct AgentConfig {
     pub clarification_prompt_path: Option<String>,
     /// Prompt texts resolved from the paths above (what services actually use).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system_prompt: Option<String>,
+    pub system_prompt: Option<crate::SharedText>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary_prompt: Option<String>,
+    pub summary_prompt: Option<crate::SharedText>,
     /// The clarification prompt text (from `clarificationPromptPath`); none: the role's
     /// built-in one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clarification_prompt: Option<String>,
+    pub clarification_prompt: Option<crate::SharedText>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summarization: Option<SummarizationConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

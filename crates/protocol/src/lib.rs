@@ -22,6 +22,8 @@
 //!   ([`decode_eval_request`]).
 //! - [`prices`]: model prices (a LiteLLM-format file, inline config entries) and the cost
 //!   of a call; unknown without a price, 0 on `local`.
+//! - [`shared_text`]: [`SharedText`], a string whose equal copies share one allocation
+//!   (prompt texts, problem and context), serialized as a plain string.
 //! - [`subjects`]: NATS subjects, header names and error replies.
 //! - [`status`]: the replies of `parley.debates.status`: a summary view, and the full state
 //!   inline or in pages (so no reply outgrows NATS's `max_payload`).
@@ -32,6 +34,7 @@ pub mod evaluation;
 pub mod event;
 pub mod prices;
 pub mod saved;
+pub mod shared_text;
 pub mod spec;
 pub mod spend;
 pub mod state;
@@ -46,6 +49,7 @@ pub use evaluation::*;
 pub use event::*;
 pub use prices::{add_cost, format_cost, ModelPrice, PriceError, PriceTable};
 pub use saved::*;
+pub use shared_text::SharedText;
 pub use spec::*;
 pub use spend::*;
 pub use state::*;

@@ -134,9 +134,9 @@ pub struct PromptSources {
 pub struct DebateSpec {
     #[serde(default = "default_schema_version")]
     pub schema_version: u32,
-    pub problem: String,
+    pub problem: crate::SharedText,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<String>,
+    pub context: Option<crate::SharedText>,
     /// The snapshot of `--context DIR` the agents' tools read (never a path to open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_files: Option<crate::ContextFiles>,

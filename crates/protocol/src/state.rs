@@ -603,9 +603,9 @@ pub struct DebateState {
     #[serde(default = "default_schema_version")]
     pub schema_version: u32,
     pub id: String,
-    pub problem: String,
+    pub problem: crate::SharedText,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<String>,
+    pub context: Option<crate::SharedText>,
     pub status: DebateStatus,
     pub current_round: u32,
     /// Questions the agents asked before round 1, with the user's answers.

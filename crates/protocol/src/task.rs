@@ -224,9 +224,9 @@ pub struct Task {
     pub agent: AgentConfig,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_agent_id: Option<String>,
-    pub problem: String,
+    pub problem: crate::SharedText,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<String>,
+    pub context: Option<crate::SharedText>,
     pub input: TaskInput,
     /// Per-attempt deadline the worker enforces.
     pub timeout_ms: u64,
