@@ -91,7 +91,11 @@ fn push_message(format: ChatFormat, out: &mut String, m: &ChatMessage) {
         ChatFormat::Gemma => {
             out.push_str("<start_of_turn>");
             // Gemma knows two roles; a system message is a user turn of its own.
-            out.push_str(if m.role == "assistant" { "model" } else { "user" });
+            out.push_str(if m.role == "assistant" {
+                "model"
+            } else {
+                "user"
+            });
             out.push('\n');
             out.push_str(&m.content);
             out.push_str("<end_of_turn>\n");

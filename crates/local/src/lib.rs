@@ -39,8 +39,8 @@ pub mod constrain;
 pub mod convert;
 pub mod engine;
 pub mod gguf;
-pub mod model;
 pub mod llama_tokenizer;
+pub mod model;
 pub mod sample;
 pub mod spec;
 pub mod tokenizer;
@@ -103,7 +103,10 @@ pub enum LocalError {
     #[error("local model not found at {}: run {fetch} to install it", path.display())]
     ModelMissing { path: PathBuf, fetch: String },
     /// The selected model name is not one this provider knows.
-    #[error("unknown local model {name:?} ({}): known models are {known}", spec::MODEL_VAR)]
+    #[error(
+        "unknown local model {name:?} ({}): known models are {known}",
+        spec::MODEL_VAR
+    )]
     UnknownModel { name: String, known: String },
     /// The file is there but is not the expected model (truncated, corrupted or another file).
     #[error(

@@ -50,20 +50,20 @@ impl LlamaTokenizer {
                 path.display()
             ))
         })?;
-        let vocab = model.vocab();
-        let n = usize::try_from(vocab.n_tokens()).unwrap_or(0);
-        let mut token_bytes = Vec::with_capacity(n);
-        let mut control = Vec::with_capacity(n);
-        let mut eog = Vec::with_capacity(n);
-        for t in vocab.tokens() {
-            token_bytes.push(vocab.token_to_piece(t, true, None));
-            control.push(vocab.is_control(t));
-            eog.push(vocab.is_eog(t));
-        }
-        let id = |t: LlamaToken| u32::try_from(t.0).unwrap_or(u32::MAX);
-        let bos = id(vocab.bos());
-        let eos = id(vocab.eos());
-        drop(vocab);
+        let (token_bytes, control, eog, bos, eos) = {
+            let vocab = model.vocab();
+            let n = usize::try_from(vocab.n_tokens()).unwrap_or(0);
+            let mut token_bytes = Vec::with_capacity(n);
+            let mut control = Vec::with_capacity(n);
+            let mut eog = Vec::with_capacity(n);
+            for t in vocab.tokens() {
+                token_bytes.push(vocab.token_to_piece(t, true, None));
+                control.push(vocab.is_control(t));
+                eog.push(vocab.is_eog(t));
+            }
+            let id = |t: LlamaToken| u32::try_from(t.0).unwrap_or(u32::MAX);
+            (token_bytes, control, eog, id(vocab.bos()), id(vocab.eos()))
+        };
         Ok(Self {
             model: Arc::new(model),
             token_bytes,

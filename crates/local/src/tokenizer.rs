@@ -31,14 +31,14 @@ const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 /// tokenizer for the GGUF's vocabulary (see [`crate::spec::TokenizerKind`]).
 #[derive(Debug)]
 pub enum Tokenizer {
-    Bpe(BpeTokenizer),
+    Bpe(Box<BpeTokenizer>),
     Llama(LlamaTokenizer),
 }
 
 impl Tokenizer {
     /// SmolLM2's BPE tokenizer from the GGUF metadata.
     pub fn from_gguf(content: &Content) -> Result<Self, LocalError> {
-        BpeTokenizer::from_gguf(content).map(Self::Bpe)
+        BpeTokenizer::from_gguf(content).map(|t| Self::Bpe(Box::new(t)))
     }
 
     /// Number of tokens in the vocabulary.
