@@ -1,5 +1,6 @@
 //! Chat messages, the ChatML prompt format, and fitting a conversation into the context.
 
+use crate::spec::ChatFormat;
 use crate::tokenizer::Tokenizer;
 use crate::LocalError;
 
@@ -38,6 +39,10 @@ impl ChatMessage {
 
 /// The ChatML turn header that opens the model's answer.
 const GENERATION_PROMPT: &str = "<|im_start|>assistant\n";
+/// Gemma's turn header that opens the model's answer.
+const GEMMA_GENERATION_PROMPT: &str = "<start_of_turn>model\n";
+/// Gemma's prompt starts with the BOS token.
+const GEMMA_HEAD: &str = "<bos>";
 
 /// Renders a conversation in ChatML, ready for the assistant's answer:
 /// `<|im_start|>{role}\n{content}<|im_end|>\n` per message, then `<|im_start|>assistant\n`.
@@ -47,25 +52,60 @@ const GENERATION_PROMPT: &str = "<|im_start|>assistant\n";
 /// assistant named SmolLM, ...") when the conversation has none; this function adds
 /// nothing the caller did not send.
 pub fn format_chat(messages: &[ChatMessage]) -> String {
-    let mut out = String::new();
+    format_chat_as(ChatFormat::ChatMl, messages)
+}
+
+/// Renders a conversation in `format` (see [`ChatFormat`]), ready for the model's answer.
+pub fn format_chat_as(format: ChatFormat, messages: &[ChatMessage]) -> String {
+    let mut out = String::from(head(format));
     for m in messages {
-        push_message(&mut out, m);
+        push_message(format, &mut out, m);
     }
-    out.push_str(GENERATION_PROMPT);
+    out.push_str(generation_prompt(format));
     out
 }
 
-fn push_message(out: &mut String, m: &ChatMessage) {
-    out.push_str("<|im_start|>");
-    out.push_str(&m.role);
-    out.push('\n');
-    out.push_str(&m.content);
-    out.push_str("<|im_end|>\n");
+fn head(format: ChatFormat) -> &'static str {
+    match format {
+        ChatFormat::ChatMl => "",
+        ChatFormat::Gemma => GEMMA_HEAD,
+    }
 }
 
-fn encode_message(tokenizer: &Tokenizer, m: &ChatMessage) -> Vec<u32> {
+fn generation_prompt(format: ChatFormat) -> &'static str {
+    match format {
+        ChatFormat::ChatMl => GENERATION_PROMPT,
+        ChatFormat::Gemma => GEMMA_GENERATION_PROMPT,
+    }
+}
+
+fn push_message(format: ChatFormat, out: &mut String, m: &ChatMessage) {
+    match format {
+        ChatFormat::ChatMl => {
+            out.push_str("<|im_start|>");
+            out.push_str(&m.role);
+            out.push('\n');
+            out.push_str(&m.content);
+            out.push_str("<|im_end|>\n");
+        }
+        ChatFormat::Gemma => {
+            out.push_str("<start_of_turn>");
+            // Gemma knows two roles; a system message is a user turn of its own.
+            out.push_str(if m.role == "assistant" {
+                "model"
+            } else {
+                "user"
+            });
+            out.push('\n');
+            out.push_str(&m.content);
+            out.push_str("<end_of_turn>\n");
+        }
+    }
+}
+
+fn encode_message(format: ChatFormat, tokenizer: &Tokenizer, m: &ChatMessage) -> Vec<u32> {
     let mut s = String::with_capacity(m.content.len() + m.role.len() + 24);
-    push_message(&mut s, m);
+    push_message(format, &mut s, m);
     tokenizer.encode(&s)
 }
 
@@ -89,6 +129,7 @@ pub struct Prompt {
 /// pre-tokenization, so messages never share a token), which lets each message be encoded
 /// once.
 pub(crate) fn fit_prompt(
+    format: ChatFormat,
     tokenizer: &Tokenizer,
     messages: &[ChatMessage],
     budget: usize,
@@ -96,10 +137,13 @@ pub(crate) fn fit_prompt(
     let mut messages: Vec<ChatMessage> = messages.to_vec();
     let mut encoded: Vec<Vec<u32>> = messages
         .iter()
-        .map(|m| encode_message(tokenizer, m))
+        .map(|m| encode_message(format, tokenizer, m))
         .collect();
-    let tail = tokenizer.encode(GENERATION_PROMPT);
-    let total = |encoded: &[Vec<u32>]| encoded.iter().map(Vec::len).sum::<usize>() + tail.len();
+    let head_tokens = tokenizer.encode(head(format));
+    let tail = tokenizer.encode(generation_prompt(format));
+    let total = |encoded: &[Vec<u32>]| {
+        head_tokens.len() + encoded.iter().map(Vec::len).sum::<usize>() + tail.len()
+    };
     let original_tokens = total(&encoded);
 
     let mut dropped = 0usize;
@@ -130,7 +174,7 @@ pub(crate) fn fit_prompt(
                 let cut = cut_point(tokenizer, content, excess);
                 cut_chars += content[..cut].chars().count();
                 messages[i].content = content[cut..].to_string();
-                encoded[i] = encode_message(tokenizer, &messages[i]);
+                encoded[i] = encode_message(format, tokenizer, &messages[i]);
             }
             [oldest, ..] => {
                 let i = *oldest;
@@ -151,6 +195,7 @@ pub(crate) fn fit_prompt(
         );
     }
     let mut tokens = Vec::with_capacity(total(&encoded));
+    tokens.extend_from_slice(&head_tokens);
     for e in &encoded {
         tokens.extend_from_slice(e);
     }
@@ -186,5 +231,28 @@ mod tests {
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         );
         assert_eq!(format_chat(&[]), "<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn gemma_format() {
+        let s = format_chat_as(
+            ChatFormat::Gemma,
+            &[
+                ChatMessage::system("Be brief."),
+                ChatMessage::user("hi"),
+                ChatMessage::assistant("hello"),
+                ChatMessage::user("why?"),
+            ],
+        );
+        assert_eq!(
+            s,
+            "<bos><start_of_turn>user\nBe brief.<end_of_turn>\n<start_of_turn>user\nhi<end_of_turn>\n\
+             <start_of_turn>model\nhello<end_of_turn>\n<start_of_turn>user\nwhy?<end_of_turn>\n\
+             <start_of_turn>model\n"
+        );
+        assert_eq!(
+            format_chat_as(ChatFormat::Gemma, &[]),
+            "<bos><start_of_turn>model\n"
+        );
     }
 }

@@ -197,7 +197,11 @@ impl Engine {
                     .with_n_ubatch(BATCH as u32)
                     .with_n_seq_max(SLOTS as u32)
                     .with_n_threads(threads as i32)
-                    .with_n_threads_batch(threads as i32);
+                    .with_n_threads_batch(threads as i32)
+                    // Sliding-window layers (Gemma 3) keep every cell, not only the last
+                    // window: the prefix cache cuts a sequence back to any length and
+                    // continues from there, which needs the cells before the cut.
+                    .with_swa_full(true);
                 let ctx = match model.new_context(backend, params) {
                     Ok(c) => c,
                     Err(e) => {

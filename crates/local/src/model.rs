@@ -12,9 +12,11 @@ use sha2::{Digest, Sha256};
 use crate::chat::{fit_prompt, ChatMessage, Prompt};
 use crate::constrain::JsonSchema;
 use crate::engine::{self, Engine, Job, TokenTable, SLOT_CONTEXT};
+use crate::llama_tokenizer::LlamaTokenizer;
 use crate::sample::Sampler;
+use crate::spec::{ModelSpec, TokenizerKind};
 use crate::tokenizer::Tokenizer;
-use crate::{LocalError, MODEL_FILE, MODEL_SHA256, MODEL_SIZE};
+use crate::{fetch_command, LocalError};
 
 pub use crate::engine::REPEAT_WINDOW;
 
@@ -102,6 +104,7 @@ pub struct LocalModel {
     /// Forward-pass threads.
     threads: usize,
     name: String,
+    spec: &'static ModelSpec,
 }
 
 impl std::fmt::Debug for LocalModel {
@@ -115,54 +118,94 @@ impl std::fmt::Debug for LocalModel {
 }
 
 impl LocalModel {
-    /// Verifies the file (size, then sha256) and loads it, with one forward-pass thread
-    /// per core.
+    /// Verifies the file of the selected model ([`ModelSpec::selected`]: size, then
+    /// sha256) and loads it, with one forward-pass thread per core.
     pub fn load(path: &Path) -> Result<Self, LocalError> {
-        Self::load_with_threads(path, engine::default_threads())
+        Self::load_model(ModelSpec::selected()?, path)
+    }
+
+    /// Verifies that `path` is `spec`'s file and loads it, with one forward-pass thread per
+    /// core.
+    pub fn load_model(spec: &'static ModelSpec, path: &Path) -> Result<Self, LocalError> {
+        Self::load_model_with_threads(spec, path, engine::default_threads())
     }
 
     /// Like [`load`](Self::load) with a given number of forward-pass threads (benchmarks).
     pub fn load_with_threads(path: &Path, threads: usize) -> Result<Self, LocalError> {
+        Self::load_model_with_threads(ModelSpec::selected()?, path, threads)
+    }
+
+    /// Like [`load_model`](Self::load_model) with a given number of forward-pass threads.
+    pub fn load_model_with_threads(
+        spec: &'static ModelSpec,
+        path: &Path,
+        threads: usize,
+    ) -> Result<Self, LocalError> {
         let started = Instant::now();
-        verify_file(path)?;
+        verify_file(spec, path)?;
         let io_error = |source| LocalError::Io {
             path: path.to_path_buf(),
             source,
         };
         let mut reader = BufReader::new(File::open(path).map_err(io_error)?);
         let content = Content::read(&mut reader).map_err(LocalError::Gguf)?;
-        let tokenizer = Tokenizer::from_gguf(&content)?;
+        let tokenizer = match spec.tokenizer {
+            TokenizerKind::SmolLm2Bpe => Tokenizer::from_gguf(&content)?,
+            TokenizerKind::LlamaCpp => Tokenizer::Llama(LlamaTokenizer::load(path)?),
+        };
         let chat_template = match content.metadata.get("tokenizer.chat_template") {
             Some(v) => v.to_string().ok().cloned(),
             None => None,
         };
+        let arch = content
+            .metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok().cloned())
+            .unwrap_or_else(|| "llama".to_string());
         let trained_context = content
             .metadata
-            .get("llama.context_length")
+            .get(&format!("{arch}.context_length"))
             .and_then(|v| v.to_u32().ok())
             .map_or(SLOT_CONTEXT, |n| n as usize);
-        let context_length = trained_context.min(SLOT_CONTEXT);
+        let context_length = trained_context.min(SLOT_CONTEXT).min(spec.context);
         drop(content);
 
+        let stop_ids: Vec<u32> = spec
+            .stop
+            .iter()
+            .map(|s| {
+                tokenizer.special_token_id(s).ok_or_else(|| {
+                    LocalError::Gguf(format!("the vocabulary has no stop token {s:?}"))
+                })
+            })
+            .collect::<Result<_, _>>()?;
         let table = Arc::new(TokenTable {
             bytes: (0..tokenizer.vocab_size() as u32)
                 .map(|id| tokenizer.token_bytes(id).to_vec())
                 .collect(),
             stop: (0..tokenizer.vocab_size() as u32)
-                .map(|id| tokenizer.is_special(id) || id == tokenizer.eos_token_id())
+                .map(|id| {
+                    tokenizer.is_special(id)
+                        || id == tokenizer.eos_token_id()
+                        || stop_ids.contains(&id)
+                })
                 .collect(),
         });
         let threads = threads.max(1);
         // The Q8_0 copy (faster kernels); the original file when it cannot be written.
-        let weights = match crate::convert::ensure_q8_0(path) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot write the Q8_0 copy of the local model; using the Q4_1 file (slower)");
-                path.to_path_buf()
+        let weights = if spec.convert_q8_0 {
+            match crate::convert::ensure_q8_0(path) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot write the Q8_0 copy of the local model; using the Q4_1 file (slower)");
+                    path.to_path_buf()
+                }
             }
+        } else {
+            path.to_path_buf()
         };
         let engine = Engine::start(&weights, threads, table)?;
-        let name = MODEL_FILE.trim_end_matches(".gguf").to_string();
+        let name = spec.display_name().to_string();
         tracing::info!(
             model = %name,
             path = %path.display(),
@@ -178,7 +221,13 @@ impl LocalModel {
             context_length,
             threads,
             name,
+            spec,
         })
+    }
+
+    /// The descriptor of the loaded model.
+    pub fn spec(&self) -> &'static ModelSpec {
+        self.spec
     }
 
     /// E.g. `SmolLM2-135M-Instruct.Q4_1`.
@@ -217,7 +266,12 @@ impl LocalModel {
         max_tokens: usize,
     ) -> Result<Prompt, LocalError> {
         let reserve = max_tokens.min(self.context_length / 2);
-        fit_prompt(&self.tokenizer, messages, self.context_length - reserve)
+        fit_prompt(
+            self.spec.chat,
+            &self.tokenizer,
+            messages,
+            self.context_length - reserve,
+        )
     }
 
     /// Generates the assistant's answer to `req.messages`. Blocking (call it from
@@ -290,21 +344,22 @@ impl LocalModel {
 }
 
 /// Checks that `path` is the expected model: present, the right size, the right sha256.
-fn verify_file(path: &Path) -> Result<(), LocalError> {
+fn verify_file(spec: &ModelSpec, path: &Path) -> Result<(), LocalError> {
     let io_error = |source| LocalError::Io {
         path: path.to_path_buf(),
         source,
     };
     let meta = match std::fs::metadata(path) {
         Ok(m) if m.is_file() => m,
-        Ok(_) => return Err(missing(path)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(missing(path)),
+        Ok(_) => return Err(missing(spec, path)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(missing(spec, path)),
         Err(e) => return Err(io_error(e)),
     };
-    let expected = format!("{MODEL_SIZE} bytes, sha256 {MODEL_SHA256}");
-    if meta.len() != MODEL_SIZE {
+    let expected = format!("{} bytes, sha256 {}", spec.size, spec.sha256);
+    if meta.len() != spec.size {
         return Err(LocalError::ChecksumMismatch {
             path: path.to_path_buf(),
+            fetch: fetch_command(spec),
             expected,
             actual: format!("{} bytes", meta.len()),
         });
@@ -324,9 +379,10 @@ fn verify_file(path: &Path) -> Result<(), LocalError> {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    if digest != MODEL_SHA256 {
+    if digest != spec.sha256 {
         return Err(LocalError::ChecksumMismatch {
             path: path.to_path_buf(),
+            fetch: fetch_command(spec),
             expected,
             actual: format!("{} bytes, sha256 {digest}", meta.len()),
         });
@@ -334,9 +390,10 @@ fn verify_file(path: &Path) -> Result<(), LocalError> {
     Ok(())
 }
 
-fn missing(path: &Path) -> LocalError {
+fn missing(spec: &ModelSpec, path: &Path) -> LocalError {
     LocalError::ModelMissing {
         path: PathBuf::from(path),
+        fetch: fetch_command(spec),
     }
 }
 

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use crate::gguf::{Content, Value};
 use fancy_regex::Regex;
 
+use crate::llama_tokenizer::LlamaTokenizer;
 use crate::LocalError;
 
 /// GPT-2's ByteLevel pre-tokenizer pattern (what SmolLM2's tokenizer.json uses).
@@ -26,9 +27,89 @@ const BYTE_LEVEL_PATTERN: &str =
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 
-/// Text ↔ token ids for the loaded model.
+/// Text ↔ token ids for the loaded model: SmolLM2's byte-level BPE, or llama.cpp's
+/// tokenizer for the GGUF's vocabulary (see [`crate::spec::TokenizerKind`]).
 #[derive(Debug)]
-pub struct Tokenizer {
+pub enum Tokenizer {
+    Bpe(Box<BpeTokenizer>),
+    Llama(LlamaTokenizer),
+}
+
+impl Tokenizer {
+    /// SmolLM2's BPE tokenizer from the GGUF metadata.
+    pub fn from_gguf(content: &Content) -> Result<Self, LocalError> {
+        BpeTokenizer::from_gguf(content).map(|t| Self::Bpe(Box::new(t)))
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Self::Bpe(t) => t.vocab_size(),
+            Self::Llama(t) => t.vocab_size(),
+        }
+    }
+
+    /// The beginning-of-sequence token id.
+    pub fn bos_token_id(&self) -> u32 {
+        match self {
+            Self::Bpe(t) => t.bos_token_id(),
+            Self::Llama(t) => t.bos_token_id(),
+        }
+    }
+
+    /// The end-of-sequence token id.
+    pub fn eos_token_id(&self) -> u32 {
+        match self {
+            Self::Bpe(t) => t.eos_token_id(),
+            Self::Llama(t) => t.eos_token_id(),
+        }
+    }
+
+    /// The id of a control token such as `<|im_end|>`, if the vocabulary has it.
+    pub fn special_token_id(&self, text: &str) -> Option<u32> {
+        match self {
+            Self::Bpe(t) => t.special_token_id(text),
+            Self::Llama(t) => t.special_token_id(text),
+        }
+    }
+
+    /// Whether `id` is a control (or user-defined) token rather than text.
+    pub fn is_special(&self, id: u32) -> bool {
+        match self {
+            Self::Bpe(t) => t.is_special(id),
+            Self::Llama(t) => t.is_special(id),
+        }
+    }
+
+    /// Encodes `text`; control-token spellings in the text become those tokens; no BOS is
+    /// added.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        match self {
+            Self::Bpe(t) => t.encode(text),
+            Self::Llama(t) => t.encode(text),
+        }
+    }
+
+    /// Decodes ids back to text; control tokens are spelled out.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match self {
+            Self::Bpe(t) => t.decode(ids),
+            Self::Llama(t) => t.decode(ids),
+        }
+    }
+
+    /// The raw bytes of one token (empty for an id outside the vocabulary).
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        match self {
+            Self::Bpe(t) => t.token_bytes(id),
+            Self::Llama(t) => t.token_bytes(id),
+        }
+    }
+}
+
+/// SmolLM2's byte-level BPE tokenizer (see the module docs).
+#[derive(Debug)]
+pub struct BpeTokenizer {
     /// id → the token's raw bytes (decoded from the byte-level alphabet; control tokens verbatim).
     token_bytes: Vec<Vec<u8>>,
     /// The byte-level token for each byte value (the BPE starting symbols).
@@ -45,7 +126,7 @@ pub struct Tokenizer {
     eos: u32,
 }
 
-impl Tokenizer {
+impl BpeTokenizer {
     /// Builds the tokenizer from a GGUF file's metadata.
     pub fn from_gguf(content: &Content) -> Result<Self, LocalError> {
         let md = &content.metadata;
@@ -391,7 +472,7 @@ mod tests {
     use super::*;
 
     /// A toy vocabulary: the 256 byte tokens, two control tokens and a few merges.
-    fn toy() -> Tokenizer {
+    fn toy() -> BpeTokenizer {
         let alphabet = byte_to_unicode();
         let mut tokens: Vec<String> = vec!["<|endoftext|>".into(), "<|im_start|>".into()];
         let mut types = vec![3, 3];
@@ -403,7 +484,7 @@ mod tests {
         }
         let merges = ["h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o"];
         let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
-        Tokenizer::new(&tokens, &types, &merges, 1, 0).unwrap()
+        BpeTokenizer::new(&tokens, &types, &merges, 1, 0).unwrap()
     }
 
     #[test]

@@ -466,3 +466,84 @@ fn different_seeds_give_different_answers() {
         "{answers:?}"
     );
 }
+
+#[test]
+fn a_selected_model_is_verified_against_its_own_descriptor() {
+    let dir = tempfile::tempdir().unwrap();
+    // The right size and content for SmolLM2 is still the wrong file for Gemma.
+    let zeros = dir.path().join("zeros.gguf");
+    std::fs::File::create(&zeros)
+        .unwrap()
+        .set_len(parley_local::spec::GEMMA3_270M.size)
+        .unwrap();
+    let err = LocalModel::load_model(&parley_local::spec::GEMMA3_270M, &zeros).unwrap_err();
+    assert!(
+        matches!(err, LocalError::ChecksumMismatch { .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains(parley_local::spec::GEMMA3_270M.sha256),
+        "{msg}"
+    );
+    assert!(msg.contains("fetch-model.sh gemma3-270m"), "{msg}");
+    let missing = dir.path().join("absent.gguf");
+    let err = LocalModel::load_model(&parley_local::spec::GEMMA3_270M, &missing).unwrap_err();
+    assert!(
+        err.to_string().contains("fetch-model.sh gemma3-270m"),
+        "{err}"
+    );
+}
+
+/// Gemma 3 270M (base) through llama.cpp's tokenizer and the Gemma turn format; runs only
+/// when `scripts/fetch-model.sh gemma3-270m` has installed it (253 MB, not fetched here).
+#[test]
+fn gemma_loads_tokenizes_and_generates_when_installed() {
+    let spec = &parley_local::spec::GEMMA3_270M;
+    let path = parley_local::model_path(spec);
+    if !path.is_file() {
+        eprintln!("skipped: {} not installed", path.display());
+        return;
+    }
+    let m = LocalModel::load_model(spec, &path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.model_name(), "gemma-3-270m-q4_k_m");
+    assert_eq!(m.context_length(), 4096);
+    let t = m.tokenizer();
+    assert_eq!(t.vocab_size(), 262_144);
+    assert_eq!(t.special_token_id("<start_of_turn>"), Some(105));
+    assert_eq!(t.special_token_id("<end_of_turn>"), Some(106));
+    assert_eq!(t.bos_token_id(), 2);
+    let text = "Rate limits: 100 req/s per key, burst 20 — token bucket.\n";
+    assert_eq!(t.decode(&t.encode(text)), text);
+    let prompt = m
+        .prompt(
+            &[ChatMessage::system("Be brief."), ChatMessage::user("hi")],
+            16,
+        )
+        .unwrap();
+    let rendered = parley_local::format_chat_as(
+        parley_local::ChatFormat::Gemma,
+        &[ChatMessage::system("Be brief."), ChatMessage::user("hi")],
+    );
+    assert_eq!(prompt.tokens, t.encode(&rendered));
+    assert_eq!(prompt.tokens[0], 2, "the prompt starts with <bos>");
+    let g = m
+        .generate(&greedy(
+            vec![ChatMessage::user("Name one HTTP method.")],
+            12,
+        ))
+        .unwrap();
+    assert!(
+        g.completion_tokens > 0 && g.completion_tokens <= 12,
+        "{g:?}"
+    );
+    // JSON by constrained decoding works over the 262k-token vocabulary too.
+    let g = m
+        .generate(&GenerateRequest {
+            schema: Some(verdict_schema()),
+            ..greedy(vec![ChatMessage::user("Review: use a token bucket.")], 24)
+        })
+        .unwrap();
+    serde_json::from_str::<serde_json::Value>(&g.text)
+        .unwrap_or_else(|e| panic!("{e}: {}", g.text));
+}
