@@ -1,26 +1,40 @@
-//! Checkpoint deltas: what changed in a debate's state between two checkpoints, as a short
-//! list of edits of its JSON, and those edits applied back.
+//! Checkpoint deltas: what changed in a debate's state between two checkpoints, as a small
+//! JSON document of edits, and those edits applied back.
 //!
 //! A writer keeps a [`Shape`] of the state it last wrote: the hash of every part of the
 //! JSON, with the structure below it only where it can still change in place cheaply (the
-//! fields of an object, the last element of an array; earlier array elements and small
+//! fields of an object, the last elements of an array; earlier array elements and small
 //! values are kept as a hash alone). [`Shaper::diff`] compares the next state with it and
 //! writes the edits ([`Delta`]); [`apply`] replays them on the JSON of the earlier state.
 //! The big parts of a debate's state are arrays that only grow (rounds, contributions), so
 //! a transition's delta is mostly the contribution it added.
 //!
-//! A delta is a JSON array of edits, each an array whose first element names it:
-//! - `["s", path, value]`: sets the value at `path` (an object's key, possibly new, or an
-//!   existing array index; the empty path replaces the whole document);
-//! - `["a", path, n, [values]]`: appends `values` to the array at `path`, which must hold
-//!   exactly `n` elements;
-//! - `["t", path, n]`: truncates the array at `path` to `n` elements (it must hold at
-//!   least `n`);
-//! - `["k", path, [keys]]`: keeps only `keys` in the object at `path` (keys were removed).
+//! A delta is an edit of the document's root. An edit is
+//! - a string, number, boolean or null: the value here becomes it;
+//! - an object: edits of this object's members by key, or of this array's elements by
+//!   index (`"3"`); a key the object lacks takes a value (a scalar, or `["s", value]`);
+//! - an array naming an operation:
+//!   - `["s", value]`: the value here becomes `value` (an object or array);
+//!   - `["a", n, [items]]`: appends to this array, which must hold exactly `n` elements,
+//!     one element per item: a copy of the element before it (null for the first) with
+//!     the item applied as an edit (elements next to each other share most of their
+//!     fields; an item can also set the element whole);
+//!   - `["t", n]`: truncates this array to `n` elements (it must hold at least `n`);
+//!   - `["x", len, at, del, [items]]`: in this array, which must hold exactly `len`
+//!     elements, removes the `del` elements from index `at` and inserts there one element
+//!     per item, as an append does (an insert in the middle: some arrays are kept in an
+//!     order other than arrival), or, for an item `["r", k, edit]`, as a copy of the
+//!     `k`-th element it removed with `edit` applied;
+//!   - `["k", [keys], edit]`: keeps only `keys` in this object (others were removed), then
+//!     applies `edit`;
+//!   - `["m", edit, edit]`: both edits in turn (an array's elements changed in place, then
+//!     its end).
 //!
-//! A path is an array of object keys (strings) and array indexes (numbers). Every edit
-//! checks what it needs (the path exists, the array's length): a delta applied to the wrong
-//! base fails with a [`DeltaError`] instead of producing a state that was never written.
+//! Nesting shares the path of the edits below a key, so a transition that touches a few
+//! fields deep in the state costs little more than their values. Every edit checks what it
+//! needs (the member exists, the array's length): a delta applied to the wrong base fails
+//! with a [`DeltaError`] instead of producing a state that was never written. An empty
+//! object is "no change".
 //!
 //! The hashes are keyed per process ([`Shaper::new`]): they never leave it, and content a
 //! user controls cannot be chosen to collide.
@@ -28,12 +42,15 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
 
-use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Objects and arrays whose JSON is shorter than this are summarised by their hash alone:
 /// a change rewrites them whole (no shorter than the paths of edits inside them).
 const LEAF_BYTES: usize = 96;
+
+/// An array keeps the structure of this many of its last elements (the ones that still
+/// change: the current round, and the one before while the next starts).
+const KEPT_TREES: usize = 2;
 
 /// What a writer remembers of a JSON document it wrote: hashes, and the structure where a
 /// delta can reach into it (see the module docs).
@@ -67,8 +84,8 @@ impl Shape {
         }
     }
 
-    /// The shape as kept between checkpoints: an array's elements before the last become
-    /// leaves (they rarely change; one that does is rewritten whole).
+    /// The shape as kept between checkpoints: an array's elements before the last
+    /// [`KEPT_TREES`] become leaves (they rarely change; one that does is rewritten whole).
     fn prune(self) -> Shape {
         match self {
             Shape::Leaf(_) => self,
@@ -79,7 +96,13 @@ impl Shape {
                     h,
                     e.into_iter()
                         .enumerate()
-                        .map(|(i, s)| if i + 1 < n { Shape::Leaf(s.hash()) } else { s.prune() })
+                        .map(|(i, s)| {
+                            if i + KEPT_TREES < n {
+                                Shape::Leaf(s.hash())
+                            } else {
+                                s.prune()
+                            }
+                        })
                         .collect(),
                 )
             }
@@ -87,24 +110,16 @@ impl Shape {
     }
 }
 
-/// A delta's JSON (see the module docs) and the number of edits in it.
+/// A delta's JSON (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Delta {
     pub json: String,
-    pub edits: usize,
 }
 
 /// Builds shapes and deltas with one process's hash keys.
 #[derive(Debug, Clone, Default)]
 pub struct Shaper {
     keys: RandomState,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Seg<'a> {
-    Key(&'a str),
-    Index(usize),
 }
 
 impl Shaper {
@@ -193,218 +208,369 @@ impl Shaper {
     /// and the approximate length of `new`'s JSON.
     pub fn diff(&self, old: &Shape, new: &Value) -> (Delta, Shape, usize) {
         let (full, size) = self.full_shape(new);
-        let mut out = Out {
-            buf: Vec::with_capacity(256),
-            edits: 0,
-        };
-        out.buf.push(b'[');
-        let mut path = Vec::new();
-        self.diff_at(&mut path, old, new, &full, &mut out);
-        out.buf.push(b']');
-        let delta = Delta {
-            // Only serde_json wrote into it: valid UTF-8.
-            json: String::from_utf8(out.buf).unwrap_or_default(),
-            edits: out.edits,
-        };
-        (delta, full.prune(), size)
+        let edit = self
+            .diff_at(old, new, &full)
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        let json = serde_json::to_string(&edit).unwrap_or_default();
+        (Delta { json }, full.prune(), size)
     }
 
-    fn diff_at<'a>(
-        &self,
-        path: &mut Vec<Seg<'a>>,
-        old: &Shape,
-        new_v: &'a Value,
-        new: &Shape,
-        out: &mut Out,
-    ) {
+    /// The edit that turns what `old` describes into `new_v` (`new` its full shape);
+    /// `None` when they are the same.
+    fn diff_at(&self, old: &Shape, new_v: &Value, new: &Shape) -> Option<Value> {
         if old.hash() == new.hash() {
-            return;
+            return None;
         }
         match (old, new_v, new) {
             (Shape::Obj(_, of), Value::Object(m), Shape::Obj(_, nf)) => {
-                let removed = of
-                    .iter()
-                    .any(|(k, _)| nf.binary_search_by_key(k, |(h, _)| *h).is_err());
-                if removed {
-                    let keys: Vec<&str> = m.keys().map(String::as_str).collect();
-                    out.edit("k", path, &keys);
-                }
+                let at = |f: &[(u64, Shape)], k: u64| -> Option<usize> {
+                    f.binary_search_by_key(&k, |(h, _)| *h).ok()
+                };
+                let mut edits = Map::new();
                 for (k, v) in m {
                     let kh = self.hash_key(k);
-                    let Some(ns) = nf
-                        .binary_search_by_key(&kh, |(h, _)| *h)
-                        .ok()
-                        .map(|i| &nf[i].1)
-                    else {
-                        continue;
-                    };
-                    path.push(Seg::Key(k));
-                    match of
-                        .binary_search_by_key(&kh, |(h, _)| *h)
-                        .ok()
-                        .map(|i| &of[i].1)
-                    {
-                        Some(os) => self.diff_at(path, os, v, ns, out),
-                        None => out.edit("s", path, v),
+                    let Some(n) = at(nf, kh) else { continue };
+                    match at(of, kh) {
+                        Some(o) => {
+                            if let Some(e) = self.diff_at(&of[o].1, v, &nf[n].1) {
+                                edits.insert(k.clone(), e);
+                            }
+                        }
+                        None => {
+                            edits.insert(k.clone(), set(v));
+                        }
                     }
-                    path.pop();
                 }
+                let removed = of.iter().any(|(k, _)| at(nf, *k).is_none());
+                Some(if removed {
+                    let keys: Vec<Value> = m.keys().map(|k| Value::String(k.clone())).collect();
+                    Value::Array(vec!["k".into(), Value::Array(keys), Value::Object(edits)])
+                } else {
+                    Value::Object(edits)
+                })
             }
             (Shape::Arr(_, oe), Value::Array(a), Shape::Arr(_, ne)) => {
-                let common = oe.len().min(ne.len());
-                for i in 0..common {
-                    path.push(Seg::Index(i));
-                    self.diff_at(path, &oe[i], &a[i], &ne[i], out);
-                    path.pop();
+                // The unchanged ends, then what lies between them: changed in place
+                // (element by element) then grown or cut at the end, or spliced.
+                let (ol, nl) = (oe.len(), ne.len());
+                let mut p = 0;
+                while p < ol && p < nl && oe[p].hash() == ne[p].hash() {
+                    p += 1;
                 }
-                if ne.len() < oe.len() {
-                    out.edit("t", path, &ne.len());
-                } else if ne.len() > oe.len() {
-                    out.append(path, oe.len(), &a[oe.len()..]);
+                let mut q = 0;
+                while q < ol - p && q < nl - p && oe[ol - 1 - q].hash() == ne[nl - 1 - q].hash() {
+                    q += 1;
                 }
+                let (om, nm) = (ol - p - q, nl - p - q);
+                if om != nm && q > 0 {
+                    // Inserted or removed before an unchanged end.
+                    let items = self.items(a, ne, p, p + nm, &trees(oe, p, om));
+                    return Some(op("x", [ol.into(), p.into(), om.into(), items]));
+                }
+                let mut edits = Map::new();
+                for i in p..p + om.min(nm) {
+                    if let Some(e) = self.diff_at(&oe[i], &a[i], &ne[i]) {
+                        edits.insert(i.to_string(), e);
+                    }
+                }
+                let end = if nl > ol {
+                    Some(op("a", [ol.into(), self.items(a, ne, ol, nl, &[])]))
+                } else if nl < ol {
+                    Some(op("t", [nl.into()]))
+                } else {
+                    None
+                };
+                let in_place = match (edits.is_empty(), end) {
+                    (_, None) => Value::Object(edits),
+                    (true, Some(end)) => end,
+                    (false, Some(end)) => op("m", [Value::Object(edits), end]),
+                };
+                // Elements kept as a hash alone were rewritten whole in place: as a splice,
+                // each is an edit of the one before it, which may be shorter.
+                let rewritten = (p..p + om.min(nm))
+                    .any(|i| matches!(oe[i], Shape::Leaf(_)) && !matches!(ne[i], Shape::Leaf(_)));
+                if rewritten {
+                    let items = self.items(a, ne, p, p + nm, &trees(oe, p, om));
+                    let splice = op("x", [ol.into(), p.into(), om.into(), items]);
+                    if json_len(&splice) < json_len(&in_place) {
+                        return Some(splice);
+                    }
+                }
+                Some(in_place)
             }
-            _ => out.edit("s", path, new_v),
+            _ => Some(set(new_v)),
         }
     }
 }
 
-struct Out {
-    buf: Vec<u8>,
-    edits: usize,
+impl Shaper {
+    /// The elements `from..to` of the array `a` (`ne` their full shapes) as items of an
+    /// append or splice: each the edit of a copy of the element before it (elements next
+    /// to each other — events, contributions — share most of their fields), or of one of
+    /// the elements the splice removes (`removed`: their index among them and shape;
+    /// `["r", index, edit]`), or the element whole, whichever is shortest.
+    fn items(
+        &self,
+        a: &[Value],
+        ne: &[Shape],
+        from: usize,
+        to: usize,
+        removed: &[(usize, &Shape)],
+    ) -> Value {
+        Value::Array(
+            (from..to)
+                .map(|i| {
+                    let mut best = set(&a[i]);
+                    let mut best_len = json_len(&best);
+                    let mut consider = |e: Value| {
+                        let n = json_len(&e);
+                        if n < best_len {
+                            best = e;
+                            best_len = n;
+                        }
+                    };
+                    if i > 0 {
+                        consider(
+                            self.diff_at(&ne[i - 1], &a[i], &ne[i])
+                                .unwrap_or_else(|| Value::Object(Map::new())),
+                        );
+                    }
+                    for (k, shape) in removed {
+                        let e = self
+                            .diff_at(shape, &a[i], &ne[i])
+                            .unwrap_or_else(|| Value::Object(Map::new()));
+                        consider(op("r", [(*k).into(), e]));
+                    }
+                    best
+                })
+                .collect(),
+        )
+    }
 }
 
-impl Out {
-    fn start(&mut self, op: &str, path: &[Seg<'_>]) {
-        if self.edits > 0 {
-            self.buf.push(b',');
+/// Applies the items of an append or splice (see [`Shaper::items`]) into `a` from index
+/// `at`; `removed` are the elements the splice removed.
+fn insert_items(
+    a: &mut Vec<Value>,
+    at: usize,
+    items: Vec<Value>,
+    removed: &[Value],
+    path: &mut Vec<String>,
+) -> Result<(), String> {
+    for (k, item) in items.into_iter().enumerate() {
+        let i = at + k;
+        path.push(format!("+{i}"));
+        let (mut v, edit) = match item {
+            Value::Array(parts) if parts.first().is_some_and(|n| n == "r") => {
+                let mut parts = parts.into_iter().skip(1);
+                let j = parts.next().and_then(|j| j.as_u64()).unwrap_or(u64::MAX);
+                let base = usize::try_from(j)
+                    .ok()
+                    .and_then(|j| removed.get(j))
+                    .ok_or_else(|| format!("no removed element {j} to copy"))?;
+                (base.clone(), parts.next().ok_or("\"r\" without an edit")?)
+            }
+            item => (if i == 0 { Value::Null } else { a[i - 1].clone() }, item),
+        };
+        apply_at(&mut v, edit, path)?;
+        path.pop();
+        a.insert(i, v);
+    }
+    Ok(())
+}
+
+/// The elements `p..p + n` of an old array that kept their structure, by their index
+/// among those elements.
+fn trees(oe: &[Shape], p: usize, n: usize) -> Vec<(usize, &Shape)> {
+    oe[p..p + n]
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !matches!(s, Shape::Leaf(_)))
+        .collect()
+}
+
+/// The length of `v`'s JSON.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
         }
-        self.edits += 1;
-        self.buf.extend_from_slice(b"[\"");
-        self.buf.extend_from_slice(op.as_bytes());
-        self.buf.extend_from_slice(b"\",");
-        // Serializing strings, numbers and values into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut self.buf, path);
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
+    let mut c = Count(0);
+    serde_json::to_writer(&mut c, v).map_or(usize::MAX, |()| c.0)
+}
 
-    fn edit<T: Serialize + ?Sized>(&mut self, op: &str, path: &[Seg<'_>], arg: &T) {
-        self.start(op, path);
-        self.buf.push(b',');
-        let _ = serde_json::to_writer(&mut self.buf, arg);
-        self.buf.push(b']');
+/// The edit that sets `v`.
+fn set(v: &Value) -> Value {
+    match v {
+        Value::Object(_) | Value::Array(_) => op("s", [v.clone()]),
+        scalar => scalar.clone(),
     }
+}
 
-    fn append(&mut self, path: &[Seg<'_>], at: usize, values: &[Value]) {
-        self.start("a", path);
-        self.buf.push(b',');
-        let _ = serde_json::to_writer(&mut self.buf, &at);
-        self.buf.push(b',');
-        let _ = serde_json::to_writer(&mut self.buf, values);
-        self.buf.push(b']');
-    }
+fn op<const N: usize>(name: &str, args: [Value; N]) -> Value {
+    let mut a = Vec::with_capacity(N + 1);
+    a.push(Value::String(name.into()));
+    a.extend(args);
+    Value::Array(a)
 }
 
 /// Why a delta could not be applied.
 #[derive(Debug, thiserror::Error)]
-#[error("edit {edit}: {reason}")]
+#[error("at {path}: {reason}")]
 pub struct DeltaError {
-    /// Index of the failing edit in the delta (0-based).
-    pub edit: usize,
+    /// Where in the document (`/`-separated keys and indexes).
+    pub path: String,
     pub reason: String,
 }
 
 /// Applies a delta (its JSON) to `doc`. On an error `doc` may be partly changed.
 pub fn apply(doc: &mut Value, delta: &str) -> Result<(), DeltaError> {
-    let edits: Vec<Value> = serde_json::from_str(delta).map_err(|e| DeltaError {
-        edit: 0,
+    let edit: Value = serde_json::from_str(delta).map_err(|e| DeltaError {
+        path: "/".into(),
         reason: format!("not a delta: {e}"),
     })?;
-    for (i, edit) in edits.into_iter().enumerate() {
-        apply_edit(doc, edit).map_err(|reason| DeltaError { edit: i, reason })?;
-    }
-    Ok(())
+    let mut path = Vec::new();
+    apply_at(doc, edit, &mut path).map_err(|reason| DeltaError {
+        path: format!("/{}", path.join("/")),
+        reason,
+    })
 }
 
-fn apply_edit(doc: &mut Value, edit: Value) -> Result<(), String> {
-    let Value::Array(parts) = edit else {
-        return Err("an edit is not an array".into());
-    };
-    let mut parts = parts.into_iter();
-    let (Some(Value::String(op)), Some(Value::Array(path))) = (parts.next(), parts.next()) else {
-        return Err("an edit has no operation or path".into());
-    };
-    let arg = parts.next().ok_or("an edit has no argument")?;
-    match op.as_str() {
-        "s" => {
-            let Some((last, parent)) = path.split_last() else {
-                *doc = arg;
-                return Ok(());
-            };
-            let parent = walk(doc, parent)?;
-            match (parent, last) {
-                (Value::Object(m), Value::String(k)) => {
-                    m.insert(k.clone(), arg);
+/// Applies `edit` to `doc`; on an error `path` is where it failed.
+fn apply_at(doc: &mut Value, edit: Value, path: &mut Vec<String>) -> Result<(), String> {
+    match edit {
+        Value::Object(edits) => {
+            for (k, e) in edits {
+                path.push(k);
+                let k = path.last().map(String::as_str).unwrap_or_default();
+                match doc {
+                    Value::Object(m) => match m.get_mut(k) {
+                        Some(child) => apply_at(child, e, path)?,
+                        None => {
+                            let v = new_value(e)?;
+                            m.insert(k.to_string(), v);
+                        }
+                    },
+                    Value::Array(a) => {
+                        let len = a.len();
+                        let child = k
+                            .parse::<usize>()
+                            .ok()
+                            .and_then(|i| a.get_mut(i))
+                            .ok_or_else(|| format!("no element {k:?} in an array of {len}"))?;
+                        apply_at(child, e, path)?;
+                    }
+                    other => return Err(format!("an edit of members of {}", kind(other))),
                 }
-                (Value::Array(a), Value::Number(n)) => {
-                    let i = index(n)?;
-                    let len = a.len();
-                    *a.get_mut(i)
-                        .ok_or_else(|| format!("index {i} out of range (length {len})"))? = arg;
-                }
-                (other, last) => return Err(format!("cannot set {last} in {}", kind(other))),
+                path.pop();
             }
+            Ok(())
         }
+        Value::Array(parts) => apply_op(doc, parts, path),
+        scalar => {
+            *doc = scalar;
+            Ok(())
+        }
+    }
+}
+
+/// The value a member the object lacks takes.
+fn new_value(edit: Value) -> Result<Value, String> {
+    match edit {
+        Value::Array(parts) if parts.len() == 2 && parts[0] == "s" => {
+            Ok(parts.into_iter().nth(1).unwrap_or_default())
+        }
+        Value::Object(_) | Value::Array(_) => Err("an edit of a member that does not exist".into()),
+        scalar => Ok(scalar),
+    }
+}
+
+fn apply_op(doc: &mut Value, parts: Vec<Value>, path: &mut Vec<String>) -> Result<(), String> {
+    let mut parts = parts.into_iter();
+    let Some(Value::String(name)) = parts.next() else {
+        return Err("an operation without a name".into());
+    };
+    let num = |what: &str, v: Option<Value>| match v {
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|i| usize::try_from(i).ok())
+            .ok_or_else(|| format!("{n} is not {what}")),
+        _ => Err(format!("{name:?} without {what}")),
+    };
+    let values = |v: Option<Value>| match v {
+        Some(Value::Array(values)) => Ok(values),
+        _ => Err(format!("{name:?} without values")),
+    };
+    match name.as_str() {
+        "s" => *doc = parts.next().ok_or("\"s\" without a value")?,
         "a" => {
-            let Value::Number(at) = arg else {
-                return Err("an append without a length".into());
-            };
-            let at = index(&at)?;
-            let Some(Value::Array(values)) = parts.next() else {
-                return Err("an append without values".into());
-            };
-            match walk(doc, &path)? {
-                Value::Array(a) if a.len() == at => a.extend(values),
+            let n = num("a length", parts.next())?;
+            let values = values(parts.next())?;
+            match doc {
+                Value::Array(a) if a.len() == n => insert_items(a, n, values, &[], path)?,
                 Value::Array(a) => {
                     return Err(format!(
-                        "append at {at} to an array of {} elements: not the state it was made from",
+                        "an append made for {n} elements to an array of {}",
                         a.len()
                     ))
                 }
-                other => return Err(format!("append to {}", kind(other))),
+                other => return Err(format!("an append to {}", kind(other))),
             }
         }
         "t" => {
-            let Value::Number(n) = arg else {
-                return Err("a truncation without a length".into());
-            };
-            let n = index(&n)?;
-            match walk(doc, &path)? {
+            let n = num("a length", parts.next())?;
+            match doc {
                 Value::Array(a) if a.len() >= n => a.truncate(n),
                 Value::Array(a) => {
-                    return Err(format!("truncate an array of {} elements to {n}", a.len()))
+                    return Err(format!("a cut to {n} of an array of {}", a.len()))
                 }
-                other => return Err(format!("truncate {}", kind(other))),
+                other => return Err(format!("a cut of {}", kind(other))),
+            }
+        }
+        "x" => {
+            let len = num("a length", parts.next())?;
+            let at = num("a position", parts.next())?;
+            let del = num("a count", parts.next())?;
+            let values = values(parts.next())?;
+            match doc {
+                Value::Array(a) if a.len() == len && at + del <= len => {
+                    let removed: Vec<Value> = a.drain(at..at + del).collect();
+                    insert_items(a, at, values, &removed, path)?;
+                }
+                Value::Array(a) => {
+                    return Err(format!(
+                        "a splice at {at} (-{del}) made for {len} elements into an array of {}",
+                        a.len()
+                    ))
+                }
+                other => return Err(format!("a splice into {}", kind(other))),
             }
         }
         "k" => {
-            let Value::Array(keys) = arg else {
-                return Err("a key list is not an array".into());
-            };
+            let keys = values(parts.next())?;
             let keep: std::collections::BTreeSet<&str> =
                 keys.iter().filter_map(Value::as_str).collect();
-            match walk(doc, &path)? {
+            match doc {
                 Value::Object(m) => m.retain(|k, _| keep.contains(k.as_str())),
-                other => return Err(format!("keep keys of {}", kind(other))),
+                other => return Err(format!("a key list for {}", kind(other))),
+            }
+            let edit = parts.next().ok_or("\"k\" without an edit")?;
+            apply_at(doc, edit, path)?;
+        }
+        "m" => {
+            for edit in parts {
+                apply_at(doc, edit, path)?;
             }
         }
-        other => return Err(format!("unknown edit {other:?}")),
+        other => return Err(format!("unknown operation {other:?}")),
     }
     Ok(())
-}
-
-fn index(n: &serde_json::Number) -> Result<usize, String> {
-    n.as_u64()
-        .and_then(|i| usize::try_from(i).ok())
-        .ok_or_else(|| format!("{n} is not an index"))
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -416,24 +582,6 @@ fn kind(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
-}
-
-fn walk<'v>(mut doc: &'v mut Value, path: &[Value]) -> Result<&'v mut Value, String> {
-    for seg in path {
-        doc = match (doc, seg) {
-            (Value::Object(m), Value::String(k)) => m
-                .get_mut(k)
-                .ok_or_else(|| format!("no key {k:?} on the path"))?,
-            (Value::Array(a), Value::Number(n)) => {
-                let i = index(n)?;
-                let len = a.len();
-                a.get_mut(i)
-                    .ok_or_else(|| format!("index {i} out of range (length {len}) on the path"))?
-            }
-            (other, seg) => return Err(format!("cannot follow {seg} into {}", kind(other))),
-        };
-    }
-    Ok(doc)
 }
 
 #[cfg(test)]
@@ -452,41 +600,62 @@ mod tests {
     }
 
     fn long(s: &str) -> String {
-        s.repeat(40)
+        s.repeat(150)
     }
 
     #[test]
     fn appends_are_appends() {
         let a = json!({"rounds": [{"n": 1, "cs": [long("a"), long("b")]}], "status": "running"});
         let b = json!({"rounds": [{"n": 1, "cs": [long("a"), long("b"), long("c")]}], "status": "running"});
-        let d = roundtrip(a, b);
-        assert_eq!(d.edits, 1);
-        assert!(d.json.starts_with(r#"[["a",["rounds",0,"cs"],2,"#), "{}", d.json);
+        let d = roundtrip(a.clone(), b);
+        assert!(d.json.starts_with(r#"{"rounds":{"0":{"cs":["a",2,["ccc"#), "{}", d.json);
+        // Appended objects are edits of the element before them.
+        let ev = |seq: u32, task: &str| json!({"debateId": long("d"), "seq": seq, "taskId": task, "type": "taskDispatched"});
+        let e = json!({"outbox": [ev(1, "t1")]});
+        let f = json!({"outbox": [ev(1, "t1"), ev(2, "t2"), ev(3, "t3"), ev(3, "t3")]});
+        let d = roundtrip(e, f);
+        assert_eq!(d.json, r#"{"outbox":["a",1,[{"seq":2,"taskId":"t2"},{"seq":3,"taskId":"t3"},{}]]}"#);
         assert!(!d.json.contains(&long("a")), "{}", d.json);
+        assert_eq!(roundtrip(a.clone(), a).json, "{}");
     }
 
     #[test]
-    fn sets_removes_truncates_and_type_changes() {
+    fn sets_removes_truncates_splices_and_type_changes() {
         let big = json!({"x": long("x"), "y": [long("1"), long("2"), long("3")], "z": {"deep": long("d"), "n": 1}});
-        roundtrip(big.clone(), big.clone());
         let mut b = big.clone();
         b["z"]["n"] = json!(2);
         b["new"] = json!("v");
+        b["obj"] = json!({"o": [1]});
         b.as_object_mut().unwrap().remove("x");
         b["y"] = json!([long("1")]);
         let d = roundtrip(big.clone(), b);
-        assert!(d.json.contains(r#"["k",[],"#), "{}", d.json);
-        assert!(d.json.contains(r#"["t",["y"],1]"#), "{}", d.json);
+        assert!(d.json.starts_with(r#"["k",["new","obj","y","z"],{"#), "{}", d.json);
+        assert!(d.json.contains(r#""y":["t",1]"#), "{}", d.json);
+        assert!(d.json.contains(r#""z":{"n":2}"#), "{}", d.json);
+        assert!(d.json.contains(r#""obj":["s",{"o":[1]}]"#), "{}", d.json);
         // An earlier array element changed (it is a leaf once pruned): rewritten whole.
         let mut c = big.clone();
         c["y"][0] = json!("changed");
-        roundtrip(big.clone(), c);
+        assert!(roundtrip(big.clone(), c).json.contains(r#""0":"changed""#));
+        // Inserted in the middle, removed from the middle: a splice of the new elements.
+        let mut f = big.clone();
+        f["y"] = json!([long("1"), long("new"), long("2"), long("3")]);
+        let d = roundtrip(big.clone(), f.clone());
+        assert!(d.json.contains(r#""y":["x",3,1,0,["#), "{}", d.json);
+        assert!(!d.json.contains(&long("3")), "{}", d.json);
+        roundtrip(f, big.clone());
+        // Changed in place and grown.
+        let mut g = big.clone();
+        g["y"] = json!([long("1"), long("2"), "three", long("4")]);
+        let d = roundtrip(big.clone(), g);
+        assert!(d.json.contains(r#"["m",{"2":"three"},["a",3,["#), "{}", d.json);
         // Type changes and a whole new document.
         let mut e = big.clone();
         e["z"] = json!([1, 2]);
         roundtrip(big.clone(), e);
-        roundtrip(big, json!(null));
+        roundtrip(big.clone(), json!(null));
         roundtrip(json!([1, 2, 3]), json!({"a": 1}));
+        roundtrip(json!({"a": long("a")}), json!([long("a")]));
     }
 
     #[test]
@@ -500,12 +669,15 @@ mod tests {
         let mut doc = a.clone();
         apply(&mut doc, &d.json).unwrap();
         let e = apply(&mut doc, &d.json).unwrap_err();
-        assert!(e.reason.contains("append at 1"), "{e}");
-        // Missing path.
-        let mut other = json!({"k": 1});
-        assert!(apply(&mut other, &d.json).is_err());
+        assert!(e.reason.contains("made for 1 elements") && e.path == "/cs", "{e}");
+        // A member that is not there, or not an array.
+        assert!(apply(&mut json!({"k": 1}), &d.json).is_err());
+        assert!(apply(&mut json!({"cs": 1}), &d.json).is_err());
+        assert!(apply(&mut json!({"cs": [1]}), r#"{"cs":{"4":2}}"#).is_err());
+        assert!(apply(&mut json!({"cs": [1]}), r#"{"new":{"deep":2}}"#).is_err());
         // Garbage.
-        assert!(apply(&mut json!({}), "[[\"s\"").is_err());
-        assert!(apply(&mut json!({}), r#"[["x",[],1]]"#).is_err());
+        assert!(apply(&mut json!({}), r#"[["s""#).is_err());
+        assert!(apply(&mut json!({}), r#"["q",1]"#).is_err());
+        assert!(apply(&mut json!([]), r#"["x",0,0,1,[]]"#).is_err());
     }
 }

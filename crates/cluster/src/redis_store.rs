@@ -52,7 +52,7 @@ use redis::Script;
 
 mod checkpoint;
 pub mod lifecycle;
-pub use checkpoint::{LOG_FACTOR, LOG_FLOOR, MAX_DELTAS, SHAPE_IDLE};
+pub use checkpoint::{LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};
 pub use lifecycle::{Stored, TaskLookup, DEAD_LETTERS_KEPT, DEBATE_KEYS};
 
 #[derive(Debug, thiserror::Error)]

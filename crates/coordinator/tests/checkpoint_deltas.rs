@@ -149,7 +149,7 @@ impl Debate {
 /// a cancelled one, one with clarifications answered.
 fn sequences() -> Vec<(&'static str, Vec<DebateState>)> {
     let mut out = vec![];
-    for (name, bytes) in [("6x2 short", 200), ("6x2 long", 8000)] {
+    for (name, bytes) in [("6x2 short", 60), ("6x2 long", 8000)] {
         let mut d = Debate::new("deb-wide", spec(6, 2, json!({})));
         d.apply(Input::Start);
         d.run(bytes, |_| false);
@@ -320,8 +320,14 @@ async fn the_store_writes_deltas_and_reads_them_back() {
             let names: Vec<&str> = fields.iter().map(|f| f.0.as_str()).collect();
             assert!(!names.iter().any(|n| n.starts_with("d:")), "{name}: {names:?}");
         }
-        if name.starts_with("6x2") {
+        // Replies of real length: within 3x. Replies of 60 bytes (the bench's fake LLM):
+        // each transition's bookkeeping (its events, the spend, `updatedAt`) outweighs its
+        // reply, and the ratio is higher (measured about 3.6x; 44x with full checkpoints).
+        if name == "6x2 long" {
             assert!(ratio < 3.0, "{name}: {ratio:.2}x the final state");
+        }
+        if name == "6x2 short" {
+            assert!(ratio < 4.0, "{name}: {ratio:.2}x the final state");
         }
     }
 }
@@ -431,4 +437,24 @@ async fn refusals_takeover_corruption_and_the_old_format() {
     let names: Vec<String> = redis::cmd("HKEYS").arg(k).query_async(&mut conn).await.unwrap();
     assert!(names.contains(&"d:9".to_string()) && !names.contains(&"d:8".to_string()), "{names:?}");
     assert_eq!(a.state("deb-x").await.unwrap().unwrap().state, states[5]);
+}
+
+/// Prints the deltas of the 6-agent debate (`SHOW=1`) and their sizes: what a transition
+/// writes.
+#[test]
+#[ignore]
+fn show_deltas() {
+    let shaper = Shaper::new();
+    let (_, states) = sequences().into_iter().next().unwrap();
+    let mut shape = shaper.shape(&serde_json::to_value(&states[0]).unwrap()).0;
+    let mut total = 0;
+    for s in &states[1..] {
+        let (d, sh, _) = shaper.diff(&shape, &serde_json::to_value(s).unwrap());
+        shape = sh;
+        total += d.json.len();
+        if std::env::var("SHOW").is_ok() {
+            eprintln!("{} {}", d.json.len(), d.json);
+        }
+    }
+    eprintln!("{} deltas, {total} bytes", states.len() - 1);
 }

@@ -28,16 +28,18 @@
 //! - when the writer has no shape of the expected version (the debate's first write, the
 //!   first write after an adoption or a restart, a shape dropped after [`SHAPE_IDLE`]);
 //! - at a terminal status (completed, failed, cancelled): a finished debate is read as one
-//!   field, and keeps no deltas through its retention;
-//! - when the deltas since the snapshot would exceed [`LOG_FACTOR`] × the snapshot's bytes
-//!   (and at least [`LOG_FLOOR`]), or [`MAX_DELTAS`] of them: a reader never replays more
-//!   than about `LOG_FACTOR + 1` times the state;
-//! - when one delta would be at least half the state.
+//!   field, and keeps no deltas (no more bytes than its state) through its retention;
+//! - when the deltas since the snapshot would pass [`LOG_FACTOR`] × the state's size, or
+//!   number [`MAX_DELTAS`]: a reader never reads more than about `LOG_FACTOR + 1` times
+//!   the state, nor replays more than `MAX_DELTAS` deltas;
+//! - when one delta would be larger than the state.
 //!
-//! The snapshots written while a debate runs therefore grow at least fivefold each: all of
-//! them together are at most 1.25 × the last one, and with the terminal snapshot and the
-//! deltas (about the final state in all, plus what each transition rewrites) a debate
-//! writes about 2–3 × its final state (see the README's scale-out figures).
+//! A snapshot taken while the debate runs is smaller than a `LOG_FACTOR`-th of the deltas
+//! before it, so the bytes written are at most the first snapshot, the deltas (each
+//! transition's change: what it appended, plus the few fields every transition rewrites —
+//! the events of its outbox, the spend, `updatedAt`) × (1 + 1/`LOG_FACTOR`), and the final
+//! state once. Deltas grow only where they must: a debate whose deltas mostly append
+//! contributions writes about twice its final state (see the README's scale-out figures).
 //!
 //! # Reading
 //! [`RedisStore::state`] reads the whole hash at once (`HGETALL`) and replays the deltas on
@@ -56,10 +58,8 @@ use serde::de::Error as _;
 use super::{key, Checkpoint, RedisStore, RedisStoreError, Result};
 use crate::checkpoint_delta::{self, Shape, Shaper};
 
-/// The deltas since the snapshot may reach this many times the snapshot's bytes.
+/// The deltas since the snapshot may reach this many times the state's bytes.
 pub const LOG_FACTOR: usize = 4;
-/// ... and at least this many bytes (a small debate then takes no snapshot while it runs).
-pub const LOG_FLOOR: usize = 64 * 1024;
 /// At most this many deltas after a snapshot.
 pub const MAX_DELTAS: u64 = 256;
 /// A shape unused this long is dropped (the debate's next write is a snapshot).
@@ -101,8 +101,6 @@ struct Written {
     version: u64,
     nonce: String,
     shape: Shape,
-    /// Bytes of the snapshot the deltas apply to.
-    base_bytes: usize,
     /// Bytes and number of the deltas written since.
     log_bytes: usize,
     deltas: u64,
@@ -253,9 +251,7 @@ impl RedisStore {
             let value = serde_json::to_value(state)?;
             let (delta, shape, size) = self.shapes.shaper.diff(&prev.shape, &value);
             let log = prev.log_bytes + delta.json.len();
-            if prev.deltas < MAX_DELTAS
-                && log <= (LOG_FACTOR * prev.base_bytes).max(LOG_FLOOR)
-                && delta.json.len() * 2 < size
+            if prev.deltas < MAX_DELTAS && log <= LOG_FACTOR * size && delta.json.len() < size
             {
                 let record = format!("{} {}", prev.nonce, delta.json);
                 let nonce = link(&record);
@@ -277,7 +273,6 @@ impl RedisStore {
                                 version: next,
                                 nonce,
                                 shape,
-                                base_bytes: prev.base_bytes,
                                 log_bytes: log + LINK_LEN + 1,
                                 deltas: prev.deltas + 1,
                                 used: Instant::now(),
@@ -290,7 +285,7 @@ impl RedisStore {
                     _ => {}
                 }
             }
-            // Too big for a delta, or another write's nonce: a snapshot.
+            // Time for a snapshot (see the module docs), or another write's link.
             return self.save_snapshot(state, expected, Some(shape)).await;
         }
         self.save_snapshot(state, expected, None).await
@@ -331,7 +326,6 @@ impl RedisStore {
                     version: next,
                     nonce,
                     shape,
-                    base_bytes: json.len(),
                     log_bytes: 0,
                     deltas: 0,
                     used: Instant::now(),
