@@ -1384,6 +1384,16 @@ async fn checkpoint_bytes(rows: &mut Vec<Row>) -> TaskSizes {
     }
 }
 
+/// `checkpoint` (only when named): the checkpoint bytes of one 6-agent, 2-round debate, as
+/// in `scaleout`, without the rest of it.
+async fn checkpoint_only(rows: &mut Vec<Row>) {
+    println!(
+        "== checkpoint bytes (one debate alone; load {})",
+        load_average()
+    );
+    checkpoint_bytes(rows).await;
+}
+
 async fn scaleout(rows: &mut Vec<Row>) {
     let debates = env_num("SCALE_DEBATES", 100).max(1) as usize;
     let raw_ops = env_num("RAW_OPS", 2000).max(1) as usize;
@@ -1495,9 +1505,10 @@ async fn main() {
             "makespan" => makespan(&mut rows).await,
             "ratelimit" => ratelimit(&mut rows).await,
             "scaleout" => scaleout(&mut rows).await,
+            "checkpoint" => checkpoint_only(&mut rows).await,
             other => {
                 eprintln!(
-                    "unknown mode {other:?}: use throughput, makespan, ratelimit or scaleout"
+                    "unknown mode {other:?}: use throughput, makespan, ratelimit, scaleout or checkpoint"
                 );
                 std::process::exit(2);
             }
