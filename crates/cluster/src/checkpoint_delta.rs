@@ -76,10 +76,7 @@ impl Shape {
         let node = std::mem::size_of::<Shape>();
         node + match self {
             Shape::Leaf(_) => 0,
-            Shape::Obj(_, f) => f
-                .iter()
-                .map(|(_, s)| 8 + s.heap_bytes())
-                .sum::<usize>(),
+            Shape::Obj(_, f) => f.iter().map(|(_, s)| 8 + s.heap_bytes()).sum::<usize>(),
             Shape::Arr(_, e) => e.iter().map(Shape::heap_bytes).sum::<usize>(),
         }
     }
@@ -370,7 +367,14 @@ fn insert_items(
                     .ok_or_else(|| format!("no removed element {j} to copy"))?;
                 (base.clone(), parts.next().ok_or("\"r\" without an edit")?)
             }
-            item => (if i == 0 { Value::Null } else { a[i - 1].clone() }, item),
+            item => (
+                if i == 0 {
+                    Value::Null
+                } else {
+                    a[i - 1].clone()
+                },
+                item,
+            ),
         };
         apply_at(&mut v, edit, path)?;
         path.pop();
@@ -527,9 +531,7 @@ fn apply_op(doc: &mut Value, parts: Vec<Value>, path: &mut Vec<String>) -> Resul
             let n = num("a length", parts.next())?;
             match doc {
                 Value::Array(a) if a.len() >= n => a.truncate(n),
-                Value::Array(a) => {
-                    return Err(format!("a cut to {n} of an array of {}", a.len()))
-                }
+                Value::Array(a) => return Err(format!("a cut to {n} of an array of {}", a.len())),
                 other => return Err(format!("a cut of {}", kind(other))),
             }
         }
@@ -608,13 +610,20 @@ mod tests {
         let a = json!({"rounds": [{"n": 1, "cs": [long("a"), long("b")]}], "status": "running"});
         let b = json!({"rounds": [{"n": 1, "cs": [long("a"), long("b"), long("c")]}], "status": "running"});
         let d = roundtrip(a.clone(), b);
-        assert!(d.json.starts_with(r#"{"rounds":{"0":{"cs":["a",2,["ccc"#), "{}", d.json);
+        assert!(
+            d.json.starts_with(r#"{"rounds":{"0":{"cs":["a",2,["ccc"#),
+            "{}",
+            d.json
+        );
         // Appended objects are edits of the element before them.
         let ev = |seq: u32, task: &str| json!({"debateId": long("d"), "seq": seq, "taskId": task, "type": "taskDispatched"});
         let e = json!({"outbox": [ev(1, "t1")]});
         let f = json!({"outbox": [ev(1, "t1"), ev(2, "t2"), ev(3, "t3"), ev(3, "t3")]});
         let d = roundtrip(e, f);
-        assert_eq!(d.json, r#"{"outbox":["a",1,[{"seq":2,"taskId":"t2"},{"seq":3,"taskId":"t3"},{}]]}"#);
+        assert_eq!(
+            d.json,
+            r#"{"outbox":["a",1,[{"seq":2,"taskId":"t2"},{"seq":3,"taskId":"t3"},{}]]}"#
+        );
         assert!(!d.json.contains(&long("a")), "{}", d.json);
         assert_eq!(roundtrip(a.clone(), a).json, "{}");
     }
@@ -629,7 +638,11 @@ mod tests {
         b.as_object_mut().unwrap().remove("x");
         b["y"] = json!([long("1")]);
         let d = roundtrip(big.clone(), b);
-        assert!(d.json.starts_with(r#"["k",["new","obj","y","z"],{"#), "{}", d.json);
+        assert!(
+            d.json.starts_with(r#"["k",["new","obj","y","z"],{"#),
+            "{}",
+            d.json
+        );
         assert!(d.json.contains(r#""y":["t",1]"#), "{}", d.json);
         assert!(d.json.contains(r#""z":{"n":2}"#), "{}", d.json);
         assert!(d.json.contains(r#""obj":["s",{"o":[1]}]"#), "{}", d.json);
@@ -648,7 +661,11 @@ mod tests {
         let mut g = big.clone();
         g["y"] = json!([long("1"), long("2"), "three", long("4")]);
         let d = roundtrip(big.clone(), g);
-        assert!(d.json.contains(r#"["m",{"2":"three"},["a",3,["#), "{}", d.json);
+        assert!(
+            d.json.contains(r#"["m",{"2":"three"},["a",3,["#),
+            "{}",
+            d.json
+        );
         // Type changes and a whole new document.
         let mut e = big.clone();
         e["z"] = json!([1, 2]);
@@ -669,7 +686,10 @@ mod tests {
         let mut doc = a.clone();
         apply(&mut doc, &d.json).unwrap();
         let e = apply(&mut doc, &d.json).unwrap_err();
-        assert!(e.reason.contains("made for 1 elements") && e.path == "/cs", "{e}");
+        assert!(
+            e.reason.contains("made for 1 elements") && e.path == "/cs",
+            "{e}"
+        );
         // A member that is not there, or not an array.
         assert!(apply(&mut json!({"k": 1}), &d.json).is_err());
         assert!(apply(&mut json!({"cs": 1}), &d.json).is_err());

@@ -17,7 +17,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 fn now(step: usize) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap() + chrono::Duration::milliseconds(step as i64 * 37)
+    Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
+        + chrono::Duration::milliseconds(step as i64 * 37)
 }
 
 fn spec(agents: usize, rounds: u32, extra: Value) -> DebateSpec {
@@ -258,7 +259,10 @@ fn base_plus_deltas_is_the_latest_state_after_every_step() {
     }
 }
 
-async fn state_bytes(conn: &mut redis::aio::MultiplexedConnection, id: &str) -> Vec<(String, usize)> {
+async fn state_bytes(
+    conn: &mut redis::aio::MultiplexedConnection,
+    id: &str,
+) -> Vec<(String, usize)> {
     let fields: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg(format!("parley:{{{id}}}:state"))
         .query_async(conn)
@@ -318,7 +322,10 @@ async fn the_store_writes_deltas_and_reads_them_back() {
         if matches!(status, DebateStatus::Completed | DebateStatus::Cancelled) {
             // A finished debate: one snapshot, no deltas left.
             let names: Vec<&str> = fields.iter().map(|f| f.0.as_str()).collect();
-            assert!(!names.iter().any(|n| n.starts_with("d:")), "{name}: {names:?}");
+            assert!(
+                !names.iter().any(|n| n.starts_with("d:")),
+                "{name}: {names:?}"
+            );
         }
         // Replies of real length: within 3x. Replies of 60 bytes (the bench's fake LLM):
         // each transition's bookkeeping (its events, the spend, `updatedAt`) outweighs its
@@ -356,9 +363,16 @@ async fn refusals_takeover_corruption_and_the_old_format() {
     let states = running_states();
 
     for v in 0..4 {
-        assert_eq!(a.save_state(&states[v], v as u64).await.unwrap(), Some(v as u64 + 1));
+        assert_eq!(
+            a.save_state(&states[v], v as u64).await.unwrap(),
+            Some(v as u64 + 1)
+        );
     }
-    let names: Vec<String> = redis::cmd("HKEYS").arg(k).query_async(&mut conn).await.unwrap();
+    let names: Vec<String> = redis::cmd("HKEYS")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert!(names.contains(&"d:4".to_string()), "{names:?}");
     // A stale writer (version 2 expected, 4 stored) is refused, by either store.
     assert_eq!(a.save_state(&states[4], 2).await.unwrap(), None);
@@ -377,9 +391,17 @@ async fn refusals_takeover_corruption_and_the_old_format() {
     // The debate is written again from scratch by B while A still has a shape of version
     // 1 of the first one: A's write against version 1 finds another nonce and writes a
     // snapshot.
-    let _: () = redis::cmd("DEL").arg(k).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(a.save_state(&states[0], 0).await.unwrap(), Some(1));
-    let _: () = redis::cmd("DEL").arg(k).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(b.save_state(&states[2], 0).await.unwrap(), Some(1));
     assert_eq!(a.save_state(&states[3], 1).await.unwrap(), Some(2));
     assert_eq!(a.state("deb-x").await.unwrap().unwrap().state, states[3]);
@@ -387,18 +409,52 @@ async fn refusals_takeover_corruption_and_the_old_format() {
     // A missing delta fails the read, naming it.
     assert_eq!(a.save_state(&states[4], 2).await.unwrap(), Some(3));
     assert_eq!(a.save_state(&states[5], 3).await.unwrap(), Some(4));
-    let names: Vec<String> = redis::cmd("HKEYS").arg(k).query_async(&mut conn).await.unwrap();
-    assert!(names.contains(&"d:3".to_string()) && names.contains(&"d:4".to_string()), "{names:?}");
-    let d3: String = redis::cmd("HGET").arg(k).arg("d:3").query_async(&mut conn).await.unwrap();
-    let _: () = redis::cmd("HDEL").arg(k).arg("d:3").query_async(&mut conn).await.unwrap();
+    let names: Vec<String> = redis::cmd("HKEYS")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        names.contains(&"d:3".to_string()) && names.contains(&"d:4".to_string()),
+        "{names:?}"
+    );
+    let d3: String = redis::cmd("HGET")
+        .arg(k)
+        .arg("d:3")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HDEL")
+        .arg(k)
+        .arg("d:3")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let e = a.state("deb-x").await.unwrap_err().to_string();
     assert!(e.contains("delta 3") && e.contains("missing"), "{e}");
     // A corrupt one too (garbage, or a delta that does not fit its base).
-    let _: () = redis::cmd("HSET").arg(k).arg("d:3").arg("[[\"a\",[\"rou").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(k)
+        .arg("d:3")
+        .arg("[[\"a\",[\"rou")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let e = a.state("deb-x").await.unwrap_err().to_string();
     assert!(e.contains("delta 3"), "{e}");
-    let d4: String = redis::cmd("HGET").arg(k).arg("d:4").query_async(&mut conn).await.unwrap();
-    let _: () = redis::cmd("HSET").arg(k).arg("d:3").arg(&d4).query_async(&mut conn).await.unwrap();
+    let d4: String = redis::cmd("HGET")
+        .arg(k)
+        .arg("d:4")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(k)
+        .arg("d:3")
+        .arg(&d4)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let r = a.state("deb-x").await;
     // (d:4 applied in place of d:3: an append at the wrong length, or a state that is not
     // version 4's: either way never returned as version 4.)
@@ -406,20 +462,40 @@ async fn refusals_takeover_corruption_and_the_old_format() {
         assert_ne!(cp.state, states[5], "a wrong delta gave the right state?");
         panic!("a wrong delta was applied silently");
     }
-    let _: () = redis::cmd("HSET").arg(k).arg("d:3").arg(&d3).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(k)
+        .arg("d:3")
+        .arg(&d3)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(a.state("deb-x").await.unwrap().unwrap().state, states[5]);
 
     // Retention: everything is in the one key, expired together.
-    a.expire_debate("deb-x", std::time::Duration::from_secs(60)).await.unwrap();
-    let ttl: i64 = redis::cmd("PTTL").arg(k).query_async(&mut conn).await.unwrap();
+    a.expire_debate("deb-x", std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert!(ttl > 50_000, "{ttl}");
     // A delta write keeps the TTL.
     assert_eq!(a.save_state(&states[5], 4).await.unwrap(), Some(5));
-    let ttl: i64 = redis::cmd("PTTL").arg(k).query_async(&mut conn).await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert!(ttl > 50_000, "{ttl}");
 
     // A checkpoint written before deltas: `{version, state}` only.
-    let _: () = redis::cmd("DEL").arg(k).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let _: () = redis::cmd("HSET")
         .arg(k)
         .arg("version")
@@ -434,8 +510,15 @@ async fn refusals_takeover_corruption_and_the_old_format() {
     // Written on by this build: a snapshot, then deltas.
     assert_eq!(b.save_state(&states[4], 7).await.unwrap(), Some(8));
     assert_eq!(b.save_state(&states[5], 8).await.unwrap(), Some(9));
-    let names: Vec<String> = redis::cmd("HKEYS").arg(k).query_async(&mut conn).await.unwrap();
-    assert!(names.contains(&"d:9".to_string()) && !names.contains(&"d:8".to_string()), "{names:?}");
+    let names: Vec<String> = redis::cmd("HKEYS")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        names.contains(&"d:9".to_string()) && !names.contains(&"d:8".to_string()),
+        "{names:?}"
+    );
     assert_eq!(a.state("deb-x").await.unwrap().unwrap().state, states[5]);
 }
 

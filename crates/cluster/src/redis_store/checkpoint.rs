@@ -179,11 +179,9 @@ impl RedisStore {
         let (Some(version), Some(raw)) = (fields.remove("version"), fields.remove("state")) else {
             return Ok(None);
         };
-        let version: u64 = version.parse().map_err(|_| {
-            RedisStoreError::Decode {
-                what: format!("the checkpoint version of {id}"),
-                source: serde_json::Error::custom(format!("{version:?} is not a version")),
-            }
+        let version: u64 = version.parse().map_err(|_| RedisStoreError::Decode {
+            what: format!("the checkpoint version of {id}"),
+            source: serde_json::Error::custom(format!("{version:?} is not a version")),
         })?;
         let base = match fields.remove("base") {
             None => version,
@@ -191,7 +189,13 @@ impl RedisStore {
                 .parse::<u64>()
                 .ok()
                 .filter(|b| *b <= version)
-                .ok_or_else(|| corrupt(id, version, format!("base {b:?} is not a version up to {version}")))?,
+                .ok_or_else(|| {
+                    corrupt(
+                        id,
+                        version,
+                        format!("base {b:?} is not a version up to {version}"),
+                    )
+                })?,
         };
         let decode = |source| RedisStoreError::Decode {
             what: format!("the state of {id}"),
@@ -208,7 +212,9 @@ impl RedisStore {
                 corrupt(
                     id,
                     v,
-                    format!("missing: the snapshot is version {base}, the checkpoint version {version}"),
+                    format!(
+                        "missing: the snapshot is version {base}, the checkpoint version {version}"
+                    ),
                 )
             })?;
             let delta = record
@@ -218,7 +224,10 @@ impl RedisStore {
                     corrupt(
                         id,
                         v,
-                        format!("does not follow version {} (lost, replaced or altered)", v - 1),
+                        format!(
+                            "does not follow version {} (lost, replaced or altered)",
+                            v - 1
+                        ),
                     )
                 })?;
             checkpoint_delta::apply(&mut doc, delta).map_err(|e| corrupt(id, v, e))?;
@@ -251,8 +260,7 @@ impl RedisStore {
             let value = serde_json::to_value(state)?;
             let (delta, shape, size) = self.shapes.shaper.diff(&prev.shape, &value);
             let log = prev.log_bytes + delta.json.len();
-            if prev.deltas < MAX_DELTAS && log <= LOG_FACTOR * size && delta.json.len() < size
-            {
+            if prev.deltas < MAX_DELTAS && log <= LOG_FACTOR * size && delta.json.len() < size {
                 let record = format!("{} {}", prev.nonce, delta.json);
                 let nonce = link(&record);
                 let r: i64 = SAVE_DELTA
