@@ -125,9 +125,7 @@ impl Shaper {
     }
 
     fn hash_key(&self, k: &str) -> u64 {
-        let mut h = self.keys.build_hasher();
-        k.hash(&mut h);
-        h.finish()
+        self.keys.hash_one(k)
     }
 
     /// The shape of `v` (unpruned) and the approximate length of its JSON.

@@ -362,11 +362,8 @@ async fn refusals_takeover_corruption_and_the_old_format() {
     let k = "parley:{deb-x}:state";
     let states = running_states();
 
-    for v in 0..4 {
-        assert_eq!(
-            a.save_state(&states[v], v as u64).await.unwrap(),
-            Some(v as u64 + 1)
-        );
+    for (v, state) in (0u64..).zip(&states[..4]) {
+        assert_eq!(a.save_state(state, v).await.unwrap(), Some(v + 1));
     }
     let names: Vec<String> = redis::cmd("HKEYS")
         .arg(k)
