@@ -3,9 +3,9 @@
 //!
 //! ```sh
 //! cargo build --release --workspace --bins
-//! cargo bench -p parley-tests --bench cluster -- [throughput] [makespan] [ratelimit] [scaleout] [memory]
+//! cargo bench -p parley-tests --bench cluster -- [throughput] [makespan] [ratelimit] [scaleout] [memory] [checkpoint]
 //! ```
-//! No mode = the first three (`scaleout` and `memory` run only when named). Knobs (environment):
+//! No mode = the first three (`scaleout`, `memory` and `checkpoint` run only when named). Knobs (environment):
 //! - `DEBATES` (throughput, default 40): debates submitted at once in the loaded run;
 //!   `PACED_RATE` / `PACED_SECS` (default 500 tasks/s for 10 s): the paced run's offered
 //!   load; `SEQUENTIAL` (default 5): debates run one at a time in the unloaded run.
@@ -975,10 +975,14 @@ async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> Ra
     let release = redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
     );
+    // The store's delta checkpoint (version and link checked, one field appended).
     let cas = redis::Script::new(
         "local cur = redis.call('HGET', KEYS[1], 'version') if not cur then cur = '0' end \
-         if cur == ARGV[1] then redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3]) \
-         return 1 end return 0",
+         if cur ~= ARGV[1] then return 0 end \
+         if not redis.call('HGET', KEYS[1], 'base') then return 2 end \
+         if redis.call('HGET', KEYS[1], 'nonce') ~= ARGV[3] then return 2 end \
+         redis.call('HSET', KEYS[1], 'version', ARGV[2], 'nonce', ARGV[4], 'd:' .. ARGV[2], ARGV[5]) \
+         return 1",
     );
     let (body, result, state) = (
         "b".repeat(sizes.body),
@@ -992,6 +996,10 @@ async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> Ra
         let _: () = redis::cmd("HSET")
             .arg(format!("parley:{{raw-{d}}}:state"))
             .arg("version")
+            .arg(0)
+            .arg("base")
+            .arg(0)
+            .arg("nonce")
             .arg(0)
             .arg("state")
             .arg(&state)
@@ -1083,6 +1091,8 @@ async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> Ra
                         .expect("HMGET result");
                     let saved: i64 = cas
                         .key(k("state"))
+                        .arg(t)
+                        .arg(t + 1)
                         .arg(t)
                         .arg(t + 1)
                         .arg(state)
@@ -1177,8 +1187,11 @@ fn monitor_args(line: &str) -> Vec<(usize, String)> {
 /// Bytes of the commands a debate caused, by what they are (from `MONITOR`).
 #[derive(Default)]
 struct RedisWrites {
-    /// Checkpoints (the version-checked state script): count, state bytes.
+    /// Checkpoints (the version-checked state scripts, snapshots and deltas): count,
+    /// bytes of the snapshot or delta.
     checkpoints: (usize, usize),
+    /// The snapshots among them: count, bytes.
+    snapshots: (usize, usize),
     /// Task bodies (`HSET` of the tasks hash): count, body bytes.
     bodies: (usize, usize),
     /// Results (the result script): count, result bytes.
@@ -1204,9 +1217,17 @@ impl RedisWrites {
                     return;
                 }
                 match (numkeys, argv.len()) {
-                    (1, 3) => {
+                    // A snapshot: expected, next, link, state JSON.
+                    (1, 4) => {
                         self.checkpoints.0 += 1;
-                        self.checkpoints.1 += argv[2].0;
+                        self.checkpoints.1 += argv[3].0;
+                        self.snapshots.0 += 1;
+                        self.snapshots.1 += argv[3].0;
+                    }
+                    // A delta: expected, next, expected link, link, delta.
+                    (1, 5) => {
+                        self.checkpoints.0 += 1;
+                        self.checkpoints.1 += argv[4].0;
                     }
                     (3, 5) => {
                         self.results.0 += 1;
@@ -1324,10 +1345,12 @@ async fn checkpoint_bytes(rows: &mut Vec<Row>) -> TaskSizes {
         in1 - in0
     );
     println!(
-        "  checkpoints: {} writes, {} bytes of state (mean {}); final state JSON {final_state} bytes: {ratio:.1} x the final state",
+        "  checkpoints: {} writes, {} bytes of snapshots and deltas (mean {}; {} snapshots of {} bytes); final state JSON {final_state} bytes: {ratio:.2} x the final state (42.9 x before deltas)",
         w.checkpoints.0,
         w.checkpoints.1,
-        w.checkpoints.1 / w.checkpoints.0
+        w.checkpoints.1 / w.checkpoints.0,
+        w.snapshots.0,
+        w.snapshots.1
     );
     println!(
         "  task bodies: {} writes, {} bytes (mean {}); results: {} writes, {} bytes (mean {})",
@@ -1356,8 +1379,12 @@ async fn checkpoint_bytes(rows: &mut Vec<Row>) -> TaskSizes {
         final_state.to_string(),
     );
     row(
-        "6x2 debate: checkpoint bytes / final state",
-        format!("{ratio:.1}"),
+        "6x2 debate: checkpoint snapshots (writes, bytes)",
+        format!("{}, {}", w.snapshots.0, w.snapshots.1),
+    );
+    row(
+        "6x2 debate: checkpoint bytes / final state (42.9 before deltas)",
+        format!("{ratio:.2}"),
     );
     row(
         "6x2 debate: bodies + results bytes",
@@ -1372,6 +1399,16 @@ async fn checkpoint_bytes(rows: &mut Vec<Row>) -> TaskSizes {
         result: w.results.1 / w.results.0,
         state: w.checkpoints.1 / w.checkpoints.0,
     }
+}
+
+/// `checkpoint` (only when named): the checkpoint bytes of one 6-agent, 2-round debate, as
+/// in `scaleout`, without the rest of it.
+async fn checkpoint_only(rows: &mut Vec<Row>) {
+    println!(
+        "== checkpoint bytes (one debate alone; load {})",
+        load_average()
+    );
+    checkpoint_bytes(rows).await;
 }
 
 async fn scaleout(rows: &mut Vec<Row>) {
@@ -1773,9 +1810,10 @@ async fn main() {
             "ratelimit" => ratelimit(&mut rows).await,
             "scaleout" => scaleout(&mut rows).await,
             "memory" => memory(&mut rows).await,
+            "checkpoint" => checkpoint_only(&mut rows).await,
             other => {
                 eprintln!(
-                    "unknown mode {other:?}: use throughput, makespan, ratelimit, scaleout or memory"
+                    "unknown mode {other:?}: use throughput, makespan, ratelimit, scaleout, memory or checkpoint"
                 );
                 std::process::exit(2);
             }

@@ -30,6 +30,7 @@
 //! Dependencies point one way: binaries → services (`parley-coordinator`,
 //! `parley-worker`) → this crate → `parley-protocol`.
 
+pub mod checkpoint_delta;
 pub mod dispatch;
 pub mod events;
 pub mod nats;

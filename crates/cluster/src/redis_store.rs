@@ -4,9 +4,12 @@
 //! Every per-debate key carries the debate id as a hash tag, so one debate's keys live in
 //! one slot and the layout works on Redis Cluster:
 //! - `parley:{<id>}:spec`: the [`DebateSpec`] JSON, written once (`SET NX`), never changed.
-//! - `parley:{<id>}:state`: a hash `{version, state}`: the [`DebateState`] JSON and its
-//!   version, replaced only by compare-and-set ([`RedisStore::save_state`], a Lua script),
-//!   so two coordinators can never both advance one debate.
+//! - `parley:{<id>}:state`: a hash: the checkpoint's `version`, a snapshot of the
+//!   [`DebateState`] JSON (`state`, as of version `base`) and the deltas since
+//!   (`d:<version>`), written only by compare-and-set ([`RedisStore::save_state`], Lua
+//!   scripts), so two coordinators can never both advance one debate. A transition appends
+//!   its delta; now and then, and always at a terminal status, a snapshot replaces them
+//!   (see `checkpoint`). A hash `{version, state}` written before deltas still loads.
 //! - `parley:{<id>}:results`: a hash of task results. A successful result is stored under
 //!   its task id with `HSETNX` (first result wins, a completed task never runs again); a
 //!   failed attempt is stored under `<task id>#<attempt>` (so a later attempt can still
@@ -47,7 +50,9 @@ use crate::redis_conn::RedisConnection;
 use parley_protocol::{DebateSpec, DebateState, TaskOutcome, TaskResult};
 use redis::Script;
 
+mod checkpoint;
 pub mod lifecycle;
+pub use checkpoint::{LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};
 pub use lifecycle::{Stored, TaskLookup, DEAD_LETTERS_KEPT, DEBATE_KEYS};
 
 #[derive(Debug, thiserror::Error)]
@@ -81,19 +86,8 @@ pub const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_millis(5
 pub const REPLICA_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The scripts, built once (a `Script` hashes its source; calls go by `EVALSHA`).
-static CAS: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
 static RENEW: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
 static RELEASE: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
-
-const CAS_SCRIPT: &str = r"
-local cur = redis.call('HGET', KEYS[1], 'version')
-if not cur then cur = '0' end
-if cur == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3])
-  return 1
-end
-return 0
-";
 
 const RENEW_SCRIPT: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -147,6 +141,8 @@ pub struct RedisStore {
     min_replicas: usize,
     /// Until when (Unix ms) writes do not wait for replicas: a `WAIT` came back short.
     replicas_short_until: Arc<AtomicU64>,
+    /// The shapes of the checkpoints this process wrote last (for deltas).
+    shapes: Arc<checkpoint::Shapes>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -165,6 +161,7 @@ impl RedisStore {
             conn,
             min_replicas: 0,
             replicas_short_until: Arc::new(AtomicU64::new(0)),
+            shapes: Arc::default(),
         })
     }
 
@@ -248,45 +245,6 @@ impl RedisStore {
             .query_async(&mut self.conn())
             .await?;
         decode(raw, || format!("the spec of {id}"))
-    }
-
-    pub async fn state(&self, id: &str) -> Result<Option<Checkpoint>> {
-        let (version, raw): (Option<u64>, Option<String>) = redis::cmd("HMGET")
-            .arg(key(id, "state"))
-            .arg("version")
-            .arg("state")
-            .query_async(&mut self.conn())
-            .await?;
-        match (version, raw) {
-            (Some(version), Some(raw)) => {
-                let state =
-                    serde_json::from_str(&raw).map_err(|source| RedisStoreError::Decode {
-                        what: format!("the state of {id}"),
-                        source,
-                    })?;
-                Ok(Some(Checkpoint { version, state }))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Writes `state` as version `expected + 1` if the stored version is still `expected`
-    /// (0 = none stored yet). Returns the new version, or `None` when someone else wrote.
-    pub async fn save_state(&self, state: &DebateState, expected: u64) -> Result<Option<u64>> {
-        let json = serde_json::to_string(state)?;
-        let next = expected + 1;
-        let ok: i64 = CAS
-            .get_or_init(|| Script::new(CAS_SCRIPT))
-            .key(key(&state.id, "state"))
-            .arg(expected)
-            .arg(next)
-            .arg(json)
-            .invoke_async(&mut self.conn())
-            .await?;
-        if ok == 1 {
-            self.replicate("checkpoint", &state.id).await?;
-        }
-        Ok((ok == 1).then_some(next))
     }
 
     /// Stores a result; a success is kept only if none was stored for the task (first

@@ -1,0 +1,701 @@
+//! Checkpoint deltas: what changed in a debate's state between two checkpoints, as a small
+//! JSON document of edits, and those edits applied back.
+//!
+//! A writer keeps a [`Shape`] of the state it last wrote: the hash of every part of the
+//! JSON, with the structure below it only where it can still change in place cheaply (the
+//! fields of an object, the last elements of an array; earlier array elements and small
+//! values are kept as a hash alone). [`Shaper::diff`] compares the next state with it and
+//! writes the edits ([`Delta`]); [`apply`] replays them on the JSON of the earlier state.
+//! The big parts of a debate's state are arrays that only grow (rounds, contributions), so
+//! a transition's delta is mostly the contribution it added.
+//!
+//! A delta is an edit of the document's root. An edit is
+//! - a string, number, boolean or null: the value here becomes it;
+//! - an object: edits of this object's members by key, or of this array's elements by
+//!   index (`"3"`); a key the object lacks takes a value (a scalar, or `["s", value]`);
+//! - an array naming an operation:
+//!   - `["s", value]`: the value here becomes `value` (an object or array);
+//!   - `["a", n, [items]]`: appends to this array, which must hold exactly `n` elements,
+//!     one element per item: a copy of the element before it (null for the first) with
+//!     the item applied as an edit (elements next to each other share most of their
+//!     fields; an item can also set the element whole);
+//!   - `["t", n]`: truncates this array to `n` elements (it must hold at least `n`);
+//!   - `["x", len, at, del, [items]]`: in this array, which must hold exactly `len`
+//!     elements, removes the `del` elements from index `at` and inserts there one element
+//!     per item, as an append does (an insert in the middle: some arrays are kept in an
+//!     order other than arrival), or, for an item `["r", k, edit]`, as a copy of the
+//!     `k`-th element it removed with `edit` applied;
+//!   - `["k", [keys], edit]`: keeps only `keys` in this object (others were removed), then
+//!     applies `edit`;
+//!   - `["m", edit, edit]`: both edits in turn (an array's elements changed in place, then
+//!     its end).
+//!
+//! Nesting shares the path of the edits below a key, so a transition that touches a few
+//! fields deep in the state costs little more than their values. Every edit checks what it
+//! needs (the member exists, the array's length): a delta applied to the wrong base fails
+//! with a [`DeltaError`] instead of producing a state that was never written. An empty
+//! object is "no change".
+//!
+//! The hashes are keyed per process ([`Shaper::new`]): they never leave it, and content a
+//! user controls cannot be chosen to collide.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use serde_json::{Map, Value};
+
+/// Objects and arrays whose JSON is shorter than this are summarised by their hash alone:
+/// a change rewrites them whole (no shorter than the paths of edits inside them).
+const LEAF_BYTES: usize = 96;
+
+/// An array keeps the structure of this many of its last elements (the ones that still
+/// change: the current round, and the one before while the next starts).
+const KEPT_TREES: usize = 2;
+
+/// What a writer remembers of a JSON document it wrote: hashes, and the structure where a
+/// delta can reach into it (see the module docs).
+#[derive(Debug, Clone)]
+pub enum Shape {
+    /// A scalar, a small object or array, or an array element before the last.
+    Leaf(u64),
+    /// An object: its hash and its fields as (hash of the key, shape), by key hash.
+    Obj(u64, Vec<(u64, Shape)>),
+    /// An array: its hash and its elements (all but the last as leaves once pruned).
+    Arr(u64, Vec<Shape>),
+}
+
+impl Shape {
+    pub fn hash(&self) -> u64 {
+        match self {
+            Shape::Leaf(h) | Shape::Obj(h, _) | Shape::Arr(h, _) => *h,
+        }
+    }
+
+    /// Approximate bytes this shape takes in memory (what a writer keeps per debate).
+    pub fn heap_bytes(&self) -> usize {
+        let node = std::mem::size_of::<Shape>();
+        node + match self {
+            Shape::Leaf(_) => 0,
+            Shape::Obj(_, f) => f.iter().map(|(_, s)| 8 + s.heap_bytes()).sum::<usize>(),
+            Shape::Arr(_, e) => e.iter().map(Shape::heap_bytes).sum::<usize>(),
+        }
+    }
+
+    /// The shape as kept between checkpoints: an array's elements before the last
+    /// [`KEPT_TREES`] become leaves (they rarely change; one that does is rewritten whole).
+    fn prune(self) -> Shape {
+        match self {
+            Shape::Leaf(_) => self,
+            Shape::Obj(h, f) => Shape::Obj(h, f.into_iter().map(|(k, s)| (k, s.prune())).collect()),
+            Shape::Arr(h, e) => {
+                let n = e.len();
+                Shape::Arr(
+                    h,
+                    e.into_iter()
+                        .enumerate()
+                        .map(|(i, s)| {
+                            if i + KEPT_TREES < n {
+                                Shape::Leaf(s.hash())
+                            } else {
+                                s.prune()
+                            }
+                        })
+                        .collect(),
+                )
+            }
+        }
+    }
+}
+
+/// A delta's JSON (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Delta {
+    pub json: String,
+}
+
+/// Builds shapes and deltas with one process's hash keys.
+#[derive(Debug, Clone, Default)]
+pub struct Shaper {
+    keys: RandomState,
+}
+
+impl Shaper {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn hash_key(&self, k: &str) -> u64 {
+        self.keys.hash_one(k)
+    }
+
+    /// The shape of `v` (unpruned) and the approximate length of its JSON.
+    fn full_shape(&self, v: &Value) -> (Shape, usize) {
+        let mut h = self.keys.build_hasher();
+        match v {
+            Value::Null => {
+                0u8.hash(&mut h);
+                (Shape::Leaf(h.finish()), 4)
+            }
+            Value::Bool(b) => {
+                1u8.hash(&mut h);
+                b.hash(&mut h);
+                (Shape::Leaf(h.finish()), 5)
+            }
+            Value::Number(n) => {
+                2u8.hash(&mut h);
+                n.hash(&mut h);
+                (Shape::Leaf(h.finish()), 8)
+            }
+            Value::String(s) => {
+                3u8.hash(&mut h);
+                s.hash(&mut h);
+                (Shape::Leaf(h.finish()), s.len() + 2)
+            }
+            Value::Array(a) => {
+                4u8.hash(&mut h);
+                a.len().hash(&mut h);
+                let mut size = 2;
+                let mut elems = Vec::with_capacity(a.len());
+                for e in a {
+                    let (s, n) = self.full_shape(e);
+                    s.hash().hash(&mut h);
+                    size += n + 1;
+                    elems.push(s);
+                }
+                let hash = h.finish();
+                if size < LEAF_BYTES {
+                    (Shape::Leaf(hash), size)
+                } else {
+                    (Shape::Arr(hash, elems), size)
+                }
+            }
+            Value::Object(m) => {
+                5u8.hash(&mut h);
+                m.len().hash(&mut h);
+                let mut size = 2;
+                let mut fields = Vec::with_capacity(m.len());
+                for (k, e) in m {
+                    let kh = self.hash_key(k);
+                    let (s, n) = self.full_shape(e);
+                    kh.hash(&mut h);
+                    s.hash().hash(&mut h);
+                    size += k.len() + 4 + n;
+                    fields.push((kh, s));
+                }
+                let hash = h.finish();
+                if size < LEAF_BYTES {
+                    (Shape::Leaf(hash), size)
+                } else {
+                    fields.sort_unstable_by_key(|(k, _)| *k);
+                    (Shape::Obj(hash, fields), size)
+                }
+            }
+        }
+    }
+
+    /// The shape a writer keeps of `v`, and the approximate length of its JSON.
+    pub fn shape(&self, v: &Value) -> (Shape, usize) {
+        let (s, n) = self.full_shape(v);
+        (s.prune(), n)
+    }
+
+    /// The delta from the document `old` describes to `new`, the shape to keep of `new`
+    /// and the approximate length of `new`'s JSON.
+    pub fn diff(&self, old: &Shape, new: &Value) -> (Delta, Shape, usize) {
+        let (full, size) = self.full_shape(new);
+        let edit = self
+            .diff_at(old, new, &full)
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        let json = serde_json::to_string(&edit).unwrap_or_default();
+        (Delta { json }, full.prune(), size)
+    }
+
+    /// The edit that turns what `old` describes into `new_v` (`new` its full shape);
+    /// `None` when they are the same.
+    fn diff_at(&self, old: &Shape, new_v: &Value, new: &Shape) -> Option<Value> {
+        if old.hash() == new.hash() {
+            return None;
+        }
+        match (old, new_v, new) {
+            (Shape::Obj(_, of), Value::Object(m), Shape::Obj(_, nf)) => {
+                let at = |f: &[(u64, Shape)], k: u64| -> Option<usize> {
+                    f.binary_search_by_key(&k, |(h, _)| *h).ok()
+                };
+                let mut edits = Map::new();
+                for (k, v) in m {
+                    let kh = self.hash_key(k);
+                    let Some(n) = at(nf, kh) else { continue };
+                    match at(of, kh) {
+                        Some(o) => {
+                            if let Some(e) = self.diff_at(&of[o].1, v, &nf[n].1) {
+                                edits.insert(k.clone(), e);
+                            }
+                        }
+                        None => {
+                            edits.insert(k.clone(), set(v));
+                        }
+                    }
+                }
+                let removed = of.iter().any(|(k, _)| at(nf, *k).is_none());
+                Some(if removed {
+                    let keys: Vec<Value> = m.keys().map(|k| Value::String(k.clone())).collect();
+                    Value::Array(vec!["k".into(), Value::Array(keys), Value::Object(edits)])
+                } else {
+                    Value::Object(edits)
+                })
+            }
+            (Shape::Arr(_, oe), Value::Array(a), Shape::Arr(_, ne)) => {
+                // The unchanged ends, then what lies between them: changed in place
+                // (element by element) then grown or cut at the end, or spliced.
+                let (ol, nl) = (oe.len(), ne.len());
+                let mut p = 0;
+                while p < ol && p < nl && oe[p].hash() == ne[p].hash() {
+                    p += 1;
+                }
+                let mut q = 0;
+                while q < ol - p && q < nl - p && oe[ol - 1 - q].hash() == ne[nl - 1 - q].hash() {
+                    q += 1;
+                }
+                let (om, nm) = (ol - p - q, nl - p - q);
+                if om != nm && q > 0 {
+                    // Inserted or removed before an unchanged end.
+                    let items = self.items(a, ne, p, p + nm, &trees(oe, p, om));
+                    return Some(op("x", [ol.into(), p.into(), om.into(), items]));
+                }
+                let mut edits = Map::new();
+                for i in p..p + om.min(nm) {
+                    if let Some(e) = self.diff_at(&oe[i], &a[i], &ne[i]) {
+                        edits.insert(i.to_string(), e);
+                    }
+                }
+                let end = if nl > ol {
+                    Some(op("a", [ol.into(), self.items(a, ne, ol, nl, &[])]))
+                } else if nl < ol {
+                    Some(op("t", [nl.into()]))
+                } else {
+                    None
+                };
+                let in_place = match (edits.is_empty(), end) {
+                    (_, None) => Value::Object(edits),
+                    (true, Some(end)) => end,
+                    (false, Some(end)) => op("m", [Value::Object(edits), end]),
+                };
+                // Elements kept as a hash alone were rewritten whole in place: as a splice,
+                // each is an edit of the one before it, which may be shorter.
+                let rewritten = (p..p + om.min(nm))
+                    .any(|i| matches!(oe[i], Shape::Leaf(_)) && !matches!(ne[i], Shape::Leaf(_)));
+                if rewritten {
+                    let items = self.items(a, ne, p, p + nm, &trees(oe, p, om));
+                    let splice = op("x", [ol.into(), p.into(), om.into(), items]);
+                    if json_len(&splice) < json_len(&in_place) {
+                        return Some(splice);
+                    }
+                }
+                Some(in_place)
+            }
+            _ => Some(set(new_v)),
+        }
+    }
+}
+
+impl Shaper {
+    /// The elements `from..to` of the array `a` (`ne` their full shapes) as items of an
+    /// append or splice: each the edit of a copy of the element before it (elements next
+    /// to each other — events, contributions — share most of their fields), or of one of
+    /// the elements the splice removes (`removed`: their index among them and shape;
+    /// `["r", index, edit]`), or the element whole, whichever is shortest.
+    fn items(
+        &self,
+        a: &[Value],
+        ne: &[Shape],
+        from: usize,
+        to: usize,
+        removed: &[(usize, &Shape)],
+    ) -> Value {
+        Value::Array(
+            (from..to)
+                .map(|i| {
+                    let mut best = set(&a[i]);
+                    let mut best_len = json_len(&best);
+                    let mut consider = |e: Value| {
+                        let n = json_len(&e);
+                        if n < best_len {
+                            best = e;
+                            best_len = n;
+                        }
+                    };
+                    if i > 0 {
+                        consider(
+                            self.diff_at(&ne[i - 1], &a[i], &ne[i])
+                                .unwrap_or_else(|| Value::Object(Map::new())),
+                        );
+                    }
+                    for (k, shape) in removed {
+                        let e = self
+                            .diff_at(shape, &a[i], &ne[i])
+                            .unwrap_or_else(|| Value::Object(Map::new()));
+                        consider(op("r", [(*k).into(), e]));
+                    }
+                    best
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Applies the items of an append or splice (see [`Shaper::items`]) into `a` from index
+/// `at`; `removed` are the elements the splice removed.
+fn insert_items(
+    a: &mut Vec<Value>,
+    at: usize,
+    items: Vec<Value>,
+    removed: &[Value],
+    path: &mut Vec<String>,
+) -> Result<(), String> {
+    for (k, item) in items.into_iter().enumerate() {
+        let i = at + k;
+        path.push(format!("+{i}"));
+        let (mut v, edit) = match item {
+            Value::Array(parts) if parts.first().is_some_and(|n| n == "r") => {
+                let mut parts = parts.into_iter().skip(1);
+                let j = parts.next().and_then(|j| j.as_u64()).unwrap_or(u64::MAX);
+                let base = usize::try_from(j)
+                    .ok()
+                    .and_then(|j| removed.get(j))
+                    .ok_or_else(|| format!("no removed element {j} to copy"))?;
+                (base.clone(), parts.next().ok_or("\"r\" without an edit")?)
+            }
+            item => (
+                if i == 0 {
+                    Value::Null
+                } else {
+                    a[i - 1].clone()
+                },
+                item,
+            ),
+        };
+        apply_at(&mut v, edit, path)?;
+        path.pop();
+        a.insert(i, v);
+    }
+    Ok(())
+}
+
+/// The elements `p..p + n` of an old array that kept their structure, by their index
+/// among those elements.
+fn trees(oe: &[Shape], p: usize, n: usize) -> Vec<(usize, &Shape)> {
+    oe[p..p + n]
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !matches!(s, Shape::Leaf(_)))
+        .collect()
+}
+
+/// The length of `v`'s JSON.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    serde_json::to_writer(&mut c, v).map_or(usize::MAX, |()| c.0)
+}
+
+/// The edit that sets `v`.
+fn set(v: &Value) -> Value {
+    match v {
+        Value::Object(_) | Value::Array(_) => op("s", [v.clone()]),
+        scalar => scalar.clone(),
+    }
+}
+
+fn op<const N: usize>(name: &str, args: [Value; N]) -> Value {
+    let mut a = Vec::with_capacity(N + 1);
+    a.push(Value::String(name.into()));
+    a.extend(args);
+    Value::Array(a)
+}
+
+/// Why a delta could not be applied.
+#[derive(Debug, thiserror::Error)]
+#[error("at {path}: {reason}")]
+pub struct DeltaError {
+    /// Where in the document (`/`-separated keys and indexes).
+    pub path: String,
+    pub reason: String,
+}
+
+/// Applies a delta (its JSON) to `doc`. On an error `doc` may be partly changed.
+pub fn apply(doc: &mut Value, delta: &str) -> Result<(), DeltaError> {
+    let edit: Value = serde_json::from_str(delta).map_err(|e| DeltaError {
+        path: "/".into(),
+        reason: format!("not a delta: {e}"),
+    })?;
+    let mut path = Vec::new();
+    apply_at(doc, edit, &mut path).map_err(|reason| DeltaError {
+        path: format!("/{}", path.join("/")),
+        reason,
+    })
+}
+
+/// Applies `edit` to `doc`; on an error `path` is where it failed.
+fn apply_at(doc: &mut Value, edit: Value, path: &mut Vec<String>) -> Result<(), String> {
+    match edit {
+        Value::Object(edits) => {
+            for (k, e) in edits {
+                path.push(k);
+                let k = path.last().map(String::as_str).unwrap_or_default();
+                match doc {
+                    Value::Object(m) => match m.get_mut(k) {
+                        Some(child) => apply_at(child, e, path)?,
+                        None => {
+                            let v = new_value(e)?;
+                            m.insert(k.to_string(), v);
+                        }
+                    },
+                    Value::Array(a) => {
+                        let len = a.len();
+                        let child = k
+                            .parse::<usize>()
+                            .ok()
+                            .and_then(|i| a.get_mut(i))
+                            .ok_or_else(|| format!("no element {k:?} in an array of {len}"))?;
+                        apply_at(child, e, path)?;
+                    }
+                    other => return Err(format!("an edit of members of {}", kind(other))),
+                }
+                path.pop();
+            }
+            Ok(())
+        }
+        Value::Array(parts) => apply_op(doc, parts, path),
+        scalar => {
+            *doc = scalar;
+            Ok(())
+        }
+    }
+}
+
+/// The value a member the object lacks takes.
+fn new_value(edit: Value) -> Result<Value, String> {
+    match edit {
+        Value::Array(parts) if parts.len() == 2 && parts[0] == "s" => {
+            Ok(parts.into_iter().nth(1).unwrap_or_default())
+        }
+        Value::Object(_) | Value::Array(_) => Err("an edit of a member that does not exist".into()),
+        scalar => Ok(scalar),
+    }
+}
+
+fn apply_op(doc: &mut Value, parts: Vec<Value>, path: &mut Vec<String>) -> Result<(), String> {
+    let mut parts = parts.into_iter();
+    let Some(Value::String(name)) = parts.next() else {
+        return Err("an operation without a name".into());
+    };
+    let num = |what: &str, v: Option<Value>| match v {
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|i| usize::try_from(i).ok())
+            .ok_or_else(|| format!("{n} is not {what}")),
+        _ => Err(format!("{name:?} without {what}")),
+    };
+    let values = |v: Option<Value>| match v {
+        Some(Value::Array(values)) => Ok(values),
+        _ => Err(format!("{name:?} without values")),
+    };
+    match name.as_str() {
+        "s" => *doc = parts.next().ok_or("\"s\" without a value")?,
+        "a" => {
+            let n = num("a length", parts.next())?;
+            let values = values(parts.next())?;
+            match doc {
+                Value::Array(a) if a.len() == n => insert_items(a, n, values, &[], path)?,
+                Value::Array(a) => {
+                    return Err(format!(
+                        "an append made for {n} elements to an array of {}",
+                        a.len()
+                    ))
+                }
+                other => return Err(format!("an append to {}", kind(other))),
+            }
+        }
+        "t" => {
+            let n = num("a length", parts.next())?;
+            match doc {
+                Value::Array(a) if a.len() >= n => a.truncate(n),
+                Value::Array(a) => return Err(format!("a cut to {n} of an array of {}", a.len())),
+                other => return Err(format!("a cut of {}", kind(other))),
+            }
+        }
+        "x" => {
+            let len = num("a length", parts.next())?;
+            let at = num("a position", parts.next())?;
+            let del = num("a count", parts.next())?;
+            let values = values(parts.next())?;
+            match doc {
+                Value::Array(a) if a.len() == len && at + del <= len => {
+                    let removed: Vec<Value> = a.drain(at..at + del).collect();
+                    insert_items(a, at, values, &removed, path)?;
+                }
+                Value::Array(a) => {
+                    return Err(format!(
+                        "a splice at {at} (-{del}) made for {len} elements into an array of {}",
+                        a.len()
+                    ))
+                }
+                other => return Err(format!("a splice into {}", kind(other))),
+            }
+        }
+        "k" => {
+            let keys = values(parts.next())?;
+            let keep: std::collections::BTreeSet<&str> =
+                keys.iter().filter_map(Value::as_str).collect();
+            match doc {
+                Value::Object(m) => m.retain(|k, _| keep.contains(k.as_str())),
+                other => return Err(format!("a key list for {}", kind(other))),
+            }
+            let edit = parts.next().ok_or("\"k\" without an edit")?;
+            apply_at(doc, edit, path)?;
+        }
+        "m" => {
+            for edit in parts {
+                apply_at(doc, edit, path)?;
+            }
+        }
+        other => return Err(format!("unknown operation {other:?}")),
+    }
+    Ok(())
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn roundtrip(a: Value, b: Value) -> Delta {
+        let s = Shaper::new();
+        let (old, _) = s.shape(&a);
+        let (d, _, _) = s.diff(&old, &b);
+        let mut doc = a.clone();
+        apply(&mut doc, &d.json).unwrap_or_else(|e| panic!("{e}: {}", d.json));
+        assert_eq!(doc, b, "delta {}", d.json);
+        d
+    }
+
+    fn long(s: &str) -> String {
+        s.repeat(150)
+    }
+
+    #[test]
+    fn appends_are_appends() {
+        let a = json!({"rounds": [{"n": 1, "cs": [long("a"), long("b")]}], "status": "running"});
+        let b = json!({"rounds": [{"n": 1, "cs": [long("a"), long("b"), long("c")]}], "status": "running"});
+        let d = roundtrip(a.clone(), b);
+        assert!(
+            d.json.starts_with(r#"{"rounds":{"0":{"cs":["a",2,["ccc"#),
+            "{}",
+            d.json
+        );
+        // Appended objects are edits of the element before them.
+        let ev = |seq: u32, task: &str| json!({"debateId": long("d"), "seq": seq, "taskId": task, "type": "taskDispatched"});
+        let e = json!({"outbox": [ev(1, "t1")]});
+        let f = json!({"outbox": [ev(1, "t1"), ev(2, "t2"), ev(3, "t3"), ev(3, "t3")]});
+        let d = roundtrip(e, f);
+        assert_eq!(
+            d.json,
+            r#"{"outbox":["a",1,[{"seq":2,"taskId":"t2"},{"seq":3,"taskId":"t3"},{}]]}"#
+        );
+        assert!(!d.json.contains(&long("a")), "{}", d.json);
+        assert_eq!(roundtrip(a.clone(), a).json, "{}");
+    }
+
+    #[test]
+    fn sets_removes_truncates_splices_and_type_changes() {
+        let big = json!({"x": long("x"), "y": [long("1"), long("2"), long("3")], "z": {"deep": long("d"), "n": 1}});
+        let mut b = big.clone();
+        b["z"]["n"] = json!(2);
+        b["new"] = json!("v");
+        b["obj"] = json!({"o": [1]});
+        b.as_object_mut().unwrap().remove("x");
+        b["y"] = json!([long("1")]);
+        let d = roundtrip(big.clone(), b);
+        assert!(
+            d.json.starts_with(r#"["k",["new","obj","y","z"],{"#),
+            "{}",
+            d.json
+        );
+        assert!(d.json.contains(r#""y":["t",1]"#), "{}", d.json);
+        assert!(d.json.contains(r#""z":{"n":2}"#), "{}", d.json);
+        assert!(d.json.contains(r#""obj":["s",{"o":[1]}]"#), "{}", d.json);
+        // An earlier array element changed (it is a leaf once pruned): rewritten whole.
+        let mut c = big.clone();
+        c["y"][0] = json!("changed");
+        assert!(roundtrip(big.clone(), c).json.contains(r#""0":"changed""#));
+        // Inserted in the middle, removed from the middle: a splice of the new elements.
+        let mut f = big.clone();
+        f["y"] = json!([long("1"), long("new"), long("2"), long("3")]);
+        let d = roundtrip(big.clone(), f.clone());
+        assert!(d.json.contains(r#""y":["x",3,1,0,["#), "{}", d.json);
+        assert!(!d.json.contains(&long("3")), "{}", d.json);
+        roundtrip(f, big.clone());
+        // Changed in place and grown.
+        let mut g = big.clone();
+        g["y"] = json!([long("1"), long("2"), "three", long("4")]);
+        let d = roundtrip(big.clone(), g);
+        assert!(
+            d.json.contains(r#"["m",{"2":"three"},["a",3,["#),
+            "{}",
+            d.json
+        );
+        // Type changes and a whole new document.
+        let mut e = big.clone();
+        e["z"] = json!([1, 2]);
+        roundtrip(big.clone(), e);
+        roundtrip(big.clone(), json!(null));
+        roundtrip(json!([1, 2, 3]), json!({"a": 1}));
+        roundtrip(json!({"a": long("a")}), json!([long("a")]));
+    }
+
+    #[test]
+    fn a_delta_on_the_wrong_base_fails() {
+        let s = Shaper::new();
+        let a = json!({"cs": [long("a")], "k": long("k")});
+        let b = json!({"cs": [long("a"), long("b")], "k": long("k")});
+        let (old, _) = s.shape(&a);
+        let (d, _, _) = s.diff(&old, &b);
+        // Applied twice: the array no longer has the length the append expects.
+        let mut doc = a.clone();
+        apply(&mut doc, &d.json).unwrap();
+        let e = apply(&mut doc, &d.json).unwrap_err();
+        assert!(
+            e.reason.contains("made for 1 elements") && e.path == "/cs",
+            "{e}"
+        );
+        // A member that is not there, or not an array.
+        assert!(apply(&mut json!({"k": 1}), &d.json).is_err());
+        assert!(apply(&mut json!({"cs": 1}), &d.json).is_err());
+        assert!(apply(&mut json!({"cs": [1]}), r#"{"cs":{"4":2}}"#).is_err());
+        assert!(apply(&mut json!({"cs": [1]}), r#"{"new":{"deep":2}}"#).is_err());
+        // Garbage.
+        assert!(apply(&mut json!({}), r#"[["s""#).is_err());
+        assert!(apply(&mut json!({}), r#"["q",1]"#).is_err());
+        assert!(apply(&mut json!([]), r#"["x",0,0,1,[]]"#).is_err());
+    }
+}

@@ -1,0 +1,351 @@
+//! Checkpoints as a base snapshot and deltas, in the debate's one `state` hash.
+//!
+//! # Fields of `parley:{<id>}:state`
+//! - `version`: the checkpoint's version (the compare-and-set counter, as before).
+//! - `state`: the full [`DebateState`] JSON as of version `base` (the snapshot).
+//! - `base`: the version of that snapshot. Absent in a checkpoint written before deltas:
+//!   `state` is then the state of `version` (it still loads; the next write of this build
+//!   is a snapshot).
+//! - `d:<v>` for every `v` in `base+1 ..= version`: the delta from version `v-1` to `v`
+//!   ([`crate::checkpoint_delta`]), after the link of the record before it (16 hex digits
+//!   and a space).
+//! - `nonce`: the link of the latest record. A record's link is a digest (SHA-256, 64
+//!   bits) of its bytes: of the snapshot's JSON, of a delta's whole field (link included,
+//!   so a link names the whole history since the snapshot). A delta is only appended by a
+//!   writer whose delta was made against the record `nonce` names, and a reader checks
+//!   every link: a delta lost, replaced or altered fails the read.
+//!
+//! All of it is one key: it expires, persists and is deleted as before, and on Redis
+//! Cluster it lives in the debate's slot.
+//!
+//! # Writing
+//! [`RedisStore::save_state`] appends a delta when this process wrote the expected version
+//! itself (it keeps a [`Shape`] of it, a few hashes, not the state); otherwise, and by the
+//! rule below, it writes a snapshot, which drops the deltas. Both are one Lua script that
+//! checks the version first (compare-and-set, as before), the delta script the nonce too.
+//!
+//! A snapshot is written
+//! - when the writer has no shape of the expected version (the debate's first write, the
+//!   first write after an adoption or a restart, a shape dropped after [`SHAPE_IDLE`]);
+//! - at a terminal status (completed, failed, cancelled): a finished debate is read as one
+//!   field, and keeps no deltas (no more bytes than its state) through its retention;
+//! - when the deltas since the snapshot would pass [`LOG_FACTOR`] × the state's size, or
+//!   number [`MAX_DELTAS`]: a reader never reads more than about `LOG_FACTOR + 1` times
+//!   the state, nor replays more than `MAX_DELTAS` deltas;
+//! - when one delta would be larger than the state.
+//!
+//! A snapshot taken while the debate runs is smaller than a `LOG_FACTOR`-th of the deltas
+//! before it, so the bytes written are at most the first snapshot, the deltas (each
+//! transition's change: what it appended, plus the few fields every transition rewrites —
+//! the events of its outbox, the spend, `updatedAt`) × (1 + 1/`LOG_FACTOR`), and the final
+//! state once. Deltas grow only where they must: a debate whose deltas mostly append
+//! contributions writes about twice its final state (see the README's scale-out figures).
+//!
+//! # Reading
+//! [`RedisStore::state`] reads the whole hash at once (`HGETALL`) and replays the deltas on
+//! the snapshot, checking the links. A delta that is missing, out of the chain or does not
+//! apply fails the read with a [`RedisStoreError::Decode`] naming its version: never an
+//! older state. A checkpoint without deltas (every finished debate) is read as before.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use parley_protocol::{DebateState, DebateStatus};
+use redis::Script;
+use serde::de::Error as _;
+
+use super::{key, Checkpoint, RedisStore, RedisStoreError, Result};
+use crate::checkpoint_delta::{self, Shape, Shaper};
+
+/// The deltas since the snapshot may reach this many times the state's bytes.
+pub const LOG_FACTOR: usize = 4;
+/// At most this many deltas after a snapshot.
+pub const MAX_DELTAS: u64 = 256;
+/// A shape unused this long is dropped (the debate's next write is a snapshot).
+pub const SHAPE_IDLE: Duration = Duration::from_secs(600);
+/// Shapes are swept for idle ones every this many writes.
+const SWEEP_EVERY: u64 = 1024;
+
+static SAVE_FULL: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+static SAVE_DELTA: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
+
+/// KEYS: state. ARGV: expected version, next version, nonce, state JSON. 1: written; 0: the
+/// version was not `expected`. Drops the deltas of the previous snapshot.
+const SAVE_FULL_SCRIPT: &str = r"
+local cur = redis.call('HGET', KEYS[1], 'version')
+if not cur then cur = '0' end
+if cur ~= ARGV[1] then return 0 end
+local last = tonumber(cur) or 0
+local base = tonumber(redis.call('HGET', KEYS[1], 'base') or cur) or last
+for v = base + 1, last do redis.call('HDEL', KEYS[1], 'd:' .. v) end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'base', ARGV[2], 'nonce', ARGV[3], 'state', ARGV[4])
+return 1
+";
+
+/// KEYS: state. ARGV: expected version, next version, expected nonce (the link of the
+/// record the delta was made against), new nonce (the delta's link), delta field. 1: appended; 0: the version was not `expected`; 2: it was, but not written by
+/// the write this delta was made against (the caller writes a snapshot instead).
+const SAVE_DELTA_SCRIPT: &str = r"
+local cur = redis.call('HGET', KEYS[1], 'version')
+if not cur then cur = '0' end
+if cur ~= ARGV[1] then return 0 end
+if not redis.call('HGET', KEYS[1], 'base') then return 2 end
+if redis.call('HGET', KEYS[1], 'nonce') ~= ARGV[3] then return 2 end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'nonce', ARGV[4], 'd:' .. ARGV[2], ARGV[5])
+return 1
+";
+
+/// What this process remembers of a checkpoint it wrote.
+struct Written {
+    version: u64,
+    nonce: String,
+    shape: Shape,
+    /// Bytes and number of the deltas written since.
+    log_bytes: usize,
+    deltas: u64,
+    used: Instant,
+}
+
+/// The shapes of the checkpoints this process wrote last, by debate (shared by clones).
+#[derive(Default)]
+pub(super) struct Shapes {
+    shaper: Shaper,
+    last: Mutex<HashMap<String, Written>>,
+    writes: std::sync::atomic::AtomicU64,
+}
+
+impl Shapes {
+    fn take(&self, id: &str) -> Option<Written> {
+        self.last.lock().ok()?.remove(id)
+    }
+
+    fn put(&self, id: &str, w: Written) {
+        let n = self
+            .writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            last.retain(|_, w| w.used.elapsed() < SHAPE_IDLE);
+        }
+        last.insert(id.to_string(), w);
+    }
+
+    /// Number of shapes kept and their approximate bytes (for tests and metrics).
+    pub(super) fn footprint(&self) -> (usize, usize) {
+        self.last.lock().map_or((0, 0), |l| {
+            (
+                l.len(),
+                l.iter()
+                    .map(|(k, w)| k.len() + w.nonce.len() + w.shape.heap_bytes() + 96)
+                    .sum(),
+            )
+        })
+    }
+}
+
+fn terminal(status: DebateStatus) -> bool {
+    matches!(
+        status,
+        DebateStatus::Completed | DebateStatus::Failed | DebateStatus::Cancelled
+    )
+}
+
+/// The link of a record (see the module docs).
+fn link(record: &str) -> String {
+    use sha2::Digest as _;
+    crate::dispatch::hex(&sha2::Sha256::digest(record.as_bytes())[..8])
+}
+
+const LINK_LEN: usize = 16;
+
+fn corrupt(id: &str, version: u64, reason: impl std::fmt::Display) -> RedisStoreError {
+    RedisStoreError::Decode {
+        what: format!("the checkpoint of {id} (delta {version})"),
+        source: serde_json::Error::custom(reason.to_string()),
+    }
+}
+
+impl RedisStore {
+    /// The debate's checkpoint: the snapshot with its deltas replayed. An error when a
+    /// delta is missing or does not apply (never an older state).
+    pub async fn state(&self, id: &str) -> Result<Option<Checkpoint>> {
+        let mut fields: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(key(id, "state"))
+            .query_async(&mut self.conn())
+            .await?;
+        let (Some(version), Some(raw)) = (fields.remove("version"), fields.remove("state")) else {
+            return Ok(None);
+        };
+        let version: u64 = version.parse().map_err(|_| RedisStoreError::Decode {
+            what: format!("the checkpoint version of {id}"),
+            source: serde_json::Error::custom(format!("{version:?} is not a version")),
+        })?;
+        let base = match fields.remove("base") {
+            None => version,
+            Some(b) => b
+                .parse::<u64>()
+                .ok()
+                .filter(|b| *b <= version)
+                .ok_or_else(|| {
+                    corrupt(
+                        id,
+                        version,
+                        format!("base {b:?} is not a version up to {version}"),
+                    )
+                })?,
+        };
+        let decode = |source| RedisStoreError::Decode {
+            what: format!("the state of {id}"),
+            source,
+        };
+        if base == version {
+            let state = serde_json::from_str(&raw).map_err(decode)?;
+            return Ok(Some(Checkpoint { version, state }));
+        }
+        let mut doc: serde_json::Value = serde_json::from_str(&raw).map_err(decode)?;
+        let mut prev = link(&raw);
+        for v in base + 1..=version {
+            let record = fields.remove(&format!("d:{v}")).ok_or_else(|| {
+                corrupt(
+                    id,
+                    v,
+                    format!(
+                        "missing: the snapshot is version {base}, the checkpoint version {version}"
+                    ),
+                )
+            })?;
+            let delta = record
+                .strip_prefix(prev.as_str())
+                .and_then(|d| d.strip_prefix(' '))
+                .ok_or_else(|| {
+                    corrupt(
+                        id,
+                        v,
+                        format!(
+                            "does not follow version {} (lost, replaced or altered)",
+                            v - 1
+                        ),
+                    )
+                })?;
+            checkpoint_delta::apply(&mut doc, delta).map_err(|e| corrupt(id, v, e))?;
+            prev = link(&record);
+        }
+        if fields.get("nonce") != Some(&prev) {
+            return Err(corrupt(
+                id,
+                version,
+                "the last delta is not the one written last (altered)",
+            ));
+        }
+        let state = serde_json::from_value(doc).map_err(|e| corrupt(id, version, e))?;
+        Ok(Some(Checkpoint { version, state }))
+    }
+
+    /// Writes `state` as version `expected + 1` if the stored version is still `expected`
+    /// (0 = none stored yet): a delta against `expected` when this process wrote it, else a
+    /// snapshot (see the module docs). Returns the new version, or `None` when someone
+    /// else wrote.
+    pub async fn save_state(&self, state: &DebateState, expected: u64) -> Result<Option<u64>> {
+        let next = expected + 1;
+        let id = state.id.as_str();
+        let prev = self
+            .shapes
+            .take(id)
+            .filter(|w| w.version == expected && expected > 0);
+        let done = terminal(state.status);
+        if let (Some(prev), false) = (prev, done) {
+            let value = serde_json::to_value(state)?;
+            let (delta, shape, size) = self.shapes.shaper.diff(&prev.shape, &value);
+            let log = prev.log_bytes + delta.json.len();
+            if prev.deltas < MAX_DELTAS && log <= LOG_FACTOR * size && delta.json.len() < size {
+                let record = format!("{} {}", prev.nonce, delta.json);
+                let nonce = link(&record);
+                let r: i64 = SAVE_DELTA
+                    .get_or_init(|| Script::new(SAVE_DELTA_SCRIPT))
+                    .key(key(id, "state"))
+                    .arg(expected)
+                    .arg(next)
+                    .arg(&prev.nonce)
+                    .arg(&nonce)
+                    .arg(&record)
+                    .invoke_async(&mut self.conn())
+                    .await?;
+                match r {
+                    1 => {
+                        self.shapes.put(
+                            id,
+                            Written {
+                                version: next,
+                                nonce,
+                                shape,
+                                log_bytes: log + LINK_LEN + 1,
+                                deltas: prev.deltas + 1,
+                                used: Instant::now(),
+                            },
+                        );
+                        self.replicate("checkpoint", id).await?;
+                        return Ok(Some(next));
+                    }
+                    0 => return Ok(None),
+                    _ => {}
+                }
+            }
+            // Time for a snapshot (see the module docs), or another write's link.
+            return self.save_snapshot(state, expected, Some(shape)).await;
+        }
+        self.save_snapshot(state, expected, None).await
+    }
+
+    /// Writes `state` whole as version `expected + 1` (compare-and-set); remembers its
+    /// shape unless the debate is over.
+    async fn save_snapshot(
+        &self,
+        state: &DebateState,
+        expected: u64,
+        known: Option<Shape>,
+    ) -> Result<Option<u64>> {
+        let next = expected + 1;
+        let id = state.id.as_str();
+        let json = serde_json::to_string(state)?;
+        let nonce = link(&json);
+        let ok: i64 = SAVE_FULL
+            .get_or_init(|| Script::new(SAVE_FULL_SCRIPT))
+            .key(key(id, "state"))
+            .arg(expected)
+            .arg(next)
+            .arg(&nonce)
+            .arg(&json)
+            .invoke_async(&mut self.conn())
+            .await?;
+        if ok != 1 {
+            return Ok(None);
+        }
+        if !terminal(state.status) {
+            let shape = match known {
+                Some(shape) => shape,
+                None => self.shapes.shaper.shape(&serde_json::to_value(state)?).0,
+            };
+            self.shapes.put(
+                id,
+                Written {
+                    version: next,
+                    nonce,
+                    shape,
+                    log_bytes: 0,
+                    deltas: 0,
+                    used: Instant::now(),
+                },
+            );
+        }
+        self.replicate("checkpoint", id).await?;
+        Ok(Some(next))
+    }
+
+    /// How many checkpoint shapes this store keeps, and their approximate bytes.
+    pub fn checkpoint_shapes(&self) -> (usize, usize) {
+        self.shapes.footprint()
+    }
+}
