@@ -46,6 +46,32 @@ async fn start_from_the_form(b: &Browser, url: &str, problem: &str) {
     b.click(&start).await.unwrap();
 }
 
+/// Serves `cfg` (as the server's debate config) from a fresh directory, opens the page
+/// signed in with the generated token, starts a debate on `problem` from the form and waits
+/// for its solution. The directory and the server live as long as the returned values.
+async fn debate_to_its_solution(
+    cfg: &serde_json::Value,
+    problem: &str,
+) -> (tempfile::TempDir, ChildProcess, Browser) {
+    let dir = tempfile::tempdir().unwrap();
+    parley_tests::write_json(dir.path().join("debate-config.json"), cfg);
+    let port = free_port();
+    let serve = serve_with(dir.path(), port, &[]);
+    let token = generated_token(&serve);
+    let b = Browser::start().await.unwrap();
+    b.set_window(1440, 1000).await.unwrap();
+    start_from_the_form(
+        &b,
+        &format!("http://127.0.0.1:{port}/#token={token}"),
+        problem,
+    )
+    .await;
+    b.wait_for("#solution", Duration::from_secs(60))
+        .await
+        .unwrap();
+    (dir, serve, b)
+}
+
 /// What the model replies: HTML and script in the simplicity advocate's texts, Markdown in
 /// the judge's solution.
 const HOSTILE: &str = "Keep it simple: one process first. <script>window.__pwned = 1</script> \
@@ -987,25 +1013,10 @@ async fn warnings_dropped_critiques_and_failures_show_where_they_happened() {
         ),
         times: None,
     });
-    let dir = tempfile::tempdir().unwrap();
     let mut cfg = parley_tests::spec_config(Some(&fake.base_url()));
     cfg["agents"][2]["role"] = json!("skeptic");
     cfg["debate"]["retry"] = json!({"default": {"attempts": 1}});
-    parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
-    let port = free_port();
-    let serve = serve_with(dir.path(), port, &[]);
-    let token = generated_token(&serve);
-    let b = Browser::start().await.unwrap();
-    b.set_window(1440, 1000).await.unwrap();
-    start_from_the_form(
-        &b,
-        &format!("http://127.0.0.1:{port}/#token={token}"),
-        "Design an audit log",
-    )
-    .await;
-    b.wait_for("#solution", Duration::from_secs(60))
-        .await
-        .unwrap();
+    let (_dir, _serve, b) = debate_to_its_solution(&cfg, "Design an audit log").await;
     let notes = b
         .wait_until(
             "const at = (round, agent, box) => [...document.querySelectorAll(
@@ -1102,27 +1113,13 @@ async fn warnings_dropped_critiques_and_failures_show_where_they_happened() {
 async fn round_headers_show_similarity_and_a_ring_shows_its_critiques() {
     need_browser();
     let fake = FakeLlm::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let mut cfg = parley_tests::spec_config(Some(&fake.base_url()));
     cfg["debate"]["rounds"] = json!(3);
     cfg["debate"]["critique"] = json!({"topology": "ring"});
     cfg["debate"]["terminationCondition"] = json!({"type": "similarity", "threshold": 0.5});
     cfg["debate"]["embeddings"] = json!({"provider": "openai-compatible", "model": "embed-small"});
-    parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
-    let port = free_port();
-    let serve = serve_with(dir.path(), port, &[]);
-    let token = generated_token(&serve);
-    let b = Browser::start().await.unwrap();
-    b.set_window(1440, 1000).await.unwrap();
-    start_from_the_form(
-        &b,
-        &format!("http://127.0.0.1:{port}/#token={token}"),
-        "Design a cache in front of a slow inventory service",
-    )
-    .await;
-    b.wait_for("#solution", Duration::from_secs(60))
-        .await
-        .unwrap();
+    let (_dir, _serve, b) =
+        debate_to_its_solution(&cfg, "Design a cache in front of a slow inventory service").await;
     let seen = b
         .wait_until(
             "const lines = [...document.querySelectorAll('#rounds .round-title .similarity')].map((s) => s.textContent);
