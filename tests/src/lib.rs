@@ -654,13 +654,7 @@ pub fn task_result(debate_id: &str, task: &str, attempt: u32, ok: bool) -> TaskR
             TaskOutcome::Ok(TaskOutput {
                 content: format!("ok {attempt}"),
                 metadata: ContributionMetadata::default(),
-                solution: None,
-                confidence: None,
-                verdict: None,
-                vote: None,
-                similarity: None,
-                warnings: vec![],
-                questions: vec![],
+                ..Default::default()
             })
         } else {
             TaskOutcome::Error(TaskError {

@@ -119,13 +119,10 @@ async fn run(
     Ok(TaskOutput {
         content,
         metadata,
-        solution: None,
-        confidence: None,
-        verdict: None,
         vote,
-        similarity: None,
         warnings,
         questions,
+        ..Default::default()
     })
 }
 

@@ -395,13 +395,7 @@ fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: 
             model: task.agent.model.clone(),
             ..Default::default()
         },
-        solution: None,
-        confidence: None,
-        verdict: None,
-        vote: None,
-        similarity: None,
-        questions: Vec::new(),
-        warnings: Vec::new(),
+        ..Default::default()
     };
     match task.kind {
         TaskKind::Evaluate => {

@@ -48,13 +48,7 @@ fn ok(task: &Task) -> TaskResult {
         outcome: TaskOutcome::Ok(TaskOutput {
             content: format!("text of {}", task.id),
             metadata: ContributionMetadata::default(),
-            solution: None,
-            confidence: None,
-            verdict: None,
-            vote: None,
-            similarity: None,
-            warnings: vec![],
-            questions: vec![],
+            ..Default::default()
         }),
     }
 }

@@ -47,13 +47,7 @@ pub(crate) fn ok(task: &Task, content: &str) -> TaskResult {
             model: task.agent.model.clone(),
             ..Default::default()
         },
-        solution: None,
-        confidence: None,
-        verdict: None,
-        vote: None,
-        similarity: None,
-        warnings: vec![],
-        questions: vec![],
+        ..Default::default()
     };
     match task.kind {
         TaskKind::Synthesize => {

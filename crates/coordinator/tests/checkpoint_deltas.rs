@@ -55,13 +55,7 @@ fn answer(task: &Task, reply_bytes: usize, ok: bool) -> TaskResult {
                 model: task.agent.model.clone(),
                 ..Default::default()
             },
-            solution: None,
-            confidence: None,
-            verdict: None,
-            vote: None,
-            similarity: None,
-            warnings: vec![],
-            questions: vec![],
+            ..Default::default()
         };
         match task.kind {
             TaskKind::Synthesize => {

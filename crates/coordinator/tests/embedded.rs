@@ -52,12 +52,7 @@ fn answer(task: &Task) -> TaskResult {
                 ..Default::default()
             },
             solution,
-            confidence: None,
-            verdict: None,
-            vote: None,
-            similarity: None,
-            warnings: vec![],
-            questions: vec![],
+            ..Default::default()
         }),
     }
 }

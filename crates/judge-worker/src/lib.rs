@@ -139,13 +139,8 @@ async fn run_embed(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, L
     Ok(TaskOutput {
         content: String::new(),
         metadata,
-        solution: None,
-        confidence: None,
-        verdict: None,
-        vote: None,
         similarity: Some(sim),
-        warnings: vec![],
-        questions: vec![],
+        ..Default::default()
     })
 }
 
@@ -170,13 +165,7 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
             return Ok(TaskOutput {
                 content,
                 metadata,
-                solution: None,
-                confidence: None,
-                verdict: None,
-                vote: None,
-                similarity: None,
-                warnings: vec![],
-                questions: vec![],
+                ..Default::default()
             });
         }
     };
@@ -203,13 +192,7 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
     let mut out = TaskOutput {
         content,
         metadata,
-        solution: None,
-        confidence: None,
-        verdict: None,
-        vote: None,
-        similarity: None,
-        warnings: vec![],
-        questions: vec![],
+        ..Default::default()
     };
     match task.kind {
         TaskKind::Verdict => {
