@@ -17,7 +17,11 @@
 //!   `MEMORY_COORDINATORS` (default 4); `MEMORY_PROMPTS` (default 1; 0: no prompt texts in
 //!   the specs); `STATUS_SAMPLE` (default 200) status requests; `SUBMIT_CONCURRENCY`
 //!   (default 64) submissions in flight; `MEMORY_COORDINATOR_BIN` (default the workspace's
-//!   release `parley-coordinator`): the coordinator binary, e.g. an older build's.
+//!   release `parley-coordinator`): the coordinator binary, e.g. an older build's;
+//!   `MEMORY_SETTLE_SECS` (default 45): the wait after the last submission before the
+//!   figures (the debates go to rest after the coordinators' `rest_after_secs`);
+//!   `MEMORY_REST_AFTER_SECS` (default unset: the coordinators' default): passed to them as
+//!   `PARLEY_REST_AFTER_SECS` (0: debates never rest).
 //!
 //! # Modes
 //! - `throughput`: zero-latency fake LLM; 1 coordinator, 2 agent workers and 1 judge worker
@@ -1508,14 +1512,24 @@ async fn scaleout(rows: &mut Vec<Row>) {
 
 /// VmRSS of a process in bytes (`/proc/<pid>/status`).
 fn rss_bytes(pid: u32) -> u64 {
+    proc_status_bytes(pid, "VmRSS:")
+}
+
+/// The largest resident set the process ever had (`VmHWM`).
+fn peak_rss_bytes(pid: u32) -> u64 {
+    proc_status_bytes(pid, "VmHWM:")
+}
+
+/// A `kB` field of `/proc/<pid>/status`, in bytes.
+fn proc_status_bytes(pid: u32, field: &str) -> u64 {
     let path = format!("/proc/{pid}/status");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     text.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|kb| kb.parse::<u64>().ok())
         .map(|kb| kb * 1024)
-        .unwrap_or_else(|| panic!("{path}: no VmRSS"))
+        .unwrap_or_else(|| panic!("{path}: no {field}"))
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -1556,6 +1570,9 @@ fn memory_coordinator(c: &Cluster) -> ChildProcess {
     cmd.args(["--nats-url", &c.nats.url(), "--redis-url", &c.redis.url()])
         .env("PARLEY_LOG", "info")
         .env("PARLEY_METRICS_ADDR", "off");
+    if let Ok(secs) = std::env::var("MEMORY_REST_AFTER_SECS") {
+        cmd.env("PARLEY_REST_AFTER_SECS", secs);
+    }
     let p = ChildProcess::spawn(cmd, "coordinator").unwrap();
     assert!(
         p.wait_for_log_line("coordinator ready", Duration::from_secs(30))
@@ -1672,8 +1689,11 @@ async fn memory(rows: &mut Vec<Row>) {
         n_debates as f64 / submit_s
     );
 
-    // Settle, then the CPU the live debates cost while nothing happens (ticks).
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Settle (the debates go to rest after the coordinators' `rest_after_secs`, 30 s by
+    // default), then the CPU the live debates cost while nothing happens.
+    let settle = env_num("MEMORY_SETTLE_SECS", 45);
+    println!("  settling {settle} s");
+    tokio::time::sleep(Duration::from_secs(settle)).await;
     let cpu = |pids: &[u32]| pids.iter().map(|p| cpu_seconds(*p, ticks)).sum::<f64>();
     let window = Duration::from_secs(20);
     let before = (cpu(&coord_pids), cpu(&[nats_pid]), cpu(&[redis_pid]));
@@ -1719,16 +1739,20 @@ async fn memory(rows: &mut Vec<Row>) {
     let (nats_rss, redis_rss) = (rss_bytes(nats_pid), rss_bytes(redis_pid));
     let mut owned_total = 0usize;
     let mut max_rss = 0u64;
+    let mut max_peak = 0u64;
     let mut growth = 0u64;
     for (k, pid) in coord_pids.iter().enumerate() {
         let owned = owners.iter().filter(|o| **o == Some(*pid)).count();
         owned_total += owned;
         max_rss = max_rss.max(rss[k]);
         growth += rss[k].saturating_sub(idle[k]);
+        let peak = peak_rss_bytes(*pid);
+        max_peak = max_peak.max(peak);
         println!(
-            "  coordinator {k} (pid {pid}): {owned} live debates, RSS {:.1} MiB (idle {:.1} MiB), {:.0} B per debate",
+            "  coordinator {k} (pid {pid}): {owned} live debates, RSS {:.1} MiB (idle {:.1} MiB, peak {:.1} MiB), {:.0} B per debate",
             mib(rss[k]),
             mib(idle[k]),
+            mib(peak),
             rss[k].saturating_sub(idle[k]) as f64 / owned.max(1) as f64
         );
     }
@@ -1759,6 +1783,13 @@ async fn memory(rows: &mut Vec<Row>) {
         value: format!("{:.0} MiB", mib(max_rss)),
         target: "< 500 MB".into(),
         ok: Some(max_rss < 500_000_000),
+    });
+    rows.push(Row {
+        mode: m,
+        metric: format!("largest coordinator peak RSS ({n_coord} coord.)"),
+        value: format!("{:.0} MiB", mib(max_peak)),
+        target: "< 500 MB".into(),
+        ok: Some(max_peak < 500_000_000),
     });
     rows.push(Row {
         mode: m,

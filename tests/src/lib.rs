@@ -605,6 +605,37 @@ pub fn is_done(s: &Value) -> bool {
     )
 }
 
+/// The debate's events carry sequence numbers 1..=n, each once, ending with completion.
+pub async fn assert_events_contiguous(c: &Cluster, id: &str) {
+    use futures::StreamExt;
+    let js = async_nats::jetstream::new(c.client.clone());
+    let stream = js.get_stream("PARLEY_EVENTS").await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            filter_subject: format!("parley.debates.{id}.events"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut seqs = Vec::new();
+    let mut last_type = String::new();
+    let mut msgs = consumer
+        .fetch()
+        .max_messages(10_000)
+        .expires(Duration::from_secs(2))
+        .messages()
+        .await
+        .unwrap();
+    while let Some(Ok(m)) = msgs.next().await {
+        let ev: Value = serde_json::from_slice(&m.payload).unwrap();
+        seqs.push(ev["seq"].as_u64().unwrap());
+        last_type = ev["type"].as_str().unwrap().to_string();
+    }
+    let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "events missing or repeated");
+    assert_eq!(last_type, "debateCompleted");
+}
+
 /// 3 agents (architect, security, kiss; models model-arch/-sec/-kiss), 2 fixed rounds.
 pub fn spec(problem: &str) -> Value {
     json!({

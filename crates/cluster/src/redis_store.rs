@@ -23,6 +23,9 @@
 //!   once (`SET NX`).
 //! - `parley:running`: the set of debates that still need an owner (running, or accepted
 //!   and not started).
+//! - `parley:leases`: the lease index, a sorted set of the running debates by when their
+//!   lease expires (0: waiting for an owner), a hint that lets a scan find debates without
+//!   an owner without reading every lease (see `leases`).
 //! - `parley:idem:<key>`: idempotency key → `<debate id> <spec digest>` (kept 24 h); a
 //!   value without a digest (written by an older build) binds the id only.
 //!
@@ -51,8 +54,10 @@ use parley_protocol::{DebateSpec, DebateState, TaskOutcome, TaskResult};
 use redis::Script;
 
 mod checkpoint;
+mod leases;
 pub mod lifecycle;
 pub use checkpoint::{LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};
+pub use leases::{LeaseCheck, LEASES};
 pub use lifecycle::{Stored, TaskLookup, DEAD_LETTERS_KEPT, DEBATE_KEYS};
 
 #[derive(Debug, thiserror::Error)]
@@ -311,7 +316,15 @@ impl RedisStore {
 
     /// Takes the lease if it is free. Returns true when `owner` now holds it.
     pub async fn acquire_lease(&self, id: &str, owner: &str, ttl_ms: u64) -> Result<bool> {
-        self.set_if_absent(key(id, "lease"), owner, ttl_ms).await
+        let expires = leases::now_ms() + ttl_ms;
+        let got = self.set_if_absent(key(id, "lease"), owner, ttl_ms).await?;
+        if got {
+            // The index is a hint (see `leases`): a failure here is not the adoption's.
+            if let Err(e) = self.index_leases(&[id], expires).await {
+                tracing::warn!(debate = id, error = %e, "cannot update the lease index");
+            }
+        }
+        Ok(got)
     }
 
     /// Extends the lease if `owner` still holds it; false means it was lost.
@@ -328,7 +341,14 @@ impl RedisStore {
 
     /// Gives the lease up if `owner` holds it.
     pub async fn release_lease(&self, id: &str, owner: &str) -> Result<bool> {
-        self.release_if_owner(key(id, "lease"), owner).await
+        let released = self.release_if_owner(key(id, "lease"), owner).await?;
+        if released {
+            // Ownerless now: the next scan of any coordinator adopts it if it still runs.
+            if let Err(e) = self.index_leases(&[id], 0).await {
+                tracing::warn!(debate = id, error = %e, "cannot update the lease index");
+            }
+        }
+        Ok(released)
     }
 
     /// Deletes `k` if its value is `owner`; true when it did.
@@ -380,18 +400,33 @@ impl RedisStore {
             .await?)
     }
 
+    /// Adds the debate to the running set and, unless it is there already, to the lease
+    /// index as waiting for an owner.
     pub async fn mark_running(&self, id: &str) -> Result<()> {
         let _: i64 = redis::cmd("SADD")
             .arg(RUNNING)
             .arg(id)
             .query_async(&mut self.conn())
             .await?;
+        let _: i64 = redis::cmd("ZADD")
+            .arg(LEASES)
+            .arg("NX")
+            .arg(0)
+            .arg(id)
+            .query_async(&mut self.conn())
+            .await?;
         Ok(())
     }
 
+    /// Removes the debate from the running set and the lease index.
     pub async fn unmark_running(&self, id: &str) -> Result<()> {
         let _: i64 = redis::cmd("SREM")
             .arg(RUNNING)
+            .arg(id)
+            .query_async(&mut self.conn())
+            .await?;
+        let _: i64 = redis::cmd("ZREM")
+            .arg(LEASES)
             .arg(id)
             .query_async(&mut self.conn())
             .await?;

@@ -24,6 +24,7 @@
 //! max_pending_requests = 256           # coordinator: requests handled at once
 //! max_followers = 512                  # coordinator: event followers (consumers) open at once
 //! clarification_timeout_secs = 3600    # coordinator: unanswered clarification questions become "NA" (default: a day)
+//! rest_after_secs = 30                 # coordinator: a debate idle this long while it waits goes to rest ("0": never)
 //! max_debate_usd = 5.0                 # coordinator: cap on one debate's spend (and its budget when it sets none)
 //! max_debate_tokens = 2000000          # coordinator: the same in tokens
 //! prices = "model_prices.json"         # PARLEY_PRICES, --prices: LiteLLM-format price file; relative to the settings file
@@ -147,6 +148,8 @@ pub struct SettingsFile {
     pub max_followers: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub clarification_timeout_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rest_after_secs: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prices: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,11 +1,15 @@
 //! The debate actor and its supervisor (ractor).
 //!
 //! # Runtime semantics
-//! - One [`DebateActor`] per debate this coordinator owns; the [`Supervisor`] owns the
-//!   registry (debate id → actor). A debate is owned by the coordinator holding its Redis
-//!   lease; the supervisor takes the lease *before* spawning the actor, and the actor renews
-//!   it every [`Deps::poll_every`] (TTL/3 or less). A lost lease (renew refused) or a lost
-//!   compare-and-set stops the actor at once without touching the debate.
+//! - One [`DebateActor`] per active debate this coordinator owns; the
+//!   [`Supervisor`](crate::supervisor::Supervisor) owns the registry (debate id → actor, or
+//!   a debate at rest). A debate is owned by the coordinator holding its Redis lease; the
+//!   supervisor takes the lease *before* spawning the actor and renews every lease it holds
+//!   every [`Deps::poll_every`] (TTL/3 or less) in one pass; the outcome reaches the actor
+//!   as its tick. A lost lease (renew refused) or a lost compare-and-set stops the actor at
+//!   once without touching the debate.
+//! - An actor that handled nothing for [`Deps::rest_after`] while its debate only waits
+//!   puts it to rest (see `crate::supervisor`) and stops, keeping the lease.
 //! - The actor processes one message at a time (ractor mailbox order). It never awaits an
 //!   LLM call: it awaits only Redis (checkpoints, results) and JetStream publish acks.
 //! - Every transition: `Machine::handle` → checkpoint (CAS on the version) → perform the
@@ -15,8 +19,9 @@
 //!   JetStream (2 minute duplicate window) or the worker's "result already stored" check
 //!   drops the repeats.
 //! - Results: a notification on `parley.results.<id>` makes the actor read the result from
-//!   Redis (the source of truth); every tick it also reads Redis for its in-flight tasks, so
-//!   a notification lost in a NATS restart only delays the debate.
+//!   Redis (the source of truth); a tick whose renewal saw the number of stored results
+//!   change (or that could not tell) also reads Redis for its in-flight tasks, so a
+//!   notification lost in a NATS restart only delays the debate.
 //! - Authentic results: a result is applied only when the machine waits for it
 //!   ([`Machine::expects`]: a task it dispatched and has no result for, an attempt it
 //!   dispatched — for a failure, the current one), and only as read from Redis (the record
@@ -66,7 +71,6 @@
 //! `debate` span (`debate.resumed = true`) under it, so the whole debate stays one trace.
 //! Spans end (and are exported) when they are dropped.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,10 +81,12 @@ use parley_protocol::{
     limits, preview, subjects, DebateStatus, TaskOutcome, TaskResult, SCHEMA_VERSION,
 };
 use parley_telemetry::DropReason;
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use rand::Rng;
 
+use crate::supervisor::{Rest, SupervisorMsg};
 use crate::{Effect, Expectation, Input, Machine};
+use parley_cluster::redis_store::LeaseCheck;
 use parley_cluster::RedisStore;
 use parley_protocol::EventKind;
 use parley_telemetry::OpenTelemetrySpanExt as _;
@@ -108,7 +114,12 @@ pub struct Deps {
     pub clarification_timeout: Option<Duration>,
     /// Prices and the completion cap a budgeted debate reserves with.
     pub pricing: crate::budget::Pricing,
+    /// An actor idle this long while its debate only waits puts it to rest (`None`: never).
+    pub rest_after: Option<Duration>,
 }
+
+/// Default of [`Deps::rest_after`].
+pub const DEFAULT_REST_AFTER: Duration = Duration::from_secs(30);
 
 /// Failed adoptions after which a debate is failed, by default.
 pub const DEFAULT_MAX_ACTOR_FAILURES: u32 = 3;
@@ -119,8 +130,13 @@ pub enum DebateMsg {
     Kick,
     /// A worker stored a result for this task.
     ResultReady { task_id: String, attempt: u32 },
-    /// Renew the lease and poll Redis for in-flight results.
-    Tick,
+    /// The supervisor's renewal pass: the lease's check and when the pass began (`None`:
+    /// the pass could not renew it; the actor renews it itself). Poll Redis for in-flight
+    /// results when they changed, feed the clock, maybe go to rest.
+    Tick(Option<(LeaseCheck, std::time::Instant)>),
+    /// The supervisor holds the debate at rest now: stop (every message routed here before
+    /// was handed back).
+    Rested,
     /// A failed task's backoff elapsed.
     RetryDue(String),
     /// The user resumes a failed debate.
@@ -160,6 +176,10 @@ pub struct DebateArgs {
     /// Applied right after resuming: a user's retry or cancel of a debate nobody owned.
     pub follow_up: Option<Input>,
     pub deps: Arc<Deps>,
+    /// Where messages go while the debate goes to rest.
+    pub sup: ActorRef<SupervisorMsg>,
+    /// Waking a debate from rest: what was kept of it.
+    pub wake: Option<Box<Rest>>,
 }
 
 /// Stateless: everything lives in [`DebateActorState`].
@@ -174,10 +194,16 @@ pub struct DebateActorState {
     /// Requested on adoption; consumed by `Kick`.
     follow_up: Option<Input>,
     deps: Arc<Deps>,
-    /// The tick timer, stopped with the actor.
-    ticker: Option<tokio::task::JoinHandle<()>>,
+    sup: ActorRef<SupervisorMsg>,
     /// Set once the debate settled and the lease was released: later messages are refused.
     stopping: bool,
+    /// Set once the actor asked to put the debate to rest: later messages go back to the
+    /// supervisor.
+    resting: bool,
+    /// When the actor last handled something other than a tick (or started).
+    active_at: std::time::Instant,
+    /// The number of stored results the last poll saw (`None`: not polled yet).
+    results_seen: Option<u64>,
     /// When the lease was last renewed: a message processed after `poll_every` renews it
     /// too, so a backlog of results in the mailbox (ticks wait behind it) cannot lose it.
     renewed_at: std::time::Instant,
@@ -277,18 +303,36 @@ async fn start(
         let mut machine = Box::new(Machine::from_checkpoint(spec, cp.state));
         machine.set_task_deadline_margin(Some(args.deps.task_deadline_margin));
         machine.set_pricing(args.deps.pricing.clone());
-        let trace = DebateTrace::open(&mut machine);
-        parley_telemetry::metrics().debate_status_changed(None, metrics_status(status));
-        let ticker = myself.send_interval(args.deps.poll_every, || DebateMsg::Tick);
-        myself.cast(DebateMsg::Kick)?;
+        let woken = args.wake.is_some();
+        // From rest, at the checkpoint it left: carry on where it was. Otherwise (adopted,
+        // or its checkpoint moved on meanwhile) resume it.
+        let results_seen = match args.wake {
+            Some(rest) if rest.version == cp.version => {
+                machine.restore_runtime(rest.runtime);
+                Some(rest.results)
+            }
+            _ => {
+                myself.cast(DebateMsg::Kick)?;
+                None
+            }
+        };
+        let trace = DebateTrace::open(&mut machine, woken);
+        if !woken {
+            // A debate at rest stays counted as running.
+            parley_telemetry::metrics().debate_status_changed(None, metrics_status(status));
+        }
+        let now = std::time::Instant::now();
         Ok(DebateActorState {
             machine,
             version: cp.version,
             follow_up: args.follow_up,
             deps: args.deps,
-            ticker: Some(ticker),
+            sup: args.sup,
             stopping: false,
-            renewed_at: std::time::Instant::now(),
+            resting: false,
+            active_at: now,
+            results_seen,
+            renewed_at: now,
             trace,
             secret,
         })
@@ -298,8 +342,9 @@ async fn start(
 /// [`DebateActor`]'s `post_stop`: stop the ticks, release the lease.
 async fn stop(state: &mut DebateActorState) -> Result<(), ActorProcessingErr> {
     {
-        if let Some(t) = state.ticker.take() {
-            t.abort();
+        if state.resting {
+            // Its lease and its place in the registry stay: the supervisor holds it.
+            return Ok(());
         }
         if !state.stopping {
             // Given up without settling (lease lost, failure): no longer counted here.
@@ -319,6 +364,20 @@ async fn handle(
     state: &mut DebateActorState,
 ) -> Result<(), ActorProcessingErr> {
     {
+        if state.resting {
+            match msg {
+                DebateMsg::Rested => myself.stop(Some("at rest".into())),
+                DebateMsg::Tick(_) => {}
+                msg => {
+                    let id = state.machine.id().to_string();
+                    let _ = state.sup.cast(SupervisorMsg::Route { id, msg });
+                }
+            }
+            return Ok(());
+        }
+        if !matches!(msg, DebateMsg::Tick(_)) {
+            state.active_at = std::time::Instant::now();
+        }
         if state.stopping {
             match msg {
                 DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) => {
@@ -331,7 +390,8 @@ async fn handle(
             }
             return Ok(());
         }
-        if !matches!(msg, DebateMsg::Tick) && state.renewed_at.elapsed() >= state.deps.poll_every {
+        if !matches!(msg, DebateMsg::Tick(_)) && state.renewed_at.elapsed() >= state.deps.poll_every
+        {
             let id = state.machine.id().to_string();
             let ttl = state.deps.lease_ttl.as_millis() as u64;
             if !state
@@ -438,75 +498,12 @@ async fn handle(
                     Err(e) => return Err(e.into()),
                 }
             }
-            DebateMsg::Tick => {
-                let id = state.machine.id().to_string();
-                let ttl = state.deps.lease_ttl.as_millis() as u64;
-                match state
-                    .deps
-                    .store
-                    .renew_lease_checking_cancel(&id, &state.deps.owner, ttl)
-                    .await?
-                {
-                    None => {
-                        tracing::warn!(debate = %id, "lease lost; stopping");
-                        myself.stop(Some("lease lost".into()));
-                        return Ok(());
-                    }
-                    Some(true) => {
-                        tracing::info!(debate = %id, "cancel requested; cancelling");
-                        state.apply(&myself, Input::Cancel).await?;
-                        return Ok(());
-                    }
-                    Some(false) => {}
-                }
-                state.renewed_at = std::time::Instant::now();
-                // Nobody answered the clarification questions in time: "NA" for each.
-                if let Some(timeout) = state.deps.clarification_timeout {
-                    if state
-                        .machine
-                        .clarification_deadline(timeout)
-                        .is_some_and(|d| d <= Utc::now())
-                    {
-                        tracing::info!(debate = %id, "clarification timeout; answering NA");
-                        state.apply(&myself, Input::ClarificationTimeout).await?;
-                        return Ok(());
-                    }
-                }
-                let in_flight: Vec<String> =
-                    state.machine.in_flight().map(str::to_string).collect();
-                if in_flight.is_empty() {
-                    return Ok(());
-                }
-                // Only the fields that can answer an in-flight attempt.
-                let fields: Vec<String> = in_flight
-                    .iter()
-                    .flat_map(|t| [t.clone(), format!("{t}#{}", state.attempt_of(t))])
-                    .collect();
-                let results = state.deps.store.results_of(&id, &fields).await?;
-                for t in in_flight {
-                    if state.stopping {
-                        break;
-                    }
-                    let attempt = state.attempt_of(&t);
-                    let r = results
-                        .get(&t)
-                        .or_else(|| results.get(&format!("{t}#{attempt}")));
-                    if let Some(r) = r {
-                        if state.wants(r, Some((&t, attempt)), Noise::Resuming) {
-                            tracing::info!(debate = %id, task = %t, "result found by polling");
-                            state
-                                .apply(&myself, Input::Result(bounded(r.clone())))
-                                .await?;
-                        }
-                    }
-                }
-                // The clock: attempts past their deadline are sent again (or fail the node).
-                let now = Utc::now();
-                if !state.stopping && state.machine.next_deadline().is_some_and(|d| d <= now) {
-                    tracing::warn!(debate = %id, "a task passed its deadline; re-dispatching");
-                    state.apply(&myself, Input::Tick).await?;
+            DebateMsg::Tick(kept) => {
+                if tick(&myself, state, kept).await? {
+                    state.maybe_rest(&myself);
                 }
             }
+            DebateMsg::Rested => {}
             DebateMsg::HandedBack {
                 task_id,
                 attempt,
@@ -607,6 +604,92 @@ async fn handle(
     }
 }
 
+/// A tick: the lease (renewed by the supervisor's pass, or here when the pass could not),
+/// a pending cancel, the clarification timeout, results stored without a notice, the
+/// clock. False when the debate is not this actor's to keep any more (lease lost,
+/// cancelled).
+async fn tick(
+    myself: &ActorRef<DebateMsg>,
+    state: &mut DebateActorState,
+    kept: Option<(LeaseCheck, std::time::Instant)>,
+) -> Result<bool, ActorProcessingErr> {
+    let id = state.machine.id().to_string();
+    let check = match kept {
+        Some((c, _)) => c.held.then_some(c.cancel),
+        None => {
+            let ttl = state.deps.lease_ttl.as_millis() as u64;
+            state
+                .deps
+                .store
+                .renew_lease_checking_cancel(&id, &state.deps.owner, ttl)
+                .await?
+        }
+    };
+    match check {
+        None => {
+            tracing::warn!(debate = %id, "lease lost; stopping");
+            myself.stop(Some("lease lost".into()));
+            return Ok(false);
+        }
+        Some(true) => {
+            tracing::info!(debate = %id, "cancel requested; cancelling");
+            state.apply(myself, Input::Cancel).await?;
+            return Ok(false);
+        }
+        Some(false) => {}
+    }
+    state.renewed_at = kept.map_or_else(std::time::Instant::now, |(_, at)| at);
+    // Nobody answered the clarification questions in time: "NA" for each.
+    if let Some(timeout) = state.deps.clarification_timeout {
+        if state
+            .machine
+            .clarification_deadline(timeout)
+            .is_some_and(|d| d <= Utc::now())
+        {
+            tracing::info!(debate = %id, "clarification timeout; answering NA");
+            state.apply(myself, Input::ClarificationTimeout).await?;
+            return Ok(true);
+        }
+    }
+    let in_flight: Vec<String> = state.machine.in_flight().map(str::to_string).collect();
+    // Polled when the stored results changed since the last poll (or nobody could tell).
+    let results = kept.map(|(c, _)| c.results);
+    let changed = results.is_none() || results != state.results_seen;
+    state.results_seen = results;
+    if !in_flight.is_empty() && changed {
+        // Only the fields that can answer an in-flight attempt.
+        let fields: Vec<String> = in_flight
+            .iter()
+            .flat_map(|t| [t.clone(), format!("{t}#{}", state.attempt_of(t))])
+            .collect();
+        let results = state.deps.store.results_of(&id, &fields).await?;
+        for t in in_flight {
+            if state.stopping {
+                break;
+            }
+            let attempt = state.attempt_of(&t);
+            let r = results
+                .get(&t)
+                .or_else(|| results.get(&format!("{t}#{attempt}")));
+            if let Some(r) = r {
+                if state.wants(r, Some((&t, attempt)), Noise::Resuming) {
+                    tracing::info!(debate = %id, task = %t, "result found by polling");
+                    state
+                        .apply(myself, Input::Result(bounded(r.clone())))
+                        .await?;
+                }
+            }
+        }
+    }
+    // The clock: attempts past their deadline are sent again (or fail the node).
+    let now = Utc::now();
+    if !state.stopping && state.machine.next_deadline().is_some_and(|d| d <= now) {
+        tracing::warn!(debate = %id, "a task passed its deadline; re-dispatching");
+        state.apply(myself, Input::Tick).await?;
+    }
+    Ok(true)
+}
+
 impl DebateActorState {
     /// Publishes one event with `Nats-Msg-Id = <id>/event/<seq>` (a re-publish within the
     /// stream's duplicate window is dropped by JetStream).
@@ -615,6 +698,46 @@ impl DebateActorState {
         event: &parley_protocol::DebateEvent,
     ) -> Result<jetstream::context::PublishAckFuture, ActorProcessingErr> {
         publish_event(&self.deps.js, event).await
+    }
+
+    /// Puts the debate to rest when the actor has been idle for [`Deps::rest_after`] and
+    /// the debate only waits (see `crate::supervisor`).
+    fn maybe_rest(&mut self, myself: &ActorRef<DebateMsg>) {
+        let Some(after) = self.deps.rest_after else {
+            return;
+        };
+        if self.stopping || self.follow_up.is_some() || self.active_at.elapsed() < after {
+            return;
+        }
+        let (Some(results), Some(runtime)) = (self.results_seen, self.machine.runtime()) else {
+            return;
+        };
+        let clarification = self
+            .deps
+            .clarification_timeout
+            .and_then(|t| self.machine.clarification_deadline(t));
+        let wake_at = match (runtime.next_deadline(), clarification) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let rest = Box::new(Rest {
+            version: self.version,
+            runtime,
+            results,
+            wake_at,
+        });
+        let id = self.machine.id().to_string();
+        if self
+            .sup
+            .cast(SupervisorMsg::Rest {
+                id,
+                actor: myself.get_id(),
+                rest,
+            })
+            .is_ok()
+        {
+            self.resting = true;
+        }
     }
 
     /// Publishes the checkpoint's outbox again (see `EngineRecord::outbox`).
@@ -709,6 +832,7 @@ impl DebateActorState {
         before: DebateStatus,
     ) -> Result<(), ActorProcessingErr> {
         let id = self.machine.id().to_string();
+        self.active_at = std::time::Instant::now();
         self.machine.set_outbox(
             effects
                 .iter()
@@ -838,7 +962,11 @@ async fn publish_event(
 /// does not run, without resuming it (nothing is re-dispatched): checkpoint, then its events
 /// (best effort: the checkpoint is what counts), then the bookkeeping of a settled debate.
 /// Returns the debate's status afterwards.
-async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateStatus, String> {
+pub(crate) async fn settle_directly(
+    deps: &Deps,
+    id: &str,
+    input: Input,
+) -> Result<DebateStatus, String> {
     let store = &deps.store;
     let loaded = async {
         Ok::<_, parley_cluster::redis_store::RedisStoreError>((
@@ -923,7 +1051,7 @@ async fn publish_best_effort(deps: &Deps, id: &str, events: &[parley_protocol::D
 /// be the debate's own fault: not when it lost its lease or checkpoint to another
 /// coordinator, not a Redis error (an outage). A publish refused, an encoding error or a
 /// panic may be — when NATS and Redis answer ([`backends_up`]).
-fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub(crate) fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<String> {
     if let Some(e) = err.downcast_ref::<ActorError>() {
         if !matches!(e, ActorError::Missing(_)) {
             return None;
@@ -953,7 +1081,7 @@ async fn backends_up(deps: &Deps) -> bool {
 
 /// Counts a failure of the debate's actor when the debate may be at fault (see
 /// [`fault_reason`]) and the backends are up.
-async fn count_failure(deps: &Deps, id: &str, reason: Option<String>) {
+pub(crate) async fn count_failure(deps: &Deps, id: &str, reason: Option<String>) {
     let Some(reason) = reason else {
         return;
     };
@@ -1025,223 +1153,4 @@ fn jitter(delay_ms: u64) -> u64 {
         return delay_ms;
     }
     rand::thread_rng().gen_range(delay_ms / 2..=delay_ms)
-}
-
-/// The supervisor's messages.
-pub enum SupervisorMsg {
-    /// Take the lease of a debate and spawn its actor (no-op if already owned here).
-    Adopt {
-        id: String,
-        /// Boxed: an `Input` can carry a whole task result.
-        follow_up: Option<Box<Input>>,
-        reply: RpcReplyPort<Result<(), AdoptError>>,
-    },
-    /// Deliver to the debate's actor if this coordinator owns it.
-    Route { id: String, msg: DebateMsg },
-    /// The debate's actor, when this coordinator owns it.
-    Get {
-        id: String,
-        reply: RpcReplyPort<Option<ActorRef<DebateMsg>>>,
-    },
-    /// Every debate this coordinator owns, with its actor (the drain stops them).
-    Owned(RpcReplyPort<Vec<(String, ActorRef<DebateMsg>)>>),
-}
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum AdoptError {
-    #[error("owned by another coordinator")]
-    OwnedElsewhere,
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// Owns the registry of debate actors.
-pub struct Supervisor;
-
-pub struct SupervisorState {
-    deps: Arc<Deps>,
-    /// Debate id → its actor.
-    debates: HashMap<String, ActorRef<DebateMsg>>,
-    /// Actor id → debate id, to clean up on supervision events.
-    by_actor: HashMap<ractor::ActorId, String>,
-}
-
-impl Actor for Supervisor {
-    type Msg = SupervisorMsg;
-    type State = SupervisorState;
-    type Arguments = Arc<Deps>;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        deps: Arc<Deps>,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(SupervisorState {
-            deps,
-            debates: HashMap::new(),
-            by_actor: HashMap::new(),
-        })
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        msg: SupervisorMsg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            SupervisorMsg::Adopt {
-                id,
-                follow_up,
-                reply,
-            } => {
-                let r = adopt(&myself, state, id, follow_up.map(|b| *b)).await;
-                let _ = reply.send(r);
-            }
-            SupervisorMsg::Route { id, msg } => {
-                if let Some(a) = state.debates.get(&id) {
-                    let _ = a.cast(msg);
-                }
-            }
-            SupervisorMsg::Get { id, reply } => {
-                let _ = reply.send(state.debates.get(&id).cloned());
-            }
-            SupervisorMsg::Owned(reply) => {
-                let owned = state
-                    .debates
-                    .iter()
-                    .map(|(id, a)| (id.clone(), a.clone()))
-                    .collect();
-                let _ = reply.send(owned);
-            }
-        }
-        Ok(())
-    }
-
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        // Each debate actor releases its lease as it stops, so another replica (or this
-        // one restarted) resumes the debate at once instead of after the lease TTL.
-        for (_, a) in state.debates.drain() {
-            let _ = a
-                .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(5)))
-                .await;
-        }
-        Ok(())
-    }
-
-    async fn handle_supervisor_evt(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        event: SupervisionEvent,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let (cell, failure) = match event {
-            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
-            SupervisionEvent::ActorFailed(cell, err) => (cell, Some(err)),
-            _ => return Ok(()),
-        };
-        if let Some(id) = state.by_actor.remove(&cell.get_id()) {
-            state.debates.remove(&id);
-            let deps = state.deps.clone();
-            // Off the supervisor's loop: the backend probes may take a few seconds.
-            let reason = failure.map(|err| {
-                tracing::warn!(debate = %id, error = %err, "debate actor failed; releasing the lease for a resume");
-                fault_reason(err.as_ref())
-            });
-            tokio::spawn(async move {
-                if let Some(reason) = reason {
-                    count_failure(&deps, &id, reason).await;
-                }
-                // Owner-checked: a no-op when the actor released it already or lost it.
-                let _ = deps.store.release_lease(&id, &deps.owner).await;
-            });
-        }
-        Ok(())
-    }
-}
-
-async fn adopt(
-    myself: &ActorRef<SupervisorMsg>,
-    state: &mut SupervisorState,
-    id: String,
-    follow_up: Option<Input>,
-) -> Result<(), AdoptError> {
-    if state.debates.contains_key(&id) {
-        return Ok(());
-    }
-    let deps = &state.deps;
-    let ttl = deps.lease_ttl.as_millis() as u64;
-    let got = deps
-        .store
-        .acquire_lease(&id, &deps.owner, ttl)
-        .await
-        .map_err(|e| AdoptError::Failed(e.to_string()))?;
-    if !got {
-        return Err(AdoptError::OwnedElsewhere);
-    }
-    if let Some(r) = settle_on_adoption(deps, &id, &follow_up).await {
-        let _ = deps.store.release_lease(&id, &deps.owner).await;
-        return r.map(|_| ()).map_err(AdoptError::Failed);
-    }
-    let args = DebateArgs {
-        id: id.clone(),
-        follow_up,
-        deps: deps.clone(),
-    };
-    match Actor::spawn_linked(None, DebateActor, args, myself.get_cell()).await {
-        Ok((actor, _join)) => {
-            tracing::info!(debate = %id, "debate adopted");
-            state.by_actor.insert(actor.get_id(), id.clone());
-            state.debates.insert(id, actor);
-            Ok(())
-        }
-        Err(e) => {
-            if let ractor::SpawnErr::StartupFailed(err) = &e {
-                let reason = fault_reason(err.as_ref());
-                count_failure(deps, &id, reason).await;
-            }
-            let _ = deps.store.release_lease(&id, &deps.owner).await;
-            Err(AdoptError::Failed(e.to_string()))
-        }
-    }
-}
-
-/// What an adoption does instead of resuming the debate, if anything: apply a cancel (the
-/// user's, or one marked in Redis) at once, or fail a debate whose actor failed
-/// [`Deps::max_actor_failures`] times. `None`: resume it.
-async fn settle_on_adoption(
-    deps: &Deps,
-    id: &str,
-    follow_up: &Option<Input>,
-) -> Option<Result<DebateStatus, String>> {
-    let cancel = match follow_up {
-        Some(Input::Cancel) => true,
-        _ => match deps.store.cancel_requested(id).await {
-            Ok(c) => c,
-            Err(e) => return Some(Err(e.to_string())),
-        },
-    };
-    if cancel {
-        return Some(settle_directly(deps, id, Input::Cancel).await);
-    }
-    if matches!(follow_up, Some(Input::Retry)) {
-        return None;
-    }
-    match deps.store.actor_failures(id).await {
-        Ok((n, reason)) if n >= deps.max_actor_failures => {
-            let reason = format!(
-                "the coordinator could not advance this debate: its actor failed {n} times in a row \
-                 while NATS and Redis were reachable; last error: {}",
-                reason.unwrap_or_default()
-            );
-            tracing::error!(debate = %id, failures = n, "failing a debate that cannot be advanced");
-            Some(settle_directly(deps, id, Input::Abort(reason)).await)
-        }
-        Ok(_) => None,
-        Err(e) => Some(Err(e.to_string())),
-    }
 }

@@ -105,7 +105,7 @@ pub async fn run_debate_until(
     let abandon = CancellationToken::new();
     let _abandon_on_return = abandon.clone().drop_guard();
     let mut next = Some(input);
-    let mut trace = crate::trace::DebateTrace::open(&mut machine);
+    let mut trace = crate::trace::DebateTrace::open(&mut machine, false);
     loop {
         if let Some(input) = next.take() {
             let skip = match &input {

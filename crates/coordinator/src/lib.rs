@@ -25,11 +25,12 @@ pub mod driver;
 pub mod machine;
 pub mod service;
 pub mod store;
+pub mod supervisor;
 pub mod trace;
 
 pub use budget::Pricing;
 pub use driver::{run_debate, run_debate_until, Driven, TaskRunner};
-pub use machine::{AnswerError, Effect, Expectation, Input, Machine};
+pub use machine::{AnswerError, Effect, Expectation, Input, Machine, Runtime};
 pub use store::{answer_saved, AnswerSavedError, FileStore, LoadError};
 
 #[cfg(test)]

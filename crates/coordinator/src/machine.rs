@@ -226,6 +226,39 @@ pub struct Machine {
     effective_models: BTreeMap<String, String>,
 }
 
+/// What a machine knows beyond its checkpoint: the attempts in flight and their deadlines,
+/// the nodes announced, the last user retry. A debate actor that goes to rest keeps this
+/// (a few hundred bytes) instead of the machine, and a machine rebuilt from the same
+/// checkpoint with it ([`Machine::restore_runtime`]) carries on as if it had never been
+/// dropped: nothing is dispatched again, no event is emitted.
+#[derive(Debug, Clone, Default)]
+pub struct Runtime {
+    in_flight: BTreeMap<String, Planned>,
+    entered: BTreeSet<(u32, Node)>,
+    last_node: Option<Node>,
+    deadlines: BTreeMap<String, DateTime<Utc>>,
+    last_running_retry: Option<DateTime<Utc>>,
+}
+
+impl Runtime {
+    /// The earliest deadline of an attempt in flight.
+    pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
+        earliest_deadline(&self.deadlines, &self.in_flight)
+    }
+}
+
+/// The earliest of `deadlines` whose task is still in flight.
+fn earliest_deadline(
+    deadlines: &BTreeMap<String, DateTime<Utc>>,
+    in_flight: &BTreeMap<String, Planned>,
+) -> Option<DateTime<Utc>> {
+    deadlines
+        .iter()
+        .filter(|(id, _)| in_flight.contains_key(*id))
+        .map(|(_, d)| *d)
+        .min()
+}
+
 /// A user's `retry` of a running debate re-sends its outstanding attempts at most once in
 /// this many seconds; retries in between are no-ops, so repeating `retry` cannot multiply
 /// a debate's calls (each one re-sends at most what is in flight, once a minute).
@@ -351,14 +384,38 @@ impl Machine {
             .map(|m| chrono::Duration::from_std(m).unwrap_or_else(|_| chrono::Duration::days(1)));
     }
 
+    /// What this machine keeps beyond its checkpoint, for a debate going to rest; `None`
+    /// when it cannot rest: not running nor waiting for answers, or a failed task backing
+    /// off (its retry is a timer of the driver's).
+    pub fn runtime(&self) -> Option<Runtime> {
+        let quiet = matches!(
+            self.state.status,
+            DebateStatus::Running | DebateStatus::AwaitingClarifications
+        ) && self.backing_off.is_empty();
+        quiet.then(|| Runtime {
+            in_flight: self.in_flight.clone(),
+            entered: self.entered.clone(),
+            last_node: self.last_node,
+            deadlines: self.deadlines.clone(),
+            last_running_retry: self.last_running_retry,
+        })
+    }
+
+    /// Puts back what [`Machine::runtime`] kept, into a machine rebuilt from the same
+    /// checkpoint (instead of [`Input::Resume`]).
+    pub fn restore_runtime(&mut self, runtime: Runtime) {
+        self.in_flight = runtime.in_flight;
+        self.entered = runtime.entered;
+        self.last_node = runtime.last_node;
+        self.deadlines = runtime.deadlines;
+        self.last_running_retry = runtime.last_running_retry;
+        self.backing_off.clear();
+    }
+
     /// The earliest deadline of an attempt in flight: when the driver should feed
     /// [`Input::Tick`].
     pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
-        self.deadlines
-            .iter()
-            .filter(|(id, _)| self.in_flight.contains_key(*id))
-            .map(|(_, d)| *d)
-            .min()
+        earliest_deadline(&self.deadlines, &self.in_flight)
     }
 
     /// A worker handed `attempt` of `task_id` back to the queue until `until` (rate limit):

@@ -70,6 +70,11 @@ struct Args {
     /// day].
     #[arg(long, env = "PARLEY_CLARIFICATION_TIMEOUT_SECS")]
     clarification_timeout_secs: Option<u64>,
+    /// Seconds a debate's actor stays in memory while the debate only waits (tasks in
+    /// flight, questions unanswered); then the debate goes to rest, a few hundred bytes,
+    /// and wakes on its next message; 0: never [default: 30].
+    #[arg(long, env = "PARLEY_REST_AFTER_SECS")]
+    rest_after_secs: Option<u64>,
 }
 
 /// The coordinator's settings, layered and validated (every problem at once).
@@ -78,6 +83,7 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
     let drain_default = parley_coordinator::service::DEFAULT_DRAIN.as_secs();
     let clarification_default =
         parley_coordinator::service::DEFAULT_CLARIFICATION_TIMEOUT.as_secs();
+    let rest_default = parley_coordinator::actor::DEFAULT_REST_AFTER.as_secs();
     let defaults = Layer::default()
         .with("lease_ttl_ms", Some(DEFAULT_LEASE_TTL_MS))
         .with("retention", Some(format_duration(DEFAULT_RETENTION)))
@@ -95,7 +101,8 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
             "max_followers",
             Some(parley_cluster::events::DEFAULT_MAX_FOLLOWERS as u64),
         )
-        .with("clarification_timeout_secs", Some(clarification_default));
+        .with("clarification_timeout_secs", Some(clarification_default))
+        .with("rest_after_secs", Some(rest_default));
     let flags = Layer::default()
         .with("lease_ttl_ms", args.lease_ttl_ms)
         .with("retention", args.retention.clone())
@@ -113,7 +120,8 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
         .with(
             "clarification_timeout_secs",
             args.clarification_timeout_secs,
-        );
+        )
+        .with("rest_after_secs", args.rest_after_secs);
     let (s, common) = args.common.resolve_layered(&mut problems, defaults, flags);
     // (The defaults layer sets every key read with a fallback; the fallbacks are the same.)
     let lease_ttl_ms = at_least(
@@ -211,6 +219,8 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
     config.max_pending_requests = max_pending_requests;
     config.max_followers = max_followers;
     config.clarification_timeout = Some(Duration::from_secs(clarification_timeout_secs));
+    let rest_after_secs = s.rest_after_secs.unwrap_or(rest_default);
+    config.rest_after = (rest_after_secs > 0).then(|| Duration::from_secs(rest_after_secs));
     Ok(config)
 }
 

@@ -81,7 +81,8 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::actor::{AdoptError, DebateMsg, Deps, Supervisor, SupervisorMsg};
+use crate::actor::{DebateMsg, Deps};
+use crate::supervisor::{AdoptError, Supervisor, SupervisorMsg};
 use crate::{Input, Machine};
 use parley_cluster::nats::{NatsEndpoint, INBOX_COORDINATOR};
 use parley_cluster::{start_service, RedisStore};
@@ -112,8 +113,12 @@ pub struct CoordinatorConfig {
     pub redis_min_replicas: usize,
     /// Lease time-to-live: how long a crashed replica's debates wait before a takeover.
     pub lease_ttl: Duration,
-    /// How often a debate actor renews its lease and polls Redis for results (≤ TTL/3).
+    /// How often the supervisor renews every lease this replica holds, and debate actors
+    /// poll Redis for results that changed (≤ TTL/3).
     pub poll_every: Duration,
+    /// A debate actor idle this long while its debate only waits puts it to rest (see
+    /// `crate::supervisor`); `None`: debates never rest.
+    pub rest_after: Option<Duration>,
     /// How often the replica looks for debates without an owner.
     pub scan_every: Duration,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (none: not at all).
@@ -152,6 +157,7 @@ impl CoordinatorConfig {
             redis_min_replicas: 0,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
+            rest_after: Some(crate::actor::DEFAULT_REST_AFTER),
             scan_every: Duration::from_secs(2),
             metrics_addr: None,
             retention: Some(parley_cluster::settings::DEFAULT_RETENTION),
@@ -228,6 +234,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         max_actor_failures: config.max_actor_failures,
         clarification_timeout: config.clarification_timeout,
         pricing: config.pricing.clone(),
+        rest_after: config.rest_after,
     });
     let (sup, sup_join) = Actor::spawn(None, Supervisor, deps)
         .await
@@ -365,6 +372,8 @@ async fn drain(
     // checkpoint by the replica that takes it over.
     let stop_by = deadline - reserve;
     let stops = owned.iter().map(|(id, actor)| async move {
+        // A debate at rest has no actor: its lease is released below.
+        let actor = actor.as_ref()?;
         let left = stop_by.saturating_duration_since(Instant::now());
         match actor.stop_and_wait(Some("shutdown".into()), Some(left)).await {
             Err(RactorErr::Timeout) => {
@@ -559,24 +568,51 @@ async fn dead_letters(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     }
 }
 
+/// Debates a scan tries to adopt at most (more wait for the next scan).
+const SCAN_BATCH: usize = 500;
+/// Every this many scans (and at start-up) the running set is checked against the lease
+/// index.
+const RECONCILE_EVERY: u32 = 30;
+
+/// Adopts the debates whose lease expired (or that wait for an owner), as the lease index
+/// lists them: the work is the number of such debates, not of running ones (see
+/// `parley_cluster::redis_store` `leases`).
 async fn scan(svc: Arc<Service>, every: Duration) {
     let mut tick = tokio::time::interval(every);
+    let mut scans: u32 = 0;
     loop {
         tick.tick().await;
-        let ids = match svc.store.running().await {
+        if scans % RECONCILE_EVERY == 0 {
+            match svc.store.reconcile_lease_index().await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(
+                        debates = n,
+                        "running debates missing from the lease index added"
+                    )
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot check the lease index"),
+            }
+        }
+        scans = scans.wrapping_add(1);
+        let ids = match svc.store.ownerless(SCAN_BATCH).await {
+            Ok(ids) if ids.is_empty() => continue,
             Ok(ids) => ids,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot list running debates");
+                tracing::warn!(error = %e, "cannot list debates without an owner");
                 continue;
             }
         };
-        for id in ids {
-            if svc.actor(&id).await.is_some() {
-                continue;
-            }
+        for id in svc.not_owned(ids).await {
             match svc.adopt(&id, None).await {
                 Ok(()) => tracing::info!(debate = %id, "took over a debate without an owner"),
-                Err(AdoptError::OwnedElsewhere) => {}
+                Err(AdoptError::OwnedElsewhere) => {
+                    // The index was behind its owner's lease: bring it up to date, so the
+                    // next scan does not try again.
+                    if let Err(e) = svc.store.reindex_lease(&id).await {
+                        tracing::warn!(debate = %id, error = %e, "cannot update the lease index");
+                    }
+                }
                 Err(e) => tracing::warn!(debate = %id, error = %e, "cannot take over a debate"),
             }
         }
@@ -654,6 +690,23 @@ impl Service {
         {
             Ok(CallResult::Success(a)) => a,
             _ => None,
+        }
+    }
+
+    /// Of `ids`, the debates this replica does not own (all of them when the supervisor
+    /// does not answer: adopting one owned here is a no-op).
+    async fn not_owned(&self, ids: Vec<String>) -> Vec<String> {
+        let asked = ids.clone();
+        match self
+            .sup
+            .call(
+                |reply| SupervisorMsg::NotOwned { ids, reply },
+                Some(Duration::from_secs(5)),
+            )
+            .await
+        {
+            Ok(CallResult::Success(ids)) => ids,
+            _ => asked,
         }
     }
 

@@ -726,6 +726,66 @@ fn resume_from_checkpoint_redispatches_only_missing_tasks() {
     assert_eq!(ids, expected);
 }
 
+/// A debate put to rest after every transition (the machine dropped, rebuilt from its
+/// checkpoint's JSON with the runtime it kept) runs exactly as one never put to rest:
+/// the same tasks, events and final state, and nothing dispatched or emitted on waking.
+#[test]
+fn a_debate_rested_after_every_step_runs_as_one_never_rested() {
+    for (agents, rounds, termination) in [(3, 2, "fixed"), (2, 3, "convergence"), (1, 1, "fixed")] {
+        let spec = spec(agents, rounds, termination, json!({}));
+        let margin = Some(std::time::Duration::from_secs(60));
+        let mut plain = Run::new(spec.clone());
+        plain.machine.set_task_deadline_margin(margin);
+        plain.apply(Input::Start);
+        plain.drain(|t| Some(ok(t, &format!("text of {}", t.id))));
+
+        let mut rested = Run::new(spec);
+        rested.machine.set_task_deadline_margin(margin);
+        rested.apply(Input::Start);
+        let mut rests = 0;
+        while let Some(t) = rested.queue.pop_front() {
+            if let Some(runtime) = rested.machine.runtime() {
+                let deadline = rested.machine.next_deadline();
+                assert_eq!(runtime.next_deadline(), deadline);
+                let json = serde_json::to_string(rested.machine.state()).unwrap();
+                let mut m = Machine::from_checkpoint(
+                    rested.machine.spec().clone(),
+                    serde_json::from_str(&json).unwrap(),
+                );
+                m.set_task_deadline_margin(margin);
+                m.restore_runtime(runtime);
+                assert_eq!(m.next_deadline(), deadline);
+                rested.machine = m;
+                rests += 1;
+            }
+            rested.apply(Input::Result(ok(&t, &format!("text of {}", t.id))));
+        }
+        assert!(rests > 3, "{rests}");
+        assert_eq!(rested.tasks, plain.tasks);
+        assert_eq!(rested.events, plain.events);
+        assert_eq!(rested.machine.state(), plain.machine.state());
+        assert_eq!(plain.machine.state().status, DebateStatus::Completed);
+    }
+}
+
+/// A debate with a failed task backing off cannot rest (its retry is a timer).
+#[test]
+fn a_debate_backing_off_or_settled_cannot_rest() {
+    let mut r = Run::new(spec(2, 1, "fixed", json!({})));
+    assert!(r.machine.runtime().is_none(), "pending");
+    r.apply(Input::Start);
+    assert!(r.machine.runtime().is_some());
+    let t = r.queue.pop_front().unwrap();
+    r.apply(Input::Result(fail(&t, ErrorKind::Server)));
+    assert_eq!(r.retries.len(), 1);
+    assert!(r.machine.runtime().is_none(), "backing off");
+    let (id, _) = r.retries.pop().unwrap();
+    r.apply(Input::RetryDue(id));
+    assert!(r.machine.runtime().is_some());
+    r.apply(Input::Cancel);
+    assert!(r.machine.runtime().is_none(), "cancelled");
+}
+
 #[test]
 fn resume_sends_outstanding_attempts_again_as_themselves() {
     let mut r = Run::new(spec(3, 1, "fixed", json!({})));

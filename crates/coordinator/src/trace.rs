@@ -4,7 +4,8 @@
 //! when its round completes or the debate settles. The root span's W3C `traceparent` is
 //! kept in the checkpoint (`engine.traceparent`); a driver that resumes the debate opens its
 //! `debate` span (`debate.resumed = true`) under it, so a debate stays one trace across
-//! coordinators. Spans end (and are exported) when dropped. Prompt and completion text
+//! coordinators. A debate woken from rest (see `crate::supervisor`) opens one too
+//! (`debate.woken = true`); the node spans open when it went to rest ended then. Spans end (and are exported) when dropped. Prompt and completion text
 //! never go on spans. The `task` span itself is [`parley_cluster::task_span`], shared with the
 //! workers.
 
@@ -24,8 +25,8 @@ pub struct DebateTrace {
 
 impl DebateTrace {
     /// Opens the root span; under the checkpointed one when the debate was started by
-    /// another coordinator (or an earlier run of this one).
-    pub fn open(machine: &mut Machine) -> Self {
+    /// another coordinator (or an earlier run of this one), or `woken` from rest.
+    pub fn open(machine: &mut Machine, woken: bool) -> Self {
         let spec = machine.spec();
         let agents: Vec<&str> = spec.active_agents().map(|a| a.id.as_str()).collect();
         let stored = machine.state().engine.traceparent.clone();
@@ -37,6 +38,7 @@ impl DebateTrace {
             debate.agent_count = agents.len(),
             debate.rounds = spec.debate.rounds,
             debate.resumed = stored.is_some(),
+            debate.woken = woken,
             debate.status = tracing::field::Empty,
         );
         match stored {

@@ -110,6 +110,94 @@ async fn spec_state_results_leases_and_idempotency() {
     );
 }
 
+/// The lease index: ownerless debates are the ones waiting for an owner or whose lease
+/// expired; a renewal pass renews only what its owner holds and reports cancels and the
+/// number of stored results; a running debate missing from the index is added back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_index_lists_only_debates_without_an_owner() {
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let ownerless = || async { store.ownerless(100).await.unwrap() };
+
+    // Accepted: waiting for an owner.
+    store.mark_running("deb-1").await.unwrap();
+    store.mark_running("deb-2").await.unwrap();
+    assert_eq!(ownerless().await, vec!["deb-1", "deb-2"]);
+    // Owned: not listed; released: listed again; settled: gone.
+    assert!(store.acquire_lease("deb-1", "c1", 60_000).await.unwrap());
+    assert!(store.acquire_lease("deb-2", "c1", 60_000).await.unwrap());
+    assert!(ownerless().await.is_empty());
+    assert!(store.release_lease("deb-2", "c1").await.unwrap());
+    assert_eq!(ownerless().await, vec!["deb-2"]);
+    store.unmark_running("deb-2").await.unwrap();
+    assert!(ownerless().await.is_empty());
+    // Marking a running debate again keeps its owner's expiry.
+    store.mark_running("deb-1").await.unwrap();
+    assert!(ownerless().await.is_empty());
+
+    // A pass: held, lost, cancelled; results counted.
+    store.mark_running("deb-3").await.unwrap();
+    assert!(store.acquire_lease("deb-3", "c2", 60_000).await.unwrap());
+    store.mark_running("deb-4").await.unwrap();
+    assert!(store.acquire_lease("deb-4", "c1", 60_000).await.unwrap());
+    store.mark_cancelled("deb-4").await.unwrap();
+    let m = Machine::new("deb-1".into(), spec(), Utc::now());
+    store.save_state(m.state(), 0).await.unwrap();
+    store
+        .put_result(&task_result("deb-1", "t1", 1, true))
+        .await
+        .unwrap();
+    store
+        .put_result(&task_result("deb-1", "t2", 1, false))
+        .await
+        .unwrap();
+    let ids: Vec<String> = ["deb-1", "deb-3", "deb-4"].map(String::from).to_vec();
+    let checks: Vec<_> = store
+        .keep_leases(&ids, "c1", 60_000)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(checks[0].held && !checks[0].cancel);
+    assert_eq!(checks[0].results, 2);
+    assert!(!checks[1].held, "deb-3 is c2's");
+    assert!(checks[2].held && checks[2].cancel);
+    assert_eq!(checks[2].results, 0);
+
+    // An expired lease makes its debate ownerless; the owner's next pass reports it lost.
+    assert!(store.release_lease("deb-3", "c2").await.unwrap());
+    assert!(store.acquire_lease("deb-3", "c2", 100).await.unwrap());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(ownerless().await, vec!["deb-3"]);
+    let lost = store.keep_leases(&ids[1..2], "c2", 60_000).await;
+    assert!(!lost[0].as_ref().unwrap().held);
+
+    // A stale entry is brought up to date from the lease key.
+    assert!(store.acquire_lease("deb-3", "c3", 60_000).await.unwrap());
+    let mut conn = parley_tests::redis_connection(&redis.url()).await;
+    let _: i64 = redis::cmd("ZADD")
+        .arg("parley:leases")
+        .arg(0)
+        .arg("deb-3")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ownerless().await, vec!["deb-3"]);
+    store.reindex_lease("deb-3").await.unwrap();
+    assert!(ownerless().await.is_empty());
+
+    // A running debate missing from the index (an older build's) is added back, once.
+    let _: i64 = redis::cmd("SADD")
+        .arg("parley:running")
+        .arg("deb-5")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(store.reconcile_lease_index().await.unwrap(), 1);
+    assert_eq!(store.reconcile_lease_index().await.unwrap(), 0);
+    assert_eq!(ownerless().await, vec!["deb-5"]);
+}
+
 #[test]
 fn tls_and_credential_urls_are_accepted() {
     // `rediss://` needs the rustls feature; without it the client refuses the URL.
