@@ -175,6 +175,9 @@ impl Actor for Supervisor {
                         .await;
                 }
                 Entry::Resting(_) => {
+                    parley_telemetry::metrics().debate_resting(false, false);
+                    parley_telemetry::metrics()
+                        .debate_released(parley_telemetry::DebateStatus::Running);
                     let _ = state.deps.store.release_lease(&id, &state.deps.owner).await;
                 }
             }
@@ -284,6 +287,7 @@ async fn handle(
                 let a = a.clone();
                 state.by_actor.remove(&actor);
                 tracing::debug!(debate = %id, "debate at rest");
+                parley_telemetry::metrics().debate_resting(true, false);
                 state.debates.insert(id, Entry::Resting(rest));
                 // Behind every message routed to it so far, which it hands back.
                 let _ = a.cast(DebateMsg::Rested);
@@ -323,6 +327,7 @@ async fn kept(
         (Some(Entry::Resting(_)), Ok(c)) if !c.held => {
             tracing::warn!(debate = %id, "lease lost while at rest; letting it go");
             state.debates.remove(&id);
+            parley_telemetry::metrics().debate_resting(false, false);
             parley_telemetry::metrics().debate_released(parley_telemetry::DebateStatus::Running);
         }
         (Some(Entry::Resting(rest)), Ok(c)) => {
@@ -357,6 +362,7 @@ async fn active(
         Entry::Resting(rest) => rest,
     };
     tracing::debug!(debate = %id, "waking the debate");
+    parley_telemetry::metrics().debate_resting(false, true);
     let args = DebateArgs {
         id: id.to_string(),
         follow_up: None,

@@ -14,6 +14,8 @@
 //! | `parley_rate_limit_handbacks_total` | counter | `provider` |
 //! | `parley_debates_current` | gauge | `status` |
 //! | `parley_debates_total` | counter | `status` |
+//! | `parley_debates_resting` | gauge (debates held at rest, no actor) | |
+//! | `parley_debate_wakes_total` | counter (debates woken from rest) | |
 //! | `parley_jetstream_consumer_pending` | gauge | `consumer` |
 //! | `parley_jetstream_consumer_ack_pending` | gauge | `consumer` |
 //! | `parley_tasks_dead_lettered_total` | counter | `kind`, `reason` |
@@ -317,6 +319,8 @@ struct Inner {
     rate_limit_handbacks: Family<ProviderLabels, Counter>,
     debates: Family<StatusLabels, Gauge>,
     debates_total: Family<StatusLabels, Counter>,
+    debates_resting: Gauge,
+    debate_wakes: Counter,
     consumer_pending: Family<ConsumerLabels, Gauge>,
     consumer_ack_pending: Family<ConsumerLabels, Gauge>,
     dead_lettered: Family<DeadLetterLabels, Counter>,
@@ -429,6 +433,18 @@ impl Metrics {
             "Debates that entered each status",
             Family::clone(&debates_total),
         );
+        let debates_resting = Gauge::default();
+        registry.register(
+            "parley_debates_resting",
+            "Debates this coordinator holds at rest (no actor in memory)",
+            debates_resting.clone(),
+        );
+        let debate_wakes = Counter::default();
+        registry.register(
+            "parley_debate_wakes",
+            "Debates woken from rest",
+            debate_wakes.clone(),
+        );
         let consumer_pending = Family::default();
         registry.register(
             "parley_jetstream_consumer_pending",
@@ -515,6 +531,8 @@ impl Metrics {
                 rate_limit_handbacks,
                 debates,
                 debates_total,
+                debates_resting,
+                debate_wakes,
                 consumer_pending,
                 consumer_ack_pending,
                 dead_lettered,
@@ -676,6 +694,19 @@ impl Metrics {
             .dec();
     }
 
+    /// A debate went to rest (`true`) or left it, woken or let go (`false`; `woken` counts
+    /// a wake).
+    pub fn debate_resting(&self, resting: bool, woken: bool) {
+        if resting {
+            self.inner.debates_resting.inc();
+        } else {
+            self.inner.debates_resting.dec();
+        }
+        if woken {
+            self.inner.debate_wakes.inc();
+        }
+    }
+
     /// Sets `parley_debates_current{status}` outright (e.g. recounted after a restart, or a
     /// debate handed to another coordinator).
     pub fn set_debates(&self, status: DebateStatus, count: i64) {
@@ -834,6 +865,8 @@ mod tests {
             ("parley_rate_limit_handbacks", "counter"),
             ("parley_debates_current", "gauge"),
             ("parley_debates", "counter"),
+            ("parley_debates_resting", "gauge"),
+            ("parley_debate_wakes", "counter"),
             ("parley_jetstream_consumer_pending", "gauge"),
             ("parley_jetstream_consumer_ack_pending", "gauge"),
         ] {
