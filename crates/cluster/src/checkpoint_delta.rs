@@ -25,8 +25,10 @@
 //!     per item, as an append does (an insert in the middle: some arrays are kept in an
 //!     order other than arrival), or, for an item `["r", k, edit]`, as a copy of the
 //!     `k`-th element it removed with `edit` applied;
-//!   - `["k", [keys], edit]`: keeps only `keys` in this object (others were removed), then
+//!   - `["-", [keys], edit]`: removes `keys` from this object (each must be there), then
 //!     applies `edit`;
+//!   - `["k", [keys], edit]`: keeps only `keys` in this object (others were removed), then
+//!     applies `edit` (the form for an object whose key names were not kept; still read);
 //!   - `["m", edit, edit]`: both edits in turn (an array's elements changed in place, then
 //!     its end).
 //!
@@ -58,8 +60,10 @@ const KEPT_TREES: usize = 2;
 pub enum Shape {
     /// A scalar, a small object or array, or an array element before the last.
     Leaf(u64),
-    /// An object: its hash and its fields as (hash of the key, shape), by key hash.
-    Obj(u64, Vec<(u64, Shape)>),
+    /// An object: its hash, its fields as (hash of the key, shape) by key hash, and their
+    /// keys in that order, each followed by a NUL (`None` if a key holds a NUL): a later
+    /// delta names the keys it removes.
+    Obj(u64, Vec<(u64, Shape)>, Option<Box<str>>),
     /// An array: its hash and its elements (all but the last as leaves once pruned).
     Arr(u64, Vec<Shape>),
 }
@@ -67,7 +71,7 @@ pub enum Shape {
 impl Shape {
     pub fn hash(&self) -> u64 {
         match self {
-            Shape::Leaf(h) | Shape::Obj(h, _) | Shape::Arr(h, _) => *h,
+            Shape::Leaf(h) | Shape::Obj(h, _, _) | Shape::Arr(h, _) => *h,
         }
     }
 
@@ -76,7 +80,10 @@ impl Shape {
         let node = std::mem::size_of::<Shape>();
         node + match self {
             Shape::Leaf(_) => 0,
-            Shape::Obj(_, f) => f.iter().map(|(_, s)| 8 + s.heap_bytes()).sum::<usize>(),
+            Shape::Obj(_, f, names) => {
+                names.as_ref().map_or(0, |n| n.len())
+                    + f.iter().map(|(_, s)| 8 + s.heap_bytes()).sum::<usize>()
+            }
             Shape::Arr(_, e) => e.iter().map(Shape::heap_bytes).sum::<usize>(),
         }
     }
@@ -86,7 +93,11 @@ impl Shape {
     fn prune(self) -> Shape {
         match self {
             Shape::Leaf(_) => self,
-            Shape::Obj(h, f) => Shape::Obj(h, f.into_iter().map(|(k, s)| (k, s.prune())).collect()),
+            Shape::Obj(h, f, names) => Shape::Obj(
+                h,
+                f.into_iter().map(|(k, s)| (k, s.prune())).collect(),
+                names,
+            ),
             Shape::Arr(h, e) => {
                 let n = e.len();
                 Shape::Arr(
@@ -174,20 +185,30 @@ impl Shaper {
                 m.len().hash(&mut h);
                 let mut size = 2;
                 let mut fields = Vec::with_capacity(m.len());
-                for (k, e) in m {
+                for (i, (k, e)) in m.iter().enumerate() {
                     let kh = self.hash_key(k);
                     let (s, n) = self.full_shape(e);
                     kh.hash(&mut h);
                     s.hash().hash(&mut h);
                     size += k.len() + 4 + n;
-                    fields.push((kh, s));
+                    fields.push((kh, s, i));
                 }
                 let hash = h.finish();
                 if size < LEAF_BYTES {
                     (Shape::Leaf(hash), size)
                 } else {
-                    fields.sort_unstable_by_key(|(k, _)| *k);
-                    (Shape::Obj(hash, fields), size)
+                    fields.sort_unstable_by_key(|(k, _, _)| *k);
+                    let keys: Vec<&String> = m.keys().collect();
+                    let names = (!keys.iter().any(|k| k.contains('\0'))).then(|| {
+                        let mut names = String::new();
+                        for (_, _, i) in &fields {
+                            names.push_str(keys[*i]);
+                            names.push('\0');
+                        }
+                        names.into_boxed_str()
+                    });
+                    let fields = fields.into_iter().map(|(k, s, _)| (k, s)).collect();
+                    (Shape::Obj(hash, fields, names), size)
                 }
             }
         }
@@ -217,7 +238,7 @@ impl Shaper {
             return None;
         }
         match (old, new_v, new) {
-            (Shape::Obj(_, of), Value::Object(m), Shape::Obj(_, nf)) => {
+            (Shape::Obj(_, of, names), Value::Object(m), Shape::Obj(_, nf, _)) => {
                 let at = |f: &[(u64, Shape)], k: u64| -> Option<usize> {
                     f.binary_search_by_key(&k, |(h, _)| *h).ok()
                 };
@@ -236,12 +257,30 @@ impl Shaper {
                         }
                     }
                 }
-                let removed = of.iter().any(|(k, _)| at(nf, *k).is_none());
-                Some(if removed {
-                    let keys: Vec<Value> = m.keys().map(|k| Value::String(k.clone())).collect();
-                    Value::Array(vec!["k".into(), Value::Array(keys), Value::Object(edits)])
-                } else {
-                    Value::Object(edits)
+                let removed: Vec<usize> = (0..of.len())
+                    .filter(|i| at(nf, of[*i].0).is_none())
+                    .collect();
+                if removed.is_empty() {
+                    return Some(Value::Object(edits));
+                }
+                // The keys removed, by name; or, without their names, the keys kept.
+                let gone: Option<Vec<Value>> = names.as_ref().map(|names| {
+                    let names: Vec<&str> = names.split('\0').collect();
+                    removed
+                        .iter()
+                        .filter_map(|i| names.get(*i))
+                        .map(|k| Value::String((*k).to_string()))
+                        .collect()
+                });
+                Some(match gone {
+                    Some(gone) if gone.len() == removed.len() => {
+                        op("-", [Value::Array(gone), Value::Object(edits)])
+                    }
+                    _ => {
+                        let keys: Vec<Value> =
+                            m.keys().map(|k| Value::String(k.clone())).collect();
+                        op("k", [Value::Array(keys), Value::Object(edits)])
+                    }
                 })
             }
             (Shape::Arr(_, oe), Value::Array(a), Shape::Arr(_, ne)) => {
@@ -561,6 +600,19 @@ fn apply_op(doc: &mut Value, parts: Vec<Value>, path: &mut Vec<String>) -> Resul
                 other => return Err(format!("a key list for {}", kind(other))),
             }
             let edit = parts.next().ok_or("\"k\" without an edit")?;
+            apply_at(doc, edit, path)?;
+        }
+        "-" => {
+            let keys = values(parts.next())?;
+            let Value::Object(m) = doc else {
+                return Err(format!("a removal of members of {}", kind(doc)));
+            };
+            for k in &keys {
+                let k = k.as_str().ok_or("a removal of a key that is not a string")?;
+                m.remove(k)
+                    .ok_or_else(|| format!("a removal of {k:?}, which is not there"))?;
+            }
+            let edit = parts.next().ok_or("\"-\" without an edit")?;
             apply_at(doc, edit, path)?;
         }
         "m" => {

@@ -60,6 +60,9 @@ use crate::checkpoint_delta::{self, Shape, Shaper};
 
 /// The deltas since the snapshot may reach this many times the state's bytes.
 pub const LOG_FACTOR: usize = 4;
+/// A finished debate keeps the deltas since its snapshot if they take at most this many
+/// times its state's bytes (else its last write is a snapshot).
+pub const FINAL_FACTOR: usize = 2;
 /// At most this many deltas after a snapshot.
 pub const MAX_DELTAS: u64 = 256;
 /// A shape unused this long is dropped (the debate's next write is a snapshot).
@@ -147,10 +150,13 @@ impl Shapes {
 }
 
 fn terminal(status: DebateStatus) -> bool {
-    matches!(
-        status,
-        DebateStatus::Completed | DebateStatus::Failed | DebateStatus::Cancelled
-    )
+    matches!(status, DebateStatus::Failed) || settled(status)
+}
+
+/// A finished debate that no input runs again (a failed one can be retried): its writer
+/// forgets its shape.
+fn settled(status: DebateStatus) -> bool {
+    matches!(status, DebateStatus::Completed | DebateStatus::Cancelled)
 }
 
 /// The link of a record (see the module docs).
@@ -255,12 +261,18 @@ impl RedisStore {
             .shapes
             .take(id)
             .filter(|w| w.version == expected && expected > 0);
-        let done = terminal(state.status);
-        if let (Some(prev), false) = (prev, done) {
+        if let Some(prev) = prev {
             let value = serde_json::to_value(state)?;
             let (delta, shape, size) = self.shapes.shaper.diff(&prev.shape, &value);
             let log = prev.log_bytes + delta.json.len();
-            if prev.deltas < MAX_DELTAS && log <= LOG_FACTOR * size && delta.json.len() < size {
+            // A finished debate keeps its deltas when they are small next to its state
+            // (see the module docs).
+            let factor = if terminal(state.status) {
+                FINAL_FACTOR
+            } else {
+                LOG_FACTOR
+            };
+            if prev.deltas < MAX_DELTAS && log <= factor * size && delta.json.len() < size {
                 let record = format!("{} {}", prev.nonce, delta.json);
                 let nonce = link(&record);
                 let r: i64 = SAVE_DELTA
@@ -275,17 +287,19 @@ impl RedisStore {
                     .await?;
                 match r {
                     1 => {
-                        self.shapes.put(
-                            id,
-                            Written {
-                                version: next,
-                                nonce,
-                                shape,
-                                log_bytes: log + LINK_LEN + 1,
-                                deltas: prev.deltas + 1,
-                                used: Instant::now(),
-                            },
-                        );
+                        if !settled(state.status) {
+                            self.shapes.put(
+                                id,
+                                Written {
+                                    version: next,
+                                    nonce,
+                                    shape,
+                                    log_bytes: log + LINK_LEN + 1,
+                                    deltas: prev.deltas + 1,
+                                    used: Instant::now(),
+                                },
+                            );
+                        }
                         self.replicate("checkpoint", id).await?;
                         return Ok(Some(next));
                     }
@@ -300,7 +314,7 @@ impl RedisStore {
     }
 
     /// Writes `state` whole as version `expected + 1` (compare-and-set); remembers its
-    /// shape unless the debate is over.
+    /// shape unless the debate is settled.
     async fn save_snapshot(
         &self,
         state: &DebateState,
@@ -323,7 +337,7 @@ impl RedisStore {
         if ok != 1 {
             return Ok(None);
         }
-        if !terminal(state.status) {
+        if !settled(state.status) {
             let shape = match known {
                 Some(shape) => shape,
                 None => self.shapes.shaper.shape(&serde_json::to_value(state)?).0,
