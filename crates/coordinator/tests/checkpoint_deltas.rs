@@ -44,9 +44,7 @@ fn spec(agents: usize, rounds: u32, extra: Value) -> DebateSpec {
 fn answer(task: &Task, reply_bytes: usize, ok: bool) -> TaskResult {
     let outcome = if ok {
         let mut content = format!("{} says about {}: ", task.agent.id, task.id);
-        while content.len() < reply_bytes {
-            content.push_str("a considered sentence with some detail. ");
-        }
+        content.push_str(&prose(&task.id, task.attempt, reply_bytes));
         let mut out = TaskOutput {
             content,
             metadata: ContributionMetadata {
@@ -84,6 +82,23 @@ fn answer(task: &Task, reply_bytes: usize, ok: bool) -> TaskResult {
         worker: "w".into(),
         outcome,
     }
+}
+
+/// About `bytes` of words that do not repeat (random letters, seeded by the task): replies
+/// that packing cannot shrink, unlike a repeated sentence (models' text packs better).
+fn prose(task: &str, attempt: u32, bytes: usize) -> String {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(
+        task.bytes()
+            .fold(u64::from(attempt), |h, b| h.wrapping_mul(31) + u64::from(b)),
+    );
+    let mut out = String::with_capacity(bytes + 12);
+    while out.len() < bytes {
+        for _ in 0..rng.gen_range(2..10) {
+            out.push(char::from(b'a' + rng.gen_range(0..26u8)));
+        }
+        out.push(if rng.gen_bool(0.1) { '.' } else { ' ' });
+    }
+    out
 }
 
 /// Every state a debate's actor would checkpoint, in order.
@@ -257,7 +272,7 @@ async fn state_bytes(
     conn: &mut redis::aio::MultiplexedConnection,
     id: &str,
 ) -> Vec<(String, usize)> {
-    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+    let fields: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
         .arg(format!("parley:{{{id}}}:state"))
         .query_async(conn)
         .await
@@ -403,7 +418,7 @@ async fn refusals_takeover_corruption_and_the_old_format() {
         names.contains(&"d:3".to_string()) && names.contains(&"d:4".to_string()),
         "{names:?}"
     );
-    let d3: String = redis::cmd("HGET")
+    let d3: Vec<u8> = redis::cmd("HGET")
         .arg(k)
         .arg("d:3")
         .query_async(&mut conn)
@@ -427,7 +442,7 @@ async fn refusals_takeover_corruption_and_the_old_format() {
         .unwrap();
     let e = a.state("deb-x").await.unwrap_err().to_string();
     assert!(e.contains("delta 3"), "{e}");
-    let d4: String = redis::cmd("HGET")
+    let d4: Vec<u8> = redis::cmd("HGET")
         .arg(k)
         .arg("d:4")
         .query_async(&mut conn)

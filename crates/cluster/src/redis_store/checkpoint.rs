@@ -104,9 +104,13 @@ struct Written {
     version: u64,
     nonce: String,
     shape: Shape,
-    /// Bytes and number of the deltas written since.
+    /// Bytes stored, bytes of JSON and number of the deltas written since the snapshot.
     log_bytes: usize,
+    log_json: usize,
     deltas: u64,
+    /// The end of the last delta's JSON (empty after a snapshot): the next delta is
+    /// packed against it.
+    dict: Vec<u8>,
     used: Instant,
 }
 
@@ -142,7 +146,9 @@ impl Shapes {
             (
                 l.len(),
                 l.iter()
-                    .map(|(k, w)| k.len() + w.nonce.len() + w.shape.heap_bytes() + 96)
+                    .map(|(k, w)| {
+                        k.len() + w.nonce.len() + w.dict.len() + w.shape.heap_bytes() + 120
+                    })
                     .sum(),
             )
         })
@@ -160,12 +166,60 @@ fn settled(status: DebateStatus) -> bool {
 }
 
 /// The link of a record (see the module docs).
-fn link(record: &str) -> String {
+fn link(record: &[u8]) -> String {
     use sha2::Digest as _;
-    crate::dispatch::hex(&sha2::Sha256::digest(record.as_bytes())[..8])
+    crate::dispatch::hex(&sha2::Sha256::digest(record)[..8])
 }
 
 const LINK_LEN: usize = 16;
+
+/// The first byte of a packed delta (JSON never starts with it).
+const PACKED: u8 = 0;
+/// A delta is packed against at most this many last bytes of the one before it.
+const DICT_BYTES: usize = 16 << 10;
+/// A packed delta unpacks to at most this many bytes (a stored value is checked as input).
+const MAX_DELTA_BYTES: usize = 64 << 20;
+
+/// The end of a delta's JSON that the next delta is packed against.
+fn dict_of(json: &[u8]) -> &[u8] {
+    &json[json.len().saturating_sub(DICT_BYTES)..]
+}
+
+/// A delta's JSON as stored: packed (LZ4, against `dict`) when that is shorter.
+fn pack(json: &str, dict: &[u8]) -> Vec<u8> {
+    let packed = lz4_flex::block::compress_with_dict(json.as_bytes(), dict);
+    if packed.len() + 5 >= json.len() {
+        return json.as_bytes().to_vec();
+    }
+    let len = u32::try_from(json.len()).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(packed.len() + 5);
+    out.push(PACKED);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&packed);
+    out
+}
+
+/// A stored delta's JSON (see [`pack`]).
+fn unpack(stored: &[u8], dict: &[u8]) -> std::result::Result<String, String> {
+    let json = match stored.split_first() {
+        Some((&PACKED, rest)) => {
+            let (len, block) = rest.split_at_checked(4).ok_or("a packed delta cut short")?;
+            let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            if len > MAX_DELTA_BYTES {
+                return Err(format!("a packed delta of {len} bytes"));
+            }
+            let mut out = vec![0; len];
+            let n = lz4_flex::block::decompress_into_with_dict(block, &mut out, dict)
+                .map_err(|e| format!("a packed delta that does not unpack: {e}"))?;
+            if n != len {
+                return Err(format!("a packed delta of {n} bytes, not {len}"));
+            }
+            out
+        }
+        _ => stored.to_vec(),
+    };
+    String::from_utf8(json).map_err(|_| "a delta that is not UTF-8".to_string())
+}
 
 fn corrupt(id: &str, version: u64, reason: impl std::fmt::Display) -> RedisStoreError {
     RedisStoreError::Decode {
@@ -178,18 +232,28 @@ impl RedisStore {
     /// The debate's checkpoint: the snapshot with its deltas replayed. An error when a
     /// delta is missing or does not apply (never an older state).
     pub async fn state(&self, id: &str) -> Result<Option<Checkpoint>> {
-        let mut fields: HashMap<String, String> = redis::cmd("HGETALL")
+        let mut fields: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
             .arg(key(id, "state"))
             .query_async(&mut self.conn())
             .await?;
-        let (Some(version), Some(raw)) = (fields.remove("version"), fields.remove("state")) else {
+        let mut text = |name: &str| {
+            fields
+                .remove(name)
+                .map(|v| {
+                    String::from_utf8(v)
+                        .map_err(|_| corrupt(id, 0, format!("field {name} is not UTF-8")))
+                })
+                .transpose()
+        };
+        let (version, raw, base, nonce) = (text("version")?, text("state")?, text("base")?, text("nonce")?);
+        let (Some(version), Some(raw)) = (version, raw) else {
             return Ok(None);
         };
         let version: u64 = version.parse().map_err(|_| RedisStoreError::Decode {
             what: format!("the checkpoint version of {id}"),
             source: serde_json::Error::custom(format!("{version:?} is not a version")),
         })?;
-        let base = match fields.remove("base") {
+        let base = match base {
             None => version,
             Some(b) => b
                 .parse::<u64>()
@@ -212,7 +276,8 @@ impl RedisStore {
             return Ok(Some(Checkpoint { version, state }));
         }
         let mut doc: serde_json::Value = serde_json::from_str(&raw).map_err(decode)?;
-        let mut prev = link(&raw);
+        let mut prev = link(raw.as_bytes());
+        let mut dict: Vec<u8> = Vec::new();
         for v in base + 1..=version {
             let record = fields.remove(&format!("d:{v}")).ok_or_else(|| {
                 corrupt(
@@ -223,9 +288,9 @@ impl RedisStore {
                     ),
                 )
             })?;
-            let delta = record
-                .strip_prefix(prev.as_str())
-                .and_then(|d| d.strip_prefix(' '))
+            let stored = record
+                .strip_prefix(prev.as_bytes())
+                .and_then(|d| d.strip_prefix(b" "))
                 .ok_or_else(|| {
                     corrupt(
                         id,
@@ -236,10 +301,12 @@ impl RedisStore {
                         ),
                     )
                 })?;
-            checkpoint_delta::apply(&mut doc, delta).map_err(|e| corrupt(id, v, e))?;
+            let delta = unpack(stored, &dict).map_err(|e| corrupt(id, v, e))?;
+            checkpoint_delta::apply(&mut doc, &delta).map_err(|e| corrupt(id, v, e))?;
             prev = link(&record);
+            dict = dict_of(delta.as_bytes()).to_vec();
         }
-        if fields.get("nonce") != Some(&prev) {
+        if nonce.as_ref() != Some(&prev) {
             return Err(corrupt(
                 id,
                 version,
@@ -264,16 +331,21 @@ impl RedisStore {
         if let Some(prev) = prev {
             let value = serde_json::to_value(state)?;
             let (delta, shape, size) = self.shapes.shaper.diff(&prev.shape, &value);
-            let log = prev.log_bytes + delta.json.len();
+            let stored = pack(&delta.json, &prev.dict);
+            let log = prev.log_bytes + LINK_LEN + 1 + stored.len();
+            let log_json = prev.log_json + delta.json.len();
             // A finished debate keeps its deltas when they are small next to its state
             // (see the module docs).
-            let factor = if terminal(state.status) {
-                FINAL_FACTOR
+            let fits = if terminal(state.status) {
+                log <= FINAL_FACTOR * size
             } else {
-                LOG_FACTOR
+                log_json <= LOG_FACTOR * size
             };
-            if prev.deltas < MAX_DELTAS && log <= factor * size && delta.json.len() < size {
-                let record = format!("{} {}", prev.nonce, delta.json);
+            if prev.deltas < MAX_DELTAS && fits && delta.json.len() < size {
+                let mut record = Vec::with_capacity(LINK_LEN + 1 + stored.len());
+                record.extend_from_slice(prev.nonce.as_bytes());
+                record.push(b' ');
+                record.extend_from_slice(&stored);
                 let nonce = link(&record);
                 let r: i64 = SAVE_DELTA
                     .get_or_init(|| Script::new(SAVE_DELTA_SCRIPT))
@@ -294,8 +366,10 @@ impl RedisStore {
                                     version: next,
                                     nonce,
                                     shape,
-                                    log_bytes: log + LINK_LEN + 1,
+                                    log_bytes: log,
+                                    log_json,
                                     deltas: prev.deltas + 1,
+                                    dict: dict_of(delta.json.as_bytes()).to_vec(),
                                     used: Instant::now(),
                                 },
                             );
@@ -324,7 +398,7 @@ impl RedisStore {
         let next = expected + 1;
         let id = state.id.as_str();
         let json = serde_json::to_string(state)?;
-        let nonce = link(&json);
+        let nonce = link(json.as_bytes());
         let ok: i64 = SAVE_FULL
             .get_or_init(|| Script::new(SAVE_FULL_SCRIPT))
             .key(key(id, "state"))
@@ -349,7 +423,9 @@ impl RedisStore {
                     nonce,
                     shape,
                     log_bytes: 0,
+                    log_json: 0,
                     deltas: 0,
+                    dict: Vec::new(),
                     used: Instant::now(),
                 },
             );
