@@ -461,6 +461,54 @@ fn op<const N: usize>(name: &str, args: [Value; N]) -> Value {
     Value::Array(a)
 }
 
+/// The first byte of a packed delta (JSON never starts with it).
+pub const PACKED: u8 = 0;
+/// A delta is packed against at most this many last bytes of the one before it.
+pub const DICT_BYTES: usize = 16 << 10;
+/// A packed delta unpacks to at most this many bytes (a stored value is checked as input).
+pub const MAX_DELTA_BYTES: usize = 64 << 20;
+
+/// The end of a delta's JSON that the next delta is packed against.
+pub fn dict_of(json: &[u8]) -> &[u8] {
+    &json[json.len().saturating_sub(DICT_BYTES)..]
+}
+
+/// A delta's JSON as stored: packed (LZ4, against `dict`) when that is shorter.
+pub fn pack(json: &str, dict: &[u8]) -> Vec<u8> {
+    let packed = lz4_flex::block::compress_with_dict(json.as_bytes(), dict);
+    if packed.len() + 5 >= json.len() {
+        return json.as_bytes().to_vec();
+    }
+    let len = u32::try_from(json.len()).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(packed.len() + 5);
+    out.push(PACKED);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&packed);
+    out
+}
+
+/// A stored delta's JSON (see [`pack`]).
+pub fn unpack(stored: &[u8], dict: &[u8]) -> Result<String, String> {
+    let json = match stored.split_first() {
+        Some((&PACKED, rest)) => {
+            let (len, block) = rest.split_at_checked(4).ok_or("a packed delta cut short")?;
+            let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            if len > MAX_DELTA_BYTES {
+                return Err(format!("a packed delta of {len} bytes"));
+            }
+            let mut out = vec![0; len];
+            let n = lz4_flex::block::decompress_into_with_dict(block, &mut out, dict)
+                .map_err(|e| format!("a packed delta that does not unpack: {e}"))?;
+            if n != len {
+                return Err(format!("a packed delta of {n} bytes, not {len}"));
+            }
+            out
+        }
+        _ => stored.to_vec(),
+    };
+    String::from_utf8(json).map_err(|_| "a delta that is not UTF-8".to_string())
+}
+
 /// Why a delta could not be applied.
 #[derive(Debug, thiserror::Error)]
 #[error("at {path}: {reason}")]

@@ -108,6 +108,8 @@ struct Debate {
     retries: Vec<String>,
     states: Vec<DebateState>,
     step: usize,
+    /// Time spent in the machine's transitions (handle, outbox, the state's copy).
+    busy: std::time::Duration,
 }
 
 impl Debate {
@@ -118,11 +120,13 @@ impl Debate {
             retries: vec![],
             states: vec![],
             step: 0,
+            busy: std::time::Duration::ZERO,
         }
     }
 
     fn apply(&mut self, input: Input) {
         self.step += 1;
+        let t0 = std::time::Instant::now();
         let mut events = vec![];
         for fx in self.machine.handle(input, now(self.step)) {
             match fx {
@@ -133,6 +137,7 @@ impl Debate {
         }
         self.machine.set_outbox(events);
         self.states.push(self.machine.state().clone());
+        self.busy += t0.elapsed();
     }
 
     /// Answers every task (`fail` says which attempts fail), applying retries as they come
@@ -158,13 +163,21 @@ impl Debate {
 /// with long replies, one with failures and retries then a permanent failure and `retry`,
 /// a cancelled one, one with clarifications answered.
 fn sequences() -> Vec<(&'static str, Vec<DebateState>)> {
+    timed_sequences()
+        .into_iter()
+        .map(|(name, states, _)| (name, states))
+        .collect()
+}
+
+/// [`sequences`], with the time the machine spent in each debate's transitions.
+fn timed_sequences() -> Vec<(&'static str, Vec<DebateState>, std::time::Duration)> {
     let mut out = vec![];
     for (name, bytes) in [("6x2 short", 60), ("6x2 long", 8000)] {
         let mut d = Debate::new("deb-wide", spec(6, 2, json!({})));
         d.apply(Input::Start);
         d.run(bytes, |_| false);
         assert_eq!(d.machine.state().status, DebateStatus::Completed, "{name}");
-        out.push((name, d.states));
+        out.push((name, d.states, d.busy));
     }
 
     let mut d = Debate::new("deb-retry", spec(3, 2, json!({})));
@@ -177,7 +190,7 @@ fn sequences() -> Vec<(&'static str, Vec<DebateState>)> {
     });
     d.apply(Input::Retry);
     d.run(300, |_| false);
-    out.push(("retries, failure, retry", d.states));
+    out.push(("retries, failure, retry", d.states, d.busy));
 
     let mut d = Debate::new("deb-cancel", spec(4, 3, json!({})));
     d.apply(Input::Start);
@@ -187,7 +200,7 @@ fn sequences() -> Vec<(&'static str, Vec<DebateState>)> {
         }
     }
     d.apply(Input::Cancel);
-    out.push(("cancelled", d.states));
+    out.push(("cancelled", d.states, d.busy));
 
     let mut d = Debate::new(
         "deb-clarify",
@@ -210,7 +223,7 @@ fn sequences() -> Vec<(&'static str, Vec<DebateState>)> {
         d.apply(Input::ClarificationTimeout);
     }
     d.run(300, |_| false);
-    out.push(("clarifications", d.states));
+    out.push(("clarifications", d.states, d.busy));
     out
 }
 
@@ -607,5 +620,76 @@ fn where_the_bytes_go() {
         for (k, n) in rows {
             eprintln!("  {k:<28} {n:>7} B  {:.2}x", n as f64 / last as f64);
         }
+    }
+}
+
+/// The writer's CPU per transition (`--release --ignored --nocapture`; printed, never
+/// asserted): the state as a JSON value, its diff against the last shape and the delta
+/// packed, next to the machine's own transition and a full snapshot's JSON.
+#[test]
+#[ignore]
+fn what_a_delta_costs() {
+    use parley_cluster::checkpoint_delta::{dict_of, pack};
+    use std::time::{Duration, Instant};
+    let shaper = Shaper::new();
+    for (name, states, machine) in timed_sequences() {
+        let n = states.len() - 1;
+        let bytes: usize = states[1..]
+            .iter()
+            .map(|s| serde_json::to_string(s).unwrap().len())
+            .sum();
+        // The best of 5 runs of each part.
+        let best = |f: &mut dyn FnMut() -> Duration| (0..5).map(|_| f()).min().unwrap();
+        let to_value = best(&mut || {
+            let t = Instant::now();
+            for s in &states[1..] {
+                std::hint::black_box(serde_json::to_value(s).unwrap());
+            }
+            t.elapsed()
+        });
+        let values: Vec<Value> = states.iter().map(|s| serde_json::to_value(s).unwrap()).collect();
+        let mut deltas = vec![];
+        let diff = best(&mut || {
+            deltas.clear();
+            let mut shape = shaper.shape(&values[0]).0;
+            let t = Instant::now();
+            for v in &values[1..] {
+                let (d, s, _) = shaper.diff(&shape, v);
+                shape = s;
+                deltas.push(d.json);
+            }
+            t.elapsed()
+        });
+        let mut packed = 0;
+        let pack_time = best(&mut || {
+            packed = 0;
+            let mut dict: &[u8] = &[];
+            let t = Instant::now();
+            for d in &deltas {
+                packed += pack(d, dict).len();
+                dict = dict_of(d.as_bytes());
+            }
+            t.elapsed()
+        });
+        let snapshot = best(&mut || {
+            let t = Instant::now();
+            for s in &states[1..] {
+                std::hint::black_box(serde_json::to_string(s).unwrap());
+            }
+            t.elapsed()
+        });
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
+        let json: usize = deltas.iter().map(String::len).sum();
+        eprintln!(
+            "{name}: {n} transitions, mean state {} B; per transition: to_value {:.1} us + diff {:.1} us + pack {:.1} us = {:.1} us ({:.2} us per KB of state); machine {:.1} us; a snapshot's JSON {:.1} us; deltas {json} B of JSON, {packed} B packed",
+            bytes / n,
+            us(to_value),
+            us(diff),
+            us(pack_time),
+            us(to_value + diff + pack_time),
+            (to_value + diff + pack_time).as_secs_f64() * 1e6 / (bytes as f64 / 1024.0),
+            us(machine),
+            us(snapshot),
+        );
     }
 }
