@@ -40,6 +40,15 @@
 //!
 //! The hashes are keyed per process ([`Shaper::new`]): they never leave it, and content a
 //! user controls cannot be chosen to collide.
+//!
+//! # Stored form
+//! [`pack`] stores a delta as its JSON or, when shorter, as the byte [`PACKED`], the JSON's
+//! length (4 bytes, little-endian) and an LZ4 block of the JSON compressed against the
+//! last [`DICT_BYTES`] of the delta before it ([`dict_of`]): consecutive deltas share
+//! their keys and most of the bookkeeping every transition rewrites (the outbox's events,
+//! the spend, `updatedAt`). [`unpack`] reverses it, checking the length (at most
+//! [`MAX_DELTA_BYTES`]) and that the block unpacks to exactly it; JSON never starts with
+//! [`PACKED`], so a delta stored as JSON reads as itself.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -461,7 +470,7 @@ fn op<const N: usize>(name: &str, args: [Value; N]) -> Value {
     Value::Array(a)
 }
 
-/// The first byte of a packed delta (JSON never starts with it).
+/// The first byte of a packed delta (JSON never starts with it; see the module docs).
 pub const PACKED: u8 = 0;
 /// A delta is packed against at most this many last bytes of the one before it.
 pub const DICT_BYTES: usize = 16 << 10;
@@ -736,11 +745,13 @@ mod tests {
         b.as_object_mut().unwrap().remove("x");
         b["y"] = json!([long("1")]);
         let d = roundtrip(big.clone(), b);
-        assert!(
-            d.json.starts_with(r#"["k",["new","obj","y","z"],{"#),
-            "{}",
-            d.json
-        );
+        assert!(d.json.starts_with(r#"["-",["x"],{"#), "{}", d.json);
+        // The form written before shapes kept key names: the keys kept.
+        let mut k = big.clone();
+        apply(&mut k, r#"["k",["y","z"],{"new":"v"}]"#).unwrap();
+        assert_eq!(k, json!({"y": big["y"], "z": big["z"], "new": "v"}));
+        // A removal of a key that is not there fails.
+        assert!(apply(&mut k, r#"["-",["x"],{}]"#).is_err());
         assert!(d.json.contains(r#""y":["t",1]"#), "{}", d.json);
         assert!(d.json.contains(r#""z":{"n":2}"#), "{}", d.json);
         assert!(d.json.contains(r#""obj":["s",{"o":[1]}]"#), "{}", d.json);
@@ -771,6 +782,33 @@ mod tests {
         roundtrip(big.clone(), json!(null));
         roundtrip(json!([1, 2, 3]), json!({"a": 1}));
         roundtrip(json!({"a": long("a")}), json!([long("a")]));
+    }
+
+    #[test]
+    fn packed_deltas_unpack_against_the_same_dict_only() {
+        let prev = r#"{"engine":{"eventSeq":51,"outbox":{"0":{"agentId":"a2","seq":51,"taskId":"deb/1/critique/a2/a0"}}},"updatedAt":"2026-01-02T03:04:05.333Z"}"#;
+        let next = r#"{"engine":{"eventSeq":52,"outbox":{"0":{"agentId":"a3","seq":52,"taskId":"deb/1/critique/a3/a0"}}},"updatedAt":"2026-01-02T03:04:05.370Z"}"#;
+        let dict = dict_of(prev.as_bytes());
+        let packed = pack(next, dict);
+        assert_eq!(packed[0], PACKED);
+        assert!(packed.len() < next.len() / 2, "{} of {}", packed.len(), next.len());
+        assert_eq!(unpack(&packed, dict).unwrap(), next);
+        // Against another dict, cut short, altered or too long: an error or another text,
+        // never a panic (the link chain catches a different text).
+        assert_ne!(unpack(&packed, b"").ok().as_deref(), Some(next));
+        assert!(unpack(&packed[..3], dict).is_err());
+        assert!(unpack(&packed[..packed.len() - 2], dict).is_err());
+        let mut long = packed.clone();
+        long[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(unpack(&long, dict).unwrap_err().contains("bytes"));
+        let mut wrong = packed.clone();
+        wrong[1..5].copy_from_slice(&(next.len() as u32 + 1).to_le_bytes());
+        assert!(unpack(&wrong, dict).is_err());
+        // Short or unpackable deltas stay JSON, which reads as itself.
+        assert_eq!(pack("{}", dict), b"{}");
+        assert_eq!(unpack(b"{}", dict).unwrap(), "{}");
+        let big = "x".repeat(DICT_BYTES * 3);
+        assert_eq!(dict_of(big.as_bytes()).len(), DICT_BYTES);
     }
 
     #[test]
