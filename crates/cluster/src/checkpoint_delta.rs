@@ -286,8 +286,7 @@ impl Shaper {
                         op("-", [Value::Array(gone), Value::Object(edits)])
                     }
                     _ => {
-                        let keys: Vec<Value> =
-                            m.keys().map(|k| Value::String(k.clone())).collect();
+                        let keys: Vec<Value> = m.keys().map(|k| Value::String(k.clone())).collect();
                         op("k", [Value::Array(keys), Value::Object(edits)])
                     }
                 })
@@ -665,7 +664,9 @@ fn apply_op(doc: &mut Value, parts: Vec<Value>, path: &mut Vec<String>) -> Resul
                 return Err(format!("a removal of members of {}", kind(doc)));
             };
             for k in &keys {
-                let k = k.as_str().ok_or("a removal of a key that is not a string")?;
+                let k = k
+                    .as_str()
+                    .ok_or("a removal of a key that is not a string")?;
                 m.remove(k)
                     .ok_or_else(|| format!("a removal of {k:?}, which is not there"))?;
             }
@@ -791,7 +792,12 @@ mod tests {
         let dict = dict_of(prev.as_bytes());
         let packed = pack(next, dict);
         assert_eq!(packed[0], PACKED);
-        assert!(packed.len() < next.len() / 2, "{} of {}", packed.len(), next.len());
+        assert!(
+            packed.len() < next.len() / 2,
+            "{} of {}",
+            packed.len(),
+            next.len()
+        );
         assert_eq!(unpack(&packed, dict).unwrap(), next);
         // Against another dict, cut short, altered or too long: an error or another text,
         // never a panic (the link chain catches a different text).

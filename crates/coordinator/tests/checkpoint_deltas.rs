@@ -654,7 +654,10 @@ fn what_a_delta_costs() {
             }
             t.elapsed()
         });
-        let values: Vec<Value> = states.iter().map(|s| serde_json::to_value(s).unwrap()).collect();
+        let values: Vec<Value> = states
+            .iter()
+            .map(|s| serde_json::to_value(s).unwrap())
+            .collect();
         let mut deltas = vec![];
         let diff = best(&mut || {
             deltas.clear();

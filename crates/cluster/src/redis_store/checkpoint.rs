@@ -210,7 +210,12 @@ impl RedisStore {
                 })
                 .transpose()
         };
-        let (version, raw, base, nonce) = (text("version")?, text("state")?, text("base")?, text("nonce")?);
+        let (version, raw, base, nonce) = (
+            text("version")?,
+            text("state")?,
+            text("base")?,
+            text("nonce")?,
+        );
         let (Some(version), Some(raw)) = (version, raw) else {
             return Ok(None);
         };
