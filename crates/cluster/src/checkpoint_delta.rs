@@ -471,8 +471,9 @@ fn op<const N: usize>(name: &str, args: [Value; N]) -> Value {
 
 /// The first byte of a packed delta (JSON never starts with it; see the module docs).
 pub const PACKED: u8 = 0;
-/// A delta is packed against at most this many last bytes of the one before it.
-pub const DICT_BYTES: usize = 16 << 10;
+/// A delta is packed against at most this many last bytes of the one before it (its
+/// writer keeps them per live debate).
+pub const DICT_BYTES: usize = 4 << 10;
 /// A packed delta unpacks to at most this many bytes (a stored value is checked as input).
 pub const MAX_DELTA_BYTES: usize = 64 << 20;
 
