@@ -205,8 +205,10 @@ impl RedisStore {
             fields
                 .remove(name)
                 .map(|v| {
-                    String::from_utf8(v)
-                        .map_err(|_| corrupt(id, 0, format!("field {name} is not UTF-8")))
+                    String::from_utf8(v).map_err(|_| RedisStoreError::Decode {
+                        what: format!("the checkpoint of {id}"),
+                        source: serde_json::Error::custom(format!("field {name} is not UTF-8")),
+                    })
                 })
                 .transpose()
         };
@@ -306,11 +308,8 @@ impl RedisStore {
             let log_json = prev.log_json + delta.json.len();
             // A finished debate keeps its deltas when they are small next to its state
             // (see the module docs).
-            let fits = if terminal(state.status) {
-                log <= FINAL_FACTOR * size
-            } else {
-                log_json <= LOG_FACTOR * size
-            };
+            let fits = log_json <= LOG_FACTOR * size
+                && (!terminal(state.status) || log <= FINAL_FACTOR * size);
             if prev.deltas < MAX_DELTAS && fits && delta.json.len() < size {
                 let mut record = Vec::with_capacity(LINK_LEN + 1 + stored.len());
                 record.extend_from_slice(prev.nonce.as_bytes());
