@@ -1329,13 +1329,19 @@ async fn checkpoint_bytes(rows: &mut Vec<Row>) -> TaskSizes {
     for l in lines.iter().filter(|l| l.contains(&tag)) {
         w.add(&monitor_args(l));
     }
-    let final_state: Option<String> = redis::cmd("HGET")
-        .arg(format!("parley:{tag}:state"))
-        .arg("state")
-        .query_async(&mut conn)
+    // The final state as the coordinator reads it (a finished debate may keep its last
+    // deltas next to an earlier snapshot).
+    let store = parley_cluster::RedisStore::connect(&c.redis.url())
         .await
-        .expect("HGET state");
-    let final_state = final_state.expect("the debate's state is stored").len();
+        .expect("connecting the store");
+    let final_state = store
+        .state(&id)
+        .await
+        .expect("reading the checkpoint")
+        .expect("the debate's state is stored");
+    let final_state = serde_json::to_string(&final_state.state)
+        .expect("the state as JSON")
+        .len();
     let tasks = w.results.0;
     assert!(
         w.checkpoints.0 > 0 && tasks > 0 && w.bodies.0 > 0,

@@ -25,8 +25,10 @@
 //!     per item, as an append does (an insert in the middle: some arrays are kept in an
 //!     order other than arrival), or, for an item `["r", k, edit]`, as a copy of the
 //!     `k`-th element it removed with `edit` applied;
-//!   - `["k", [keys], edit]`: keeps only `keys` in this object (others were removed), then
+//!   - `["-", [keys], edit]`: removes `keys` from this object (each must be there), then
 //!     applies `edit`;
+//!   - `["k", [keys], edit]`: keeps only `keys` in this object (others were removed), then
+//!     applies `edit` (the form for an object whose key names were not kept; still read);
 //!   - `["m", edit, edit]`: both edits in turn (an array's elements changed in place, then
 //!     its end).
 //!
@@ -38,6 +40,15 @@
 //!
 //! The hashes are keyed per process ([`Shaper::new`]): they never leave it, and content a
 //! user controls cannot be chosen to collide.
+//!
+//! # Stored form
+//! [`pack`] stores a delta as its JSON or, when shorter, as the byte [`PACKED`], the JSON's
+//! length (4 bytes, little-endian) and an LZ4 block of the JSON compressed against the
+//! last [`DICT_BYTES`] of the delta before it ([`dict_of`]): consecutive deltas share
+//! their keys and most of the bookkeeping every transition rewrites (the outbox's events,
+//! the spend, `updatedAt`). [`unpack`] reverses it, checking the length (at most
+//! [`MAX_DELTA_BYTES`]) and that the block unpacks to exactly it; JSON never starts with
+//! [`PACKED`], so a delta stored as JSON reads as itself.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -58,8 +69,10 @@ const KEPT_TREES: usize = 2;
 pub enum Shape {
     /// A scalar, a small object or array, or an array element before the last.
     Leaf(u64),
-    /// An object: its hash and its fields as (hash of the key, shape), by key hash.
-    Obj(u64, Vec<(u64, Shape)>),
+    /// An object: its hash, its fields as (hash of the key, shape) by key hash, and their
+    /// keys in that order, each followed by a NUL (`None` if a key holds a NUL): a later
+    /// delta names the keys it removes.
+    Obj(u64, Vec<(u64, Shape)>, Option<Box<str>>),
     /// An array: its hash and its elements (all but the last as leaves once pruned).
     Arr(u64, Vec<Shape>),
 }
@@ -67,7 +80,7 @@ pub enum Shape {
 impl Shape {
     pub fn hash(&self) -> u64 {
         match self {
-            Shape::Leaf(h) | Shape::Obj(h, _) | Shape::Arr(h, _) => *h,
+            Shape::Leaf(h) | Shape::Obj(h, _, _) | Shape::Arr(h, _) => *h,
         }
     }
 
@@ -76,7 +89,10 @@ impl Shape {
         let node = std::mem::size_of::<Shape>();
         node + match self {
             Shape::Leaf(_) => 0,
-            Shape::Obj(_, f) => f.iter().map(|(_, s)| 8 + s.heap_bytes()).sum::<usize>(),
+            Shape::Obj(_, f, names) => {
+                names.as_ref().map_or(0, |n| n.len())
+                    + f.iter().map(|(_, s)| 8 + s.heap_bytes()).sum::<usize>()
+            }
             Shape::Arr(_, e) => e.iter().map(Shape::heap_bytes).sum::<usize>(),
         }
     }
@@ -86,7 +102,11 @@ impl Shape {
     fn prune(self) -> Shape {
         match self {
             Shape::Leaf(_) => self,
-            Shape::Obj(h, f) => Shape::Obj(h, f.into_iter().map(|(k, s)| (k, s.prune())).collect()),
+            Shape::Obj(h, f, names) => Shape::Obj(
+                h,
+                f.into_iter().map(|(k, s)| (k, s.prune())).collect(),
+                names,
+            ),
             Shape::Arr(h, e) => {
                 let n = e.len();
                 Shape::Arr(
@@ -174,20 +194,30 @@ impl Shaper {
                 m.len().hash(&mut h);
                 let mut size = 2;
                 let mut fields = Vec::with_capacity(m.len());
-                for (k, e) in m {
+                for (i, (k, e)) in m.iter().enumerate() {
                     let kh = self.hash_key(k);
                     let (s, n) = self.full_shape(e);
                     kh.hash(&mut h);
                     s.hash().hash(&mut h);
                     size += k.len() + 4 + n;
-                    fields.push((kh, s));
+                    fields.push((kh, s, i));
                 }
                 let hash = h.finish();
                 if size < LEAF_BYTES {
                     (Shape::Leaf(hash), size)
                 } else {
-                    fields.sort_unstable_by_key(|(k, _)| *k);
-                    (Shape::Obj(hash, fields), size)
+                    fields.sort_unstable_by_key(|(k, _, _)| *k);
+                    let keys: Vec<&String> = m.keys().collect();
+                    let names = (!keys.iter().any(|k| k.contains('\0'))).then(|| {
+                        let mut names = String::new();
+                        for (_, _, i) in &fields {
+                            names.push_str(keys[*i]);
+                            names.push('\0');
+                        }
+                        names.into_boxed_str()
+                    });
+                    let fields = fields.into_iter().map(|(k, s, _)| (k, s)).collect();
+                    (Shape::Obj(hash, fields, names), size)
                 }
             }
         }
@@ -217,7 +247,7 @@ impl Shaper {
             return None;
         }
         match (old, new_v, new) {
-            (Shape::Obj(_, of), Value::Object(m), Shape::Obj(_, nf)) => {
+            (Shape::Obj(_, of, names), Value::Object(m), Shape::Obj(_, nf, _)) => {
                 let at = |f: &[(u64, Shape)], k: u64| -> Option<usize> {
                     f.binary_search_by_key(&k, |(h, _)| *h).ok()
                 };
@@ -236,12 +266,29 @@ impl Shaper {
                         }
                     }
                 }
-                let removed = of.iter().any(|(k, _)| at(nf, *k).is_none());
-                Some(if removed {
-                    let keys: Vec<Value> = m.keys().map(|k| Value::String(k.clone())).collect();
-                    Value::Array(vec!["k".into(), Value::Array(keys), Value::Object(edits)])
-                } else {
-                    Value::Object(edits)
+                let removed: Vec<usize> = (0..of.len())
+                    .filter(|i| at(nf, of[*i].0).is_none())
+                    .collect();
+                if removed.is_empty() {
+                    return Some(Value::Object(edits));
+                }
+                // The keys removed, by name; or, without their names, the keys kept.
+                let gone: Option<Vec<Value>> = names.as_ref().map(|names| {
+                    let names: Vec<&str> = names.split('\0').collect();
+                    removed
+                        .iter()
+                        .filter_map(|i| names.get(*i))
+                        .map(|k| Value::String((*k).to_string()))
+                        .collect()
+                });
+                Some(match gone {
+                    Some(gone) if gone.len() == removed.len() => {
+                        op("-", [Value::Array(gone), Value::Object(edits)])
+                    }
+                    _ => {
+                        let keys: Vec<Value> = m.keys().map(|k| Value::String(k.clone())).collect();
+                        op("k", [Value::Array(keys), Value::Object(edits)])
+                    }
                 })
             }
             (Shape::Arr(_, oe), Value::Array(a), Shape::Arr(_, ne)) => {
@@ -422,6 +469,55 @@ fn op<const N: usize>(name: &str, args: [Value; N]) -> Value {
     Value::Array(a)
 }
 
+/// The first byte of a packed delta (JSON never starts with it; see the module docs).
+pub const PACKED: u8 = 0;
+/// A delta is packed against at most this many last bytes of the one before it (its
+/// writer keeps them per live debate).
+pub const DICT_BYTES: usize = 4 << 10;
+/// A packed delta unpacks to at most this many bytes (a stored value is checked as input).
+pub const MAX_DELTA_BYTES: usize = 64 << 20;
+
+/// The end of a delta's JSON that the next delta is packed against.
+pub fn dict_of(json: &[u8]) -> &[u8] {
+    &json[json.len().saturating_sub(DICT_BYTES)..]
+}
+
+/// A delta's JSON as stored: packed (LZ4, against `dict`) when that is shorter.
+pub fn pack(json: &str, dict: &[u8]) -> Vec<u8> {
+    let packed = lz4_flex::block::compress_with_dict(json.as_bytes(), dict);
+    if packed.len() + 5 >= json.len() {
+        return json.as_bytes().to_vec();
+    }
+    let len = u32::try_from(json.len()).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(packed.len() + 5);
+    out.push(PACKED);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&packed);
+    out
+}
+
+/// A stored delta's JSON (see [`pack`]).
+pub fn unpack(stored: &[u8], dict: &[u8]) -> Result<String, String> {
+    let json = match stored.split_first() {
+        Some((&PACKED, rest)) => {
+            let (len, block) = rest.split_at_checked(4).ok_or("a packed delta cut short")?;
+            let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            if len > MAX_DELTA_BYTES {
+                return Err(format!("a packed delta of {len} bytes"));
+            }
+            let mut out = vec![0; len];
+            let n = lz4_flex::block::decompress_into_with_dict(block, &mut out, dict)
+                .map_err(|e| format!("a packed delta that does not unpack: {e}"))?;
+            if n != len {
+                return Err(format!("a packed delta of {n} bytes, not {len}"));
+            }
+            out
+        }
+        _ => stored.to_vec(),
+    };
+    String::from_utf8(json).map_err(|_| "a delta that is not UTF-8".to_string())
+}
+
 /// Why a delta could not be applied.
 #[derive(Debug, thiserror::Error)]
 #[error("at {path}: {reason}")]
@@ -563,6 +659,21 @@ fn apply_op(doc: &mut Value, parts: Vec<Value>, path: &mut Vec<String>) -> Resul
             let edit = parts.next().ok_or("\"k\" without an edit")?;
             apply_at(doc, edit, path)?;
         }
+        "-" => {
+            let keys = values(parts.next())?;
+            let Value::Object(m) = doc else {
+                return Err(format!("a removal of members of {}", kind(doc)));
+            };
+            for k in &keys {
+                let k = k
+                    .as_str()
+                    .ok_or("a removal of a key that is not a string")?;
+                m.remove(k)
+                    .ok_or_else(|| format!("a removal of {k:?}, which is not there"))?;
+            }
+            let edit = parts.next().ok_or("\"-\" without an edit")?;
+            apply_at(doc, edit, path)?;
+        }
         "m" => {
             for edit in parts {
                 apply_at(doc, edit, path)?;
@@ -636,11 +747,13 @@ mod tests {
         b.as_object_mut().unwrap().remove("x");
         b["y"] = json!([long("1")]);
         let d = roundtrip(big.clone(), b);
-        assert!(
-            d.json.starts_with(r#"["k",["new","obj","y","z"],{"#),
-            "{}",
-            d.json
-        );
+        assert!(d.json.starts_with(r#"["-",["x"],{"#), "{}", d.json);
+        // The form written before shapes kept key names: the keys kept.
+        let mut k = big.clone();
+        apply(&mut k, r#"["k",["y","z"],{"new":"v"}]"#).unwrap();
+        assert_eq!(k, json!({"y": big["y"], "z": big["z"], "new": "v"}));
+        // A removal of a key that is not there fails.
+        assert!(apply(&mut k, r#"["-",["x"],{}]"#).is_err());
         assert!(d.json.contains(r#""y":["t",1]"#), "{}", d.json);
         assert!(d.json.contains(r#""z":{"n":2}"#), "{}", d.json);
         assert!(d.json.contains(r#""obj":["s",{"o":[1]}]"#), "{}", d.json);
@@ -671,6 +784,38 @@ mod tests {
         roundtrip(big.clone(), json!(null));
         roundtrip(json!([1, 2, 3]), json!({"a": 1}));
         roundtrip(json!({"a": long("a")}), json!([long("a")]));
+    }
+
+    #[test]
+    fn packed_deltas_unpack_against_the_same_dict_only() {
+        let prev = r#"{"engine":{"eventSeq":51,"outbox":{"0":{"agentId":"a2","seq":51,"taskId":"deb/1/critique/a2/a0"}}},"updatedAt":"2026-01-02T03:04:05.333Z"}"#;
+        let next = r#"{"engine":{"eventSeq":52,"outbox":{"0":{"agentId":"a3","seq":52,"taskId":"deb/1/critique/a3/a0"}}},"updatedAt":"2026-01-02T03:04:05.370Z"}"#;
+        let dict = dict_of(prev.as_bytes());
+        let packed = pack(next, dict);
+        assert_eq!(packed[0], PACKED);
+        assert!(
+            packed.len() < next.len() / 2,
+            "{} of {}",
+            packed.len(),
+            next.len()
+        );
+        assert_eq!(unpack(&packed, dict).unwrap(), next);
+        // Against another dict, cut short, altered or too long: an error or another text,
+        // never a panic (the link chain catches a different text).
+        assert_ne!(unpack(&packed, b"").ok().as_deref(), Some(next));
+        assert!(unpack(&packed[..3], dict).is_err());
+        assert!(unpack(&packed[..packed.len() - 2], dict).is_err());
+        let mut long = packed.clone();
+        long[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(unpack(&long, dict).unwrap_err().contains("bytes"));
+        let mut wrong = packed.clone();
+        wrong[1..5].copy_from_slice(&(next.len() as u32 + 1).to_le_bytes());
+        assert!(unpack(&wrong, dict).is_err());
+        // Short or unpackable deltas stay JSON, which reads as itself.
+        assert_eq!(pack("{}", dict), b"{}");
+        assert_eq!(unpack(b"{}", dict).unwrap(), "{}");
+        let big = "x".repeat(DICT_BYTES * 3);
+        assert_eq!(dict_of(big.as_bytes()).len(), DICT_BYTES);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! give back exactly the latest state after every step, with snapshots at random points;
 //! then the same through a real redis-server with the store's own rule, checking the bytes
 //! written against the final state, and the store's refusals (stale writer, missing or
-//! corrupt delta) and the old checkpoint format.
+//! corrupt delta) and the old checkpoint format. Ignored ones print where a delta's bytes
+//! go and what a delta costs the writer in CPU (`--release -- --ignored --nocapture`).
 
 use std::collections::VecDeque;
 
@@ -44,9 +45,7 @@ fn spec(agents: usize, rounds: u32, extra: Value) -> DebateSpec {
 fn answer(task: &Task, reply_bytes: usize, ok: bool) -> TaskResult {
     let outcome = if ok {
         let mut content = format!("{} says about {}: ", task.agent.id, task.id);
-        while content.len() < reply_bytes {
-            content.push_str("a considered sentence with some detail. ");
-        }
+        content.push_str(&prose(&task.id, task.attempt, reply_bytes));
         let mut out = TaskOutput {
             content,
             metadata: ContributionMetadata {
@@ -86,6 +85,23 @@ fn answer(task: &Task, reply_bytes: usize, ok: bool) -> TaskResult {
     }
 }
 
+/// About `bytes` of words that do not repeat (random letters, seeded by the task): replies
+/// that packing cannot shrink, unlike a repeated sentence (models' text packs better).
+fn prose(task: &str, attempt: u32, bytes: usize) -> String {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(
+        task.bytes()
+            .fold(u64::from(attempt), |h, b| h.wrapping_mul(31) + u64::from(b)),
+    );
+    let mut out = String::with_capacity(bytes + 12);
+    while out.len() < bytes {
+        for _ in 0..rng.gen_range(2..10) {
+            out.push(char::from(b'a' + rng.gen_range(0..26u8)));
+        }
+        out.push(if rng.gen_bool(0.1) { '.' } else { ' ' });
+    }
+    out
+}
+
 /// Every state a debate's actor would checkpoint, in order.
 struct Debate {
     machine: Machine,
@@ -93,6 +109,8 @@ struct Debate {
     retries: Vec<String>,
     states: Vec<DebateState>,
     step: usize,
+    /// Time spent in the machine's transitions (handle, outbox, the state's copy).
+    busy: std::time::Duration,
 }
 
 impl Debate {
@@ -103,11 +121,13 @@ impl Debate {
             retries: vec![],
             states: vec![],
             step: 0,
+            busy: std::time::Duration::ZERO,
         }
     }
 
     fn apply(&mut self, input: Input) {
         self.step += 1;
+        let t0 = std::time::Instant::now();
         let mut events = vec![];
         for fx in self.machine.handle(input, now(self.step)) {
             match fx {
@@ -118,6 +138,7 @@ impl Debate {
         }
         self.machine.set_outbox(events);
         self.states.push(self.machine.state().clone());
+        self.busy += t0.elapsed();
     }
 
     /// Answers every task (`fail` says which attempts fail), applying retries as they come
@@ -143,13 +164,21 @@ impl Debate {
 /// with long replies, one with failures and retries then a permanent failure and `retry`,
 /// a cancelled one, one with clarifications answered.
 fn sequences() -> Vec<(&'static str, Vec<DebateState>)> {
+    timed_sequences()
+        .into_iter()
+        .map(|(name, states, _)| (name, states))
+        .collect()
+}
+
+/// [`sequences`], with the time the machine spent in each debate's transitions.
+fn timed_sequences() -> Vec<(&'static str, Vec<DebateState>, std::time::Duration)> {
     let mut out = vec![];
     for (name, bytes) in [("6x2 short", 60), ("6x2 long", 8000)] {
         let mut d = Debate::new("deb-wide", spec(6, 2, json!({})));
         d.apply(Input::Start);
         d.run(bytes, |_| false);
         assert_eq!(d.machine.state().status, DebateStatus::Completed, "{name}");
-        out.push((name, d.states));
+        out.push((name, d.states, d.busy));
     }
 
     let mut d = Debate::new("deb-retry", spec(3, 2, json!({})));
@@ -162,7 +191,7 @@ fn sequences() -> Vec<(&'static str, Vec<DebateState>)> {
     });
     d.apply(Input::Retry);
     d.run(300, |_| false);
-    out.push(("retries, failure, retry", d.states));
+    out.push(("retries, failure, retry", d.states, d.busy));
 
     let mut d = Debate::new("deb-cancel", spec(4, 3, json!({})));
     d.apply(Input::Start);
@@ -172,7 +201,7 @@ fn sequences() -> Vec<(&'static str, Vec<DebateState>)> {
         }
     }
     d.apply(Input::Cancel);
-    out.push(("cancelled", d.states));
+    out.push(("cancelled", d.states, d.busy));
 
     let mut d = Debate::new(
         "deb-clarify",
@@ -195,7 +224,7 @@ fn sequences() -> Vec<(&'static str, Vec<DebateState>)> {
         d.apply(Input::ClarificationTimeout);
     }
     d.run(300, |_| false);
-    out.push(("clarifications", d.states));
+    out.push(("clarifications", d.states, d.busy));
     out
 }
 
@@ -257,7 +286,7 @@ async fn state_bytes(
     conn: &mut redis::aio::MultiplexedConnection,
     id: &str,
 ) -> Vec<(String, usize)> {
-    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+    let fields: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
         .arg(format!("parley:{{{id}}}:state"))
         .query_async(conn)
         .await
@@ -266,13 +295,16 @@ async fn state_bytes(
 }
 
 /// Through redis-server with the store's own rule: every checkpoint reads back exactly;
-/// bytes written stay within 3x the final state; a finished debate is one snapshot.
+/// bytes written stay within 3x the final state in every sequence (measured 0.9-1.5x;
+/// before packing and the final delta 2.1-5.4x); a finished debate keeps at most
+/// `FINAL_FACTOR` (2) times its state in deltas next to its snapshot.
 #[tokio::test]
 async fn the_store_writes_deltas_and_reads_them_back() {
     let redis = RedisServer::start().unwrap();
     let store = RedisStore::connect(&redis.url()).await.unwrap();
     let client = redis::Client::open(redis.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut over = vec![];
     for (name, states) in sequences() {
         let id = states[0].id.clone();
         let _: () = redis::cmd("DEL")
@@ -312,25 +344,18 @@ async fn the_store_writes_deltas_and_reads_them_back() {
             states.len(),
             store.checkpoint_shapes()
         );
-        let status = states.last().unwrap().status;
-        if matches!(status, DebateStatus::Completed | DebateStatus::Cancelled) {
-            // A finished debate: one snapshot, no deltas left.
-            let names: Vec<&str> = fields.iter().map(|f| f.0.as_str()).collect();
-            assert!(
-                !names.iter().any(|n| n.starts_with("d:")),
-                "{name}: {names:?}"
-            );
-        }
-        // Replies of real length: within 3x. Replies of 60 bytes (the bench's fake LLM):
-        // each transition's bookkeeping (its events, the spend, `updatedAt`) outweighs its
-        // reply, and the ratio is higher (measured about 3.6x; 44x with full checkpoints).
-        if name == "6x2 long" {
-            assert!(ratio < 3.0, "{name}: {ratio:.2}x the final state");
-        }
-        if name == "6x2 short" {
-            assert!(ratio < 4.0, "{name}: {ratio:.2}x the final state");
+        // A finished debate keeps at most FINAL_FACTOR (2) times its state in deltas.
+        let stored: usize = fields.iter().map(|f| f.1).sum();
+        let snapshot = fields.iter().find(|f| f.0 == "state").map_or(0, |f| f.1);
+        assert!(
+            stored - snapshot <= 2 * final_len + 64,
+            "{name}: {stored} B stored, snapshot {snapshot} B, final state {final_len} B"
+        );
+        if ratio >= 3.0 {
+            over.push(format!("{name}: {ratio:.2}x the final state"));
         }
     }
+    assert!(over.is_empty(), "{over:?}");
 }
 
 fn running_states() -> Vec<DebateState> {
@@ -409,7 +434,7 @@ async fn refusals_takeover_corruption_and_the_old_format() {
         names.contains(&"d:3".to_string()) && names.contains(&"d:4".to_string()),
         "{names:?}"
     );
-    let d3: String = redis::cmd("HGET")
+    let d3: Vec<u8> = redis::cmd("HGET")
         .arg(k)
         .arg("d:3")
         .query_async(&mut conn)
@@ -433,7 +458,7 @@ async fn refusals_takeover_corruption_and_the_old_format() {
         .unwrap();
     let e = a.state("deb-x").await.unwrap_err().to_string();
     assert!(e.contains("delta 3"), "{e}");
-    let d4: String = redis::cmd("HGET")
+    let d4: Vec<u8> = redis::cmd("HGET")
         .arg(k)
         .arg("d:4")
         .query_async(&mut conn)
@@ -531,4 +556,150 @@ fn show_deltas() {
         }
     }
     eprintln!("{} deltas, {total} bytes", states.len() - 1);
+}
+
+/// The bytes of a delta by where they land: the top-level member, and below `engine`,
+/// `rounds` and `spend` the member under it (the bookkeeping each transition rewrites).
+fn bytes_by_path(delta: &Value, out: &mut std::collections::BTreeMap<String, usize>) {
+    let mut add = |k: String, v: &Value| *out.entry(k).or_default() += v.to_string().len();
+    match delta {
+        Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("engine" | "spend", Value::Object(inner)) => {
+                        for (k2, v2) in inner {
+                            let op = match v2 {
+                                Value::Array(a) => a.first().and_then(Value::as_str).unwrap_or("?"),
+                                Value::Object(_) => "in place",
+                                _ => "",
+                            };
+                            add(format!("{k}.{k2} {op}"), v2);
+                        }
+                    }
+                    ("rounds", Value::Object(inner)) => {
+                        for v2 in inner.values() {
+                            match v2 {
+                                Value::Object(r) => {
+                                    for (k3, v3) in r {
+                                        add(format!("rounds.N.{k3}"), v3);
+                                    }
+                                }
+                                other => add("rounds.N".into(), other),
+                            }
+                        }
+                    }
+                    _ => add(k.clone(), v),
+                }
+            }
+        }
+        other => add("(root op)".into(), other),
+    }
+}
+
+/// Where the bytes of the deltas go in the replayed debates (`--ignored --nocapture`).
+#[test]
+#[ignore]
+fn where_the_bytes_go() {
+    let shaper = Shaper::new();
+    for (name, states) in sequences() {
+        let mut shape = shaper.shape(&serde_json::to_value(&states[0]).unwrap()).0;
+        let first = serde_json::to_string(&states[0]).unwrap().len();
+        let mut by = std::collections::BTreeMap::new();
+        let (mut total, mut packed) = (0, 0);
+        let mut dict = vec![];
+        for s in &states[1..] {
+            let (d, sh, _) = shaper.diff(&shape, &serde_json::to_value(s).unwrap());
+            shape = sh;
+            total += d.json.len() + 17;
+            packed += parley_cluster::checkpoint_delta::pack(&d.json, &dict).len() + 17;
+            dict = parley_cluster::checkpoint_delta::dict_of(d.json.as_bytes()).to_vec();
+            bytes_by_path(&serde_json::from_str(&d.json).unwrap(), &mut by);
+        }
+        let last = serde_json::to_string(states.last().unwrap()).unwrap().len();
+        eprintln!(
+            "{name}: {} transitions; first state {first} B, final {last} B; deltas as JSON (with links) {total} B = {:.2}x, packed {packed} B = {:.2}x; by path, as JSON:",
+            states.len(),
+            total as f64 / last as f64,
+            packed as f64 / last as f64
+        );
+        let mut rows: Vec<_> = by.into_iter().collect();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+        for (k, n) in rows {
+            eprintln!("  {k:<28} {n:>7} B  {:.2}x", n as f64 / last as f64);
+        }
+    }
+}
+
+/// The writer's CPU per transition (`--release --ignored --nocapture`; printed, never
+/// asserted): the state as a JSON value, its diff against the last shape and the delta
+/// packed, next to the machine's own transition and a full snapshot's JSON.
+#[test]
+#[ignore]
+fn what_a_delta_costs() {
+    use parley_cluster::checkpoint_delta::{dict_of, pack};
+    use std::time::{Duration, Instant};
+    let shaper = Shaper::new();
+    for (name, states, machine) in timed_sequences() {
+        let n = states.len() - 1;
+        let bytes: usize = states[1..]
+            .iter()
+            .map(|s| serde_json::to_string(s).unwrap().len())
+            .sum();
+        // The best of 5 runs of each part.
+        let best = |f: &mut dyn FnMut() -> Duration| (0..5).map(|_| f()).min().unwrap();
+        let to_value = best(&mut || {
+            let t = Instant::now();
+            for s in &states[1..] {
+                std::hint::black_box(serde_json::to_value(s).unwrap());
+            }
+            t.elapsed()
+        });
+        let values: Vec<Value> = states
+            .iter()
+            .map(|s| serde_json::to_value(s).unwrap())
+            .collect();
+        let mut deltas = vec![];
+        let diff = best(&mut || {
+            deltas.clear();
+            let mut shape = shaper.shape(&values[0]).0;
+            let t = Instant::now();
+            for v in &values[1..] {
+                let (d, s, _) = shaper.diff(&shape, v);
+                shape = s;
+                deltas.push(d.json);
+            }
+            t.elapsed()
+        });
+        let mut packed = 0;
+        let pack_time = best(&mut || {
+            packed = 0;
+            let mut dict: &[u8] = &[];
+            let t = Instant::now();
+            for d in &deltas {
+                packed += pack(d, dict).len();
+                dict = dict_of(d.as_bytes());
+            }
+            t.elapsed()
+        });
+        let snapshot = best(&mut || {
+            let t = Instant::now();
+            for s in &states[1..] {
+                std::hint::black_box(serde_json::to_string(s).unwrap());
+            }
+            t.elapsed()
+        });
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
+        let json: usize = deltas.iter().map(String::len).sum();
+        eprintln!(
+            "{name}: {n} transitions, mean state {} B; per transition: to_value {:.1} us + diff {:.1} us + pack {:.1} us = {:.1} us ({:.2} us per KB of state); machine {:.1} us; a snapshot's JSON {:.1} us; deltas {json} B of JSON, {packed} B packed",
+            bytes / n,
+            us(to_value),
+            us(diff),
+            us(pack_time),
+            us(to_value + diff + pack_time),
+            (to_value + diff + pack_time).as_secs_f64() * 1e6 / (bytes as f64 / 1024.0),
+            us(machine),
+            us(snapshot),
+        );
+    }
 }
