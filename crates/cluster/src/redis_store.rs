@@ -56,7 +56,7 @@ use redis::Script;
 mod checkpoint;
 mod leases;
 pub mod lifecycle;
-pub use checkpoint::{LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};
+pub use checkpoint::{FINAL_FACTOR, LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};
 pub use leases::{LeaseCheck, LEASES};
 pub use lifecycle::{Stored, TaskLookup, DEAD_LETTERS_KEPT, DEBATE_KEYS};
 

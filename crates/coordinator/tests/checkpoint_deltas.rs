@@ -344,11 +344,11 @@ async fn the_store_writes_deltas_and_reads_them_back() {
             states.len(),
             store.checkpoint_shapes()
         );
-        // A finished debate keeps at most FINAL_FACTOR (2) times its state in deltas.
+        // A finished debate keeps at most FINAL_FACTOR times its state in deltas.
         let stored: usize = fields.iter().map(|f| f.1).sum();
         let snapshot = fields.iter().find(|f| f.0 == "state").map_or(0, |f| f.1);
         assert!(
-            stored - snapshot <= 2 * final_len + 64,
+            stored - snapshot <= parley_cluster::redis_store::FINAL_FACTOR * final_len + 64,
             "{name}: {stored} B stored, snapshot {snapshot} B, final state {final_len} B"
         );
         if ratio >= 3.0 {
