@@ -606,6 +606,9 @@ pub fn is_done(s: &Value) -> bool {
 }
 
 /// The debate's events carry sequence numbers 1..=n, each once, ending with completion.
+/// The status turns `completed` when the checkpoint is written, a moment before the
+/// coordinator publishes its last events: they are read until the completion arrives (or
+/// 15 s pass).
 pub async fn assert_events_contiguous(c: &Cluster, id: &str) {
     use futures::StreamExt;
     let js = async_nats::jetstream::new(c.client.clone());
@@ -619,17 +622,20 @@ pub async fn assert_events_contiguous(c: &Cluster, id: &str) {
         .unwrap();
     let mut seqs = Vec::new();
     let mut last_type = String::new();
-    let mut msgs = consumer
-        .fetch()
-        .max_messages(10_000)
-        .expires(Duration::from_secs(2))
-        .messages()
-        .await
-        .unwrap();
-    while let Some(Ok(m)) = msgs.next().await {
-        let ev: Value = serde_json::from_slice(&m.payload).unwrap();
-        seqs.push(ev["seq"].as_u64().unwrap());
-        last_type = ev["type"].as_str().unwrap().to_string();
+    let until = Instant::now() + Duration::from_secs(15);
+    while last_type != "debateCompleted" && Instant::now() < until {
+        let mut msgs = consumer
+            .fetch()
+            .max_messages(10_000)
+            .expires(Duration::from_secs(2))
+            .messages()
+            .await
+            .unwrap();
+        while let Some(Ok(m)) = msgs.next().await {
+            let ev: Value = serde_json::from_slice(&m.payload).unwrap();
+            seqs.push(ev["seq"].as_u64().unwrap());
+            last_type = ev["type"].as_str().unwrap().to_string();
+        }
     }
     let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
     assert_eq!(seqs, expected, "events missing or repeated");

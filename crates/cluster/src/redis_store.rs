@@ -316,11 +316,11 @@ impl RedisStore {
 
     /// Takes the lease if it is free. Returns true when `owner` now holds it.
     pub async fn acquire_lease(&self, id: &str, owner: &str, ttl_ms: u64) -> Result<bool> {
-        let expires = leases::now_ms() + ttl_ms;
+        let now = self.redis_now_ms().await?;
         let got = self.set_if_absent(key(id, "lease"), owner, ttl_ms).await?;
         if got {
             // The index is a hint (see `leases`): a failure here is not the adoption's.
-            if let Err(e) = self.index_leases(&[id], expires).await {
+            if let Err(e) = self.index_leases(&[id], now + ttl_ms).await {
                 tracing::warn!(debate = id, error = %e, "cannot update the lease index");
             }
         }

@@ -13,14 +13,14 @@
 //!   settled meanwhile is not added back); releasing a lease sets 0.
 //! - A scan asks only for the entries whose expiry has passed
 //!   ([`RedisStore::ownerless`]): the work of finding orphans is the number of orphans,
-//!   not the number of running debates. Clocks of coordinators that disagree by more than
-//!   the lease TTL less the renewal period make a live debate look ownerless: the adoption
-//!   attempt fails on the lease key and changes nothing.
+//!   not the number of running debates.
+//! - Expiries are on Redis's clock (`TIME`), not the coordinators': a coordinator whose
+//!   clock runs ahead would otherwise delay the takeover of its debates by as much. (On
+//!   Redis Cluster, `TIME` comes from any node: their clocks should agree within the
+//!   lease TTL; a disagreement costs a wasted adoption attempt or a later takeover.)
 //! - A debate in `parley:running` without an entry (accepted by an older build, or an
 //!   index write lost in a Redis failover) is added back at 0 by
 //!   [`RedisStore::reconcile_lease_index`], which walks the running set in pages.
-
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt as _;
 use redis::Script;
@@ -58,14 +58,13 @@ pub struct LeaseCheck {
     pub results: u64,
 }
 
-/// Now, in Unix milliseconds.
-pub(super) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl RedisStore {
+    /// Now on Redis's clock, in Unix milliseconds.
+    pub(super) async fn redis_now_ms(&self) -> Result<u64> {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut self.conn()).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
     /// Renews the leases of `ids` that `owner` holds, for `ttl_ms`, and reports each one
     /// (in the order of `ids`; an error for a debate whose renewal failed), then records
     /// the new expiries in the lease index. One pass costs one script call per debate,
@@ -77,7 +76,8 @@ impl RedisStore {
         ttl_ms: u64,
     ) -> Vec<Result<LeaseCheck>> {
         let script = KEEP.get_or_init(|| Script::new(KEEP_SCRIPT));
-        let expires = now_ms() + ttl_ms;
+        // Taken before the renewals: an expiry never later than the lease's own.
+        let expires = self.redis_now_ms().await.map(|now| now + ttl_ms);
         // (Built up front, owning what they use: a stream adapter's closure taking a
         // borrowed id would make the pass's future generic over lifetimes, and unspawnable.)
         let calls: Vec<_> = ids
@@ -111,7 +111,7 @@ impl RedisStore {
             .filter(|(_, c)| matches!(c, Ok(c) if c.held))
             .map(|(id, _)| id)
             .collect();
-        if let Err(e) = self.index_leases(&held, expires).await {
+        if let Err(e) = async { self.index_leases(&held, expires?).await }.await {
             // A hint only: other coordinators may try (and fail) to adopt these meanwhile.
             tracing::warn!(error = %e, "cannot update the lease index");
         }
@@ -142,7 +142,10 @@ impl RedisStore {
             .arg(key(id, "lease"))
             .query_async(&mut self.conn())
             .await?;
-        let expires = u64::try_from(ttl).map_or(0, |t| now_ms() + t);
+        let expires = match u64::try_from(ttl) {
+            Ok(t) => self.redis_now_ms().await? + t,
+            Err(_) => 0,
+        };
         self.index_leases(&[id], expires).await
     }
 
@@ -152,7 +155,7 @@ impl RedisStore {
         Ok(redis::cmd("ZRANGEBYSCORE")
             .arg(LEASES)
             .arg("-inf")
-            .arg(now_ms())
+            .arg(self.redis_now_ms().await?)
             .arg("LIMIT")
             .arg(0)
             .arg(limit)
