@@ -19,6 +19,17 @@ fn resting_coordinator(c: &Cluster) -> ChildProcess {
     ])
 }
 
+/// Waits until the coordinator put a debate to rest.
+fn wait_for_rest(coord: &ChildProcess) {
+    assert!(
+        coord
+            .wait_for_log_line("debate at rest", Duration::from_secs(30))
+            .is_some(),
+        "the debate never rested:\n{}",
+        coord.log()
+    );
+}
+
 fn times(p: &ChildProcess, needle: &str) -> usize {
     p.log().matches(needle).count()
 }
@@ -60,13 +71,7 @@ async fn a_coordinator_killed_while_its_debates_rest_loses_nothing() {
     let _judge = c.worker("judge");
 
     let id = c.submit(&spec("Design a job scheduler")).await;
-    assert!(
-        coord
-            .wait_for_log_line("debate at rest", Duration::from_secs(30))
-            .is_some(),
-        "the debate never rested:\n{}",
-        coord.log()
-    );
+    wait_for_rest(&coord);
     coord.kill9();
     // Found through the lease index once its lease expires.
     let _coord2 = c.coordinator();
@@ -83,13 +88,7 @@ async fn a_resting_debate_answers_status_and_cancel() {
     // No workers: the debate waits for its proposals.
     let coord = resting_coordinator(&c);
     let id = c.submit(&spec("Design a cache")).await;
-    assert!(
-        coord
-            .wait_for_log_line("debate at rest", Duration::from_secs(30))
-            .is_some(),
-        "the debate never rested:\n{}",
-        coord.log()
-    );
+    wait_for_rest(&coord);
     let state = c.status(&id).await;
     assert_eq!(state["status"], "running", "{state}");
 
