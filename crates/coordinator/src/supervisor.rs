@@ -299,15 +299,21 @@ async fn handle(
     Ok(())
 }
 
-/// A renewal pass over `ids` (see the module docs).
+/// A renewal pass over `ids` (see the module docs). A pass that takes longer than the
+/// lease TTL is moot: every debate is reported as not renewed (active actors renew their
+/// own lease then), so the next pass is never held up by this one.
 async fn keep(store: &RedisStore, ids: &[String], deps: &Deps) -> Vec<Result<LeaseCheck, String>> {
     let ttl = deps.lease_ttl.as_millis() as u64;
-    store
-        .keep_leases(ids, &deps.owner, ttl)
-        .await
-        .into_iter()
-        .map(|c| c.map_err(|e| e.to_string()))
-        .collect()
+    match tokio::time::timeout(deps.lease_ttl, store.keep_leases(ids, &deps.owner, ttl)).await {
+        Ok(checks) => checks
+            .into_iter()
+            .map(|c| c.map_err(|e| e.to_string()))
+            .collect(),
+        Err(_) => {
+            tracing::warn!(debates = ids.len(), "a lease renewal pass timed out");
+            vec![Err("the renewal pass timed out".to_string()); ids.len()]
+        }
+    }
 }
 
 /// Applies one debate's renewal outcome.
