@@ -1,4 +1,4 @@
-//! The debate actor and its supervisor (ractor).
+//! The debate actor (ractor); its supervisor is in `crate::supervisor`.
 //!
 //! # Runtime semantics
 //! - One [`DebateActor`] per active debate this coordinator owns; the

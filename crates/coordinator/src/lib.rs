@@ -13,9 +13,10 @@
 //! - [`store`]: checkpoint stores ([`FileStore`] for `./debates/<id>.json`, spec included
 //!   so the file alone continues the debate).
 //! - [`trace`]: the spans of a debate (`debate` → `node`), opened by whoever drives it.
-//! - [`actor`]: the distributed driver: one ractor actor per debate under a supervisor,
-//!   leases, checkpoints (CAS) before effects, result polling. Its runtime semantics are
-//!   documented there.
+//! - [`actor`]: the distributed driver: one ractor actor per active debate, checkpoints
+//!   (CAS) before effects, result polling. Its runtime semantics are documented there.
+//! - [`supervisor`]: the registry of a coordinator's debates, one lease renewal pass for
+//!   all of them, and debates at rest (no actor while they only wait).
 //! - [`service`]: the coordinator NATS service (`run(config, shutdown)`): submit, status,
 //!   retry, cancel, result routing, takeover scan. `main.rs` is a thin binary over it.
 
