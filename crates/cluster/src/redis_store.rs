@@ -56,7 +56,7 @@ use redis::Script;
 mod checkpoint;
 mod leases;
 pub mod lifecycle;
-pub use checkpoint::{FINAL_FACTOR, LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};
+pub use checkpoint::{CHECKPOINT_FORMAT, FINAL_FACTOR, LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};
 pub use leases::{LeaseCheck, LEASES};
 pub use lifecycle::{Stored, TaskLookup, DEAD_LETTERS_KEPT, DEBATE_KEYS};
 
@@ -76,6 +76,10 @@ pub enum RedisStoreError {
     /// A value refused before it reached Redis (e.g. a result with an attempt out of range).
     #[error("refused: {0}")]
     Invalid(String),
+    /// A checkpoint written by a newer build in a format this one does not know: not
+    /// corrupt, only not this build's to read (a coordinator of the newer build runs it).
+    #[error("the checkpoint of {id} is in format {format}; this build reads up to {known}: a coordinator of a newer build runs it")]
+    NewerFormat { id: String, format: u32, known: u32 },
 }
 
 pub type Result<T> = std::result::Result<T, RedisStoreError>;

@@ -1049,7 +1049,7 @@ async fn publish_best_effort(deps: &Deps, id: &str, events: &[parley_protocol::D
 
 /// The reason to count an actor's failure towards [`Deps::max_actor_failures`], if it may
 /// be the debate's own fault: not when it lost its lease or checkpoint to another
-/// coordinator, not a Redis error (an outage). A publish refused, an encoding error or a
+/// coordinator, not a Redis error (an outage), not a checkpoint of a newer build. A publish refused, an encoding error or a
 /// panic may be — when NATS and Redis answer ([`backends_up`]).
 pub(crate) fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<String> {
     if let Some(e) = err.downcast_ref::<ActorError>() {
@@ -1057,8 +1057,12 @@ pub(crate) fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<St
             return None;
         }
     }
-    if let Some(parley_cluster::redis_store::RedisStoreError::Redis(_)) =
-        err.downcast_ref::<parley_cluster::redis_store::RedisStoreError>()
+    // An outage, or a checkpoint of a newer build (a coordinator of that build runs it):
+    // not the debate's fault.
+    if let Some(
+        parley_cluster::redis_store::RedisStoreError::Redis(_)
+        | parley_cluster::redis_store::RedisStoreError::NewerFormat { .. },
+    ) = err.downcast_ref::<parley_cluster::redis_store::RedisStoreError>()
     {
         return None;
     }

@@ -1020,3 +1020,17 @@ fn only_dispatched_unfinished_tasks_and_their_attempts_are_expected() {
     r.apply(Input::Result(ok(&proposal, "done")));
     assert_eq!(r.machine.expects(id, 2, true), Finished);
 }
+
+/// A checkpoint of a newer build is nobody's fault here: an adoption that meets one is not
+/// counted towards failing the debate.
+#[test]
+fn a_newer_checkpoint_format_is_not_the_debates_fault() {
+    let newer = parley_cluster::redis_store::RedisStoreError::NewerFormat {
+        id: "deb-1".into(),
+        format: 9,
+        known: 1,
+    };
+    assert_eq!(crate::actor::fault_reason(&newer), None);
+    let corrupt = parley_cluster::redis_store::RedisStoreError::Inconsistent("bad");
+    assert!(crate::actor::fault_reason(&corrupt).is_some());
+}

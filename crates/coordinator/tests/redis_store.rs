@@ -198,6 +198,51 @@ async fn the_lease_index_lists_only_debates_without_an_owner() {
     assert_eq!(ownerless().await, vec!["deb-5"]);
 }
 
+/// A checkpoint marked with a newer format than this build's is refused as such (not as
+/// corrupt); one without a mark (an older build's) or with this build's reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_of_a_newer_format_is_refused_as_such() {
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let m = Machine::new("deb-f".into(), spec(), Utc::now());
+    assert_eq!(store.save_state(m.state(), 0).await.unwrap(), Some(1));
+    let mut conn = parley_tests::redis_connection(&redis.url()).await;
+    let format: Option<u32> = redis::cmd("HGET")
+        .arg("parley:{deb-f}:state")
+        .arg("format")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(format, Some(parley_cluster::redis_store::CHECKPOINT_FORMAT));
+    for (mark, readable) in [
+        (None, true),
+        (Some("1"), true),
+        (Some("99"), false),
+        (Some("x"), false),
+    ] {
+        let mut cmd = redis::cmd(if mark.is_some() { "HSET" } else { "HDEL" });
+        cmd.arg("parley:{deb-f}:state").arg("format");
+        if let Some(v) = mark {
+            cmd.arg(v);
+        }
+        let _: i64 = cmd.query_async(&mut conn).await.unwrap();
+        match store.state("deb-f").await {
+            Ok(cp) => assert!(readable && cp.unwrap().state == *m.state(), "{mark:?}"),
+            Err(e) => {
+                assert!(!readable, "{mark:?}: {e}");
+                assert!(
+                    matches!(
+                        e,
+                        parley_cluster::redis_store::RedisStoreError::NewerFormat { .. }
+                    ),
+                    "{e}"
+                );
+                assert!(e.to_string().contains("newer build"), "{e}");
+            }
+        }
+    }
+}
+
 #[test]
 fn tls_and_credential_urls_are_accepted() {
     // `rediss://` needs the rustls feature; without it the client refuses the URL.

@@ -12,6 +12,13 @@
 //!   ([`checkpoint_delta::pack`]: LZ4 against the end of the delta before it, which holds
 //!   the same keys and mostly the same bookkeeping; nothing to pack against after the
 //!   snapshot). A delta written as JSON (every delta before packing) still loads.
+//! - `format`: the checkpoint format of the snapshot's writer ([`CHECKPOINT_FORMAT`];
+//!   absent before it was written, which reads as format 1). A reader that finds a format
+//!   newer than its own refuses the checkpoint with
+//!   [`RedisStoreError::NewerFormat`](super::RedisStoreError::NewerFormat) — not corrupt,
+//!   only another build's — so during a rolling upgrade an older coordinator neither fails
+//!   nor stops scheduling a debate a newer one wrote. A build that changes the encoding in
+//!   a way older readers cannot follow raises the number.
 //! - `nonce`: the link of the latest record. A record's link is a digest (SHA-256, 64
 //!   bits) of its bytes: of the snapshot's JSON, of a delta's whole field as stored (link
 //!   included, so a link names the whole history since the snapshot). A delta is only
@@ -78,6 +85,8 @@ pub const LOG_FACTOR: usize = 4;
 pub const FINAL_FACTOR: usize = 2;
 /// At most this many deltas after a snapshot.
 pub const MAX_DELTAS: u64 = 256;
+/// The checkpoint format this build writes and reads up to (see the module docs).
+pub const CHECKPOINT_FORMAT: u32 = 1;
 /// A shape unused this long is dropped (the debate's next write is a snapshot).
 pub const SHAPE_IDLE: Duration = Duration::from_secs(600);
 /// Shapes are swept for idle ones every this many writes.
@@ -86,8 +95,8 @@ const SWEEP_EVERY: u64 = 1024;
 static SAVE_FULL: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
 static SAVE_DELTA: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
 
-/// KEYS: state. ARGV: expected version, next version, nonce, state JSON. 1: written; 0: the
-/// version was not `expected`. Drops the deltas of the previous snapshot.
+/// KEYS: state. ARGV: expected version, next version, nonce, state JSON, format. 1: written;
+/// 0: the version was not `expected`. Drops the deltas of the previous snapshot.
 const SAVE_FULL_SCRIPT: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'version')
 if not cur then cur = '0' end
@@ -95,7 +104,7 @@ if cur ~= ARGV[1] then return 0 end
 local last = tonumber(cur) or 0
 local base = tonumber(redis.call('HGET', KEYS[1], 'base') or cur) or last
 for v = base + 1, last do redis.call('HDEL', KEYS[1], 'd:' .. v) end
-redis.call('HSET', KEYS[1], 'version', ARGV[2], 'base', ARGV[2], 'nonce', ARGV[3], 'state', ARGV[4])
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'base', ARGV[2], 'nonce', ARGV[3], 'state', ARGV[4], 'format', ARGV[5])
 return 1
 ";
 
@@ -212,12 +221,24 @@ impl RedisStore {
                 })
                 .transpose()
         };
-        let (version, raw, base, nonce) = (
+        let (version, raw, base, nonce, format) = (
             text("version")?,
             text("state")?,
             text("base")?,
             text("nonce")?,
+            text("format")?,
         );
+        // Before anything else is read: a newer build's encoding may not parse here.
+        if let Some(f) = format {
+            let format = f.parse::<u32>().unwrap_or(u32::MAX);
+            if format > CHECKPOINT_FORMAT {
+                return Err(RedisStoreError::NewerFormat {
+                    id: id.to_string(),
+                    format,
+                    known: CHECKPOINT_FORMAT,
+                });
+            }
+        }
         let (Some(version), Some(raw)) = (version, raw) else {
             return Ok(None);
         };
@@ -375,6 +396,7 @@ impl RedisStore {
             .arg(next)
             .arg(&nonce)
             .arg(&json)
+            .arg(CHECKPOINT_FORMAT)
             .invoke_async(&mut self.conn())
             .await?;
         if ok != 1 {
