@@ -62,7 +62,10 @@ if [ -n "$nkey" ]; then
     esac
 fi
 
-permissions="permissions: {publish: {allow: \$CLIENT_PUBLISH}, subscribe: {allow: [\"_INBOX_${name}.>\"]}}"
+# The client role's subjects ($CLIENT_PUBLISH in parley.conf) plus its own follow subject,
+# `parley.debates.follow.NAME`: the identity its event followers are counted against.
+publish='"parley.debates.submit", "parley.debates.status", "parley.debates.retry", "parley.debates.cancel", "parley.debates.answer", "parley.debates.feedback", "parley.evals.submit", "$JS.API.CONSUMER.MSG.NEXT.PARLEY_EVENTS.*", "$JS.API.CONSUMER.INFO.PARLEY_EVENTS.*"'
+permissions="permissions: {publish: {allow: [${publish}, \"parley.debates.follow.${name}\"]}, subscribe: {allow: [\"_INBOX_${name}.>\"]}}"
 if [ -n "$nkey" ]; then
     echo "{nkey: ${nkey}, ${permissions}}"
 else

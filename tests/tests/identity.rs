@@ -180,13 +180,13 @@ async fn a_client_reads_only_its_own_replies_and_the_events_of_debates_it_names(
     }
     // Asking a coordinator for a follower of "every debate" is refused by name.
     for bad in [json!({"debateId": "*"}), json!({"debateId": ">"})] {
-        let r = ask(&mallory, "parley.debates.follow", bad).await;
+        let r = ask(&mallory, "parley.debates.follow.mallory", bad).await;
         assert_eq!(r["error"]["code"], "invalid_request", "{r}");
         assert!(r["error"]["message"].as_str().unwrap().contains("debateId"));
     }
     let r = ask(
         &mallory,
-        "parley.debates.follow",
+        "parley.debates.follow.mallory",
         json!({"debateId": id, "durableName": "keep"}),
     )
     .await;
@@ -246,7 +246,12 @@ async fn event_followers_are_ephemeral_capped_and_their_exhaustion_harms_nobody_
     let mallory = connect_as(&mallory_url).await;
     let mut names = Vec::new();
     loop {
-        let r = ask(&mallory, "parley.debates.follow", json!({"debateId": id})).await;
+        let r = ask(
+            &mallory,
+            "parley.debates.follow.mallory",
+            json!({"debateId": id}),
+        )
+        .await;
         match r["consumer"].as_str() {
             Some(n) => names.push(n.to_string()),
             None => {
@@ -296,7 +301,12 @@ async fn event_followers_are_ephemeral_capped_and_their_exhaustion_harms_nobody_
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
-    let r = ask(&mallory, "parley.debates.follow", json!({"debateId": id})).await;
+    let r = ask(
+        &mallory,
+        "parley.debates.follow.mallory",
+        json!({"debateId": id}),
+    )
+    .await;
     assert!(r["consumer"].is_string(), "{r}");
 
     // `parley serve` follows at most --max-event-streams debates at once; past it a clear

@@ -98,10 +98,20 @@ impl FollowTarget {
         })
     }
 
-    fn subject(&self) -> &'static str {
+    /// The subject to ask on from `client`: a follow from a named user (an inbox prefix
+    /// `_INBOX_<user>`) goes to `parley.debates.follow.<user>`, the identity its caps count
+    /// against (see `parley_protocol::subjects::FOLLOW`).
+    fn subject(&self, client: &async_nats::Client) -> String {
         match self {
-            Self::Debate { .. } => subjects::FOLLOW,
-            Self::LastOfEach => subjects::LIST,
+            Self::Debate { .. } => {
+                let inbox = client.new_inbox();
+                let prefix = inbox.split('.').next().unwrap_or_default();
+                match subjects::inbox_user(prefix) {
+                    Some(user) => subjects::follow_subject_as(user),
+                    None => subjects::FOLLOW.to_string(),
+                }
+            }
+            Self::LastOfEach => subjects::LIST.to_string(),
         }
     }
 
@@ -117,11 +127,14 @@ impl FollowTarget {
     }
 }
 
+/// The prefix of every follower consumer's name.
+pub const FOLLOWER_PREFIX: &str = "follow-";
+
 /// A fresh follower consumer's name: 128 random bits.
-fn follower_name() -> String {
+pub fn follower_name() -> String {
     use rand::Rng as _;
     let bits: u128 = rand::thread_rng().gen();
-    format!("follow-{bits:032x}")
+    format!("{FOLLOWER_PREFIX}{bits:032x}")
 }
 
 /// The consumer the coordinator creates for `target`.
@@ -166,6 +179,17 @@ pub async fn create_follower(
     target: &FollowTarget,
     max_followers: Option<usize>,
 ) -> Result<FollowReply, ErrorReply> {
+    create_follower_named(js, target, max_followers, follower_name()).await
+}
+
+/// [`create_follower`] with the consumer's name chosen by the caller (one from
+/// [`follower_name`], reserved beforehand).
+pub async fn create_follower_named(
+    js: &jetstream::Context,
+    target: &FollowTarget,
+    max_followers: Option<usize>,
+    name: String,
+) -> Result<FollowReply, ErrorReply> {
     let unavailable = |what: &str, e: &dyn std::fmt::Display| {
         ErrorReply::new(ErrorCode::Unavailable, format!("{what}: {e}; try again"))
     };
@@ -188,8 +212,12 @@ pub async fn create_follower(
             ));
         }
     }
+    let config = consumer::pull::Config {
+        name: Some(name),
+        ..follower_config(target)
+    };
     let consumer = stream
-        .create_consumer(follower_config(target))
+        .create_consumer(config)
         .await
         .map_err(|e| unavailable("cannot follow the events", &e))?;
     let info = consumer.cached_info();
@@ -253,11 +281,11 @@ impl Follower {
     }
 
     async fn ask(&self) -> Result<FollowReply, ErrorReply> {
-        let subject = self.target.subject();
+        let subject = self.target.subject(&self.client);
         let body = self.target.body(self.last_stream_seq);
         let reply = tokio::time::timeout(
             FOLLOW_REQUEST_TIMEOUT,
-            self.client.request(subject, body.into()),
+            self.client.request(subject.clone(), body.into()),
         )
         .await
         .map_err(|_| {

@@ -28,6 +28,32 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
 
+/// The subject to answer `msg` on: its reply subject when it is an inbox
+/// ([`parley_protocol::subjects::reply_refusal`]), else `None` — counted
+/// (`parley_replies_refused_total{subject=label}`) and logged with the request subject and
+/// the refused reply subject (clipped), never the payload. Every service request handler
+/// takes its reply subject from here, so an answer never reaches a subject the requester
+/// chose to borrow the service's permissions for (`$JS.API...`, `$KV...`, a task subject).
+pub fn reply_subject(
+    msg: &async_nats::Message,
+    label: &'static str,
+) -> Option<async_nats::Subject> {
+    let reply = msg.reply.as_ref()?;
+    match parley_protocol::subjects::reply_refusal(reply.as_str()) {
+        None => Some(reply.clone()),
+        Some(why) => {
+            parley_telemetry::metrics().reply_refused(label);
+            tracing::warn!(
+                subject = %parley_protocol::preview(msg.subject.as_str(), 120),
+                reply = %parley_protocol::preview(reply.as_str(), 120),
+                why,
+                "not answering a request whose reply subject is not an inbox"
+            );
+            None
+        }
+    }
+}
+
 /// Inbox prefix of the coordinator's connections.
 pub const INBOX_COORDINATOR: &str = "_INBOX_coordinator";
 /// Inbox prefix of the agent workers' connections.

@@ -54,6 +54,7 @@ use parley_protocol::{DebateSpec, DebateState, TaskOutcome, TaskResult};
 use redis::Script;
 
 mod checkpoint;
+pub mod followers;
 mod leases;
 pub mod lifecycle;
 pub use checkpoint::{CHECKPOINT_FORMAT, FINAL_FACTOR, LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};

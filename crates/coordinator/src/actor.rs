@@ -1049,11 +1049,26 @@ async fn publish_best_effort(deps: &Deps, id: &str, events: &[parley_protocol::D
 
 /// The reason to count an actor's failure towards [`Deps::max_actor_failures`], if it may
 /// be the debate's own fault: not when it lost its lease or checkpoint to another
-/// coordinator, not a Redis error (an outage), not a checkpoint of a newer build. A publish refused, an encoding error or a
+/// coordinator, not a Redis error or a JetStream publish the stream could not take (an
+/// outage: a stream without a leader answers "no stream found" until its election ends),
+/// not a checkpoint of a newer build. A message the stream refuses, an encoding error or a
 /// panic may be — when NATS and Redis answer ([`backends_up`]).
 pub(crate) fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<String> {
     if let Some(e) = err.downcast_ref::<ActorError>() {
         if !matches!(e, ActorError::Missing(_)) {
+            return None;
+        }
+    }
+    // A shared stream that cannot take a publish now (no leader during an election, no
+    // responders, no ack in time, the connection gone) is an outage of the whole cluster,
+    // not a fault of this debate; only a message the stream refuses for what it is (too
+    // large, a failed expectation) may be.
+    if let Some(e) = err.downcast_ref::<jetstream::context::PublishError>() {
+        use jetstream::context::PublishErrorKind as K;
+        if matches!(
+            e.kind(),
+            K::StreamNotFound | K::TimedOut | K::BrokenPipe | K::MaxAckPending
+        ) {
             return None;
         }
     }

@@ -17,12 +17,14 @@
 //!   (CAS) before effects, result polling. Its runtime semantics are documented there.
 //! - [`supervisor`]: the registry of a coordinator's debates, one lease renewal pass for
 //!   all of them, and debates at rest (no actor while they only wait).
+//! - [`follow`]: creating event followers on request, under caps held in Redis.
 //! - [`service`]: the coordinator NATS service (`run(config, shutdown)`): submit, status,
 //!   retry, cancel, result routing, takeover scan. `main.rs` is a thin binary over it.
 
 pub mod actor;
 pub mod budget;
 pub mod driver;
+pub mod follow;
 pub mod machine;
 pub mod service;
 pub mod store;

@@ -12,9 +12,12 @@
 //!   question `"NA"` once the debate has waited that long (counted from the checkpoint).
 //! - `parley.debates.feedback` (`FeedbackRequest`): the user's thumbs up/down on a
 //!   completed debate, written into its checkpoint (`userFeedback`) by compare-and-set.
-//! - `parley.debates.follow` / `parley.debates.list`: a consumer of one debate's events (at
-//!   most [`CoordinatorConfig::max_followers`] at once), or of every debate's last event,
-//!   created for the requester, who only pulls from it (`parley_cluster::events`).
+//! - `parley.debates.follow[.<user>]` / `parley.debates.list`: a consumer of one existing
+//!   debate's events (under the follower caps: in total, per requester, per debate; see
+//!   [`crate::follow`]), or of every debate's last event, created for the requester, who
+//!   only pulls from it (`parley_cluster::events`).
+//! - Every request is answered only on an inbox (`parley_cluster::nats::reply_subject`):
+//!   a reply subject aimed anywhere else (the JetStream API above all) gets no answer.
 //! - `parley.results.>`: every replica listens; a notification goes to the local actor of
 //!   that debate, if any.
 //! - `parley.control.<id>.<retry|cancel>`: every replica listens; only the owner of the
@@ -264,6 +267,8 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         subjects::ANSWER,
         subjects::FEEDBACK,
         subjects::FOLLOW,
+        // `parley.debates.follow.<user>` (see `crate::follow`).
+        FOLLOW_AS_ANY,
         subjects::LIST,
     ] {
         let sub = nats
@@ -291,6 +296,10 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         .context("while subscribing to the dead-letter advisories")?;
     loops.push(tokio::spawn(dead_letters(svc.clone(), advisories)));
     loops.push(tokio::spawn(scan(svc.clone(), config.scan_every)));
+    loops.push(tokio::spawn(crate::follow::refresh(
+        svc.store.clone(),
+        svc.js.clone(),
+    )));
     // (A signal meanwhile goes straight to the drain.)
     if let Some(flushed) = parley_cluster::unless_shutdown(&shutdown, nats.flush()).await {
         flushed.context("while flushing subscriptions")?;
@@ -443,6 +452,9 @@ async fn within_deadline<T>(
         })
 }
 
+/// `parley.debates.follow.<user>` for every user.
+const FOLLOW_AS_ANY: &str = "parley.debates.follow.*";
+
 /// Compare-and-set attempts of a feedback write.
 const FEEDBACK_ATTEMPTS: u32 = 5;
 
@@ -455,7 +467,7 @@ fn subject_label(subject: &str) -> &'static str {
         subjects::CANCEL => "cancel",
         subjects::ANSWER => "answer",
         subjects::FEEDBACK => "feedback",
-        subjects::FOLLOW => "follow",
+        s if subjects::follow_identity(s).is_some() => "follow",
         subjects::LIST => "list",
         _ => "control",
     }
@@ -463,11 +475,12 @@ fn subject_label(subject: &str) -> &'static str {
 
 async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
     while let Some(msg) = sub.next().await {
-        // A request without a reply subject cannot be answered: nothing to do.
-        let Some(reply_to) = msg.reply.clone() else {
+        let label = subject_label(msg.subject.as_str());
+        // A request without a reply subject cannot be answered; one whose reply subject is
+        // not an inbox is not (counted and logged): nothing to do.
+        let Some(reply_to) = parley_cluster::nats::reply_subject(&msg, label) else {
             continue;
         };
-        let label = subject_label(msg.subject.as_str());
         let Ok(permit) = svc.requests.clone().try_acquire_owned() else {
             // Refused at once: a burst never turns into an unbounded number of handlers.
             let e = err(
@@ -492,7 +505,9 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
                 subjects::CANCEL => Some(svc.user_command(&msg.payload, Command::Cancel).await),
                 subjects::ANSWER => Some(svc.answer(&msg.payload).await),
                 subjects::FEEDBACK => Some(within_deadline(svc.feedback(&msg.payload)).await),
-                subjects::FOLLOW => Some(within_deadline(svc.follow(&msg.payload)).await),
+                s if subjects::follow_identity(s).is_some() => {
+                    Some(within_deadline(svc.follow(s, reply_to.as_str(), &msg.payload)).await)
+                }
                 subjects::LIST => Some(within_deadline(svc.follow_all()).await),
                 s => svc.control(s, &msg.payload).await,
             };
@@ -1054,11 +1069,11 @@ impl Service {
     /// debate's actor (see the module docs).
     /// `parley.debates.follow`: a consumer of exactly one debate's events, created for the
     /// requester (clients may not create consumers; see `parley_cluster::events`).
-    async fn follow(&self, payload: &[u8]) -> Reply {
-        let target = parley_cluster::events::FollowTarget::decode(payload)?;
+    async fn follow(&self, subject: &str, reply_to: &str, payload: &[u8]) -> Reply {
+        let caps =
+            parley_cluster::redis_store::followers::FollowerCaps::for_total(self.max_followers);
         let reply =
-            parley_cluster::events::create_follower(&self.js, &target, Some(self.max_followers))
-                .await?;
+            crate::follow::follow(&self.store, &self.js, caps, subject, reply_to, payload).await?;
         serde_json::to_value(reply).map_err(|e| err(ErrorCode::Internal, e.to_string()))
     }
 

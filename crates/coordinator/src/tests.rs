@@ -1034,3 +1034,24 @@ fn a_newer_checkpoint_format_is_not_the_debates_fault() {
     let corrupt = parley_cluster::redis_store::RedisStoreError::Inconsistent("bad");
     assert!(crate::actor::fault_reason(&corrupt).is_some());
 }
+
+/// A publish that the shared streams cannot take now (no leader during an election: "no
+/// stream found for given subject"; no ack in time; the connection gone) is an outage that
+/// every debate waits out, never counted towards failing one; a message refused for what
+/// it is (too large) may be the debate's fault.
+#[test]
+fn a_stream_without_a_leader_is_not_the_debates_fault() {
+    use async_nats::jetstream::context::{PublishError, PublishErrorKind as K};
+    for kind in [
+        K::StreamNotFound,
+        K::TimedOut,
+        K::BrokenPipe,
+        K::MaxAckPending,
+    ] {
+        let e: Box<dyn std::error::Error + Send + Sync> = Box::new(PublishError::new(kind));
+        assert_eq!(crate::actor::fault_reason(e.as_ref()), None, "{kind:?}");
+    }
+    let too_large: Box<dyn std::error::Error + Send + Sync> =
+        Box::new(PublishError::new(K::MaxPayloadExceeded));
+    assert!(crate::actor::fault_reason(too_large.as_ref()).is_some());
+}

@@ -16,8 +16,15 @@ pub const ANSWER: &str = "parley.debates.answer";
 /// stored as its state's `userFeedback`.
 pub const FEEDBACK: &str = "parley.debates.feedback";
 /// A consumer of one debate's events, created by a coordinator for the requester
-/// (`parley_cluster::events`): clients never create consumers themselves.
+/// (`parley_cluster::events`): clients never create consumers themselves. A named NATS user
+/// asks on [`follow_subject_as`] (`parley.debates.follow.<user>`), which the shipped roles
+/// let only that user publish: the last token is the requester's identity, the one its
+/// follower caps count against. The bare subject is for deployments without users.
 pub const FOLLOW: &str = "parley.debates.follow";
+/// Longest NATS user name that becomes a subject token (`deploy/nats/client-user.sh`).
+pub const MAX_USER_NAME_BYTES: usize = 32;
+/// Longest reply subject a service answers on.
+pub const MAX_REPLY_SUBJECT_BYTES: usize = 256;
 /// A consumer of every debate's last event (the page's list; `serve` and `operator` roles).
 pub const LIST: &str = "parley.debates.list";
 /// Queue group shared by coordinator replicas.
@@ -34,6 +41,73 @@ pub const RESULTS_PREFIX: &str = "parley.results";
 /// without being acked: the coordinator records it as a dead letter.
 pub const TASKS_MAX_DELIVERIES_ADVISORY: &str =
     "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.PARLEY_TASKS.*";
+
+/// `parley.debates.follow.<user>`: a follow request from the NATS user `user`.
+pub fn follow_subject_as(user: &str) -> String {
+    format!("{FOLLOW}.{user}")
+}
+
+/// The identity a follow request on `subject` counts against: `Some(user)` for
+/// `parley.debates.follow.<user>` (a valid user name), `Some("")` for the bare
+/// [`FOLLOW`], `None` for anything else.
+pub fn follow_identity(subject: &str) -> Option<&str> {
+    if subject == FOLLOW {
+        return Some("");
+    }
+    let user = subject.strip_prefix(FOLLOW)?.strip_prefix('.')?;
+    is_user_name(user).then_some(user)
+}
+
+/// A NATS user name that may be a subject token: 1 to [`MAX_USER_NAME_BYTES`] letters,
+/// digits, `_` or `-` (what `deploy/nats/client-user.sh` accepts).
+pub fn is_user_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_USER_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The user an inbox prefix belongs to: `x` for `_INBOX_x` (the prefix the CLI, `serve`
+/// and `client-user.sh` derive from a user name), `None` for the library's `_INBOX` or any
+/// other prefix.
+pub fn inbox_user(prefix: &str) -> Option<&str> {
+    let user = prefix.strip_prefix("_INBOX_")?;
+    is_user_name(user).then_some(user)
+}
+
+/// Why a service will not answer on `reply`, if it will not. A request's reply subject is
+/// chosen by whoever sent the request, and a service's answer goes out with the *service's*
+/// permissions (`allow_responses`): a reply subject aimed at `$JS.API.STREAM.PURGE...`
+/// would turn an answer into a JetStream API call. So services answer only on inboxes:
+/// `_INBOX.<...>` (the client library's default) or `_INBOX_<user>.<...>` (the prefixes of
+/// the shipped roles), with plain tokens (no wildcards, no `$`), at most
+/// [`MAX_REPLY_SUBJECT_BYTES`] bytes.
+pub fn reply_refusal(reply: &str) -> Option<&'static str> {
+    if reply.len() > MAX_REPLY_SUBJECT_BYTES {
+        return Some("too long");
+    }
+    let mut tokens = reply.split('.');
+    let first = tokens.next().unwrap_or_default();
+    if first != "_INBOX" && inbox_user(first).is_none() {
+        return Some("not an inbox");
+    }
+    let mut rest = 0;
+    for t in tokens {
+        rest += 1;
+        if t.is_empty()
+            || t.starts_with('$')
+            || t.bytes()
+                .any(|b| b == b'*' || b == b'>' || b.is_ascii_whitespace() || b.is_ascii_control())
+        {
+            return Some("not a plain subject");
+        }
+    }
+    if rest == 0 {
+        return Some("not an inbox");
+    }
+    None
+}
 
 pub fn events_subject(debate_id: &str) -> String {
     format!("parley.debates.{debate_id}.events")
@@ -96,5 +170,59 @@ impl ErrorReply {
                 message: message.into(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn services_answer_only_on_inboxes() {
+        for ok in [
+            "_INBOX.abc.1",
+            "_INBOX_client.xyz",
+            "_INBOX_coordinator.a.b.c",
+            "_INBOX_a-b_c.9",
+        ] {
+            assert_eq!(reply_refusal(ok), None, "{ok}");
+        }
+        for (bad, why) in [
+            ("$JS.API.STREAM.PURGE.PARLEY_EVENTS", "not an inbox"),
+            ("$JS.API.STREAM.DELETE.PARLEY_TASKS", "not an inbox"),
+            ("$KV.PARLEY_RESULT_STASH.x", "not an inbox"),
+            ("parley.tasks.agent", "not an inbox"),
+            ("_INBOX", "not an inbox"),
+            ("_INBOX_", "not an inbox"),
+            ("_INBOX_x", "not an inbox"),
+            ("_INBOXES.a", "not an inbox"),
+            ("_INBOX_a.b.$JS", "not a plain subject"),
+            ("_INBOX.a.>", "not a plain subject"),
+            ("_INBOX.*.b", "not a plain subject"),
+            ("_INBOX..b", "not a plain subject"),
+            ("_INBOX.a b", "not a plain subject"),
+        ] {
+            assert_eq!(reply_refusal(bad), Some(why), "{bad}");
+        }
+        let long = format!("_INBOX.{}", "a".repeat(MAX_REPLY_SUBJECT_BYTES));
+        assert_eq!(reply_refusal(&long), Some("too long"));
+    }
+
+    #[test]
+    fn a_follow_subject_names_its_user() {
+        assert_eq!(follow_identity(FOLLOW), Some(""));
+        assert_eq!(
+            follow_identity("parley.debates.follow.alice"),
+            Some("alice")
+        );
+        assert_eq!(follow_identity(&follow_subject_as("serve")), Some("serve"));
+        assert_eq!(follow_identity("parley.debates.follow.a.b"), None);
+        assert_eq!(follow_identity("parley.debates.followx"), None);
+        assert_eq!(follow_identity("parley.debates.follow."), None);
+        let long = format!("parley.debates.follow.{}", "a".repeat(33));
+        assert_eq!(follow_identity(&long), None);
+        assert_eq!(inbox_user("_INBOX_alice"), Some("alice"));
+        assert_eq!(inbox_user("_INBOX"), None);
+        assert_eq!(inbox_user("_INBOX_a.b"), None);
     }
 }

@@ -22,6 +22,8 @@
 //! | `parley_results_dropped_total` | counter (results the coordinator refused to apply) | `reason` |
 //! | `parley_tasks_rejected_total` | counter (task messages a worker refused to run) | `reason` |
 //! | `parley_request_errors_total` | counter (error replies to requests) | `subject`, `code` |
+//! | `parley_replies_refused_total` | counter (requests not answered: their reply subject is not an inbox) | `subject` |
+//! | `parley_followers_refused_total` | counter (follow requests refused by a follower cap) | `cap` |
 //!
 //! `kind` is `agent`|`judge`, `outcome` `ok`|`error`, `direction` `input`|`output`,
 //! `status` `running`|`completed`|`failed`|`cancelled`; `reason` of a dead-lettered task
@@ -229,6 +231,16 @@ struct RequestErrorLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SubjectLabels {
+    subject: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CapLabels {
+    cap: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct KindLabels {
     kind: TaskKind,
 }
@@ -328,6 +340,8 @@ struct Inner {
     tasks_rejected: Family<RejectLabels, Counter>,
     stash_rejected: Family<StashRejectLabels, Counter>,
     request_errors: Family<RequestErrorLabels, Counter>,
+    replies_refused: Family<SubjectLabels, Counter>,
+    followers_refused: Family<CapLabels, Counter>,
 }
 
 /// Parley's metrics; a cheap handle (clones share the same series). Services use the
@@ -487,6 +501,18 @@ impl Metrics {
             "Requests answered with an error, by subject and error code",
             Family::clone(&request_errors),
         );
+        let replies_refused = Family::default();
+        registry.register(
+            "parley_replies_refused",
+            "Requests not answered because their reply subject is not an inbox, by request subject",
+            Family::clone(&replies_refused),
+        );
+        let followers_refused = Family::default();
+        registry.register(
+            "parley_followers_refused",
+            "Follow requests refused by a follower cap (total, client, debate)",
+            Family::clone(&followers_refused),
+        );
         for reason in DropReason::ALL {
             drop(results_dropped.get_or_create(&DropLabels { reason }));
         }
@@ -540,6 +566,8 @@ impl Metrics {
                 tasks_rejected,
                 stash_rejected,
                 request_errors,
+                replies_refused,
+                followers_refused,
             }),
         }
     }
@@ -760,6 +788,27 @@ impl Metrics {
 
     /// A request on `subject` (a fixed name: `submit`, `status`, ...) got an error reply
     /// with `code` (an error code, from a fixed set).
+    /// A request was not answered: its reply subject is not an inbox (`subject`: the
+    /// request subject's label, from a fixed set).
+    pub fn reply_refused(&self, subject: &'static str) {
+        self.inner
+            .replies_refused
+            .get_or_create(&SubjectLabels {
+                subject: subject.to_string(),
+            })
+            .inc();
+    }
+
+    /// A follow request was refused by the cap `cap` (`total`, `client` or `debate`).
+    pub fn follower_refused(&self, cap: &'static str) {
+        self.inner
+            .followers_refused
+            .get_or_create(&CapLabels {
+                cap: cap.to_string(),
+            })
+            .inc();
+    }
+
     pub fn request_error(&self, subject: &'static str, code: &'static str) {
         self.inner
             .request_errors

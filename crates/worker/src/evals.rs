@@ -65,7 +65,8 @@ pub(crate) async fn serve(
             m = requests.next() => match m { Some(m) => m, None => break },
             _ = shutdown.cancelled() => break,
         };
-        let Some(reply_to) = msg.reply.clone() else {
+        // Only an inbox is answered (see `parley_cluster::nats::reply_subject`).
+        let Some(reply_to) = parley_cluster::nats::reply_subject(&msg, "evals") else {
             continue;
         };
         // Requests waiting for a slot or running are bounded: past the bound, `unavailable`.
