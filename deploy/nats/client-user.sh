@@ -62,7 +62,7 @@ if [ -n "$nkey" ]; then
     esac
 fi
 
-# The client role's subjects ($CLIENT_PUBLISH in parley.conf) plus its own follow subject,
+# The client role's subjects (see "The client role" in parley.conf) plus its own follow subject,
 # `parley.debates.follow.NAME`: the identity its event followers are counted against.
 publish='"parley.debates.submit", "parley.debates.status", "parley.debates.retry", "parley.debates.cancel", "parley.debates.answer", "parley.debates.feedback", "parley.evals.submit", "$JS.API.CONSUMER.MSG.NEXT.PARLEY_EVENTS.*", "$JS.API.CONSUMER.INFO.PARLEY_EVENTS.*"'
 permissions="permissions: {publish: {allow: [${publish}, \"parley.debates.follow.${name}\"]}, subscribe: {allow: [\"_INBOX_${name}.>\"]}}"

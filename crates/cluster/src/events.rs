@@ -6,14 +6,17 @@
 //! every debate) or a durable one (never expires): the subject is the same shape. So the
 //! shipped roles give clients no consumer-create permission at all, and a client asks:
 //!
-//! - `parley.debates.follow` ([`FollowRequest`]: a debate id, and where to resume): the
-//!   coordinator checks the id, then creates an ephemeral pull consumer filtered on exactly
-//!   `parley.debates.<id>.events` ([`follower_config`]): a random 128-bit name, no acks,
-//!   memory storage, removed by the server after [`FOLLOWER_INACTIVE`] without a pull. It
-//!   answers the name ([`FollowReply`]) on the requester's own inbox. At most
-//!   `max_followers` such consumers exist at once (a coordinator setting): past it the
+//! - `parley.debates.follow.<user>` (or the bare `parley.debates.follow` without users;
+//!   [`FollowRequest`]: a debate id, and where to resume): the coordinator checks the id
+//!   and that the debate exists, then creates an ephemeral pull consumer filtered on
+//!   exactly `parley.debates.<id>.events` ([`follower_config`]): a random 128-bit name, no
+//!   acks, memory storage, removed by the server after [`FOLLOWER_INACTIVE`] without a
+//!   pull. It answers the name ([`FollowReply`]) on the requester's own inbox. Followers
+//!   are capped in total (`max_followers`, a coordinator setting, part of it kept for
+//!   `serve`), per user and per debate (`parley_coordinator::follow`): past a cap the
 //!   answer is `unavailable` — the CLI then follows the debate's status instead, the page
-//!   shows a 503.
+//!   shows a 503. [`Follower`] asks on its user's subject, derived from its inbox prefix
+//!   (`_INBOX_<user>`).
 //! - `parley.debates.list` (the `serve` and `operator` roles only): the same, delivering the
 //!   last event of every debate (the page's list). Not counted against `max_followers`.
 //!

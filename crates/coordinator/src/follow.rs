@@ -135,6 +135,16 @@ pub async fn refresh(store: RedisStore, js: jetstream::Context) {
 /// The names of every follower consumer of the events stream; `None` unless the whole
 /// list was read.
 async fn live_followers(js: &jetstream::Context) -> Option<Vec<String>> {
+    tokio::time::timeout(LIST_TIMEOUT, list_followers(js))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// How long listing the consumers may take (a request waits for it when a cap is full).
+const LIST_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn list_followers(js: &jetstream::Context) -> Option<Vec<String>> {
     let stream = js.get_stream_no_info(subjects::EVENTS_STREAM).await.ok()?;
     let mut names = stream.consumer_names();
     let mut live = Vec::new();
