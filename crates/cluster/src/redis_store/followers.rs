@@ -100,15 +100,16 @@ for i = 1, 3 do
   redis.call('ZADD', KEYS[i], now + ttl, ARGV[1])
   redis.call('PEXPIRE', KEYS[i], ttl)
 end
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[6])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[6] .. '\n' .. now)
 redis.call('PEXPIRE', KEYS[4], ttl)
 return 'ok'
 "#;
 
 /// KEYS: all, owner. ARGV: ttl ms, grace ms, then the names of every follower consumer
-/// that exists. Extends the entries of those names; removes the entries of the others that
-/// were not reserved or refreshed within the grace (a reservation's consumer may not be
-/// listed yet). Returns the entries kept.
+/// that exists. Extends the entries of those names; removes the entries of the others
+/// unless reserved within the grace (a new reservation's consumer may not be listed yet).
+/// The owner hash holds `client key \n debate key \n reserved at (ms)`. Returns the
+/// entries kept.
 const REFRESH_SCRIPT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -116,19 +117,19 @@ local ttl = tonumber(ARGV[1])
 local grace = tonumber(ARGV[2])
 local live = {}
 for i = 3, #ARGV do live[ARGV[i]] = true end
-local function owner_keys(name)
+local function owner_of(name)
   local owner = redis.call('HGET', KEYS[2], name)
-  if not owner then return nil, nil end
-  local sep = string.find(owner, '\n', 1, true)
-  if not sep then return nil, nil end
-  return string.sub(owner, 1, sep - 1), string.sub(owner, sep + 1)
+  if not owner then return nil, nil, 0 end
+  local parts = {}
+  for part in string.gmatch(owner, '[^\n]+') do parts[#parts + 1] = part end
+  if #parts < 3 then return nil, nil, 0 end
+  return parts[1], parts[2], tonumber(parts[3]) or 0
 end
 local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local kept = 0
 for i = 1, #entries, 2 do
   local name = entries[i]
-  local expiry = tonumber(entries[i + 1])
-  local ck, dk = owner_keys(name)
+  local ck, dk, reserved = owner_of(name)
   if live[name] then
     redis.call('ZADD', KEYS[1], now + ttl, name)
     if ck then
@@ -138,7 +139,7 @@ for i = 1, #entries, 2 do
       redis.call('PEXPIRE', dk, ttl)
     end
     kept = kept + 1
-  elseif expiry < now + ttl - grace then
+  elseif reserved < now - grace then
     redis.call('ZREM', KEYS[1], name)
     if ck then
       redis.call('ZREM', ck, name)
