@@ -490,7 +490,9 @@ fn book_text() -> String {
     let summary = std::fs::read_to_string(src.join("SUMMARY.md")).expect("docs/src/SUMMARY.md");
     let mut text = String::new();
     for target in summary.split("](").skip(1) {
-        let Some(end) = target.find(')') else { continue };
+        let Some(end) = target.find(')') else {
+            continue;
+        };
         if let Ok(page) = std::fs::read_to_string(src.join(&target[..end])) {
             text.push_str(&page);
             text.push('\n');
