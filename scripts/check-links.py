@@ -31,7 +31,9 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
 def prose_lines(text):
-    """(line number, line) outside fenced code blocks, with inline code blanked."""
+    """(line number, line) outside fenced code blocks and HTML comments, with inline code
+    blanked."""
+    text = re.sub(r"<!--.*?-->", lambda c: "\n" * c.group(0).count("\n"), text, flags=re.S)
     fence = None
     for n, line in enumerate(text.split("\n"), 1):
         stripped = line.lstrip()
