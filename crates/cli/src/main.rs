@@ -22,6 +22,7 @@ mod compare;
 mod compat;
 mod config;
 mod context_dir;
+mod demo;
 mod envfile;
 mod eval;
 mod progress;

@@ -6,6 +6,13 @@ use parley_protocol::{ContributionType, DebateSpec, DebateState};
 
 /// The final solution as plain text (what `parley run` prints on stdout).
 pub fn solution_text(state: &DebateState) -> String {
+    solution_text_with(state, None)
+}
+
+/// [`solution_text`], with `confidence_note` in place of "synthesized by <judge>" on the
+/// `Confidence:` line (a judge on the local demo model reports a confidence it did not
+/// measure).
+pub fn solution_text_with(state: &DebateState, confidence_note: Option<&str>) -> String {
     let mut out = String::new();
     let Some(s) = &state.final_solution else {
         return out;
@@ -40,11 +47,14 @@ pub fn solution_text(state: &DebateState) -> String {
     if let Some(a) = &state.adaptive {
         let _ = writeln!(out, "Adaptive path: {} ({})\n", a.path.as_str(), a.reason);
     }
-    let _ = writeln!(
-        out,
-        "Confidence: {:.0}/100 (synthesized by {})",
-        s.confidence, s.synthesized_by
-    );
+    let _ = match confidence_note {
+        Some(note) => writeln!(out, "Confidence: {:.0}/100 ({note})", s.confidence),
+        None => writeln!(
+            out,
+            "Confidence: {:.0}/100 (synthesized by {})",
+            s.confidence, s.synthesized_by
+        ),
+    };
     if let Some(sp) = &state.spend {
         let _ = writeln!(
             out,

@@ -380,6 +380,7 @@ async fn drive(
     }
     let spec = machine.spec().clone();
     let id = machine.id().to_string();
+    let demo = crate::demo::DemoModel::of(&spec, &registry);
     let store = FileStore::new(DEBATES_DIR);
     let saved = display_path(&store.path_of(&id));
     let runner: Arc<EmbeddedRunner> = Arc::new(EmbeddedRunner {
@@ -459,7 +460,8 @@ async fn drive(
     }
     match state.status {
         DebateStatus::Completed => {
-            let text = report::solution_text(&state);
+            let note = demo.as_ref().and_then(|d| d.confidence_note());
+            let text = report::solution_text_with(&state, note.as_deref());
             if let Some(path) = &outputs.output {
                 let body = if path
                     .extension()
@@ -475,6 +477,9 @@ async fn drive(
                 eprintln!("Wrote output to {}", path.display());
             }
             print!("{text}");
+            if let Some(demo) = &demo {
+                print!("\n{}", demo.notice());
+            }
             Ok(())
         }
         _ => {

@@ -103,3 +103,51 @@ fn two_agents_one_round_on_the_local_model() {
         .trim()
         .is_empty());
 }
+
+/// The quick start's shape (no provider named, no key: the agents and the judge fall to the
+/// local model): the output says it is a small demo model, qualifies the judge's confidence
+/// as self-reported, and shows how to point Parley at a real model.
+#[test]
+fn a_debate_on_the_local_model_says_it_ran_on_a_demo_model() {
+    ensure_model();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = |id: &str, role: &str| json!({"id": id, "name": id, "role": role, "model": "gpt-4o-mini", "maxTokens": 24});
+    let cfg = json!({
+        "agents": [agent("agent-architect", "architect"), agent("agent-performance", "performance")],
+        "judge": {"id": "judge-main", "name": "Judge", "role": "generalist", "model": "gpt-4o-mini", "maxTokens": 64},
+        "debate": {"rounds": 1}
+    });
+    std::fs::write(dir.path().join("debate-config.json"), cfg.to_string()).unwrap();
+    let out = std::process::Command::new(PARLEY)
+        .current_dir(dir.path())
+        .args(["run", "Design a rate limiter for a public REST API"])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENROUTER_BASE_URL")
+        .env_remove("PARLEY_LOCAL_MODEL")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let confidence = text
+        .lines()
+        .find(|l| l.starts_with("Confidence: "))
+        .unwrap_or_else(|| panic!("no Confidence line in:\n{text}"));
+    assert!(
+        confidence.ends_with(
+            "/100 (self-reported by smollm2-135m, a small demo model: not a measurement)"
+        ),
+        "{confidence}"
+    );
+    for wanted in [
+        "Note: the judge and 2 agent(s) ran on smollm2-135m, the local offline demo model",
+        "they are not advice to act on",
+        "OPENAI_API_KEY=sk-... parley run",
+        "OPENAI_BASE_URL=http://localhost:11434/v1 OPENAI_API_KEY=unused parley run",
+        "Ollama, llama.cpp's server, vLLM",
+    ] {
+        assert!(text.contains(wanted), "{wanted:?} not in:\n{text}");
+    }
+}

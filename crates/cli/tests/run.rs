@@ -63,6 +63,31 @@ fn saved_path(err: &str) -> String {
     line.trim_start_matches("Saved debate to ").to_string()
 }
 
+/// A debate on an OpenAI-compatible provider says nothing about the local demo model: the
+/// confidence is the judge's, and no notice follows the solution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_demo_model_notice_with_an_openai_compatible_provider() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &fake.base_url());
+    let out = parley(
+        dir.path(),
+        &["run", "Design a rate limiter", "--rounds", "1"],
+    )
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{err}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("Confidence: 85/100 (synthesized by judge-main)"),
+        "stdout:\n{text}"
+    );
+    for unwanted in ["demo model", "Note:", "OPENAI_BASE_URL", "self-reported"] {
+        assert!(!text.contains(unwanted), "{unwanted:?} in:\n{text}");
+        assert!(!err.contains(unwanted), "{unwanted:?} in:\n{err}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_agents_two_rounds_against_fake_llm() {
     let fake = FakeLlm::start().await.unwrap();

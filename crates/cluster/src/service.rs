@@ -64,8 +64,8 @@ pub async fn connect_backends(
 
 /// Cancels the token on the first SIGTERM or SIGINT (ctrl-c): the service drains. A second
 /// signal exits the process at once with status 128 + the signal number (143 for SIGTERM,
-/// 130 for SIGINT), without draining: what it held is redelivered or expires (see the
-/// README's drain section).
+/// 130 for SIGINT), without draining: what it held is redelivered or expires (see
+/// `docs/src/operations/drain.md`).
 pub fn cancel_on_signal(token: CancellationToken) {
     tokio::spawn(async move {
         // Both listeners are installed once, so a second signal is never missed.

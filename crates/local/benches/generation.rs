@@ -19,7 +19,8 @@
 //!   problem statement are already in the engine's KV cache, as in a debate.
 //!
 //! `PARLEY_BENCH_QUALITY=1` instead compares the Q4_1 file and the Q8_0 copy: perplexity of
-//! the README's text and how often their most likely next token agrees.
+//! the manual's text (the book's chapters in `docs/src/SUMMARY.md` order) and how often
+//! their most likely next token agrees.
 //!
 //! Needs the model at `default_model_path()` (run `scripts/fetch-model.sh`).
 
@@ -409,8 +410,7 @@ fn main() {
         model.context_length(),
     );
     if std::env::var_os("PARLEY_BENCH_QUALITY").is_some() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-            .expect("README");
+        let text = book_text();
         let end = text
             .char_indices()
             .nth(40_000)
@@ -430,7 +430,7 @@ fn main() {
                 r.iter().zip(&all).filter(|(a, b)| a == b).count() as f64 / r.len() as f64
             });
             println!(
-                "quality of the {label}: perplexity {:.2} over {} README tokens{}",
+                "quality of the {label}: perplexity {:.2} over {} tokens of the book{}",
                 ppl.iter().sum::<f64>() / ppl.len() as f64,
                 all.len(),
                 agree.map_or(String::new(), |a| format!(
@@ -481,4 +481,22 @@ fn main() {
             );
         }
     }
+}
+
+/// The book's chapters (`docs/src/SUMMARY.md`'s links, in order), one after the other: the
+/// English text the quality check measures perplexity on.
+fn book_text() -> String {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src");
+    let summary = std::fs::read_to_string(src.join("SUMMARY.md")).expect("docs/src/SUMMARY.md");
+    let mut text = String::new();
+    for target in summary.split("](").skip(1) {
+        let Some(end) = target.find(')') else {
+            continue;
+        };
+        if let Ok(page) = std::fs::read_to_string(src.join(&target[..end])) {
+            text.push_str(&page);
+            text.push('\n');
+        }
+    }
+    text
 }

@@ -31,8 +31,8 @@
 //! # Speed
 //!
 //! Measured with `cargo bench -p parley-local` (see `benches/generation.rs`, which also
-//! runs a reference llama.cpp build when one is given) on a 2-core server: see the README's
-//! "Local model" section for the figures.
+//! runs a reference llama.cpp build when one is given) on a 2-core server: see the book's
+//! benchmark figures (`docs/src/design/benchmarks.md`).
 
 pub mod chat;
 pub mod constrain;

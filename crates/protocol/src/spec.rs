@@ -523,8 +523,8 @@ fn validate_settings(d: &DebateSettings, c: &mut Check) {
     }
 }
 
-/// The reason `similarity` termination cannot run on the local model (the README says the
-/// same).
+/// The reason `similarity` termination cannot run on the local model (the book's adaptive
+/// debates page, `docs/src/guide/adaptive-debates.md`, says the same).
 pub const LOCAL_EMBEDDINGS_REFUSED: &str = "the local model has no embedding mode \
     (llama.cpp's embedding mode needs an embedding model, and none is packaged): \
     terminationCondition type \"similarity\" needs debate.embeddings with a remote provider \

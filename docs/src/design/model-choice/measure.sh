@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Interleaved measurement of the two local models with `parley compare` (see README.md here).
-# Usage: docs/model-choice/measure.sh PARLEY_BINARY   (run from anywhere; writes out-*/ and load.log here)
+# Interleaved measurement of the two local models with `parley compare` (see measurement.md here).
+# Usage: docs/src/design/model-choice/measure.sh PARLEY_BINARY   (run from anywhere; writes out-*/ and load.log here)
 set -euo pipefail
 cd "$(dirname "$0")"
 BIN="$1"
