@@ -44,6 +44,8 @@ fn populated() -> Metrics {
     m.rate_limit_handback("openai");
     m.set_consumer_pending("agent-workers", 1, 1);
     m.request_error("submit", "invalid_json");
+    m.reply_refused("status");
+    m.follower_refused("client");
     m
 }
 
