@@ -108,7 +108,9 @@ pub async fn wait_for_rest(
                         continue;
                     };
                     latest = p;
-                    if latest.is_rest() {
+                    // A rest in the replay may be over (questions answered, a failure
+                    // retried): the state says whether the debate rests now.
+                    if latest.is_rest() && crate::view::is_at_rest(&backend.state(id).await?) {
                         break;
                     }
                     if let Some(sink) = sink {
