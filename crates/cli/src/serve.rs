@@ -251,9 +251,7 @@ impl SpecSource for ConfigSpecs {
     }
 
     fn build(&self, request: &SubmitRequest) -> Result<DebateSpec, ApiError> {
-        let options = self
-            .tickets
-            .options(request.idempotency_key.as_deref());
+        let options = self.tickets.options(request.idempotency_key.as_deref());
         self.build_with(request, options.as_ref())
     }
 }

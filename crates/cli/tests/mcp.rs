@@ -114,7 +114,14 @@ fn assert_session(seen: &Value, fake: &FakeLlm) {
             "start_debate"
         ]
     );
-    for p in ["problem", "rounds", "roles", "agents", "budget_usd", "context"] {
+    for p in [
+        "problem",
+        "rounds",
+        "roles",
+        "agents",
+        "budget_usd",
+        "context",
+    ] {
         assert!(
             seen["start_schema_properties"]
                 .as_array()
@@ -131,14 +138,23 @@ fn assert_session(seen: &Value, fake: &FakeLlm) {
         ("missing_problem", "problem: required"),
         ("rounds_0", "rounds: 0 is out of range"),
         ("rounds_1000", "rounds: 1000 is out of range"),
-        ("bad_id", "debate_id: \"../../etc/passwd\" is not a debate id"),
+        (
+            "bad_id",
+            "debate_id: \"../../etc/passwd\" is not a debate id",
+        ),
         ("wait_too_long", "wait_seconds: 600 is out of range"),
-        ("unknown_debate", "debate_id: no debate deb-20200101-000000-zzzzzz"),
+        (
+            "unknown_debate",
+            "debate_id: no debate deb-20200101-000000-zzzzzz",
+        ),
         ("bad_resource", "debate_id:"),
     ] {
         assert_eq!(errors[case]["code"], -32602, "{case}: {}", errors[case]);
         let msg = errors[case]["message"].as_str().unwrap();
-        assert!(msg.starts_with(starts), "{case}: {msg:?} does not start with {starts:?}");
+        assert!(
+            msg.starts_with(starts),
+            "{case}: {msg:?} does not start with {starts:?}"
+        );
     }
 
     let est = &seen["estimate"];
@@ -175,7 +191,10 @@ fn assert_session(seen: &Value, fake: &FakeLlm) {
     assert_eq!(fin["status"], "completed", "{fin}");
     let description = fin["solution"]["description"].as_str().unwrap_or("");
     assert!(!description.trim().is_empty(), "{fin}");
-    assert!(fin["solution"]["unresolved_disagreements"].is_array(), "{fin}");
+    assert!(
+        fin["solution"]["unresolved_disagreements"].is_array(),
+        "{fin}"
+    );
     assert!(fin["spent"]["calls"].as_u64().unwrap() > 0, "{fin}");
     assert!(fin["spent"]["tokens"].as_u64().unwrap() > 0, "{fin}");
     assert_eq!(seen["status_at_end"]["status"], "completed");

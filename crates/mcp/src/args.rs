@@ -224,12 +224,10 @@ impl DebateArgs {
                 Mode::Debate => DebateMode::Debate,
                 Mode::Adaptive => DebateMode::Adaptive,
             }),
-            budget: (self.budget_usd.is_some() || self.budget_tokens.is_some()).then_some(
-                Budget {
-                    usd: self.budget_usd,
-                    tokens: self.budget_tokens,
-                },
-            ),
+            budget: (self.budget_usd.is_some() || self.budget_tokens.is_some()).then_some(Budget {
+                usd: self.budget_usd,
+                tokens: self.budget_tokens,
+            }),
             context: self.context.filter(|c| !c.trim().is_empty()),
         };
         Ok((request, options))
@@ -361,14 +359,20 @@ mod tests {
         assert_eq!(e.0, "agents[0].role: required");
         let e = parse::<DebateArgs>(None).unwrap_err();
         assert_eq!(e.0, "problem: required");
-        let e = parse::<ResultArgs>(args(json!({"debate_id": "x", "wait_seconds": -1})))
-            .unwrap_err();
+        let e =
+            parse::<ResultArgs>(args(json!({"debate_id": "x", "wait_seconds": -1}))).unwrap_err();
         assert!(e.0.starts_with("wait_seconds:"), "{e}");
     }
 
     #[test]
     fn ranges_are_checked_and_every_problem_named() {
-        for (rounds, ok) in [(0, false), (1, true), (20, true), (21, false), (1000, false)] {
+        for (rounds, ok) in [
+            (0, false),
+            (1, true),
+            (20, true),
+            (21, false),
+            (1000, false),
+        ] {
             let a: DebateArgs =
                 parse(args(json!({"problem": "Design a cache", "rounds": rounds}))).unwrap();
             let r = a.into_parts();

@@ -57,11 +57,7 @@ estimate_debate says what a debate will cost before it starts.";
 impl ParleyMcp {
     /// A server over `backend`; `tickets` must be the ones the backend's spec source reads
     /// (see [`crate::options`]).
-    pub fn new(
-        backend: Arc<dyn Backend>,
-        estimator: Arc<dyn Estimator>,
-        tickets: Tickets,
-    ) -> Self {
+    pub fn new(backend: Arc<dyn Backend>, estimator: Arc<dyn Estimator>, tickets: Tickets) -> Self {
         Self {
             backend,
             estimator,
@@ -141,8 +137,7 @@ impl ParleyMcp {
                     .map_err(Failure::from_api)
             }
             "start_debate" => {
-                let (mut request, options) =
-                    args::parse::<DebateArgs>(arguments)?.into_parts()?;
+                let (mut request, options) = args::parse::<DebateArgs>(arguments)?.into_parts()?;
                 let ticket = self.tickets.issue(options);
                 request.idempotency_key = Some(ticket.key().to_string());
                 let id = self
@@ -176,13 +171,10 @@ impl ParleyMcp {
                 let a: ResultArgs = args::parse(arguments)?;
                 let id = args::debate_id(&a.debate_id)?;
                 let wait = a.wait()?;
-                let sink = context
-                    .meta
-                    .get_progress_token()
-                    .map(|token| PeerProgress {
-                        peer: context.peer.clone(),
-                        token,
-                    });
+                let sink = context.meta.get_progress_token().map(|token| PeerProgress {
+                    peer: context.peer.clone(),
+                    token,
+                });
                 let (state, progress) = follow::wait_for_rest(
                     self.backend.as_ref(),
                     id,
@@ -266,8 +258,8 @@ struct PeerProgress {
 impl ProgressSink for PeerProgress {
     fn report(&self, seq: u64, message: String) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let param =
-                ProgressNotificationParam::new(self.token.clone(), seq as f64).with_message(message);
+            let param = ProgressNotificationParam::new(self.token.clone(), seq as f64)
+                .with_message(message);
             if let Err(e) = self.peer.notify_progress(param).await {
                 tracing::debug!("progress notification not sent: {e}");
             }
@@ -358,16 +350,22 @@ impl ServerHandler for ParleyMcp {
         for d in items {
             let title = parley_protocol::preview(&d.problem, 80);
             resources.push(
-                Resource::new(format!("parley://debates/{}/state", d.id), format!("{} state", d.id))
-                    .with_title(format!("{} ({}): state", title, d.status))
-                    .with_description("The debate's state as JSON")
-                    .with_mime_type("application/json"),
+                Resource::new(
+                    format!("parley://debates/{}/state", d.id),
+                    format!("{} state", d.id),
+                )
+                .with_title(format!("{} ({}): state", title, d.status))
+                .with_description("The debate's state as JSON")
+                .with_mime_type("application/json"),
             );
             resources.push(
-                Resource::new(format!("parley://debates/{}/report", d.id), format!("{} report", d.id))
-                    .with_title(format!("{} ({}): report", title, d.status))
-                    .with_description("The debate's report in Markdown")
-                    .with_mime_type("text/markdown"),
+                Resource::new(
+                    format!("parley://debates/{}/report", d.id),
+                    format!("{} report", d.id),
+                )
+                .with_title(format!("{} ({}): report", title, d.status))
+                .with_description("The debate's report in Markdown")
+                .with_mime_type("text/markdown"),
             );
         }
         // The list changes as debates start and end: not to be cached.
