@@ -42,8 +42,12 @@ pub fn parse<T: DeserializeOwned>(args: Option<Map<String, Value>>) -> Result<T,
         let named = |prefix: &str, what: &str| -> Option<String> {
             let rest = inner.strip_prefix(prefix)?;
             let name = rest.split('`').next()?;
+            // (An unknown field's path already ends with it; a missing one's is its
+            // parent's.)
             let full = if path == "." {
                 name.to_string()
+            } else if path == name || path.ends_with(&format!(".{name}")) {
+                path.clone()
             } else {
                 format!("{path}.{name}")
             };
