@@ -15,7 +15,8 @@
 //!   priced.
 //! - [`envfile`]: `--env-file F` / `./.env` for `run`, `eval` and `serve`.
 //! - [`serve`]: `parley serve`, the web page and its API (`parley_web`) over this process
-//!   or a cluster.
+//!   or a cluster; opens the backend `serve` and `mcp` share.
+//! - [`mcp`]: `parley mcp`, the Model Context Protocol server (`parley_mcp`) over stdio.
 
 mod clarify;
 mod compare;
@@ -25,6 +26,7 @@ mod context_dir;
 mod demo;
 mod envfile;
 mod eval;
+mod mcp;
 mod progress;
 mod remote;
 mod report;
@@ -127,6 +129,10 @@ enum Command {
     /// Serve the web page and its JSON API: start debates, watch them live (embedded, or
     /// a cluster with --nats-url).
     Serve(serve::ServeArgs),
+    /// Serve the Model Context Protocol on standard input and output, for MCP clients
+    /// (Claude Code, Cursor, ...): start, follow and answer debates (embedded, or a
+    /// cluster with --nats-url).
+    Mcp(mcp::McpArgs),
 }
 
 /// `parley retry`: `--config`, `--output`, `--report`, `--verbose` apply to an embedded
@@ -217,6 +223,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => Some((a.env_file.as_deref(), a.verbose)),
         Command::Compare(a) => Some((a.env_file.as_deref(), false)),
         Command::Serve(a) => Some((a.env_file.as_deref(), false)),
+        Command::Mcp(a) => Some((a.env_file.as_deref(), false)),
         _ => None,
     };
     if let Some((file, verbose)) = env_file {
@@ -293,6 +300,7 @@ fn main() -> ExitCode {
             Command::Eval(args) => until_interrupted(interrupt, eval::eval(args)).await,
             Command::Compare(args) => compare::compare(args, interrupt).await,
             Command::Serve(args) => serve::serve(args, interrupt).await,
+            Command::Mcp(args) => mcp::mcp(args, interrupt).await,
         }
     });
     // Work abandoned by an interrupted command (a local model call on a blocking thread)

@@ -104,6 +104,9 @@ struct ConfigSpecs {
     providers: BTreeMap<String, ProviderLimits>,
     /// The most agents one debate may have.
     max_agents: usize,
+    /// The options of MCP tool calls in flight, found by a request's idempotency key
+    /// (see `parley_mcp::options`).
+    tickets: parley_mcp::Tickets,
 }
 
 impl ConfigSpecs {
@@ -248,6 +251,19 @@ impl SpecSource for ConfigSpecs {
     }
 
     fn build(&self, request: &SubmitRequest) -> Result<DebateSpec, ApiError> {
+        let options = self.tickets.options(request.idempotency_key.as_deref());
+        self.build_with(request, options.as_ref())
+    }
+}
+
+impl ConfigSpecs {
+    /// The spec of `request` with an MCP call's `options` (termination, mode, budget,
+    /// context) applied before the validation and the budget's admission.
+    fn build_with(
+        &self,
+        request: &SubmitRequest,
+        options: Option<&parley_mcp::DebateOptions>,
+    ) -> Result<DebateSpec, ApiError> {
         let overrides = Overrides {
             roles: request.roles.clone(),
             rounds: request.rounds,
@@ -277,6 +293,9 @@ impl SpecSource for ConfigSpecs {
                     ApiError::invalid(message)
                 },
             )?;
+        if let Some(o) = options {
+            o.apply(&mut spec);
+        }
         let active = spec.active_agents().count();
         if active > self.max_agents {
             return Err(ApiError::invalid(format!(
@@ -332,22 +351,100 @@ impl RunnerSource for Runners {
     }
 }
 
-pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
+/// `estimate_debate`: `parley estimate`'s simulation of the debate a request would start,
+/// built from the server's config as a submission is (with the call's options).
+struct ConfigEstimator {
+    specs: Arc<ConfigSpecs>,
+    prices: parley_protocol::PriceTable,
+    /// Which provider each participant would call (the config's endpoints, this
+    /// process's environment), as `parley estimate` resolves it.
+    endpoints: config::Endpoints,
+    limits: BTreeMap<String, ProviderLimits>,
+}
+
+impl parley_mcp::Estimator for ConfigEstimator {
+    fn estimate(
+        &self,
+        request: &SubmitRequest,
+        options: &parley_mcp::DebateOptions,
+    ) -> Result<serde_json::Value, ApiError> {
+        let spec = self.specs.build_with(request, Some(options))?;
+        let mut settings = ProviderSettings::from_env(self.endpoints.base_url.clone());
+        settings.agent_base_urls = self.endpoints.per_agent.clone();
+        let registry = Registry::with_limits(
+            settings,
+            self.limits.clone(),
+            Arc::new(LocalLimiter::default()),
+        );
+        let provider_of = |a: &AgentConfig| {
+            registry
+                .resolve(a)
+                .map(|r| r.kind.to_string())
+                .unwrap_or_else(|_| a.provider.clone().unwrap_or_else(|| "unknown".into()))
+        };
+        let assumptions = parley_cli::estimate::Assumptions::default();
+        let estimate =
+            parley_cli::estimate::estimate(&spec, &self.prices, &provider_of, &assumptions)
+                .map_err(ApiError::internal)?;
+        serde_json::to_value(&estimate).map_err(|e| ApiError::internal(e.to_string()))
+    }
+}
+
+/// The flags that choose and set up the backend, shared by `serve` and `mcp`.
+pub struct BackendFlags<'a> {
+    /// NATS server URLs: in front of a cluster; none: debates run in this process.
+    pub nats_url: &'a [String],
+    pub nats_creds: Option<&'a std::path::Path>,
+    pub nats_inbox_prefix: Option<&'a str>,
+    pub max_event_streams: Option<u32>,
+    pub config: Option<&'a std::path::Path>,
+    pub max_agents: Option<u32>,
+    pub prices: Option<&'a std::path::Path>,
+}
+
+/// A backend ready to serve, and what its users need beside it.
+pub struct OpenBackend {
+    pub backend: Arc<dyn Backend>,
+    /// The embedded backend, to wait for its debates to be saved at the end.
+    pub embedded: Option<parley_web::EmbeddedBackend>,
+    /// Estimates of the debates this server's config makes (`estimate_debate`).
+    pub estimator: Arc<dyn parley_mcp::Estimator>,
+}
+
+/// Loads the config and opens the backend `flags` name: the cluster's over NATS, or this
+/// process's (resuming the debates a previous run left running; they stop and are saved
+/// when `shutdown` fires). `tickets` carry MCP calls' options to the spec source.
+pub async fn open_backend(
+    flags: BackendFlags<'_>,
+    shutdown: &CancellationToken,
+    tickets: parley_mcp::Tickets,
+) -> Result<OpenBackend, CliError> {
     let mut warn = |w: String| eprintln!("warning: {w}");
     // The config's endpoints go to the embedded backend's registry (never into a spec); in
     // front of a cluster they are not sent.
-    let (loaded, endpoints, limits) = config::load_as_operator(args.config.as_deref(), &mut warn)?;
+    let (loaded, endpoints, limits) = config::load_as_operator(flags.config, &mut warn)?;
     // Embedded, this process charges the calls (a bad price file: exit 4, naming it).
-    let nats_url = (!args.nats_url.is_empty()).then(|| args.nats_url.join(","));
-    let pricing = match nats_url {
-        Some(_) => None,
+    let nats_url = (!flags.nats_url.is_empty()).then(|| flags.nats_url.join(","));
+    let (pricing, prices) = match nats_url {
+        // In front of a cluster its services price the calls; the estimates use the local
+        // price file when it can be read.
+        Some(_) => (
+            None,
+            config::load_prices(flags.prices, &loaded).unwrap_or_else(|e| {
+                eprintln!("warning: estimates without prices: {}", e.message);
+                parley_protocol::PriceTable::new()
+            }),
+        ),
         None => {
-            let prices = config::load_prices(args.prices.as_deref(), &loaded)?;
+            let prices = config::load_prices(flags.prices, &loaded)?;
             parley_llm::set_prices(prices.clone());
-            Some(parley_coordinator::Pricing::new(
+            (
+                Some(parley_coordinator::Pricing::new(
+                    prices.clone(),
+                    parley_protocol::limits::DEFAULT_MAX_TOKENS,
+                )),
                 prices,
-                parley_protocol::limits::DEFAULT_MAX_TOKENS,
-            ))
+            )
         }
     };
     let specs = Arc::new(ConfigSpecs {
@@ -355,9 +452,16 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         base_dir: loaded.base_dir,
         pricing: pricing.clone(),
         providers: limits.clone(),
-        max_agents: args
+        max_agents: flags
             .max_agents
             .map_or(parley_protocol::limits::MAX_AGENTS, |n| n as usize),
+        tickets,
+    });
+    let estimator = Arc::new(ConfigEstimator {
+        specs: specs.clone(),
+        prices,
+        endpoints: endpoints.clone(),
+        limits: limits.clone(),
     });
     // The config must make a debate before anything is served.
     let probe = SubmitRequest {
@@ -380,8 +484,8 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
             }
             let endpoint = parley_cluster::NatsEndpoint::client(
                 url.clone(),
-                args.nats_creds.clone(),
-                args.nats_inbox_prefix.as_deref(),
+                flags.nats_creds.map(PathBuf::from),
+                flags.nats_inbox_prefix,
             )
             .map_err(|e| CliError::usage(format!("{e:#}")))?;
             let client = parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(10))
@@ -391,7 +495,8 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
                 client,
                 specs,
                 report::markdown,
-                args.max_event_streams
+                flags
+                    .max_event_streams
                     .map_or(parley_web::cluster::DEFAULT_MAX_EVENT_STREAMS, |n| {
                         n as usize
                     }),
@@ -430,7 +535,7 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
                 specs,
                 Arc::new(runners),
                 report::markdown,
-                interrupt.clone(),
+                shutdown.clone(),
             )
             .with_pricing(pricing.unwrap_or_default());
             for id in backend.resume_interrupted().await {
@@ -440,6 +545,26 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
             Arc::new(backend)
         }
     };
+    Ok(OpenBackend {
+        backend,
+        embedded,
+        estimator,
+    })
+}
+
+pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
+    let flags = BackendFlags {
+        nats_url: &args.nats_url,
+        nats_creds: args.nats_creds.as_deref(),
+        nats_inbox_prefix: args.nats_inbox_prefix.as_deref(),
+        max_event_streams: args.max_event_streams,
+        config: args.config.as_deref(),
+        max_agents: args.max_agents,
+        prices: args.prices.as_deref(),
+    };
+    let OpenBackend {
+        backend, embedded, ..
+    } = open_backend(flags, interrupt, parley_mcp::Tickets::default()).await?;
     let kind = backend.kind();
     let options = parley_web::ServeOptions {
         token: args.auth_token.clone(),

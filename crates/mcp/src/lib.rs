@@ -1,0 +1,57 @@
+//! Parley's Model Context Protocol server: an MCP client (a coding agent, a desktop
+//! assistant) starts debates, follows them, answers their questions and reads their
+//! results, over either way of running debates ([`parley_web::Backend`]: the embedded
+//! engine or a cluster).
+//!
+//! A debate takes minutes and MCP clients give up on a call after about a minute, so a
+//! debate is a job with an id: `start_debate` returns at once, `debate_result` waits a
+//! bounded time (sending progress notifications) and says either the solution or "still
+//! running, call again".
+//!
+//! # Layout
+//! - [`server`]: [`ParleyMcp`], the `ServerHandler`: the tools, the resources
+//!   (`parley://debates/<id>/state`, `parley://debates/<id>/report`) and their errors.
+//! - [`args`]: the tools' arguments, their JSON Schemas and their validation (every
+//!   problem named by its argument).
+//! - [`options`]: what a tool call chooses beyond the page's form (termination, mode,
+//!   budget, context) and the one-time tickets that carry it to the spec source.
+//! - [`follow`]: a debate's latest progress and the bounded wait for it to come to rest.
+//! - [`view`]: the replies, read from the state's JSON.
+//!
+//! [`serve_stdio`] runs the server over standard input and output (`parley mcp`).
+
+pub mod args;
+pub mod follow;
+pub mod options;
+pub mod server;
+pub mod view;
+
+pub use options::{DebateOptions, Ticket, Tickets};
+pub use server::{Estimator, ParleyMcp};
+
+use rmcp::ServiceExt;
+use tokio_util::sync::CancellationToken;
+
+/// Why the server stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("the MCP session did not start: {0}")]
+    Start(String),
+    #[error("the MCP session ended with an error: {0}")]
+    Session(String),
+}
+
+/// Serves `server` over this process's standard input and output until the client closes
+/// the session (end of input) or `shutdown` fires. Nothing else may write to standard
+/// output: it carries the protocol.
+pub async fn serve_stdio(server: ParleyMcp, shutdown: CancellationToken) -> Result<(), McpError> {
+    let running = server
+        .serve_with_ct(rmcp::transport::stdio(), shutdown)
+        .await
+        .map_err(|e| McpError::Start(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map(|reason| tracing::info!("MCP session ended: {reason:?}"))
+        .map_err(|e| McpError::Session(e.to_string()))
+}
