@@ -75,7 +75,11 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
         }
         None => None,
     };
-    let md = report::markdown(spec.as_ref(), &state);
+    let mut md = report::markdown(spec.as_ref(), &state);
+    // The decision record saved next to the state, when there is one.
+    if let Some(r) = crate::decisions::saved_record(file) {
+        md.push_str(&report::record_section(&r));
+    }
     match &args.output {
         Some(out) => {
             let out = report::write_report(out, &md).map_err(CliError::general)?;

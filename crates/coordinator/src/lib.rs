@@ -22,6 +22,7 @@
 
 pub mod actor;
 pub mod budget;
+pub mod decision_record;
 pub mod driver;
 pub mod machine;
 pub mod service;

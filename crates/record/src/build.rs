@@ -92,6 +92,8 @@ impl Chain {
     }
 }
 
+/// One entry before it is chained (one argument per field it sets).
+#[allow(clippy::too_many_arguments)]
 fn entry(
     round: u32,
     kind: EntryKind,
