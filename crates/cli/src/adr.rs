@@ -465,9 +465,12 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
     md.push('\n');
 
     let _ = writeln!(md, "## Decision Outcome\n");
+    // The refinement the solution was written from: as the judge names it, else the vote's
+    // winner.
     let chosen = solution
         .based_on
         .as_deref()
+        .or_else(|| state.voting.as_ref().and_then(|v| v.winner.as_deref()))
         .and_then(|b| opts.iter().find(|o| o.agent == b));
     let votes = state
         .voting

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use parley_testkit::fake_llm::script::{DebateScript, VoteRule};
 use parley_testkit::{run_parley, FakeLlm};
 use parley_tests::{read_json, write_json};
 use serde_json::{json, Value};
@@ -199,10 +200,16 @@ async fn a_voting_debate_gives_an_adr_chosen_by_the_vote_and_a_failed_one_none()
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     write_config(d, &fake.base_url(), json!({"rounds": 1, "synthesisMethod": "voting"}));
+    // Everyone votes for kiss (kiss for the first other candidate): kiss wins.
+    let script = DebateScript {
+        votes: VoteRule::For("agent-kiss".into()),
+        ..DebateScript::default()
+    };
+    fake.set_responder(move |r| script.reply(r));
     let run = parley(d, &["run", "Design a rate limiter", "--output", "state.json", "--adr", "adr"]).await;
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
     let adr = std::fs::read_to_string(d.join("adr/0001-design-a-rate-limiter.md")).unwrap();
-    assert!(adr.contains("because it won the agents' vote"), "{adr}");
+    assert!(adr.contains("(kiss)\", because it won the agents' vote ("), "{adr}");
     assert!(adr.contains("## Pros and Cons of the Options"), "{adr}");
     let record = only(&d.join("debates"), ".record.json");
     let rec: Value = read_json(&record);
