@@ -22,10 +22,7 @@ async fn the_coordinator_signs_the_record_and_status_returns_one_that_verifies()
         .last()
         .unwrap()
         .to_string();
-    let coord = c.coordinator_with(&[(
-        "PARLEY_RECORD_SIGNING_KEY",
-        key.display().to_string(),
-    )]);
+    let coord = c.coordinator_with(&[("PARLEY_RECORD_SIGNING_KEY", key.display().to_string())]);
     let agent = c.worker("agent");
     let judge = c.worker("judge");
     let id = c.submit(&spec("Design a cache")).await;
@@ -39,7 +36,9 @@ async fn the_coordinator_signs_the_record_and_status_returns_one_that_verifies()
         record = c
             .request(
                 "parley.debates.status",
-                json!({"debateId": id, "view": "record"}).to_string().into_bytes(),
+                json!({"debateId": id, "view": "record"})
+                    .to_string()
+                    .into_bytes(),
             )
             .await;
         if record.get("error").is_none() {
@@ -52,7 +51,14 @@ async fn the_coordinator_signs_the_record_and_status_returns_one_that_verifies()
     write_json(d.join("record.json"), &record);
     let ok = parley_cli(
         d,
-        &["verify", "record.json", "--state", "state.json", "--public-key", "keys/record-signing.pub"],
+        &[
+            "verify",
+            "record.json",
+            "--state",
+            "state.json",
+            "--public-key",
+            "keys/record-signing.pub",
+        ],
     )
     .await;
     let out = String::from_utf8_lossy(&ok.stdout).into_owned();

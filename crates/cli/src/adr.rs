@@ -96,7 +96,10 @@ fn cut(s: &str, max: usize) -> String {
         return s.to_string();
     }
     let head: String = s.chars().take(max.saturating_sub(1)).collect();
-    let at = head.rfind(' ').filter(|i| *i > max / 2).unwrap_or(head.len());
+    let at = head
+        .rfind(' ')
+        .filter(|i| *i > max / 2)
+        .unwrap_or(head.len());
     format!("{}…", head[..at].trim_end())
 }
 
@@ -366,7 +369,15 @@ fn tradeoff(t: &str) -> Vec<(Lean, String)> {
 
 /// Lines of the problem that state a requirement (must, shall, required, ...).
 fn requirements(problem: &str) -> Vec<String> {
-    const KEYWORDS: &[&str] = &["must", "shall", "required", "needs to", "critical", "essential", "should"];
+    const KEYWORDS: &[&str] = &[
+        "must",
+        "shall",
+        "required",
+        "needs to",
+        "critical",
+        "essential",
+        "should",
+    ];
     clean(problem)
         .lines()
         .map(|l| l.trim().trim_start_matches(['-', '*', '•', ' ']).trim())
@@ -405,7 +416,10 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
         .filter(|m| !m.is_empty())
         .or_else(|| input.spec.map(|s| s.judge.model.clone()))
         .unwrap_or_else(|| "unknown model".into());
-    let mut makers = vec![format!("{} (judge, {judge_model})", solution.synthesized_by)];
+    let mut makers = vec![format!(
+        "{} (judge, {judge_model})",
+        solution.synthesized_by
+    )];
     let mut consulted = Vec::new();
     for o in &opts {
         let human = state
@@ -431,7 +445,11 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
     let _ = writeln!(md, "## Context and Problem Statement\n");
     let _ = writeln!(md, "{}\n", block(state.problem.as_str()));
     if let Some(c) = &state.context {
-        let _ = writeln!(md, "Context given to the debate:\n\n{}\n", block(c.as_str()));
+        let _ = writeln!(
+            md,
+            "Context given to the debate:\n\n{}\n",
+            block(c.as_str())
+        );
     }
 
     let _ = writeln!(md, "## Decision Drivers\n");
@@ -442,7 +460,10 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
                 "{} (asked by {}): {}",
                 inline(&i.question, ITEM_CHARS),
                 inline(&g.role, 40),
-                inline(i.answer.as_deref().unwrap_or(parley_protocol::NO_ANSWER), ITEM_CHARS)
+                inline(
+                    i.answer.as_deref().unwrap_or(parley_protocol::NO_ANSWER),
+                    ITEM_CHARS
+                )
             ));
         }
     }
@@ -472,17 +493,13 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
         .as_deref()
         .or_else(|| state.voting.as_ref().and_then(|v| v.winner.as_deref()))
         .and_then(|b| opts.iter().find(|o| o.agent == b));
-    let votes = state
-        .voting
-        .as_ref()
-        .filter(|v| v.tallied)
-        .map(|v| {
-            v.counts
-                .iter()
-                .map(|(a, c)| format!("{} {c}", inline(a, 40)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        });
+    let votes = state.voting.as_ref().filter(|v| v.tallied).map(|v| {
+        v.counts
+            .iter()
+            .map(|(a, c)| format!("{} {c}", inline(a, 40)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
     match (chosen, votes) {
         (Some(o), Some(v)) => {
             let _ = writeln!(
@@ -517,8 +534,11 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
     }
     let _ = writeln!(md, "{}\n", block(&solution.description));
     let _ = writeln!(md, "### Consequences\n");
-    let consequences: Vec<(Lean, String)> =
-        solution.tradeoffs.iter().flat_map(|t| tradeoff(t)).collect();
+    let consequences: Vec<(Lean, String)> = solution
+        .tradeoffs
+        .iter()
+        .flat_map(|t| tradeoff(t))
+        .collect();
     if consequences.is_empty() {
         let _ = writeln!(md, "* Neutral, because the judge named no tradeoff");
     }
@@ -542,7 +562,11 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
             let _ = writeln!(md, "* {}", inline(r, ITEM_CHARS));
         }
         for r in &solution.unfulfilled_major_requirements {
-            let _ = writeln!(md, "* Not met yet, to be confirmed later: {}", inline(r, ITEM_CHARS));
+            let _ = writeln!(
+                md,
+                "* Not met yet, to be confirmed later: {}",
+                inline(r, ITEM_CHARS)
+            );
         }
         md.push('\n');
     }
@@ -562,7 +586,11 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
             inline(o.agent, 40),
             inline(o.role, 40),
             inline(o.model, 60),
-            if summary.is_empty() { ".".to_string() } else { format!(": {summary}") }
+            if summary.is_empty() {
+                ".".to_string()
+            } else {
+                format!(": {summary}")
+            }
         );
         // The critiques of the last round this option was critiqued in.
         let critiques: Vec<&parley_protocol::Contribution> = state
@@ -595,7 +623,10 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
             Lean::Bad => 2,
         });
         if items.is_empty() {
-            let _ = writeln!(md, "* Neutral, because no other agent critiqued this option");
+            let _ = writeln!(
+                md,
+                "* Neutral, because no other agent critiqued this option"
+            );
         }
         for (lean, text) in &items {
             let _ = writeln!(md, "* {}, because {text}", lean.word());
@@ -608,7 +639,11 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
         if items.is_empty() {
             "none".into()
         } else {
-            items.iter().map(|i| inline(i, ITEM_CHARS)).collect::<Vec<_>>().join("; ")
+            items
+                .iter()
+                .map(|i| inline(i, ITEM_CHARS))
+                .collect::<Vec<_>>()
+                .join("; ")
         }
     };
     let _ = writeln!(
@@ -649,7 +684,10 @@ pub fn render(input: &AdrInput<'_>) -> Result<String, NoSolution> {
                 md,
                 "* Decision record: [{}]({}), digest `{}`, {}; check it with `parley verify`",
                 inline(&r.href, 200),
-                r.href.replace(' ', "%20").replace('(', "%28").replace(')', "%29"),
+                r.href
+                    .replace(' ', "%20")
+                    .replace('(', "%28")
+                    .replace(')', "%29"),
                 r.digest,
                 r.signature
             );
@@ -724,7 +762,11 @@ pub fn relative(from: &Path, target: &Path) -> String {
     let b: Vec<_> = target.components().collect();
     let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
     let mut parts: Vec<String> = vec!["..".into(); a.len() - common];
-    parts.extend(b[common..].iter().map(|c| c.as_os_str().to_string_lossy().into_owned()));
+    parts.extend(
+        b[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
     parts.join("/")
 }
 
@@ -734,7 +776,14 @@ mod tests {
     use parley_protocol::DebateState;
     use serde_json::{json, Value};
 
-    const ROLES: [&str; 6] = ["architect", "security", "performance", "testing", "kiss", "generalist"];
+    const ROLES: [&str; 6] = [
+        "architect",
+        "security",
+        "performance",
+        "testing",
+        "kiss",
+        "generalist",
+    ];
 
     fn meta(model: &str) -> Value {
         json!({"tokensUsed": 100, "latencyMs": 1, "model": model, "provider": "openai",
@@ -744,8 +793,10 @@ mod tests {
     /// A completed debate of `n` agents over `rounds` rounds, synthesized by the judge or
     /// (with `voting`) from the vote's winner.
     fn debate(n: usize, rounds: u32, voting: bool) -> DebateState {
-        let agents: Vec<(String, &str)> =
-            ROLES[..n].iter().map(|r| (format!("agent-{r}"), *r)).collect();
+        let agents: Vec<(String, &str)> = ROLES[..n]
+            .iter()
+            .map(|r| (format!("agent-{r}"), *r))
+            .collect();
         let mut rs = Vec::new();
         for round in 1..=rounds {
             let mut cs = Vec::new();
@@ -823,10 +874,15 @@ mod tests {
             if line == "---" {
                 return out;
             }
-            let (k, v) = line.split_once(": ").unwrap_or_else(|| panic!("not key: value: {line:?}"));
+            let (k, v) = line
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("not key: value: {line:?}"));
             assert!(k.chars().all(|c| c.is_ascii_lowercase() || c == '-'), "{k}");
             let parsed = if k == "date" {
-                assert!(chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d").is_ok(), "{v}");
+                assert!(
+                    chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d").is_ok(),
+                    "{v}"
+                );
                 json!(v)
             } else {
                 serde_json::from_str(v).unwrap_or_else(|e| panic!("{k}: {v:?}: {e}"))
@@ -845,22 +901,44 @@ mod tests {
         let lines: Vec<&str> = md.lines().collect();
         let mut at = 0;
         for s in SECTIONS {
-            let found: Vec<usize> = lines.iter().enumerate().filter(|(_, l)| **l == s).map(|(i, _)| i).collect();
+            let found: Vec<usize> = lines
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| **l == s)
+                .map(|(i, _)| i)
+                .collect();
             assert_eq!(found.len(), 1, "{s} appears {} times:\n{md}", found.len());
             assert!(found[0] > at, "{s} out of order:\n{md}");
             at = found[0];
         }
         let titles = lines.iter().filter(|l| l.starts_with("# ")).count();
         assert_eq!(titles, 1, "{md}");
-        for placeholder in ["{title of option", "{short title", "{Describe", "{decision driver", "Option 1", "{list", "{YYYY", "…  <!--", "<!-- This is an optional element"] {
-            assert!(!md.contains(placeholder), "placeholder {placeholder:?} left:\n{md}");
+        for placeholder in [
+            "{title of option",
+            "{short title",
+            "{Describe",
+            "{decision driver",
+            "Option 1",
+            "{list",
+            "{YYYY",
+            "…  <!--",
+            "<!-- This is an optional element",
+        ] {
+            assert!(
+                !md.contains(placeholder),
+                "placeholder {placeholder:?} left:\n{md}"
+            );
         }
         // No section is empty.
         for w in SECTIONS.windows(2) {
             let a = md.find(&format!("\n{}\n", w[0])).unwrap();
             let b = md.find(&format!("\n{}\n", w[1])).unwrap();
             let body = md[a + w[0].len() + 2..b].trim();
-            assert!(!body.is_empty() || w[0] == "## Decision Outcome", "{} is empty", w[0]);
+            assert!(
+                !body.is_empty() || w[0] == "## Decision Outcome",
+                "{} is empty",
+                w[0]
+            );
         }
     }
 
@@ -877,21 +955,33 @@ mod tests {
                     assert_eq!(fm["consulted"].as_array().unwrap().len(), n, "{md}");
                     assert_eq!(fm["decision-makers"][0], "judge-main (judge, model-judge)");
                     // One option per agent, named by its gist (not "Option 1").
-                    let opts = md.split("## Considered Options\n\n").nth(1).unwrap().split("\n\n").next().unwrap();
+                    let opts = md
+                        .split("## Considered Options\n\n")
+                        .nth(1)
+                        .unwrap()
+                        .split("\n\n")
+                        .next()
+                        .unwrap();
                     assert_eq!(opts.lines().count(), n, "{md}");
                     assert!(opts.starts_with(&format!("* A architect-led cache with write-through in round {rounds} (architect)")), "{opts}");
                     if voting {
                         let winner = ROLES[n - 1];
                         assert!(md.contains(&format!("Chosen option: \"A {winner}-led cache with write-through in round {rounds} ({winner})\", because it won the agents' vote")), "{md}");
                     } else {
-                        assert!(md.contains("Chosen option: \"Synthesis of the considered options\""), "{md}");
+                        assert!(
+                            md.contains("Chosen option: \"Synthesis of the considered options\""),
+                            "{md}"
+                        );
                     }
                     // Tradeoffs as Good / Bad; critiques as pros and cons.
                     assert!(md.contains("* Good, because Fresh reads\n* Bad, because slower writes\n* Neutral, because more moving parts"), "{md}");
                     assert!(md.contains("* Good, because security likes the layering of agent-architect (security)"), "{md}");
                     assert!(md.contains("* Bad, because security misses a rollback plan in agent-architect (security)"), "{md}");
                     assert!(md.contains("* It must survive a node loss"), "{md}");
-                    assert!(md.contains("* Unresolved disagreements: eviction policy"), "{md}");
+                    assert!(
+                        md.contains("* Unresolved disagreements: eviction policy"),
+                        "{md}"
+                    );
                 }
             }
         }
@@ -910,7 +1000,11 @@ mod tests {
             record: None,
         })
         .unwrap_err();
-        assert!(e.0.contains("ended cancelled without a solution"), "{}", e.0);
+        assert!(
+            e.0.contains("ended cancelled without a solution"),
+            "{}",
+            e.0
+        );
     }
 
     #[test]
@@ -920,7 +1014,8 @@ mod tests {
         let c = &mut state.rounds[0].contributions[0];
         c.agent_role = "arch\"itect\n- x: y".into();
         c.content = "# Option 1 <script>alert(1)</script>\n## Decision Drivers".into();
-        state.final_solution.as_mut().unwrap().description = "## Considered Options\n```\nunclosed".into();
+        state.final_solution.as_mut().unwrap().description =
+            "## Considered Options\n```\nunclosed".into();
         let md = render_of(&state);
         assert_madr(&md);
         assert!(!md.contains('\u{1b}') && !md.contains('\u{202e}'));
@@ -928,7 +1023,10 @@ mod tests {
         let fm = front_matter(&md);
         assert_eq!(fm["status"], "accepted");
         // Every fence is closed, so the sections after it stay sections.
-        let fences = md.lines().filter(|l| l.trim_start().starts_with("```")).count();
+        let fences = md
+            .lines()
+            .filter(|l| l.trim_start().starts_with("```"))
+            .count();
         assert_eq!(fences % 2, 0, "{md}");
         assert!(md.contains("\n#### Decision Outcome\n"), "{md}");
     }
@@ -947,7 +1045,10 @@ mod tests {
         std::fs::write(dir.path().join("0009-design-a-cache.md"), "someone else's").unwrap();
         let b = write_next(dir.path(), "Design a cache", &md).unwrap();
         assert_eq!(b.file_name().unwrap(), "0010-design-a-cache.md");
-        assert_eq!(std::fs::read_to_string(dir.path().join("0009-design-a-cache.md")).unwrap(), "someone else's");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("0009-design-a-cache.md")).unwrap(),
+            "someone else's"
+        );
         assert_eq!(std::fs::read_to_string(&a).unwrap(), md);
         // An empty or missing folder starts at 0001.
         let fresh = dir.path().join("adr");
@@ -958,6 +1059,12 @@ mod tests {
 
     #[test]
     fn relative_links_climb_out_of_the_adr_folder() {
-        assert_eq!(relative(Path::new("/w/docs/adr"), Path::new("/w/debates/x.record.json")), "../../debates/x.record.json");
+        assert_eq!(
+            relative(
+                Path::new("/w/docs/adr"),
+                Path::new("/w/debates/x.record.json")
+            ),
+            "../../debates/x.record.json"
+        );
     }
 }

@@ -82,11 +82,13 @@ pub fn load_saved(arg: &str) -> Result<Saved, CliError> {
     } else {
         let p = PathBuf::from(arg);
         if !p.is_file() {
-            return Err(CliError::usage(if parley_protocol::is_valid_debate_id(arg) {
-                format!("no saved debate {arg} in {}", crate::run::DEBATES_DIR)
-            } else {
-                format!("{arg} is neither a saved debate's file nor a debate id")
-            }));
+            return Err(CliError::usage(
+                if parley_protocol::is_valid_debate_id(arg) {
+                    format!("no saved debate {arg} in {}", crate::run::DEBATES_DIR)
+                } else {
+                    format!("{arg} is neither a saved debate's file nor a debate id")
+                },
+            ));
         }
         p
     };
@@ -94,7 +96,9 @@ pub fn load_saved(arg: &str) -> Result<Saved, CliError> {
     let bytes = read_capped(&path, STATE_MAX_BYTES)
         .map_err(|e| CliError::usage(format!("cannot read the saved debate {shown}: {e}")))?;
     let state = parley_protocol::parse_saved_state(&bytes).map_err(|e| {
-        CliError::usage(format!("{shown} is not a saved debate (DebateState JSON): {e}"))
+        CliError::usage(format!(
+            "{shown} is not a saved debate (DebateState JSON): {e}"
+        ))
     })?;
     let spec = serde_json::from_slice::<serde_json::Value>(&bytes)
         .ok()
@@ -234,7 +238,9 @@ pub fn record_command(args: RecordArgs) -> Result<(), CliError> {
         return generate_key(dir);
     }
     let Some(debate) = &args.debate else {
-        return Err(CliError::usage("name the saved debate: parley record <id|state.json>"));
+        return Err(CliError::usage(
+            "name the saved debate: parley record <id|state.json>",
+        ));
     };
     let key = args.signing.load()?;
     let saved = load_saved(debate)?;
@@ -268,8 +274,14 @@ fn generate_key(dir: &Path) -> Result<(), CliError> {
         .write_new(&public)
         .map_err(|e| CliError::general(e.to_string()))?;
     println!("key id {}", key.public().key_id());
-    println!("private key {} (keep it secret; set {SIGNING_KEY_ENV} to it)", private.display());
-    println!("public key {} (give it to whoever verifies)", public.display());
+    println!(
+        "private key {} (keep it secret; set {SIGNING_KEY_ENV} to it)",
+        private.display()
+    );
+    println!(
+        "public key {} (give it to whoever verifies)",
+        public.display()
+    );
     Ok(())
 }
 
@@ -324,9 +336,8 @@ pub fn verify_command(args: VerifyArgs) -> Result<(), CliError> {
         match &ok.signature {
             SignatureCheck::Verified { key_id } => format!("verified with key {key_id}"),
             SignatureCheck::Unsigned => "unsigned".into(),
-            SignatureCheck::NotChecked { key_id } => format!(
-                "signed with key {key_id}, not checked (give --public-key to check it)"
-            ),
+            SignatureCheck::NotChecked { key_id } =>
+                format!("signed with key {key_id}, not checked (give --public-key to check it)"),
         }
     );
     match (&ok.state, &saved) {

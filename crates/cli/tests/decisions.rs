@@ -51,7 +51,10 @@ fn all_text(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
         if p.is_dir() {
             all_text(&p, out);
         } else {
-            out.push((p.clone(), String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned()));
+            out.push((
+                p.clone(),
+                String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned(),
+            ));
         }
     }
 }
@@ -74,15 +77,27 @@ async fn a_signed_run_leaves_a_record_that_verifies_and_names_what_was_changed()
     let run = parley(
         d,
         &[
-            "run", "Design a cache", "--output", "state.json", "--report", "r.md",
-            "--adr", "docs/adr", "--adr-status", "accepted",
-            "--record-signing-key", "keys/record-signing.key",
+            "run",
+            "Design a cache",
+            "--output",
+            "state.json",
+            "--report",
+            "r.md",
+            "--adr",
+            "docs/adr",
+            "--adr-status",
+            "accepted",
+            "--record-signing-key",
+            "keys/record-signing.key",
         ],
     )
     .await;
     let run_out = text(&run);
     assert_eq!(run.status.code(), Some(0), "{run_out}");
-    assert!(run_out.contains("Wrote decision record to ./debates/"), "{run_out}");
+    assert!(
+        run_out.contains("Wrote decision record to ./debates/"),
+        "{run_out}"
+    );
     let record = only(&d.join("debates"), ".record.json");
     let checkpoint = PathBuf::from(record.to_string_lossy().replace(".record.json", ".json"));
     let pubfile = only(&d.join("debates"), ".pub");
@@ -98,9 +113,15 @@ async fn a_signed_run_leaves_a_record_that_verifies_and_names_what_was_changed()
     // The ADR continues the folder's numbering and links the record.
     let adr = std::fs::read_to_string(d.join("docs/adr/0007-design-a-cache.md")).unwrap();
     assert!(adr.starts_with("---\nstatus: \"accepted\"\n"), "{adr}");
-    let link = format!("(../../debates/{})", record.file_name().unwrap().to_string_lossy());
+    let link = format!(
+        "(../../debates/{})",
+        record.file_name().unwrap().to_string_lossy()
+    );
     assert!(adr.contains(&link), "{adr}");
-    assert_eq!(std::fs::read_to_string(d.join("docs/adr/0006-use-postgres.md")).unwrap(), "kept");
+    assert_eq!(
+        std::fs::read_to_string(d.join("docs/adr/0006-use-postgres.md")).unwrap(),
+        "kept"
+    );
 
     // The report shows the record's digest and signature.
     let report = std::fs::read_to_string(d.join("r.md")).unwrap();
@@ -110,7 +131,18 @@ async fn a_signed_run_leaves_a_record_that_verifies_and_names_what_was_changed()
     // verify: everything matches.
     let rec_s = record.to_string_lossy().into_owned();
     let cp_s = checkpoint.to_string_lossy().into_owned();
-    let ok = parley(d, &["verify", &rec_s, "--state", &cp_s, "--public-key", "keys/record-signing.pub"]).await;
+    let ok = parley(
+        d,
+        &[
+            "verify",
+            &rec_s,
+            "--state",
+            &cp_s,
+            "--public-key",
+            "keys/record-signing.pub",
+        ],
+    )
+    .await;
     let ok_out = text(&ok);
     assert_eq!(ok.status.code(), Some(0), "{ok_out}");
     assert!(ok_out.contains("signature: verified with key "), "{ok_out}");
@@ -118,40 +150,95 @@ async fn a_signed_run_leaves_a_record_that_verifies_and_names_what_was_changed()
     // `--output state.json` (no spec) verifies too.
     let ok = parley(d, &["verify", &rec_s, "--state", "state.json"]).await;
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
-    assert!(text(&ok).contains("not checked (give --public-key"), "{}", text(&ok));
+    assert!(
+        text(&ok).contains("not checked (give --public-key"),
+        "{}",
+        text(&ok)
+    );
 
     // A contribution's text changed in the state: named, exit 5.
     let mut state: Value = read_json(&checkpoint);
     state["rounds"][1]["contributions"][4]["content"] = json!("edited afterwards");
     write_json(d.join("edited.json"), &state);
-    let bad = parley(d, &["verify", &rec_s, "--state", "edited.json", "--public-key", "keys/record-signing.pub"]).await;
+    let bad = parley(
+        d,
+        &[
+            "verify",
+            &rec_s,
+            "--state",
+            "edited.json",
+            "--public-key",
+            "keys/record-signing.pub",
+        ],
+    )
+    .await;
     assert_eq!(bad.status.code(), Some(5), "{}", text(&bad));
-    assert!(text(&bad).contains("contribution 17 (critique by "), "{}", text(&bad));
-    assert!(text(&bad).contains("round 2): text digest does not match the state"), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("contribution 17 (critique by "),
+        "{}",
+        text(&bad)
+    );
+    assert!(
+        text(&bad).contains("round 2): text digest does not match the state"),
+        "{}",
+        text(&bad)
+    );
 
     // Another key: refused.
     let other = parley(d, &["record", "--generate-key", "other"]).await;
     assert_eq!(other.status.code(), Some(0));
-    let bad = parley(d, &["verify", &rec_s, "--public-key", "other/record-signing.pub"]).await;
+    let bad = parley(
+        d,
+        &["verify", &rec_s, "--public-key", "other/record-signing.pub"],
+    )
+    .await;
     assert_eq!(bad.status.code(), Some(5));
-    assert!(text(&bad).contains("not with the public key given"), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("not with the public key given"),
+        "{}",
+        text(&bad)
+    );
 
     // The record's signature changed: refused.
     let mut r: Value = read_json(&record);
     let sig = r["signature"]["value"].as_str().unwrap().to_string();
-    let flipped = if sig.starts_with('A') { format!("B{}", &sig[1..]) } else { format!("A{}", &sig[1..]) };
+    let flipped = if sig.starts_with('A') {
+        format!("B{}", &sig[1..])
+    } else {
+        format!("A{}", &sig[1..])
+    };
     r["signature"]["value"] = json!(flipped);
     write_json(d.join("forged.record.json"), &r);
-    let bad = parley(d, &["verify", "forged.record.json", "--public-key", "keys/record-signing.pub"]).await;
+    let bad = parley(
+        d,
+        &[
+            "verify",
+            "forged.record.json",
+            "--public-key",
+            "keys/record-signing.pub",
+        ],
+    )
+    .await;
     assert_eq!(bad.status.code(), Some(5));
-    assert!(text(&bad).contains("signature does not verify with key"), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("signature does not verify with key"),
+        "{}",
+        text(&bad)
+    );
 
     // A second ADR of the same debate never overwrites the first.
     let id = rec["debateId"].as_str().unwrap();
     let again = parley(d, &["adr", id, "--dir", "docs/adr"]).await;
     assert_eq!(again.status.code(), Some(0), "{}", text(&again));
-    assert!(text(&again).contains("0008-design-a-cache.md"), "{}", text(&again));
-    assert_eq!(std::fs::read_to_string(d.join("docs/adr/0007-design-a-cache.md")).unwrap(), adr);
+    assert!(
+        text(&again).contains("0008-design-a-cache.md"),
+        "{}",
+        text(&again)
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("docs/adr/0007-design-a-cache.md")).unwrap(),
+        adr
+    );
 
     // `parley record` of the saved debate writes one that verifies (unsigned here).
     let rec2 = parley(d, &["record", "state.json", "-o", "again.record.json"]).await;
@@ -168,8 +255,19 @@ async fn a_signed_run_leaves_a_record_that_verifies_and_names_what_was_changed()
         if p.starts_with(d.join("keys")) {
             continue;
         }
-        assert!(!t.contains(&seed_b64), "the signing key is in {}", p.display());
-        assert!(!std::fs::read(p).unwrap().windows(32).any(|w| w == seed.as_slice()), "raw key bytes in {}", p.display());
+        assert!(
+            !t.contains(&seed_b64),
+            "the signing key is in {}",
+            p.display()
+        );
+        assert!(
+            !std::fs::read(p)
+                .unwrap()
+                .windows(32)
+                .any(|w| w == seed.as_slice()),
+            "raw key bytes in {}",
+            p.display()
+        );
     }
     for out in [&run_out, &ok_out] {
         assert!(!out.contains(&seed_b64), "the signing key is in the output");
@@ -199,22 +297,51 @@ async fn a_voting_debate_gives_an_adr_chosen_by_the_vote_and_a_failed_one_none()
     let fake = FakeLlm::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    write_config(d, &fake.base_url(), json!({"rounds": 1, "synthesisMethod": "voting"}));
+    write_config(
+        d,
+        &fake.base_url(),
+        json!({"rounds": 1, "synthesisMethod": "voting"}),
+    );
     // Everyone votes for kiss (kiss for the first other candidate): kiss wins.
     let script = DebateScript {
         votes: VoteRule::For("agent-kiss".into()),
         ..DebateScript::default()
     };
     fake.set_responder(move |r| script.reply(r));
-    let run = parley(d, &["run", "Design a rate limiter", "--output", "state.json", "--adr", "adr"]).await;
+    let run = parley(
+        d,
+        &[
+            "run",
+            "Design a rate limiter",
+            "--output",
+            "state.json",
+            "--adr",
+            "adr",
+        ],
+    )
+    .await;
     assert_eq!(run.status.code(), Some(0), "{}", text(&run));
     let adr = std::fs::read_to_string(d.join("adr/0001-design-a-rate-limiter.md")).unwrap();
-    assert!(adr.contains("(kiss)\", because it won the agents' vote ("), "{adr}");
+    assert!(
+        adr.contains("(kiss)\", because it won the agents' vote ("),
+        "{adr}"
+    );
     assert!(adr.contains("## Pros and Cons of the Options"), "{adr}");
     let record = only(&d.join("debates"), ".record.json");
     let rec: Value = read_json(&record);
-    assert!(rec["entries"].as_array().unwrap().iter().any(|e| e["kind"] == "vote"), "{rec}");
-    let ok = parley(d, &["verify", &record.to_string_lossy(), "--state", "state.json"]).await;
+    assert!(
+        rec["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "vote"),
+        "{rec}"
+    );
+    let ok = parley(
+        d,
+        &["verify", &record.to_string_lossy(), "--state", "state.json"],
+    )
+    .await;
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
 
     // A debate that ended without a solution: a clear error, no file.
@@ -224,6 +351,10 @@ async fn a_voting_debate_gives_an_adr_chosen_by_the_vote_and_a_failed_one_none()
     write_json(d.join("cancelled.json"), &state);
     let none = parley(d, &["adr", "cancelled.json", "--dir", "adr"]).await;
     assert_eq!(none.status.code(), Some(2), "{}", text(&none));
-    assert!(text(&none).contains("ended cancelled without a solution"), "{}", text(&none));
+    assert!(
+        text(&none).contains("ended cancelled without a solution"),
+        "{}",
+        text(&none)
+    );
     assert_eq!(std::fs::read_dir(d.join("adr")).unwrap().count(), 1);
 }

@@ -865,7 +865,8 @@ impl Service {
             ));
         };
         if json.len() <= self.page_bytes {
-            return serde_json::from_str(&json).map_err(|e| err(ErrorCode::Internal, e.to_string()));
+            return serde_json::from_str(&json)
+                .map_err(|e| err(ErrorCode::Internal, e.to_string()));
         }
         let snapshot = (1u64 << 62) | u64::from(rand::random::<u32>());
         let pages = split_pages(&json, self.page_bytes);

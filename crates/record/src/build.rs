@@ -50,7 +50,12 @@ fn judge_id(state: &DebateState) -> String {
         .judge
         .as_ref()
         .map(|j| j.agent_id.clone())
-        .or_else(|| state.final_solution.as_ref().map(|s| s.synthesized_by.clone()))
+        .or_else(|| {
+            state
+                .final_solution
+                .as_ref()
+                .map(|s| s.synthesized_by.clone())
+        })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "judge".into())
 }
@@ -76,7 +81,13 @@ impl Chain {
         self.entries.push(e);
     }
 
-    fn find(&self, round: u32, kind: EntryKind, author: &str, target: Option<&str>) -> Option<String> {
+    fn find(
+        &self,
+        round: u32,
+        kind: EntryKind,
+        author: &str,
+        target: Option<&str>,
+    ) -> Option<String> {
         self.by_key
             .get(&(round, kind, author.to_string(), target.map(str::to_string)))
             .cloned()
@@ -163,7 +174,12 @@ pub fn entries(state: &DebateState) -> Vec<Entry> {
             let kind = kind_of(c.kind);
             let answers: Vec<String> = match c.kind {
                 ContributionType::Proposal if c.metadata.carried_over => chain
-                    .find(n.saturating_sub(1), EntryKind::Refinement, &c.agent_id, None)
+                    .find(
+                        n.saturating_sub(1),
+                        EntryKind::Refinement,
+                        &c.agent_id,
+                        None,
+                    )
                     .into_iter()
                     .collect(),
                 ContributionType::Proposal => Vec::new(),
@@ -316,7 +332,13 @@ fn call_metadata(state: &DebateState) -> Vec<&ContributionMetadata> {
         out.extend(r.similarity.as_ref().map(|s| &s.metadata));
     }
     out.extend(state.adaptive.as_ref().and_then(|a| a.metadata()));
-    out.extend(state.voting.iter().flat_map(|v| &v.votes).map(|b| &b.metadata));
+    out.extend(
+        state
+            .voting
+            .iter()
+            .flat_map(|v| &v.votes)
+            .map(|b| &b.metadata),
+    );
     out.extend(state.synthesis_metadata.as_ref());
     out
 }

@@ -79,7 +79,9 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Whether `s` has the shape of a digest: 64 lowercase hex digits.
 pub fn is_digest(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[cfg(test)]
@@ -90,9 +92,10 @@ mod tests {
     #[test]
     fn keys_are_sorted_and_whitespace_dropped_at_every_depth() {
         let a = json!({"b": 1, "a": {"z": [1, {"y": "x", "x": null}], "c": true}});
-        let b: Value =
-            serde_json::from_str(r#"{ "a" : { "c":true, "z":[ 1 , {"x":null,"y":"x"} ] }, "b":1 }"#)
-                .unwrap();
+        let b: Value = serde_json::from_str(
+            r#"{ "a" : { "c":true, "z":[ 1 , {"x":null,"y":"x"} ] }, "b":1 }"#,
+        )
+        .unwrap();
         let want = br#"{"a":{"c":true,"z":[1,{"x":null,"y":"x"}]},"b":1}"#;
         assert_eq!(to_bytes(&a), want);
         assert_eq!(to_bytes(&b), want);

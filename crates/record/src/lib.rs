@@ -66,7 +66,10 @@ pub fn read(path: &std::path::Path) -> Result<Record, ReadError> {
     if bytes.len() as u64 > RECORD_MAX_BYTES {
         return Err(ReadError::TooLarge { path: shown });
     }
-    parse(&bytes).map_err(|source| ReadError::Parse { path: shown, source })
+    parse(&bytes).map_err(|source| ReadError::Parse {
+        path: shown,
+        source,
+    })
 }
 
 /// Parses a record (unknown fields are refused: a signature covers only what is read).

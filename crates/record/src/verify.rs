@@ -41,9 +41,13 @@ pub struct Verified {
 pub enum SignatureCheck {
     Unsigned,
     /// Signed, and the signature verifies with the key given.
-    Verified { key_id: String },
+    Verified {
+        key_id: String,
+    },
     /// Signed, but no public key was given to check it with.
-    NotChecked { key_id: String },
+    NotChecked {
+        key_id: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,18 +265,37 @@ fn check_state(r: &Record, ev: Evidence<'_>) -> Result<StateCheck, Mismatch> {
         return Err(differ("call totals".into(), r.totals.calls, t.calls));
     }
     if r.totals.tokens_in != t.tokens_in {
-        return Err(differ("input token totals".into(), r.totals.tokens_in, t.tokens_in));
+        return Err(differ(
+            "input token totals".into(),
+            r.totals.tokens_in,
+            t.tokens_in,
+        ));
     }
     if r.totals.tokens_out != t.tokens_out {
-        return Err(differ("output token totals".into(), r.totals.tokens_out, t.tokens_out));
+        return Err(differ(
+            "output token totals".into(),
+            r.totals.tokens_out,
+            t.tokens_out,
+        ));
     }
     if r.totals.cost_usd != t.cost_usd {
-        return Err(differ("cost totals".into(), opt(&r.totals.cost_usd), opt(&t.cost_usd)));
+        return Err(differ(
+            "cost totals".into(),
+            opt(&r.totals.cost_usd),
+            opt(&t.cost_usd),
+        ));
     }
     if r.status != s.status.as_str() {
-        return Err(differ("statuses".into(), r.status.as_str(), s.status.as_str()));
+        return Err(differ(
+            "statuses".into(),
+            r.status.as_str(),
+            s.status.as_str(),
+        ));
     }
-    let (created, finished) = (build::timestamp(s.created_at), build::timestamp(s.updated_at));
+    let (created, finished) = (
+        build::timestamp(s.created_at),
+        build::timestamp(s.updated_at),
+    );
     if r.created_at != created {
         return Err(differ("creation times".into(), &r.created_at, &created));
     }

@@ -3,7 +3,9 @@
 
 use chrono::Utc;
 use parley_protocol::DebateState;
-use parley_record::{build, verify, Evidence, Mismatch, PublicKey, Record, SignatureCheck, SigningKey};
+use parley_record::{
+    build, verify, Evidence, Mismatch, PublicKey, Record, SignatureCheck, SigningKey,
+};
 use serde_json::{json, Value};
 
 const AGENTS: [(&str, &str, &str); 3] = [
@@ -78,8 +80,15 @@ fn record() -> Record {
 /// The error of verifying `record` against the state `v` (unsigned, no key).
 fn mismatch(record: &Record, v: &Value) -> String {
     let state = state_of(v);
-    let err = verify(record, None, Some(Evidence { state: &state, spec: None }))
-        .expect_err("verification passed");
+    let err = verify(
+        record,
+        None,
+        Some(Evidence {
+            state: &state,
+            spec: None,
+        }),
+    )
+    .expect_err("verification passed");
     err.to_string()
 }
 
@@ -89,7 +98,9 @@ fn at(v: &Value, kind: &str, agent: &str, target: Option<&str>) -> usize {
         .as_array()
         .unwrap()
         .iter()
-        .position(|c| c["type"] == kind && c["agentId"] == agent && c["targetAgentId"].as_str() == target)
+        .position(|c| {
+            c["type"] == kind && c["agentId"] == agent && c["targetAgentId"].as_str() == target
+        })
         .unwrap()
 }
 
@@ -100,7 +111,15 @@ fn an_untouched_record_verifies_against_its_state() {
     let r = build(&state, None, Utc::now()).unwrap();
     // 2 rounds × (3 proposals + 6 critiques + 3 refinements + a verdict) + the synthesis.
     assert_eq!(r.entries.len(), 2 * 13 + 1);
-    let ok = verify(&r, None, Some(Evidence { state: &state, spec: None })).unwrap();
+    let ok = verify(
+        &r,
+        None,
+        Some(Evidence {
+            state: &state,
+            spec: None,
+        }),
+    )
+    .unwrap();
     assert_eq!(ok.signature, SignatureCheck::Unsigned);
     assert_eq!(ok.entries, 27);
     // Reproducible: the same state gives the same entries and digest (but for recordedAt).
@@ -110,16 +129,39 @@ fn an_untouched_record_verifies_against_its_state() {
     // And a record survives its JSON file.
     let back = parley_record::parse(r.to_json().as_bytes()).unwrap();
     assert_eq!(back, r);
-    verify(&back, None, Some(Evidence { state: &state, spec: None })).unwrap();
+    verify(
+        &back,
+        None,
+        Some(Evidence {
+            state: &state,
+            spec: None,
+        }),
+    )
+    .unwrap();
 }
 
 #[test]
 fn critiques_answer_their_target_and_refinements_their_critiques() {
     let r = record();
-    let proposal = r.entries.iter().find(|e| e.kind == parley_record::EntryKind::Proposal && e.author == "agent-kiss").unwrap();
-    let critique = r.entries.iter().find(|e| e.kind == parley_record::EntryKind::Critique && e.target.as_deref() == Some("agent-kiss")).unwrap();
+    let proposal = r
+        .entries
+        .iter()
+        .find(|e| e.kind == parley_record::EntryKind::Proposal && e.author == "agent-kiss")
+        .unwrap();
+    let critique = r
+        .entries
+        .iter()
+        .find(|e| {
+            e.kind == parley_record::EntryKind::Critique
+                && e.target.as_deref() == Some("agent-kiss")
+        })
+        .unwrap();
     assert_eq!(critique.answers, vec![proposal.digest.clone()]);
-    let refinement = r.entries.iter().find(|e| e.kind == parley_record::EntryKind::Refinement && e.author == "agent-kiss").unwrap();
+    let refinement = r
+        .entries
+        .iter()
+        .find(|e| e.kind == parley_record::EntryKind::Refinement && e.author == "agent-kiss")
+        .unwrap();
     // Its own proposal and the two critiques it received.
     assert_eq!(refinement.answers.len(), 3);
     assert_eq!(refinement.answers[0], proposal.digest);
@@ -141,7 +183,12 @@ fn a_changed_solution_is_named() {
     let mut v = state_value();
     v["finalSolution"]["description"] = json!("Use no cache at all.");
     let e = mismatch(&record(), &v);
-    assert!(e.starts_with("the solution does not match its digest (contribution 27 (synthesis by judge-main"), "{e}");
+    assert!(
+        e.starts_with(
+            "the solution does not match its digest (contribution 27 (synthesis by judge-main"
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -149,7 +196,10 @@ fn two_contributions_swapped_are_named() {
     let mut v = state_value();
     let a = at(&v, "critique", "agent-architect", Some("agent-security"));
     let b = at(&v, "critique", "agent-kiss", Some("agent-security"));
-    v["rounds"][0]["contributions"].as_array_mut().unwrap().swap(a, b);
+    v["rounds"][0]["contributions"]
+        .as_array_mut()
+        .unwrap()
+        .swap(a, b);
     assert_eq!(
         mismatch(&record(), &v),
         format!("contribution {} (critique by agent-architect of agent-security, round 1): the state has critique by agent-kiss of agent-security, round 1 in its place: the order of the contributions differs", a + 1)
@@ -181,9 +231,15 @@ fn changed_token_totals_are_named() {
 #[test]
 fn a_contribution_missing_from_the_state_is_named() {
     let mut v = state_value();
-    v["rounds"][1]["contributions"].as_array_mut().unwrap().pop();
+    v["rounds"][1]["contributions"]
+        .as_array_mut()
+        .unwrap()
+        .pop();
     let e = mismatch(&record(), &v);
-    assert!(e.contains("refinement by agent-kiss, round 2") && e.contains("in its place"), "{e}");
+    assert!(
+        e.contains("refinement by agent-kiss, round 2") && e.contains("in its place"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -194,10 +250,17 @@ fn edits_to_the_record_itself_break_its_chain() {
     let e = verify(&r, None, None).unwrap_err();
     assert!(matches!(e, Mismatch::Chain(_)));
     assert!(e.to_string().starts_with("contribution 7 ("), "{e}");
-    assert!(e.to_string().ends_with("its digest does not match its fields"), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("its digest does not match its fields"),
+        "{e}"
+    );
     // The digest recomputed too: the link after it no longer follows.
     r.entries[6].digest = r.entries[6].computed_digest();
-    assert_eq!(verify(&r, None, None).unwrap_err().to_string(), "chain broken at link 7");
+    assert_eq!(
+        verify(&r, None, None).unwrap_err().to_string(),
+        "chain broken at link 7"
+    );
     // Two entries swapped.
     let mut r = record();
     r.entries.swap(3, 4);
@@ -206,7 +269,10 @@ fn edits_to_the_record_itself_break_its_chain() {
     for i in [3, 4] {
         r.entries[i].digest = r.entries[i].computed_digest();
     }
-    assert_eq!(verify(&r, None, None).unwrap_err().to_string(), "chain broken at link 4");
+    assert_eq!(
+        verify(&r, None, None).unwrap_err().to_string(),
+        "chain broken at link 4"
+    );
 }
 
 #[test]
@@ -215,40 +281,83 @@ fn a_signed_record_verifies_with_its_key_only() {
     let mut r = record();
     key.sign(&mut r);
     let state = state_of(&state_value());
-    let ev = Some(Evidence { state: &state, spec: None });
+    let ev = Some(Evidence {
+        state: &state,
+        spec: None,
+    });
     let ok = verify(&r, Some(&key.public()), ev).unwrap();
-    assert_eq!(ok.signature, SignatureCheck::Verified { key_id: key.public().key_id() });
+    assert_eq!(
+        ok.signature,
+        SignatureCheck::Verified {
+            key_id: key.public().key_id()
+        }
+    );
     // Without a key: not checked, and said so.
     let ok = verify(&r, None, ev).unwrap();
     assert!(matches!(ok.signature, SignatureCheck::NotChecked { .. }));
 
     // Another key: refused by id.
     let other = SigningKey::generate();
-    let e = verify(&r, Some(&other.public()), ev).unwrap_err().to_string();
-    assert_eq!(e, format!("signed with key {}, not with the public key given ({})", key.public().key_id(), other.public().key_id()));
+    let e = verify(&r, Some(&other.public()), ev)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        format!(
+            "signed with key {}, not with the public key given ({})",
+            key.public().key_id(),
+            other.public().key_id()
+        )
+    );
 
     // Signed with another key under this key's id: the signature does not verify.
     let mut forged = record();
     other.sign(&mut forged);
     forged.signature.as_mut().unwrap().key_id = key.public().key_id();
-    let e = verify(&forged, Some(&key.public()), ev).unwrap_err().to_string();
-    assert_eq!(e, format!("signature does not verify with key {}", key.public().key_id()));
+    let e = verify(&forged, Some(&key.public()), ev)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        format!(
+            "signature does not verify with key {}",
+            key.public().key_id()
+        )
+    );
 
     // A signed field changed (totals are not in the chain): the signature catches it.
     let mut changed = r.clone();
     changed.totals.tokens += 1;
-    let e = verify(&changed, Some(&key.public()), None).unwrap_err().to_string();
-    assert_eq!(e, format!("signature does not verify with key {}", key.public().key_id()));
+    let e = verify(&changed, Some(&key.public()), None)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        format!(
+            "signature does not verify with key {}",
+            key.public().key_id()
+        )
+    );
 
     // The signature value changed.
     let mut changed = r.clone();
     let sig = changed.signature.as_mut().unwrap();
     sig.value = format!("A{}", &sig.value[1..]);
-    let e = verify(&changed, Some(&key.public()), None).unwrap_err().to_string();
-    assert_eq!(e, format!("signature does not verify with key {}", key.public().key_id()));
+    let e = verify(&changed, Some(&key.public()), None)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        format!(
+            "signature does not verify with key {}",
+            key.public().key_id()
+        )
+    );
 
     // An unsigned record given a key fails.
-    let e = verify(&record(), Some(&key.public()), None).unwrap_err().to_string();
+    let e = verify(&record(), Some(&key.public()), None)
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("the record is unsigned"), "{e}");
 }
 
@@ -263,7 +372,12 @@ fn key_files_round_trip_and_the_key_is_never_printed() {
     let back = SigningKey::from_file(&path).unwrap();
     assert_eq!(back.public(), key.public());
     assert_eq!(format!("{back:?}"), "[redacted]");
-    let seed_line = std::fs::read_to_string(&path).unwrap().lines().last().unwrap().to_string();
+    let seed_line = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
     let pubfile = dir.path().join("k.pub");
     key.public().write_new(&pubfile).unwrap();
     assert_eq!(PublicKey::from_file(&pubfile).unwrap(), key.public());
@@ -276,13 +390,19 @@ fn key_files_round_trip_and_the_key_is_never_printed() {
     let e = SigningKey::from_file(&path).unwrap_err().to_string();
     assert!(e.contains("not base64") && !e.contains("at all"), "{e}");
     std::fs::write(&path, "x".repeat(5000)).unwrap();
-    assert!(SigningKey::from_file(&path).unwrap_err().to_string().contains("larger than"));
+    assert!(SigningKey::from_file(&path)
+        .unwrap_err()
+        .to_string()
+        .contains("larger than"));
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;
         let p = dir.path().join("new.key");
         SigningKey::generate().write_new(&p).unwrap();
-        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 }
 
@@ -290,7 +410,9 @@ fn key_files_round_trip_and_the_key_is_never_printed() {
 fn an_unfinished_debate_has_no_record() {
     let mut v = state_value();
     v["status"] = json!("running");
-    let e = build(&state_of(&v), None, Utc::now()).unwrap_err().to_string();
+    let e = build(&state_of(&v), None, Utc::now())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("has not finished"), "{e}");
 }
 
