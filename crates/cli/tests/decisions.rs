@@ -202,10 +202,9 @@ async fn a_signed_run_leaves_a_record_that_verifies_and_names_what_was_changed()
     // The record's signature changed: refused.
     let mut r: Value = read_json(&record);
     let sig = r["signature"]["value"].as_str().unwrap().to_string();
-    let flipped = if sig.starts_with('A') {
-        format!("B{}", &sig[1..])
-    } else {
-        format!("A{}", &sig[1..])
+    let flipped = match sig.strip_prefix('A') {
+        Some(rest) => format!("B{rest}"),
+        None => format!("A{}", &sig[1..]),
     };
     r["signature"]["value"] = json!(flipped);
     write_json(d.join("forged.record.json"), &r);
