@@ -17,12 +17,17 @@
 //! - [`serve`]: `parley serve`, the web page and its API (`parley_web`) over this process
 //!   or a cluster; opens the backend `serve` and `mcp` share.
 //! - [`mcp`]: `parley mcp`, the Model Context Protocol server (`parley_mcp`) over stdio.
+//! - [`adr`]: a finished debate as an ADR in the MADR layout.
+//! - [`decisions`]: `parley adr`, `parley record`, `parley verify`, and the record and ADR
+//!   `parley run` writes when a debate finishes.
 
+mod adr;
 mod clarify;
 mod compare;
 mod compat;
 mod config;
 mod context_dir;
+mod decisions;
 mod demo;
 mod envfile;
 mod eval;
@@ -133,6 +138,16 @@ enum Command {
     /// (Claude Code, Cursor, ...): start, follow and answer debates (embedded, or a
     /// cluster with --nats-url).
     Mcp(mcp::McpArgs),
+    /// Write a finished debate as an Architecture Decision Record (MADR 4.0 layout) into
+    /// an ADR folder, continuing its numbering; never overwrites.
+    Adr(decisions::AdrArgs),
+    /// Write the decision record of a saved debate (`<state>.record.json`), signed with
+    /// --record-signing-key; or make a signing key pair (--generate-key DIR).
+    Record(decisions::RecordArgs),
+    /// Check a decision record: its chain, its signature (--public-key) and, with --state,
+    /// every text against its digest. Exit 0 when it verifies, 5 naming the first thing
+    /// that does not match, 2 when a file cannot be read.
+    Verify(decisions::VerifyArgs),
 }
 
 /// `parley retry`: `--config`, `--output`, `--report`, `--verbose` apply to an embedded
@@ -200,6 +215,15 @@ pub struct RunArgs {
     /// With --estimate: the expected length of one reply, in tokens [default: 400].
     #[arg(long, value_name = "N")]
     pub expected_reply_tokens: Option<u32>,
+    /// When the debate completes, also write it as an ADR (MADR 4.0) into this folder,
+    /// continuing its numbering (e.g. docs/adr).
+    #[arg(long, value_name = "DIR")]
+    pub adr: Option<PathBuf>,
+    /// The status of the ADR --adr writes.
+    #[arg(long, value_enum, default_value = "proposed", requires = "adr")]
+    pub adr_status: adr::AdrStatus,
+    #[command(flatten)]
+    pub signing: decisions::SigningArgs,
 }
 
 /// With a Langfuse export, `true` puts each LLM call's prompt and completion on its span.
@@ -301,6 +325,9 @@ fn main() -> ExitCode {
             Command::Compare(args) => compare::compare(args, interrupt).await,
             Command::Serve(args) => serve::serve(args, interrupt).await,
             Command::Mcp(args) => mcp::mcp(args, interrupt).await,
+            Command::Adr(args) => decisions::adr_command(args),
+            Command::Record(args) => decisions::record_command(args),
+            Command::Verify(args) => decisions::verify_command(args),
         }
     });
     // Work abandoned by an interrupted command (a local model call on a blocking thread)

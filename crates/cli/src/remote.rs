@@ -100,6 +100,10 @@ pub struct StatusArgs {
     /// Print a summary (status, round, counts, error, sizes) instead of the whole state.
     #[arg(long)]
     pub summary: bool,
+    /// Print the debate's decision record instead (once it has settled): save it and check
+    /// it with `parley verify`.
+    #[arg(long, conflicts_with = "summary")]
+    pub record: bool,
 }
 
 pub(crate) async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError> {
@@ -369,6 +373,9 @@ async fn unless_interrupted<T>(
 }
 
 pub async fn status(args: StatusArgs) -> Result<(), CliError> {
+    if args.record {
+        return status_record(&args).await;
+    }
     if let Some(v) = saved_status(&args)? {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
@@ -381,6 +388,30 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
         request(&client, subjects::STATUS, body.into_bytes()).await?
     } else {
         fetch_state_value(&client, id).await?
+    };
+    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    Ok(())
+}
+
+/// `parley status <id> --record`: the decision record saved next to `./debates/<id>.json`,
+/// else the cluster's.
+async fn status_record(args: &StatusArgs) -> Result<(), CliError> {
+    let id = &args.debate.debate_id;
+    id_request(id)?;
+    let store = parley_coordinator::FileStore::new(crate::run::DEBATES_DIR);
+    let v = if store.exists(id) {
+        let path = crate::decisions::record_path_of(&store.path_of(id));
+        let record = parley_record::read(&path).map_err(|e| CliError::usage(e.to_string()))?;
+        serde_json::to_value(&record).map_err(|e| CliError::general(e.to_string()))?
+    } else {
+        let client = connect(&args.debate.nats).await?;
+        parley_cluster::status::fetch_view(
+            id,
+            "record",
+            |body| request(&client, subjects::STATUS, body),
+            CliError::general,
+        )
+        .await?
     };
     println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     Ok(())

@@ -366,6 +366,20 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
     md
 }
 
+/// The report's section on the debate's decision record: its digest and signature.
+pub fn record_section(r: &parley_record::Record) -> String {
+    let signature = match &r.signature {
+        Some(s) => format!("signed (Ed25519, key `{}`)", s.key_id),
+        None => "unsigned".into(),
+    };
+    format!(
+        "\n## Decision Record\n\n- Digest: `{}`\n- Signature: {signature}\n- Contributions chained: {} (head `{}`)\n- Check it: `parley verify <record> --state <state> [--public-key <key>]`\n",
+        r.digest(),
+        r.entries.len(),
+        r.head
+    )
+}
+
 /// A round's similarities as one paragraph: each agent's refinement against its previous
 /// one, the mean across agents, and whether the debate stopped on them.
 fn similarity_text(s: &parley_protocol::RoundSimilarity) -> String {

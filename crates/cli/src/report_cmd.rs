@@ -75,7 +75,22 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
         }
         None => None,
     };
-    let md = report::markdown(spec.as_ref(), &state);
+    let mut md = report::markdown(spec.as_ref(), &state);
+    // The decision record saved next to the state, else the one of the embedded debate in
+    // ./debates/ (a `run --output` copy of the state has none beside it).
+    let record = crate::decisions::saved_record(file)
+        .or_else(|| {
+            parley_protocol::is_valid_debate_id(&state.id).then(|| {
+                crate::decisions::saved_record(
+                    &std::path::Path::new(crate::run::DEBATES_DIR)
+                        .join(format!("{}.json", state.id)),
+                )
+            })?
+        })
+        .filter(|r| r.debate_id == state.id);
+    if let Some(r) = record {
+        md.push_str(&report::record_section(&r));
+    }
     match &args.output {
         Some(out) => {
             let out = report::write_report(out, &md).map_err(CliError::general)?;

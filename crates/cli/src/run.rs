@@ -54,6 +54,14 @@ pub struct SavedArgs {
     /// without it they are asked on the terminal.
     #[arg(long, value_name = "FILE")]
     pub answers: Option<PathBuf>,
+    /// When the debate completes, also write it as an ADR (MADR 4.0) into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub adr: Option<PathBuf>,
+    /// The status of the ADR --adr writes.
+    #[arg(long, value_enum, default_value = "proposed", requires = "adr")]
+    pub adr_status: crate::adr::AdrStatus,
+    #[command(flatten)]
+    pub signing: crate::decisions::SigningArgs,
 }
 
 /// What to write when the debate ends, and the config to name in a resume command.
@@ -62,6 +70,10 @@ struct Outputs {
     output: Option<PathBuf>,
     report: Option<PathBuf>,
     verbose: bool,
+    /// Signs the decision record written when the debate finishes.
+    signing_key: Option<parley_record::SigningKey>,
+    /// `--adr DIR`: the ADR folder, and the ADR's status.
+    adr: Option<(PathBuf, crate::adr::AdrStatus)>,
 }
 
 pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
@@ -92,6 +104,7 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
             .transpose()?,
     };
     let prices = config::load_prices(args.prices.as_deref(), &loaded)?;
+    let signing_key = args.signing.load()?;
     let mut spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
     for note in mode_notes(&spec) {
         eprintln!("{note}");
@@ -127,6 +140,8 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         output: args.output,
         report: args.report,
         verbose: args.verbose,
+        signing_key,
+        adr: args.adr.map(|d| (d, args.adr_status)),
     };
     drive(
         machine,
@@ -254,6 +269,7 @@ pub async fn continue_saved(
             Default::default(),
         )
     };
+    let signing_key = args.signing.load()?;
     let answers = clarify::Answers::choose(args.answers.as_deref())?;
     if status == DebateStatus::AwaitingClarifications {
         answers.require()?;
@@ -289,6 +305,8 @@ pub async fn continue_saved(
         output: args.output,
         report: args.report,
         verbose: args.verbose,
+        signing_key,
+        adr: args.adr.map(|d| (d, args.adr_status)),
     };
     drive(machine, input, registry, &outputs, &answers, interrupt).await
 }
@@ -451,9 +469,14 @@ async fn drive(
     if outputs.verbose {
         eprint!("{}", report::verbose_summary(&spec, &state));
     }
+    let record = finished_outputs(&spec, &state, &store, outputs);
     if let Some(path) = &outputs.report {
+        let mut md = report::markdown(Some(&spec), &state);
+        if let Some(r) = &record {
+            md.push_str(&report::record_section(r));
+        }
         // As dialectic: a report that cannot be written never stops the run.
-        match report::write_report(path, &report::markdown(Some(&spec), &state)) {
+        match report::write_report(path, &md) {
             Ok(written) => eprintln!("Wrote report to {}", written.display()),
             Err(e) => eprintln!("warning: {e}"),
         }
@@ -502,6 +525,48 @@ async fn drive(
             })
         }
     }
+}
+
+/// What a finished debate leaves besides its checkpoint: its decision record
+/// (`./debates/<id>.record.json`, signed when a key is configured) and, with `--adr`, its
+/// ADR. Neither stops the run when it cannot be written (a warning says why).
+fn finished_outputs(
+    spec: &DebateSpec,
+    state: &parley_protocol::DebateState,
+    store: &FileStore,
+    outputs: &Outputs,
+) -> Option<parley_record::Record> {
+    if !parley_record::build::is_finished(state.status) {
+        return None;
+    }
+    let path = crate::decisions::record_path_of(&store.path_of(&state.id));
+    let record = match crate::decisions::write_record(
+        state,
+        Some(spec),
+        outputs.signing_key.as_ref(),
+        &path,
+    ) {
+        Ok(r) => {
+            eprintln!(
+                "Wrote decision record to {} ({})",
+                display_path(&path),
+                crate::decisions::signature_words(&r)
+            );
+            Some(r)
+        }
+        Err(e) => {
+            eprintln!("warning: no decision record: {}", e.message);
+            None
+        }
+    };
+    if let Some((dir, status)) = &outputs.adr {
+        let link = record.as_ref().map(|r| (r, path.as_path()));
+        match crate::decisions::write_adr(state, Some(spec), link, dir, *status) {
+            Ok(p) => eprintln!("Wrote ADR to {}", p.display()),
+            Err(e) => eprintln!("warning: no ADR: {}", e.message),
+        }
+    }
+    record
 }
 
 /// ` failed at <node> (round r): <message>`, or nothing when the state holds no failure.

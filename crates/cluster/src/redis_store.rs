@@ -33,6 +33,8 @@
 //! - `parley:{<id>}:tasks`: a hash of task bodies, `<task id>#<attempt>` → the [`Task`]
 //!   JSON the coordinator stores before it publishes the (small) task message; dropped
 //!   when that attempt is answered.
+//! - `parley:{<id>}:record`: the debate's decision record (JSON, `parley_record`), written
+//!   by the coordinator when the debate settles (signed with its key when it has one).
 //! - `parley:{<id>}:cancel`: set once a user cancelled the debate; workers skip its tasks.
 //! - `parley:{<id>}:failures`: `{count, results, reason}`: how often the debate's actor
 //!   failed with NATS and Redis reachable since the debate last made progress.

@@ -28,6 +28,7 @@
 //! max_debate_usd = 5.0                 # coordinator: cap on one debate's spend (and its budget when it sets none)
 //! max_debate_tokens = 2000000          # coordinator: the same in tokens
 //! prices = "model_prices.json"         # PARLEY_PRICES, --prices: LiteLLM-format price file; relative to the settings file
+//! record_signing_key = "record-signing.key" # coordinator: PARLEY_RECORD_SIGNING_KEY, --record-signing-key: Ed25519 key signing decision records; relative to the settings file
 //! ```
 //!
 //! The layers are merged by the `config` crate ([`SettingsFile::layered`]): a service's
@@ -160,6 +161,8 @@ pub struct SettingsFile {
     pub stream_replicas: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_min_replicas: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record_signing_key: Option<PathBuf>,
 }
 
 impl SettingsFile {
@@ -182,6 +185,7 @@ impl SettingsFile {
             file.config.as_mut(),
             file.nats_creds.as_mut(),
             file.prices.as_mut(),
+            file.record_signing_key.as_mut(),
         ]
         .into_iter()
         .flatten()

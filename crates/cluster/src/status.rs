@@ -24,7 +24,27 @@ where
     F: Fn(Vec<u8>) -> Fut,
     Fut: Future<Output = Result<Value, E>>,
 {
-    let first = request(json!({ "debateId": id }).to_string().into_bytes()).await?;
+    fetch_view(id, "full", request, fault).await
+}
+
+/// [`fetch_state`] of another view of the status request: `full` (the state) or `record`
+/// (the decision record), both inline or in pages.
+pub async fn fetch_view<E, F, Fut>(
+    id: &str,
+    view: &str,
+    request: F,
+    fault: impl Fn(String) -> E,
+) -> Result<Value, E>
+where
+    F: Fn(Vec<u8>) -> Fut,
+    Fut: Future<Output = Result<Value, E>>,
+{
+    let first = request(
+        json!({ "debateId": id, "view": view })
+            .to_string()
+            .into_bytes(),
+    )
+    .await?;
     let Some(page) = StatusPage::from_reply(&first) else {
         return Ok(first);
     };

@@ -116,6 +116,8 @@ pub struct Deps {
     pub pricing: crate::budget::Pricing,
     /// An actor idle this long while its debate only waits puts it to rest (`None`: never).
     pub rest_after: Option<Duration>,
+    /// Signs the decision record of each settled debate (`--record-signing-key`).
+    pub record_signing_key: Option<std::sync::Arc<parley_record::SigningKey>>,
 }
 
 /// Default of [`Deps::rest_after`].
@@ -929,6 +931,13 @@ impl DebateActorState {
                 .debate_status_changed(Some(metrics_status(before)), metrics_status(status));
             tracing::info!(debate = %id, status = status.as_str(), "debate settled; releasing it");
             self.deps.store.unmark_running(&id).await?;
+            crate::decision_record::store(
+                &self.deps.store,
+                self.deps.record_signing_key.as_ref(),
+                self.machine.spec(),
+                self.machine.state(),
+            )
+            .await;
             if let Some(ttl) = self.deps.retention {
                 self.deps.store.expire_debate(&id, ttl).await?;
             }
@@ -1019,6 +1028,13 @@ pub(crate) async fn settle_directly(
         DebateStatus::Running | DebateStatus::Pending | DebateStatus::AwaitingClarifications
     ) {
         store.unmark_running(id).await.map_err(|e| e.to_string())?;
+        crate::decision_record::store(
+            store,
+            deps.record_signing_key.as_ref(),
+            machine.spec(),
+            machine.state(),
+        )
+        .await;
         if let Some(ttl) = deps.retention {
             store
                 .expire_debate(id, ttl)

@@ -23,6 +23,7 @@
 
 pub mod actor;
 pub mod budget;
+pub mod decision_record;
 pub mod driver;
 pub mod follow;
 pub mod machine;

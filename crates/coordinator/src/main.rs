@@ -75,6 +75,11 @@ struct Args {
     /// and wakes on its next message; 0: never [default: 30].
     #[arg(long, env = "PARLEY_REST_AFTER_SECS")]
     rest_after_secs: Option<u64>,
+    /// Ed25519 key file that signs each settled debate's decision record (base64 of a
+    /// 32-byte seed; `parley record --generate-key DIR` makes one) [default: none, records
+    /// are unsigned].
+    #[arg(long, env = "PARLEY_RECORD_SIGNING_KEY", value_name = "FILE")]
+    record_signing_key: Option<std::path::PathBuf>,
 }
 
 /// The coordinator's settings, layered and validated (every problem at once).
@@ -121,7 +126,8 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
             "clarification_timeout_secs",
             args.clarification_timeout_secs,
         )
-        .with("rest_after_secs", args.rest_after_secs);
+        .with("rest_after_secs", args.rest_after_secs)
+        .with_path("record_signing_key", args.record_signing_key.as_deref());
     let (s, common) = args.common.resolve_layered(&mut problems, defaults, flags);
     // (The defaults layer sets every key read with a fallback; the fallbacks are the same.)
     let lease_ttl_ms = at_least(
@@ -195,6 +201,15 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
             problems.push(&key, p.message);
         }
     }
+    let record_signing_key = match s.record_signing_key.as_deref() {
+        Some(path) => parley_record::SigningKey::from_file(path)
+            .map(|k| Some(std::sync::Arc::new(k)))
+            .unwrap_or_else(|e| {
+                problems.push("record_signing_key", e.to_string());
+                None
+            }),
+        None => None,
+    };
     problems.into_result()?;
     let mut config = CoordinatorConfig::new(
         common.nats_url,
@@ -221,6 +236,7 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
     config.clarification_timeout = Some(Duration::from_secs(clarification_timeout_secs));
     let rest_after_secs = s.rest_after_secs.unwrap_or(rest_default);
     config.rest_after = (rest_after_secs > 0).then(|| Duration::from_secs(rest_after_secs));
+    config.record_signing_key = record_signing_key;
     Ok(config)
 }
 

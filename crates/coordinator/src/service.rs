@@ -147,6 +147,8 @@ pub struct CoordinatorConfig {
     /// How long a debate waits for clarification answers before open questions are
     /// answered `"NA"`; `None`: as long as it takes.
     pub clarification_timeout: Option<Duration>,
+    /// Signs the decision record of each settled debate; `None`: records are unsigned.
+    pub record_signing_key: Option<Arc<parley_record::SigningKey>>,
 }
 
 impl CoordinatorConfig {
@@ -174,6 +176,7 @@ impl CoordinatorConfig {
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
             max_followers: parley_cluster::events::DEFAULT_MAX_FOLLOWERS,
             clarification_timeout: Some(DEFAULT_CLARIFICATION_TIMEOUT),
+            record_signing_key: None,
         }
     }
 }
@@ -238,6 +241,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         clarification_timeout: config.clarification_timeout,
         pricing: config.pricing.clone(),
         rest_after: config.rest_after,
+        record_signing_key: config.record_signing_key.clone(),
     });
     let (sup, sup_join) = Actor::spawn(None, Supervisor, deps)
         .await
@@ -833,6 +837,9 @@ impl Service {
         if let Some(snapshot) = req.snapshot {
             return self.status_page(&id, snapshot, req.page.unwrap_or(0)).await;
         }
+        if req.view == StatusView::Record {
+            return self.record_reply(&id).await;
+        }
         let cp = self.store.state(&id).await.map_err(unavailable)?;
         let cp = cp.ok_or_else(|| self.not_found(&id))?;
         let version = cp.version;
@@ -859,6 +866,32 @@ impl Service {
             .await
             .map_err(unavailable)?;
         self.status_page(&id, version, 0).await
+    }
+
+    /// The debate's decision record (`parley:{<id>}:record`): inline, or a snapshot in
+    /// pages like a large state (its snapshot number has bit 62 set, so it never meets a
+    /// state version).
+    async fn record_reply(&self, id: &str) -> Reply {
+        let json = self.store.record(id).await.map_err(unavailable)?;
+        let Some(json) = json else {
+            return Err(err(
+                ErrorCode::NotFound,
+                format!("debate {id} has no decision record: it has not settled, or its record has expired"),
+            ));
+        };
+        if json.len() <= self.page_bytes {
+            return serde_json::from_str(&json)
+                .map_err(|e| err(ErrorCode::Internal, e.to_string()));
+        }
+        let snapshot = (1u64 << 62) | u64::from(rand::random::<u32>());
+        let pages = split_pages(&json, self.page_bytes);
+        let bytes = json.len().to_string();
+        let entries: Vec<&str> = std::iter::once(bytes.as_str()).chain(pages).collect();
+        self.store
+            .put_snapshot(id, snapshot, &entries, STATUS_SNAPSHOT_TTL)
+            .await
+            .map_err(unavailable)?;
+        self.status_page(id, snapshot, 0).await
     }
 
     /// Page `page` of a stored snapshot.

@@ -29,6 +29,9 @@ pub enum StatusView {
     Full,
     /// A [`StatusSummary`].
     Summary,
+    /// The debate's decision record (`parley_record`), once it has settled (inline or in
+    /// pages, as the full state).
+    Record,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

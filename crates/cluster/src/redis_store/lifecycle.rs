@@ -12,8 +12,8 @@ use super::{decode, key, result_field, RedisStore, Result};
 
 /// Every key a debate owns that has no TTL of its own (lease, claims and snapshots have
 /// one): what retention expires and `retry` keeps again.
-pub const DEBATE_KEYS: [&str; 7] = [
-    "spec", "state", "results", "tasks", "cancel", "failures", "secret",
+pub const DEBATE_KEYS: [&str; 8] = [
+    "spec", "state", "results", "tasks", "cancel", "failures", "secret", "record",
 ];
 
 /// Entries kept in `parley:deadletter` (the newest first).
@@ -330,6 +330,25 @@ impl RedisStore {
         }
         let _: i64 = inv.arg(millis(ttl)).invoke_async(&mut self.conn()).await?;
         Ok(())
+    }
+
+    /// Stores the debate's decision record (JSON), replacing an older one; it expires with
+    /// the debate's other keys ([`RedisStore::expire_debate`]).
+    pub async fn put_record(&self, id: &str, record_json: &str) -> Result<()> {
+        let () = redis::cmd("SET")
+            .arg(key(id, "record"))
+            .arg(record_json)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    /// The debate's decision record (JSON), when one was stored.
+    pub async fn record(&self, id: &str) -> Result<Option<String>> {
+        Ok(redis::cmd("GET")
+            .arg(key(id, "record"))
+            .query_async(&mut self.conn())
+            .await?)
     }
 
     /// The debate's keys no longer expire (a retried debate runs again).
