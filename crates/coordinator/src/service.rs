@@ -601,7 +601,7 @@ async fn scan(svc: Arc<Service>, every: Duration) {
     let mut scans: u32 = 0;
     loop {
         tick.tick().await;
-        if scans % RECONCILE_EVERY == 0 {
+        if scans.is_multiple_of(RECONCILE_EVERY) {
             match svc.store.reconcile_lease_index().await {
                 Ok(0) => {}
                 Ok(n) => {
