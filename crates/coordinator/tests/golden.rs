@@ -171,7 +171,8 @@ impl Replay {
                 }
                 Effect::Emit(ev) => effects.push(json!({ "emit": ev })),
                 Effect::ScheduleRetry { task_id, delay_ms } => {
-                    effects.push(json!({"scheduleRetry": {"taskId": task_id, "delayMs": delay_ms}}));
+                    effects
+                        .push(json!({"scheduleRetry": {"taskId": task_id, "delayMs": delay_ms}}));
                     self.retries.push(task_id);
                 }
             }
@@ -654,34 +655,72 @@ fn budget_skip_screen() -> Replay {
 
 /// Round 2's refinements would not fit: no new round after round 1.
 fn budget_no_new_round() -> Replay {
-    run_spending(with_budget(spec(2, 3, "fixed", json!({})), 70_000), 10)
+    let mut s = spec(2, 3, "fixed", json!({}));
+    for a in &mut s.agents {
+        a.max_tokens = Some(200);
+    }
+    run_spending(with_budget(s, 5_000), 10)
 }
 
-/// Critiques that do not fit are dropped; the targets refine without them.
+/// Critiques that do not fit are dropped; the targets refine without them; then the
+/// synthesis at once.
 fn budget_drop_critiques() -> Replay {
     run_spending(with_budget(spec(3, 1, "fixed", json!({})), 40_000), 10)
 }
 
-/// Summaries that do not fit are skipped; the full history is used.
+/// Summaries (long ones: `maxLength` 20000) that do not fit are skipped; the full history
+/// is used.
 fn budget_skip_summaries() -> Replay {
-    let s = spec(
+    let mut s = spec(
         2,
         2,
         "fixed",
-        json!({"summarization": {"enabled": true, "threshold": 10, "maxLength": 50}}),
+        json!({"summarization": {"enabled": true, "threshold": 10, "maxLength": 20000}}),
     );
-    run_spending(with_budget(s, 40_000), 10)
+    for a in &mut s.agents {
+        a.max_tokens = Some(200);
+    }
+    run_spending(with_budget(s, 4_000), 10)
 }
 
-/// The clarification phase does not fit: skipped, round 1 opens.
+/// Long answers to the first iteration's questions make the follow-up questions too
+/// dear: the rest of the clarification phase is skipped and round 1 opens.
 fn budget_skip_clarifications() -> Replay {
-    let s = spec(
+    let mut s = spec(
         2,
         1,
         "fixed",
-        json!({"interactiveClarifications": true}),
+        json!({"interactiveClarifications": true, "clarificationsMaxIterations": 2}),
     );
-    run_spending(with_budget(s, 0), 10)
+    for a in &mut s.agents {
+        a.max_tokens = Some(200);
+    }
+    let mut r = Replay::new(with_budget(s, 16_000));
+    r.apply("start", Input::Start);
+    r.run(
+        &|t| {
+            let mut out = output(t);
+            if t.kind == TaskKind::Clarify && t.round == 1 {
+                out.questions = vec!["Scale?".into()];
+            }
+            ok(out)
+        },
+        &mut |r| {
+            if r.state().status != DebateStatus::AwaitingClarifications {
+                return None;
+            }
+            let answers = pending_clarifications(&r.state().clarifications)
+                .iter()
+                .flat_map(|g| g.items.iter())
+                .map(|i| Answer {
+                    id: i.id.clone(),
+                    answer: "x".repeat(4000),
+                })
+                .collect();
+            Some(("answers (long)".into(), Input::Answers(answers), 0))
+        },
+    );
+    r
 }
 
 const SCENARIOS: &[(&str, fn() -> Replay)] = &[
@@ -821,7 +860,12 @@ fn scripted_debates_replay_as_recorded() {
             continue;
         };
         let expected: Value = serde_json::from_str(&stored).expect("a golden file is JSON");
-        if let Some(diff) = first_difference("$", &expected, &record) {
+        // The steps first: the earliest input whose effects differ is the one to read.
+        let diff = ["steps", "final"]
+            .iter()
+            .find_map(|k| first_difference(&format!("$.{k}"), &expected[k], &record[k]))
+            .or_else(|| first_difference("$", &expected, &record));
+        if let Some(diff) = diff {
             let at = step_label(&record, &diff).unwrap_or_default();
             failures.push(format!("{name}: first difference {at}\n{diff}"));
         }
