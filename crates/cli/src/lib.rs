@@ -7,7 +7,7 @@ pub mod estimate;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_coordinator::TaskRunner;
+use parley_engine::TaskRunner;
 use parley_llm::Registry;
 use parley_protocol::{ContextFiles, Task, TaskResult, WorkerKind};
 

@@ -392,7 +392,7 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
 fn saved_status(args: &StatusArgs) -> Result<Option<Value>, CliError> {
     let id = &args.debate.debate_id;
     id_request(id)?;
-    let store = parley_coordinator::FileStore::new(crate::run::DEBATES_DIR);
+    let store = parley_engine::FileStore::new(crate::run::DEBATES_DIR);
     if !store.exists(id) {
         return Ok(None);
     }

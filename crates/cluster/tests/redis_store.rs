@@ -2,7 +2,7 @@
 
 use chrono::Utc;
 use parley_cluster::RedisStore;
-use parley_coordinator::Machine;
+use parley_engine::Machine;
 use parley_protocol::{DebateSpec, TaskOutcome, TaskResult};
 use parley_testkit::RedisServer;
 use parley_tests::{task_result, two_agent_spec};

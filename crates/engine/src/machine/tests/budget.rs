@@ -5,7 +5,7 @@
 use parley_protocol::*;
 use serde_json::json;
 
-use crate::tests::{now, ok, spec, Run};
+use super::{now, ok, spec, Run};
 use crate::{Input, Machine};
 
 /// `s` with a token budget of its smallest admissible run plus `extra`.

@@ -1,4 +1,4 @@
-//! Unit tests of `terminationCondition.type: "similarity"` (issue 25 item 2): the `Embed`
+//! Unit tests of `terminationCondition.type: "similarity"`: the `Embed`
 //! node after each round, the stop when every agent's refinement repeats its previous one,
 //! the figures kept in the state, resume, retry and the configuration errors.
 
@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use parley_protocol::*;
 use serde_json::json;
 
-use crate::tests::{ok, spec, Run};
+use super::{ok, spec, Run};
 use crate::Input;
 
 fn similarity_spec(n: usize, rounds: u32, threshold: f64) -> DebateSpec {
@@ -167,7 +167,7 @@ fn a_resumed_coordinator_dispatches_the_same_missing_embedding() {
     let state = r.machine.state().clone();
     assert!(state.rounds[1].similarity.is_none());
     let mut m = crate::Machine::from_checkpoint(s, state);
-    let fx = m.handle(Input::Resume, crate::tests::now());
+    let fx = m.handle(Input::Resume, super::now());
     let again: Vec<Task> = fx
         .into_iter()
         .filter_map(|e| match e {
@@ -180,10 +180,7 @@ fn a_resumed_coordinator_dispatches_the_same_missing_embedding() {
         BTreeSet::from([held[0].id.clone()])
     );
     assert_eq!(again[0].input, held[0].input);
-    let mut fx = m.handle(
-        Input::Result(answer(&held[0], &|_, _| 0.99)),
-        crate::tests::now(),
-    );
+    let mut fx = m.handle(Input::Result(answer(&held[0], &|_, _| 0.99)), super::now());
     // Converged at round 2: the judge's synthesis follows, no round 3.
     let mut n = 0;
     while let Some(t) = fx.iter().find_map(|e| match e {
@@ -191,7 +188,7 @@ fn a_resumed_coordinator_dispatches_the_same_missing_embedding() {
         _ => None,
     }) {
         assert_ne!(t.kind, TaskKind::Propose, "no new round after convergence");
-        fx = m.handle(Input::Result(ok(&t, "x")), crate::tests::now());
+        fx = m.handle(Input::Result(ok(&t, "x")), super::now());
         n += 1;
         assert!(n < 10);
     }
@@ -210,7 +207,7 @@ fn a_failed_embedding_fails_the_debate_under_its_retry_policy_and_retry_continue
     r.apply(Input::Start);
     r.drain(|t| {
         Some(if t.kind == TaskKind::Embed {
-            crate::tests::fail(t, ErrorKind::Server)
+            super::fail(t, ErrorKind::Server)
         } else {
             answer(t, &|_, _| 0.99)
         })

@@ -4,9 +4,9 @@
 //! when its round completes or the debate settles. The root span's W3C `traceparent` is
 //! kept in the checkpoint (`engine.traceparent`); a driver that resumes the debate opens its
 //! `debate` span (`debate.resumed = true`) under it, so a debate stays one trace across
-//! coordinators. A debate woken from rest (see `crate::supervisor`) opens one too
+//! coordinators. A debate woken from rest (see `parley_coordinator::supervisor`) opens one too
 //! (`debate.woken = true`); the node spans open when it went to rest ended then. Spans end (and are exported) when dropped. Prompt and completion text
-//! never go on spans. The `task` span itself is [`parley_cluster::task_span`], shared with the
+//! never go on spans. The `task` span itself is [`parley_telemetry::task_span`], shared with the
 //! workers.
 
 use std::collections::HashMap;

@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
-use parley_coordinator::{Effect, Input, Machine};
+use parley_engine::{Effect, Input, Machine};
 use parley_protocol::*;
 use serde_json::{json, Value};
 
@@ -54,6 +54,8 @@ fn spec(n: usize, rounds: u32, termination: &str, extra: Value) -> DebateSpec {
 }
 
 /// What the scripted worker does with a task.
+// Built and consumed once per task: boxing the output would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Reply {
     Ok(TaskOutput),
     Fail(ErrorKind),
@@ -541,9 +543,7 @@ fn deadlines() -> Replay {
         },
         &mut |r| {
             rest += 1;
-            if r.machine.in_flight().next().is_none() {
-                return None;
-            }
+            r.machine.in_flight().next()?;
             match rest {
                 1 => Some(("tick (before the deadline)".into(), Input::Tick, 0)),
                 // The clock passes the deadline: 5 s timeout + 10 s margin.
@@ -723,7 +723,10 @@ fn budget_skip_clarifications() -> Replay {
     r
 }
 
-const SCENARIOS: &[(&str, fn() -> Replay)] = &[
+/// A scenario: its name (the golden file's) and how to replay it.
+type Scenario = (&'static str, fn() -> Replay);
+
+const SCENARIOS: &[Scenario] = &[
     ("fixed", fixed),
     ("convergence", convergence),
     ("quality", quality),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use parley_coordinator::{run_debate, run_debate_until, FileStore, Input, Machine, TaskRunner};
+use parley_engine::{run_debate, run_debate_until, FileStore, Input, Machine, TaskRunner};
 use parley_protocol::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

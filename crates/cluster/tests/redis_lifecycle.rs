@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::Utc;
 use parley_cluster::redis_store::{Stored, DEAD_LETTERS_KEPT};
 use parley_cluster::RedisStore;
-use parley_coordinator::Machine;
+use parley_engine::Machine;
 use parley_protocol::{DebateSpec, TaskResult};
 use parley_testkit::RedisServer;
 use parley_tests::{redis_connection, task_result, two_agent_spec};

@@ -1,4 +1,4 @@
-//! The span helper shared by the coordinator's embedded driver and the workers.
+//! The span of one task run, shared by the embedded driver and the workers.
 
 use parley_protocol::Task;
 

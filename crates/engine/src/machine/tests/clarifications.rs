@@ -5,7 +5,7 @@ use chrono::Duration;
 use parley_protocol::*;
 use serde_json::json;
 
-use crate::tests::{now, ok, spec, Run};
+use super::{now, ok, spec, Run};
 use crate::{AnswerError, Input, Machine};
 
 fn clarify_spec(n: usize, extra: serde_json::Value) -> DebateSpec {
@@ -451,12 +451,12 @@ fn a_failing_clarify_task_is_retried_then_fails_the_debate_at_clarification() {
     ));
     r.apply(Input::Start);
     let t = r.queue.pop_front().unwrap();
-    r.apply(Input::Result(crate::tests::fail(&t, ErrorKind::Server)));
+    r.apply(Input::Result(super::fail(&t, ErrorKind::Server)));
     assert_eq!(r.retries.len(), 1);
     r.apply(Input::RetryDue(t.id.clone()));
     let t2 = r.queue.pop_front().unwrap();
     assert_eq!(t2.attempt, 2);
-    r.apply(Input::Result(crate::tests::fail(&t2, ErrorKind::Server)));
+    r.apply(Input::Result(super::fail(&t2, ErrorKind::Server)));
     let s = r.machine.state();
     assert_eq!(s.status, DebateStatus::Failed);
     assert_eq!(s.error.as_ref().unwrap().node, "clarification");

@@ -135,7 +135,7 @@ pub async fn run_debate_until(
                         // Interrupted: the task stays outstanding in the checkpoint.
                         Effect::Dispatch(_) if stopping.is_some() => {}
                         Effect::Dispatch(task) => {
-                            let span = parley_cluster::task_span(
+                            let span = parley_telemetry::task_span(
                                 trace.node(task.round, task.kind.node()),
                                 &task,
                             );
@@ -211,14 +211,6 @@ pub async fn run_debate_until(
         interrupted: true,
         abandoned: machine.in_flight().map(str::to_string).collect(),
     })
-}
-
-/// Full jitter between half and all of the delay, so retries of many tasks spread out.
-fn jitter(delay_ms: u64) -> u64 {
-    if delay_ms < 2 {
-        return delay_ms;
-    }
-    rand::thread_rng().gen_range(delay_ms / 2..=delay_ms)
 }
 
 /// Sends a failed result for its task when dropped before [`Report::send`]: a task whose
@@ -347,6 +339,14 @@ fn spawn_task(
         }
         .instrument(span),
     );
+}
+
+/// Full jitter between half and all of the delay, so retries of many tasks spread out.
+fn jitter(delay_ms: u64) -> u64 {
+    if delay_ms < 2 {
+        return delay_ms;
+    }
+    rand::thread_rng().gen_range(delay_ms / 2..=delay_ms)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use chrono::{DateTime, TimeZone, Utc};
 use parley_cluster::checkpoint_delta::{apply, Shaper};
 use parley_cluster::RedisStore;
-use parley_coordinator::{Effect, Input, Machine};
+use parley_engine::{Effect, Input, Machine};
 use parley_protocol::*;
 use parley_testkit::RedisServer;
 use rand::{Rng, SeedableRng};

@@ -1,4 +1,4 @@
-//! Unit tests of issue 25's modes: sparse critique topologies, the per-round verdict, the
+//! Unit tests of the adaptive modes: sparse critique topologies, the per-round verdict, the
 //! adaptive short path, voting and the independence warnings.
 
 use std::collections::BTreeSet;
@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use parley_protocol::*;
 use serde_json::json;
 
-use crate::tests::{ok, spec, Run};
+use super::{ok, spec, Run};
 use crate::{Expectation, Input};
 
 /// (critic, target) of every critique task dispatched in round `r`.
@@ -91,7 +91,7 @@ fn random_draws_are_seeded_by_debate_and_round_and_cover_every_agent() {
     other.machine = crate::Machine::new(
         "deb-20260102-030405-zzzzzz".into(),
         other.machine.spec().clone(),
-        crate::tests::now(),
+        super::now(),
     );
     other.apply(Input::Start);
     other.drain(|t| Some(ok(t, "x")));
@@ -566,7 +566,7 @@ fn votes_and_verdicts_resume_from_the_checkpoint_without_repeating_calls() {
     assert_eq!(state.voting.as_ref().unwrap().votes.len(), 1);
     // A new coordinator from the checkpoint re-dispatches exactly the missing votes.
     let mut m = crate::Machine::from_checkpoint(s, state);
-    let fx = m.handle(Input::Resume, crate::tests::now());
+    let fx = m.handle(Input::Resume, super::now());
     let again: BTreeSet<String> = fx
         .iter()
         .filter_map(|e| match e {
@@ -577,7 +577,7 @@ fn votes_and_verdicts_resume_from_the_checkpoint_without_repeating_calls() {
     let want: BTreeSet<String> = held.iter().map(|t| t.id.clone()).collect();
     assert_eq!(again, want);
     for t in &held {
-        m.handle(Input::Result(answer(t, &v, &b)), crate::tests::now());
+        m.handle(Input::Result(answer(t, &v, &b)), super::now());
     }
     assert!(m.state().voting.as_ref().unwrap().tallied);
 }
@@ -595,7 +595,7 @@ fn a_failed_verdict_fails_the_debate_and_retry_continues_it() {
     r.apply(Input::Start);
     r.drain(|t| {
         Some(if t.kind == TaskKind::Verdict {
-            crate::tests::fail(t, ErrorKind::Server)
+            super::fail(t, ErrorKind::Server)
         } else {
             answer(t, &|_| None, &no_vote)
         })
