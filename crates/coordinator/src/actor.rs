@@ -80,7 +80,6 @@ use chrono::Utc;
 use parley_protocol::{limits, preview, DebateStatus, TaskOutcome, TaskResult};
 use parley_telemetry::DropReason;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use rand::Rng;
 
 use crate::deps::Deps;
 use crate::failures::ActorError;
@@ -809,7 +808,7 @@ impl DebateActorState {
                 }
                 Effect::ScheduleRetry { task_id, delay_ms } => {
                     let me = myself.clone();
-                    let delay = Duration::from_millis(jitter(delay_ms));
+                    let delay = Duration::from_millis(parley_protocol::retry::jitter_ms(delay_ms));
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
                         let _ = me.cast(DebateMsg::RetryDue(task_id));
@@ -884,12 +883,4 @@ fn bounded(mut r: TaskResult) -> TaskResult {
         e.retry_after_ms = e.retry_after_ms.map(|ms| ms.min(3_600_000));
     }
     r
-}
-
-/// Between half and all of the delay, so retries of many tasks spread out.
-fn jitter(delay_ms: u64) -> u64 {
-    if delay_ms < 2 {
-        return delay_ms;
-    }
-    rand::thread_rng().gen_range(delay_ms / 2..=delay_ms)
 }

@@ -22,7 +22,6 @@ use chrono::Utc;
 use parley_protocol::{
     DebateEvent, DebateState, ErrorKind, Task, TaskError, TaskOutcome, TaskResult,
 };
-use rand::Rng;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -154,7 +153,7 @@ pub async fn run_debate_until(
                         Effect::ScheduleRetry { task_id, delay_ms } => {
                             pending_timers += 1;
                             let tx = tx.clone();
-                            let jittered = jitter(delay_ms);
+                            let jittered = parley_protocol::retry::jitter_ms(delay_ms);
                             tokio::spawn(async move {
                                 tokio::time::sleep(Duration::from_millis(jittered)).await;
                                 let _ = tx.send(Input::RetryDue(task_id));
@@ -339,14 +338,6 @@ fn spawn_task(
         }
         .instrument(span),
     );
-}
-
-/// Full jitter between half and all of the delay, so retries of many tasks spread out.
-fn jitter(delay_ms: u64) -> u64 {
-    if delay_ms < 2 {
-        return delay_ms;
-    }
-    rand::thread_rng().gen_range(delay_ms / 2..=delay_ms)
 }
 
 #[cfg(test)]
