@@ -20,7 +20,7 @@ pub enum ActorError {
 /// The reason to count an actor's failure towards [`Deps::max_actor_failures`], if it may
 /// be the debate's own fault: not when it lost its lease or checkpoint to another
 /// coordinator, not a Redis error (an outage), not a checkpoint of a newer build. A publish refused, an encoding error or a
-/// panic may be — when NATS and Redis answer ([`backends_up`]).
+/// panic may be — when NATS and Redis answer (`backends_up`).
 pub fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<String> {
     if let Some(e) = err.downcast_ref::<ActorError>() {
         if !matches!(e, ActorError::Missing(_)) {

@@ -44,8 +44,8 @@
 //! returned as [`parley_cluster::DrainIncomplete`].
 //!
 //! # The edge
-//! - Requests are decoded by `parley_protocol` ([`decode_submission`],
-//!   [`decode_debate_ref`]): sizes, ids, ranges, and the operator's
+//! - Requests are decoded by `parley_protocol` ([`decode_submission`](parley_protocol::decode_submission),
+//!   [`decode_debate_ref`](parley_protocol::decode_debate_ref)): sizes, ids, ranges, and the operator's
 //!   [`SubmissionPolicy`] (the `max_tokens` cap and the model allow-lists of the
 //!   `providers` section of [`CoordinatorConfig::policy`]) — a model outside an allow-list
 //!   is refused here, at submit time. A submission naming an endpoint or carrying anything

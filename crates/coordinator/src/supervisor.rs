@@ -15,7 +15,7 @@
 //! - **Rest.** A debate whose actor handled nothing for [`Deps::rest_after`] while it only
 //!   waits (tasks in flight, or answers to its questions; no retry backing off) goes to
 //!   rest: the actor hands the supervisor its checkpoint version and the machine's
-//!   [`Runtime`] (attempts in flight and their deadlines), the supervisor replaces the
+//!   [`Runtime`](parley_engine::Runtime) (attempts in flight and their deadlines), the supervisor replaces the
 //!   entry and the actor stops without touching the lease. Any message for the debate
 //!   (a result notice, a user command, a dead letter, a hand-back) wakes it: a new actor
 //!   is started from the checkpoint with the runtime put back — nothing is dispatched

@@ -8,7 +8,7 @@ use super::{Effect, Machine, Planned};
 
 impl Machine {
     /// The operator's prices and completion cap, for a debate with a budget (see
-    /// [`crate::budget`]). Set it before [`Input::Start`] or [`Input::Resume`].
+    /// [`crate::budget`]). Set it before [`Input::Start`](super::Input::Start) or [`Input::Resume`](super::Input::Resume).
     pub fn set_pricing(&mut self, pricing: crate::budget::Pricing) {
         self.pricing = pricing;
     }

@@ -38,7 +38,7 @@ impl AnswerError {
 }
 
 impl Machine {
-    /// [`Input::Answers`]: answers that pass [`Machine::check_answers`] are recorded;
+    /// [`Input::Answers`](super::Input::Answers): answers that pass [`Machine::check_answers`] are recorded;
     /// others change nothing.
     pub(super) fn on_answers(
         &mut self,
@@ -53,7 +53,7 @@ impl Machine {
         After::Advance
     }
 
-    /// [`Input::ClarificationTimeout`]: every open question is answered
+    /// [`Input::ClarificationTimeout`](super::Input::ClarificationTimeout): every open question is answered
     /// [`parley_protocol::NO_ANSWER`], with a warning.
     pub(super) fn on_clarification_timeout(
         &mut self,

@@ -32,7 +32,7 @@ impl Machine {
     }
 
     /// The earliest deadline of an attempt in flight: when the driver should feed
-    /// [`Input::Tick`].
+    /// [`Input::Tick`](super::Input::Tick).
     pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
         earliest_deadline(&self.deadlines, &self.in_flight)
     }
@@ -119,7 +119,7 @@ impl Machine {
         self.on_failure(&planned, id, attempt, err, now, fx);
     }
 
-    /// [`Input::Lost`]: the transport gave up on this attempt's message.
+    /// [`Input::Lost`](super::Input::Lost): the transport gave up on this attempt's message.
     pub(super) fn on_lost(
         &mut self,
         task_id: &str,

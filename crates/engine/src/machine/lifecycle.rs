@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use super::{After, Effect, Machine, Runtime, RUNNING_RETRY_INTERVAL_SECS};
 
 impl Machine {
-    /// [`Input::Start`]: a pending debate starts (budget hold, start events, warnings, the
+    /// [`Input::Start`](super::Input::Start): a pending debate starts (budget hold, start events, warnings, the
     /// clarification phase if configured).
     pub(super) fn start(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) -> After {
         if self.state.status != DebateStatus::Pending {
@@ -56,7 +56,7 @@ impl Machine {
         After::Advance
     }
 
-    /// [`Input::Retry`]: a running debate re-sends what is outstanding; a failed one resumes
+    /// [`Input::Retry`](super::Input::Retry): a running debate re-sends what is outstanding; a failed one resumes
     /// from its failed node.
     pub(super) fn retry(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) -> After {
         if self.state.status == DebateStatus::Running {
@@ -151,7 +151,7 @@ impl Machine {
         After::Advance
     }
 
-    /// [`Input::Cancel`]: the debate is cancelled unless it already ended that way or
+    /// [`Input::Cancel`](super::Input::Cancel): the debate is cancelled unless it already ended that way or
     /// completed.
     pub(super) fn cancel(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) -> After {
         if matches!(
@@ -165,7 +165,7 @@ impl Machine {
         After::Advance
     }
 
-    /// [`Input::Abort`]: the driver cannot advance the debate; it fails with `reason` at
+    /// [`Input::Abort`](super::Input::Abort): the driver cannot advance the debate; it fails with `reason` at
     /// the node it was in, and nothing outstanding is waited for any more.
     pub(super) fn abort(
         &mut self,
@@ -208,7 +208,7 @@ impl Machine {
         After::Advance
     }
 
-    /// [`Input::Resume`]: rebuilt from a checkpoint, nothing is in flight; a pending debate
+    /// [`Input::Resume`](super::Input::Resume): rebuilt from a checkpoint, nothing is in flight; a pending debate
     /// starts, a running one announces that it resumed (the plan re-dispatches).
     pub(super) fn resume(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) -> After {
         self.in_flight.clear();
@@ -253,7 +253,7 @@ impl Machine {
     }
 
     /// Puts back what [`Machine::runtime`] kept, into a machine rebuilt from the same
-    /// checkpoint (instead of [`Input::Resume`]).
+    /// checkpoint (instead of [`Input::Resume`](super::Input::Resume)).
     pub fn restore_runtime(&mut self, runtime: Runtime) {
         self.in_flight = runtime.in_flight;
         self.entered = runtime.entered;

@@ -335,7 +335,7 @@ impl Machine {
     }
 
     /// Applies one input; returns the effects to perform, in order. Each input goes to one
-    /// method; unless that method says the input changed nothing more ([`After::Stop`]),
+    /// method; unless that method says the input changed nothing more (`After::Stop`),
     /// the machine then dispatches whatever the new state enables.
     pub fn handle(&mut self, input: Input, now: DateTime<Utc>) -> Vec<Effect> {
         let mut fx = Vec::new();

@@ -226,7 +226,7 @@ impl Machine {
         }
     }
 
-    /// [`Input::RetryDue`]: the backoff of a failed task has elapsed; the plan dispatches
+    /// [`Input::RetryDue`](super::Input::RetryDue): the backoff of a failed task has elapsed; the plan dispatches
     /// its next attempt.
     pub(super) fn on_retry_due(&mut self, task_id: &str) -> After {
         self.backing_off.remove(task_id);
