@@ -22,6 +22,9 @@ cargo fmt --all -- --check
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+echo "==> the code's layout (scripts/check-house.sh)"
+scripts/check-house.sh
+
 echo "==> building binaries for the end-to-end tests"
 cargo build --workspace --bins --quiet
 

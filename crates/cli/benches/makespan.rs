@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use parley_cli::EmbeddedRunner;
-use parley_coordinator::{run_debate, Input, Machine};
+use parley_engine::{run_debate, Input, Machine};
 use parley_llm::{ProviderSettings, Registry};
 use parley_protocol::DebateSpec;
 use parley_testkit::{FakeLlm, Latency};

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use parley_cli::EmbeddedRunner;
-use parley_coordinator::{run_debate_until, FileStore, Input, Machine};
+use parley_engine::{run_debate_until, FileStore, Input, Machine};
 use parley_llm::{ChatMessage, ChatRequest, ProviderSettings, Registry, ResponseFormat};
 use parley_protocol::{AgentConfig, DebateSpec, DebateState, DebateStatus, PriceTable};
 use serde::{Deserialize, Serialize};
@@ -1258,12 +1258,12 @@ async fn run_embedded_debate(
     out: &OutDir,
     interrupt: &CancellationToken,
 ) -> Result<DebateState, CliError> {
-    let pricing = parley_coordinator::Pricing::new(
+    let pricing = parley_engine::Pricing::new(
         parley_llm::prices().as_ref().clone(),
         parley_protocol::limits::DEFAULT_MAX_TOKENS,
     );
     // As `parley run`: the debate's own budget (if any) is admitted for this problem.
-    parley_coordinator::budget::admit(&mut spec, &Default::default(), &pricing)
+    parley_engine::budget::admit(&mut spec, &Default::default(), &pricing)
         .map_err(CliError::config)?;
     let runner = Arc::new(EmbeddedRunner {
         registry,

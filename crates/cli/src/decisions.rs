@@ -76,7 +76,7 @@ pub fn record_path_of(state_file: &Path) -> PathBuf {
 
 /// Reads the saved debate `arg` names: a debate id in `./debates/`, else a path.
 pub fn load_saved(arg: &str) -> Result<Saved, CliError> {
-    let by_id = Path::new(crate::run::DEBATES_DIR).join(format!("{arg}.json"));
+    let by_id = Path::new(parley_cli::DEBATES_DIR).join(format!("{arg}.json"));
     let path = if parley_protocol::is_valid_debate_id(arg) && by_id.is_file() {
         by_id
     } else {
@@ -84,7 +84,7 @@ pub fn load_saved(arg: &str) -> Result<Saved, CliError> {
         if !p.is_file() {
             return Err(CliError::usage(
                 if parley_protocol::is_valid_debate_id(arg) {
-                    format!("no saved debate {arg} in {}", crate::run::DEBATES_DIR)
+                    format!("no saved debate {arg} in {}", parley_cli::DEBATES_DIR)
                 } else {
                     format!("{arg} is neither a saved debate's file nor a debate id")
                 },

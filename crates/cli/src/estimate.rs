@@ -1,7 +1,7 @@
 //! `parley estimate` / `parley run --estimate`: what a debate will cost, before its first
 //! call and without any.
 //!
-//! The debate's own state machine ([`parley_coordinator::Machine`]) is driven to its end
+//! The debate's own state machine ([`parley_engine::Machine`]) is driven to its end
 //! with made-up replies of a chosen length, so every call it would make is planned exactly
 //! as in a real run (summaries when the history passes its threshold, the judge's summary,
 //! evaluations for early-stopping termination). Each call's prompt is built by the workers'
@@ -29,7 +29,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{TimeZone, Utc};
-use parley_coordinator::{Effect, Input, Machine};
+use parley_engine::{Effect, Input, Machine};
 use parley_protocol::{
     completion_cap, AgentConfig, Answer, ContributionMetadata, DebateSpec, DebateStatus,
     PriceTable, Solution, Task, TaskKind, TaskOutcome, TaskOutput, TaskResult, TerminationType,

@@ -4,10 +4,13 @@
 
 pub mod estimate;
 
+/// Where embedded debates are saved (`<id>.json`, with their events, records and reports).
+pub const DEBATES_DIR: &str = "./debates";
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use parley_coordinator::TaskRunner;
+use parley_engine::TaskRunner;
 use parley_llm::Registry;
 use parley_protocol::{ContextFiles, Task, TaskResult, WorkerKind};
 

@@ -398,7 +398,7 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
 async fn status_record(args: &StatusArgs) -> Result<(), CliError> {
     let id = &args.debate.debate_id;
     id_request(id)?;
-    let store = parley_coordinator::FileStore::new(crate::run::DEBATES_DIR);
+    let store = parley_engine::FileStore::new(crate::run::DEBATES_DIR);
     let v = if store.exists(id) {
         let path = crate::decisions::record_path_of(&store.path_of(id));
         let record = parley_record::read(&path).map_err(|e| CliError::usage(e.to_string()))?;
@@ -423,7 +423,7 @@ async fn status_record(args: &StatusArgs) -> Result<(), CliError> {
 fn saved_status(args: &StatusArgs) -> Result<Option<Value>, CliError> {
     let id = &args.debate.debate_id;
     id_request(id)?;
-    let store = parley_coordinator::FileStore::new(crate::run::DEBATES_DIR);
+    let store = parley_engine::FileStore::new(crate::run::DEBATES_DIR);
     if !store.exists(id) {
         return Ok(None);
     }

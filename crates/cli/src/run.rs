@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use parley_cli::EmbeddedRunner;
-use parley_coordinator::{run_debate_until, FileStore, Input, LoadError, Machine};
+use parley_engine::{run_debate_until, FileStore, Input, LoadError, Machine};
 use parley_llm::ratelimit::LocalLimiter;
 use parley_llm::{ProviderSettings, Registry};
 use parley_protocol::{new_debate_id, DebateSpec, DebateStatus, ErrorKind, ProviderLimits};
@@ -27,7 +27,7 @@ use crate::config::{self, Overrides};
 use crate::{clarify, progress, report, CliError, RunArgs};
 
 /// Where embedded debates are checkpointed.
-pub const DEBATES_DIR: &str = "./debates";
+pub use parley_cli::DEBATES_DIR;
 
 /// How long an interrupted run waits for the calls in flight before it saves and exits.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
@@ -113,11 +113,9 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         return print_estimate(&spec, &prices, &endpoints, &limits, &args);
     }
     // Embedded, the user is the operator: no caps beyond the debate's own budget.
-    let pricing = parley_coordinator::Pricing::new(
-        prices.clone(),
-        parley_protocol::limits::DEFAULT_MAX_TOKENS,
-    );
-    parley_coordinator::budget::admit(&mut spec, &Default::default(), &pricing)
+    let pricing =
+        parley_engine::Pricing::new(prices.clone(), parley_protocol::limits::DEFAULT_MAX_TOKENS);
+    parley_engine::budget::admit(&mut spec, &Default::default(), &pricing)
         .map_err(CliError::config)?;
     parley_llm::set_prices(prices);
     // Before any call: with clarifications, answers must be had (a file or a terminal).
@@ -289,10 +287,8 @@ pub async fn continue_saved(
         },
         display_path(&store.path_of(id)),
     );
-    let pricing = parley_coordinator::Pricing::new(
-        prices.clone(),
-        parley_protocol::limits::DEFAULT_MAX_TOKENS,
-    );
+    let pricing =
+        parley_engine::Pricing::new(prices.clone(), parley_protocol::limits::DEFAULT_MAX_TOKENS);
     parley_llm::set_prices(prices);
     let mut machine = Machine::from_checkpoint(spec, state);
     machine.set_pricing(pricing);
@@ -381,7 +377,7 @@ pub(crate) fn effective_models(
 /// Runs the machine to its end (or an interrupt), then reports like `parley run`. When the
 /// debate stops to wait for clarification answers (its checkpoint is saved then), the
 /// answers are asked for (`answers`), recorded in the checkpoint
-/// ([`parley_coordinator::answer_saved`]) and the debate goes on.
+/// ([`parley_engine::answer_saved`]) and the debate goes on.
 async fn drive(
     mut machine: Machine,
     mut input: Input,
@@ -444,7 +440,7 @@ async fn drive(
                 &on_interrupt,
             )
             .await?;
-        let (next, events) = parley_coordinator::answer_saved(&store, &id, given)
+        let (next, events) = parley_engine::answer_saved(&store, &id, given)
             .map_err(|e| CliError::general(format!("debate {id}: {e}")))?;
         for e in &events {
             if let parley_protocol::EventKind::ClarificationsAnswered { remaining, .. } = e.kind {

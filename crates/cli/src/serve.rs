@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_cli::EmbeddedRunner;
-use parley_coordinator::TaskRunner;
+use parley_engine::TaskRunner;
 use parley_llm::ratelimit::LocalLimiter;
 use parley_llm::{ProviderSettings, Registry};
 use parley_protocol::{
@@ -98,7 +98,7 @@ struct ConfigSpecs {
     base_dir: PathBuf,
     /// Embedded: the prices and cap a debate's budget is admitted with (`None` in front of
     /// a cluster, whose coordinator admits it).
-    pricing: Option<parley_coordinator::Pricing>,
+    pricing: Option<parley_engine::Pricing>,
     /// The config's `providers` section: the providers the editor offers (all known ones
     /// when it names none) and their model allow-lists, enforced on every submission.
     providers: BTreeMap<String, ProviderLimits>,
@@ -318,7 +318,7 @@ impl ConfigSpecs {
             .map_err(|e| ApiError::invalid(e.to_string()))?;
         // As `parley run` does: a budget that cannot work is refused before any call.
         if let Some(pricing) = &self.pricing {
-            parley_coordinator::budget::admit(&mut spec, &Default::default(), pricing)
+            parley_engine::budget::admit(&mut spec, &Default::default(), pricing)
                 .map_err(ApiError::invalid)?;
         }
         Ok(spec)
@@ -439,7 +439,7 @@ pub async fn open_backend(
             let prices = config::load_prices(flags.prices, &loaded)?;
             parley_llm::set_prices(prices.clone());
             (
-                Some(parley_coordinator::Pricing::new(
+                Some(parley_engine::Pricing::new(
                     prices.clone(),
                     parley_protocol::limits::DEFAULT_MAX_TOKENS,
                 )),

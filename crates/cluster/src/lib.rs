@@ -17,7 +17,7 @@
 //! - [`service`]: start-up and shutdown of a service process: connect NATS + Redis, serve
 //!   `/metrics` `/healthz` `/readyz`, cancel a token on SIGTERM / ctrl-c (a second signal
 //!   exits at once), the exit status of a drain ([`DrainIncomplete`], [`exit_service`]).
-//! - [`trace`]: the `task` span every task run opens ([`task_span`]).
+//! - [`task_span`]: the `task` span every task run opens (from `parley-telemetry`).
 //! - [`nats`]: connecting with credentials (URL user/password or token, `.creds` / NKey
 //!   seed file), a per-role inbox prefix, URLs redacted in messages.
 //! - [`events`]: following a debate's events as a client through a consumer the
@@ -40,13 +40,12 @@ pub mod service;
 pub mod settings;
 pub mod status;
 pub mod streams;
-pub mod trace;
 
 pub use nats::NatsEndpoint;
+pub use parley_telemetry::task_span;
 pub use redis_conn::RedisConnection;
 pub use redis_store::RedisStore;
 pub use service::{
     cancel_on_signal, connect_backends, exit_service, init_telemetry, serve_health, start_service,
     unless_shutdown, DrainIncomplete,
 };
-pub use trace::task_span;

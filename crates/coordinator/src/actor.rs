@@ -1,4 +1,5 @@
-//! The debate actor (ractor); its supervisor is in `crate::supervisor`.
+//! The debate actor (ractor); its supervisor is in `crate::supervisor`, the messages both
+//! handle in `crate::messages`, what both need in `crate::deps`.
 //!
 //! # Runtime semantics
 //! - One [`DebateActor`] per active debate this coordinator owns; the
@@ -75,103 +76,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use async_nats::HeaderMap;
 use chrono::Utc;
-use parley_protocol::{
-    limits, preview, subjects, DebateStatus, TaskOutcome, TaskResult, SCHEMA_VERSION,
-};
+use parley_protocol::{limits, preview, DebateStatus, TaskOutcome, TaskResult};
 use parley_telemetry::DropReason;
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use rand::Rng;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use crate::supervisor::{Rest, SupervisorMsg};
-use crate::{Effect, Expectation, Input, Machine};
+use crate::deps::Deps;
+use crate::failures::ActorError;
+use crate::messages::{AnswerRefusal, DebateMsg, Rest, SupervisorMsg, RELEASING};
+use crate::publish::{headers, publish_event};
 use parley_cluster::redis_store::LeaseCheck;
-use parley_cluster::RedisStore;
+use parley_engine::{Effect, Expectation, Input, Machine};
 use parley_protocol::EventKind;
 use parley_telemetry::OpenTelemetrySpanExt as _;
 
-use crate::trace::DebateTrace;
-
-/// What every debate actor needs; shared.
-pub struct Deps {
-    pub store: RedisStore,
-    pub js: jetstream::Context,
-    /// To tell an outage from a poison debate when an actor fails.
-    pub nats: async_nats::Client,
-    /// This coordinator's lease token.
-    pub owner: String,
-    pub lease_ttl: Duration,
-    /// Lease renewal and result polling period.
-    pub poll_every: Duration,
-    /// Added to each task's timeout to make its deadline.
-    pub task_deadline_margin: Duration,
-    /// How long finished debates' keys stay in Redis (`None`: forever).
-    pub retention: Option<Duration>,
-    /// Failed adoptions (see the module docs) after which a debate is failed.
-    pub max_actor_failures: u32,
-    /// How long a debate waits for clarification answers (`None`: as long as it takes).
-    pub clarification_timeout: Option<Duration>,
-    /// Prices and the completion cap a budgeted debate reserves with.
-    pub pricing: crate::budget::Pricing,
-    /// An actor idle this long while its debate only waits puts it to rest (`None`: never).
-    pub rest_after: Option<Duration>,
-    /// Signs the decision record of each settled debate (`--record-signing-key`).
-    pub record_signing_key: Option<std::sync::Arc<parley_record::SigningKey>>,
-}
-
-/// Default of [`Deps::rest_after`].
-pub const DEFAULT_REST_AFTER: Duration = Duration::from_secs(30);
-
-/// Failed adoptions after which a debate is failed, by default.
-pub const DEFAULT_MAX_ACTOR_FAILURES: u32 = 3;
-
-#[derive(Debug)]
-pub enum DebateMsg {
-    /// Resume from the checkpoint and apply the results stored meanwhile (first message).
-    Kick,
-    /// A worker stored a result for this task.
-    ResultReady { task_id: String, attempt: u32 },
-    /// The supervisor's renewal pass: the lease's check and when the pass began (`None`:
-    /// the pass could not renew it; the actor renews it itself). Poll Redis for in-flight
-    /// results when they changed, feed the clock, maybe go to rest.
-    Tick(Option<(LeaseCheck, std::time::Instant)>),
-    /// The supervisor holds the debate at rest now: stop (every message routed here before
-    /// was handed back).
-    Rested,
-    /// A failed task's backoff elapsed.
-    RetryDue(String),
-    /// The user resumes a failed debate.
-    Retry(RpcReplyPort<Result<(), String>>),
-    /// The user cancels the debate.
-    Cancel(RpcReplyPort<Result<(), String>>),
-    /// A worker handed this attempt back to the queue for `delay_ms` (rate limit).
-    HandedBack {
-        task_id: String,
-        attempt: u32,
-        delay_ms: u64,
-    },
-    /// This attempt's message exhausted its deliveries unanswered (dead letter).
-    Lost { task_id: String, attempt: u32 },
-    /// A worker found no dispatch secret of this debate in Redis for this attempt (it gave
-    /// the message back to the queue): the actor puts its copy back.
-    SecretMissing { task_id: String, attempt: u32 },
-    /// The user's answers to clarification questions; the reply is the number of
-    /// questions still open.
-    Answer {
-        answers: Vec<parley_protocol::Answer>,
-        reply: RpcReplyPort<Result<usize, AnswerRefusal>>,
-    },
-}
-
-/// Why an actor did not apply answers.
-#[derive(Debug)]
-pub enum AnswerRefusal {
-    /// The debate refuses them (not waiting, unknown or answered questions).
-    Refused(crate::AnswerError),
-    /// The actor could not apply them now (releasing the debate, a checkpoint failed).
-    Other(String),
-}
+use parley_engine::trace::DebateTrace;
 
 pub struct DebateArgs {
     pub id: String,
@@ -223,19 +142,6 @@ fn metrics_status(status: DebateStatus) -> parley_telemetry::DebateStatus {
         DebateStatus::Failed => parley_telemetry::DebateStatus::Failed,
         DebateStatus::Cancelled => parley_telemetry::DebateStatus::Cancelled,
     }
-}
-
-/// Reply to a user command that reached an actor which is releasing its debate.
-pub const RELEASING: &str = "the debate is being released by its coordinator; try again";
-
-#[derive(Debug, thiserror::Error)]
-enum ActorError {
-    #[error("debate {0} has no stored spec or state")]
-    Missing(String),
-    #[error("debate {0}: another coordinator wrote its checkpoint; giving it up")]
-    LostCas(String),
-    #[error("debate {0} is not running")]
-    NotRunning(String),
 }
 
 impl Actor for DebateActor {
@@ -902,7 +808,7 @@ impl DebateActorState {
                 }
                 Effect::ScheduleRetry { task_id, delay_ms } => {
                     let me = myself.clone();
-                    let delay = Duration::from_millis(jitter(delay_ms));
+                    let delay = Duration::from_millis(parley_protocol::retry::jitter_ms(delay_ms));
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
                         let _ = me.cast(DebateMsg::RetryDue(task_id));
@@ -952,185 +858,6 @@ enum InputKind {
     Retry,
     Other,
 }
-
-/// Publishes one event with `Nats-Msg-Id = <id>/event/<seq>` (a re-publish within the
-/// stream's duplicate window is dropped by JetStream).
-async fn publish_event(
-    js: &jetstream::Context,
-    event: &parley_protocol::DebateEvent,
-) -> Result<jetstream::context::PublishAckFuture, ActorProcessingErr> {
-    let id = &event.debate_id;
-    let body = serde_json::to_vec(event)?;
-    let msg_id = format!("{id}/event/{}", event.seq);
-    Ok(js
-        .publish_with_headers(subjects::events_subject(id), headers(&msg_id), body.into())
-        .await?)
-}
-
-/// Applies a cancel or an abort to a debate whose lease this coordinator holds but which it
-/// does not run, without resuming it (nothing is re-dispatched): checkpoint, then its events
-/// (best effort: the checkpoint is what counts), then the bookkeeping of a settled debate.
-/// Returns the debate's status afterwards.
-pub(crate) async fn settle_directly(
-    deps: &Deps,
-    id: &str,
-    input: Input,
-) -> Result<DebateStatus, String> {
-    let store = &deps.store;
-    let loaded = async {
-        Ok::<_, parley_cluster::redis_store::RedisStoreError>((
-            store.spec(id).await?,
-            store.state(id).await?,
-        ))
-    }
-    .await;
-    let (spec, cp) = match loaded {
-        Ok(v) => v,
-        Err(parley_cluster::redis_store::RedisStoreError::Decode { what, source }) => {
-            // A checkpoint this build cannot read never will be: stop scheduling it.
-            tracing::error!(debate = %id, what, error = %source, "cannot decode the debate; it is no longer scheduled");
-            let _ = store.unmark_running(id).await;
-            return Err(format!("cannot decode {what}: {source}"));
-        }
-        Err(e) => return Err(e.to_string()),
-    };
-    let (Some(spec), Some(cp)) = (spec, cp) else {
-        let _ = store.unmark_running(id).await;
-        return Err(format!("debate {id} has no stored spec or state"));
-    };
-    let before = cp.state.status;
-    // The previous owner's last events first (best effort), so the stream keeps its order.
-    publish_best_effort(deps, id, &cp.state.engine.outbox).await;
-    let mut machine = Machine::from_checkpoint(spec, cp.state);
-    machine.set_pricing(deps.pricing.clone());
-    let events: Vec<parley_protocol::DebateEvent> = machine
-        .handle(input, Utc::now())
-        .into_iter()
-        .filter_map(|e| match e {
-            Effect::Emit(event) => Some(event),
-            _ => None,
-        })
-        .collect();
-    machine.set_outbox(events.clone());
-    match store.save_state(machine.state(), cp.version).await {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            return Err(format!(
-                "debate {id}: another coordinator wrote its checkpoint"
-            ))
-        }
-        Err(e) => return Err(e.to_string()),
-    }
-    publish_best_effort(deps, id, &events).await;
-    let status = machine.state().status;
-    if !matches!(
-        status,
-        DebateStatus::Running | DebateStatus::Pending | DebateStatus::AwaitingClarifications
-    ) {
-        store.unmark_running(id).await.map_err(|e| e.to_string())?;
-        crate::decision_record::store(
-            store,
-            deps.record_signing_key.as_ref(),
-            machine.spec(),
-            machine.state(),
-        )
-        .await;
-        if let Some(ttl) = deps.retention {
-            store
-                .expire_debate(id, ttl)
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        if before != status {
-            tracing::info!(debate = %id, status = status.as_str(), "debate settled without resuming it");
-        }
-    }
-    Ok(status)
-}
-
-/// Publishes `events`, each waited for at most a few seconds; failures are logged.
-async fn publish_best_effort(deps: &Deps, id: &str, events: &[parley_protocol::DebateEvent]) {
-    for event in events {
-        let published = async {
-            let ack = publish_event(&deps.js, event).await?;
-            ack.await.map_err(ActorProcessingErr::from)
-        };
-        match tokio::time::timeout(Duration::from_secs(5), published).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(debate = %id, error = %e, "cannot publish an event"),
-            Err(_) => tracing::warn!(debate = %id, "timed out publishing an event"),
-        }
-    }
-}
-
-/// The reason to count an actor's failure towards [`Deps::max_actor_failures`], if it may
-/// be the debate's own fault: not when it lost its lease or checkpoint to another
-/// coordinator, not a Redis error or a JetStream publish the stream could not take (an
-/// outage: a stream without a leader answers "no stream found" until its election ends),
-/// not a checkpoint of a newer build. A message the stream refuses, an encoding error or a
-/// panic may be — when NATS and Redis answer ([`backends_up`]).
-pub(crate) fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<String> {
-    if let Some(e) = err.downcast_ref::<ActorError>() {
-        if !matches!(e, ActorError::Missing(_)) {
-            return None;
-        }
-    }
-    // A shared stream that cannot take a publish now (no leader during an election, no
-    // responders, no ack in time, the connection gone) is an outage of the whole cluster,
-    // not a fault of this debate; only a message the stream refuses for what it is (too
-    // large, a failed expectation) may be.
-    if let Some(e) = err.downcast_ref::<jetstream::context::PublishError>() {
-        use jetstream::context::PublishErrorKind as K;
-        if matches!(
-            e.kind(),
-            K::StreamNotFound | K::TimedOut | K::BrokenPipe | K::MaxAckPending
-        ) {
-            return None;
-        }
-    }
-    // An outage, or a checkpoint of a newer build (a coordinator of that build runs it):
-    // not the debate's fault.
-    if let Some(
-        parley_cluster::redis_store::RedisStoreError::Redis(_)
-        | parley_cluster::redis_store::RedisStoreError::NewerFormat { .. },
-    ) = err.downcast_ref::<parley_cluster::redis_store::RedisStoreError>()
-    {
-        return None;
-    }
-    Some(parley_protocol::clip_text(&err.to_string(), 1000))
-}
-
-/// NATS (core and JetStream) and Redis answer within a few seconds.
-async fn backends_up(deps: &Deps) -> bool {
-    // JetStream answers when it can describe the tasks stream.
-    let probe = async {
-        deps.nats.flush().await.ok()?;
-        deps.js.get_stream(subjects::TASKS_STREAM).await.ok()?;
-        deps.store.ping().await.ok()
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(3), probe).await,
-        Ok(Some(()))
-    )
-}
-
-/// Counts a failure of the debate's actor when the debate may be at fault (see
-/// [`fault_reason`]) and the backends are up.
-pub(crate) async fn count_failure(deps: &Deps, id: &str, reason: Option<String>) {
-    let Some(reason) = reason else {
-        return;
-    };
-    if !backends_up(deps).await {
-        return;
-    }
-    match deps.store.record_actor_failure(id, &reason).await {
-        Ok(n) => {
-            tracing::warn!(debate = %id, failures = n, error = %reason, "the debate's actor failed with NATS and Redis up")
-        }
-        Err(e) => tracing::warn!(debate = %id, error = %e, "cannot count an actor failure"),
-    }
-}
-
 /// Where a result to check came from: a worker's notification (every drop is news), or a
 /// resume / poll (results of finished tasks and old failures are expected there).
 #[derive(Debug, Clone, Copy)]
@@ -1163,29 +890,4 @@ fn bounded(mut r: TaskResult) -> TaskResult {
         e.retry_after_ms = e.retry_after_ms.map(|ms| ms.min(3_600_000));
     }
     r
-}
-
-fn headers(msg_id: &str) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    // Ids are validated (`[A-Za-z0-9_-]`), so this holds; still, a header value is never
-    // built with a panicking conversion.
-    match msg_id.parse::<async_nats::HeaderValue>() {
-        Ok(v) => h.insert("Nats-Msg-Id", v),
-        Err(_) => {
-            tracing::warn!(msg_id = %preview(msg_id, 200), "a message id that is not a header value; sent without deduplication")
-        }
-    }
-    h.insert(
-        subjects::HEADER_SCHEMA_VERSION,
-        SCHEMA_VERSION.to_string().as_str(),
-    );
-    h
-}
-
-/// Between half and all of the delay, so retries of many tasks spread out.
-fn jitter(delay_ms: u64) -> u64 {
-    if delay_ms < 2 {
-        return delay_ms;
-    }
-    rand::thread_rng().gen_range(delay_ms / 2..=delay_ms)
 }

@@ -1,18 +1,19 @@
-//! The debate engine and the coordinator service.
+//! The coordinator service: the distributed driver of the debate engine.
 //!
-//! Here: the pure state machine, the embedded driver and its file store, and the
-//! distributed coordinator (actors, NATS request subjects, leases). Not here: the runtime the
-//! coordinator shares with the workers (Redis store, JetStream streams, settings, service
-//! start-up, the task span) — that is `parley-cluster`, which this crate builds on.
+//! Here: one ractor actor per active debate over the engine's [`parley_engine::Machine`],
+//! the registry of a coordinator's debates with their leases, and the NATS request
+//! subjects. Not here: the engine itself (`parley-engine`: the state machine, budgets, the
+//! embedded driver) and the runtime the coordinator shares with the workers (Redis store,
+//! JetStream streams, settings, service start-up — `parley-cluster`), which this crate
+//! builds on.
 //!
 //! # Layout
-//! - [`machine`]: the pure debate state machine ([`Machine`]): inputs in, effects out.
-//! - [`driver`]: runs a machine in-process against a [`TaskRunner`] (the embedded mode),
-//!   with bounded concurrency, per-task timeouts, retry timers, a checkpoint after every
-//!   transition, a failed result for a task that panics, and a bounded stop on interrupt.
-//! - [`store`]: checkpoint stores ([`FileStore`] for `./debates/<id>.json`, spec included
-//!   so the file alone continues the debate).
-//! - [`trace`]: the spans of a debate (`debate` → `node`), opened by whoever drives it.
+//! - [`deps`]: what every debate actor needs ([`deps::Deps`]) and its defaults.
+//! - [`messages`]: the messages of the debate actors and of the supervisor.
+//! - [`failures`]: the failure policy of debate actors (which failures count against a
+//!   debate) and counting them.
+//! - [`publish`]: publishing a debate's events, and the headers of every publish.
+//! - [`settle`]: a cancel or an abort applied to a debate without starting its actor.
 //! - [`actor`]: the distributed driver: one ractor actor per active debate, checkpoints
 //!   (CAS) before effects, result polling. Its runtime semantics are documented there.
 //! - [`supervisor`]: the registry of a coordinator's debates, one lease renewal pass for
@@ -22,30 +23,12 @@
 //!   retry, cancel, result routing, takeover scan. `main.rs` is a thin binary over it.
 
 pub mod actor;
-pub mod budget;
 pub mod decision_record;
-pub mod driver;
+pub mod deps;
+pub mod failures;
 pub mod follow;
-pub mod machine;
+pub mod messages;
+pub mod publish;
 pub mod service;
-pub mod store;
+pub mod settle;
 pub mod supervisor;
-pub mod trace;
-
-pub use budget::Pricing;
-pub use driver::{run_debate, run_debate_until, Driven, TaskRunner};
-pub use machine::{AnswerError, Effect, Expectation, Input, Machine, Runtime};
-pub use store::{answer_saved, AnswerSavedError, FileStore, LoadError};
-
-#[cfg(test)]
-mod adaptive_tests;
-#[cfg(test)]
-mod budget_tests;
-#[cfg(test)]
-mod clarify_tests;
-#[cfg(test)]
-mod deadline_tests;
-#[cfg(test)]
-mod similarity_tests;
-#[cfg(test)]
-mod tests;

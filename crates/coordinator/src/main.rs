@@ -88,7 +88,7 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
     let drain_default = parley_coordinator::service::DEFAULT_DRAIN.as_secs();
     let clarification_default =
         parley_coordinator::service::DEFAULT_CLARIFICATION_TIMEOUT.as_secs();
-    let rest_default = parley_coordinator::actor::DEFAULT_REST_AFTER.as_secs();
+    let rest_default = parley_coordinator::deps::DEFAULT_REST_AFTER.as_secs();
     let defaults = Layer::default()
         .with("lease_ttl_ms", Some(DEFAULT_LEASE_TTL_MS))
         .with("retention", Some(format_duration(DEFAULT_RETENTION)))
@@ -225,7 +225,7 @@ fn settings(args: &Args) -> Result<CoordinatorConfig, String> {
     config.task_deadline_margin = Duration::from_secs(task_deadline_margin_secs);
     config.drain = Duration::from_secs(drain_secs);
     config.pricing =
-        parley_coordinator::Pricing::new(common.prices.clone().with_inline(&providers), max_tokens);
+        parley_engine::Pricing::new(common.prices.clone().with_inline(&providers), max_tokens);
     config.policy = SubmissionPolicy {
         max_tokens,
         providers,

@@ -47,8 +47,8 @@
 //! returned as [`parley_cluster::DrainIncomplete`].
 //!
 //! # The edge
-//! - Requests are decoded by `parley_protocol` ([`decode_submission`],
-//!   [`decode_debate_ref`]): sizes, ids, ranges, and the operator's
+//! - Requests are decoded by `parley_protocol` ([`decode_submission`](parley_protocol::decode_submission),
+//!   [`decode_debate_ref`](parley_protocol::decode_debate_ref)): sizes, ids, ranges, and the operator's
 //!   [`SubmissionPolicy`] (the `max_tokens` cap and the model allow-lists of the
 //!   `providers` section of [`CoordinatorConfig::policy`]) — a model outside an allow-list
 //!   is refused here, at submit time. A submission naming an endpoint or carrying anything
@@ -68,27 +68,24 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream;
-use bytes::Bytes;
-use chrono::Utc;
 use futures::StreamExt;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
-use parley_protocol::{
-    decode_answer_request, decode_debate_ref, decode_feedback_request, decode_submission,
-    is_valid_debate_id, new_debate_id, preview, split_pages, Answer, DebateStatus, ResultNotice,
-    StatusPage, StatusRequest, StatusSummary, StatusView, SubmissionPolicy, TaskRef,
-};
+use parley_protocol::{preview, ResultNotice, SubmissionPolicy};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef, RactorErr};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::actor::{DebateMsg, Deps};
-use crate::supervisor::{AdoptError, Supervisor, SupervisorMsg};
-use crate::{Input, Machine};
+use crate::deps::Deps;
+use crate::messages::{AdoptError, DebateMsg, SupervisorMsg};
+use crate::supervisor::Supervisor;
 use parley_cluster::nats::{NatsEndpoint, INBOX_COORDINATOR};
 use parley_cluster::{start_service, RedisStore};
+
+mod requests;
+use requests::Command;
 
 /// Default of [`CoordinatorConfig::max_pending_requests`].
 pub const DEFAULT_MAX_PENDING_REQUESTS: usize = 256;
@@ -129,7 +126,7 @@ pub struct CoordinatorConfig {
     /// How long a finished (completed, failed, cancelled) debate's keys stay in Redis;
     /// `None`: forever.
     pub retention: Option<Duration>,
-    /// Added to each task's timeout to make its deadline (see `crate::machine`).
+    /// Added to each task's timeout to make its deadline (see `parley_engine::machine`).
     pub task_deadline_margin: Duration,
     /// Failed adoptions after which a debate is failed (see `crate::actor`).
     pub max_actor_failures: u32,
@@ -138,8 +135,8 @@ pub struct CoordinatorConfig {
     /// What the operator allows a submission (maxTokens cap, model allow-lists, spend
     /// caps).
     pub policy: SubmissionPolicy,
-    /// Prices and the completion cap budgets reserve with (see [`crate::budget`]).
-    pub pricing: crate::budget::Pricing,
+    /// Prices and the completion cap budgets reserve with (see [`parley_engine::budget`]).
+    pub pricing: parley_engine::Pricing,
     /// Requests handled at once; past it a request is answered `unavailable`.
     pub max_pending_requests: usize,
     /// Event followers open at once (see `parley_cluster::events`).
@@ -162,14 +159,14 @@ impl CoordinatorConfig {
             redis_min_replicas: 0,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
-            rest_after: Some(crate::actor::DEFAULT_REST_AFTER),
+            rest_after: Some(crate::deps::DEFAULT_REST_AFTER),
             scan_every: Duration::from_secs(2),
             metrics_addr: None,
             retention: Some(parley_cluster::settings::DEFAULT_RETENTION),
             task_deadline_margin: Duration::from_secs(
                 parley_cluster::settings::DEFAULT_TASK_DEADLINE_MARGIN_SECS,
             ),
-            max_actor_failures: crate::actor::DEFAULT_MAX_ACTOR_FAILURES,
+            max_actor_failures: crate::deps::DEFAULT_MAX_ACTOR_FAILURES,
             drain: DEFAULT_DRAIN,
             policy: SubmissionPolicy::default(),
             pricing: Default::default(),
@@ -205,7 +202,7 @@ struct Service {
     page_bytes: usize,
     /// What submissions may choose.
     policy: SubmissionPolicy,
-    pricing: crate::budget::Pricing,
+    pricing: parley_engine::Pricing,
     /// One permit per request being handled (bounds the spawned handlers).
     requests: Arc<Semaphore>,
     /// Event followers open at once, at most.
@@ -635,704 +632,5 @@ async fn scan(svc: Arc<Service>, every: Duration) {
                 Err(e) => tracing::warn!(debate = %id, error = %e, "cannot take over a debate"),
             }
         }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Command {
-    Retry,
-    Cancel,
-}
-
-impl Command {
-    fn as_str(self) -> &'static str {
-        match self {
-            Command::Retry => "retry",
-            Command::Cancel => "cancel",
-        }
-    }
-}
-
-/// A cancel whose owner did not answer: the durable mark is stored, so the owner applies
-/// it at its next tick (an adoption before anything else).
-fn accepted_later(id: &str) -> Value {
-    json!({ "debateId": id, "accepted": "cancel", "appliedBy": "the debate's owner at its next tick" })
-}
-
-/// A status request: `{"debateId"}` plus an optional `view`, `snapshot` and `page`.
-/// Bounded like every request (see `parley_protocol::decode_debate_ref`).
-fn status_request(payload: &[u8]) -> Result<StatusRequest, ErrorReply> {
-    if payload.len() > parley_protocol::limits::MAX_REQUEST_BYTES {
-        return Err(err(
-            ErrorCode::PayloadTooLarge,
-            format!(
-                "request is {} bytes, the limit is {}",
-                payload.len(),
-                parley_protocol::limits::MAX_REQUEST_BYTES
-            ),
-        ));
-    }
-    let v: Value = serde_json::from_slice(payload)
-        .map_err(|e| err(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
-    let r: StatusRequest = serde_json::from_value(v).map_err(|e| {
-        err(
-            ErrorCode::InvalidRequest,
-            format!("expected {{\"debateId\": ..., \"view\"?: \"full\"|\"summary\", \"snapshot\"?, \"page\"?}}: {e}"),
-        )
-    })?;
-    if !is_valid_debate_id(&r.debate_id) {
-        return Err(err(
-            ErrorCode::InvalidRequest,
-            format!(
-                "debateId: {:?} is not a debate id (deb-YYYYMMDD-HHMMSS-xxxxxx)",
-                preview(&r.debate_id, 64)
-            ),
-        ));
-    }
-    Ok(r)
-}
-
-fn debate_ref(payload: &[u8]) -> Result<String, ErrorReply> {
-    decode_debate_ref(payload).map_err(ErrorReply::from)
-}
-
-impl Service {
-    async fn actor(&self, id: &str) -> Option<ActorRef<DebateMsg>> {
-        let id = id.to_string();
-        match self
-            .sup
-            .call(
-                |reply| SupervisorMsg::Get { id, reply },
-                Some(Duration::from_secs(5)),
-            )
-            .await
-        {
-            Ok(CallResult::Success(a)) => a,
-            _ => None,
-        }
-    }
-
-    /// Of `ids`, the debates this replica does not own (all of them when the supervisor
-    /// does not answer: adopting one owned here is a no-op).
-    async fn not_owned(&self, ids: Vec<String>) -> Vec<String> {
-        let asked = ids.clone();
-        match self
-            .sup
-            .call(
-                |reply| SupervisorMsg::NotOwned { ids, reply },
-                Some(Duration::from_secs(5)),
-            )
-            .await
-        {
-            Ok(CallResult::Success(ids)) => ids,
-            _ => asked,
-        }
-    }
-
-    async fn adopt(&self, id: &str, follow_up: Option<Input>) -> Result<(), AdoptError> {
-        let id = id.to_string();
-        match self
-            .sup
-            .call(
-                |reply| SupervisorMsg::Adopt {
-                    id,
-                    follow_up: follow_up.map(Box::new),
-                    reply,
-                },
-                Some(Duration::from_secs(10)),
-            )
-            .await
-        {
-            Ok(CallResult::Success(r)) => r,
-            Ok(_) => Err(AdoptError::Failed("the supervisor did not answer".into())),
-            Err(e) => Err(AdoptError::Failed(e.to_string())),
-        }
-    }
-
-    async fn submit(&self, payload: &[u8]) -> Reply {
-        let mut spec = decode_submission(payload, &self.policy).map_err(ErrorReply::from)?;
-        crate::budget::admit(&mut spec, &self.policy.max_debate, &self.pricing)
-            .map_err(|m| err(ErrorCode::InvalidRequest, m))?;
-        let (id, start) = within_deadline(self.create(spec)).await?;
-        if start {
-            match self.adopt(&id, None).await {
-                // Another replica's scan may have been quicker: it runs the debate.
-                Ok(()) | Err(AdoptError::OwnedElsewhere) => {}
-                // The scan retries later.
-                Err(e) => tracing::warn!(debate = %id, error = %e, "cannot start the debate yet"),
-            }
-            tracing::info!(debate = %id, "debate accepted");
-        }
-        Ok(json!({ "debateId": id }))
-    }
-
-    /// Stores a submitted debate (every step create-if-absent); its id, and whether this
-    /// replica should start it (not when it has already started).
-    async fn create(
-        &self,
-        spec: parley_protocol::DebateSpec,
-    ) -> Result<(String, bool), ErrorReply> {
-        let now = Utc::now();
-        let mut id = new_debate_id(now);
-        if let Some(key) = &spec.idempotency_key {
-            // Every copy of a submission gets the id bound first. Whoever bound it may have
-            // died before creating the debate, so each copy makes sure it exists: every
-            // step below is create-if-absent.
-            let digest = parley_cluster::redis_store::spec_digest(&spec).map_err(unavailable)?;
-            let bound = self
-                .store
-                .bind_idempotency_key_for_spec(key, &id, &digest)
-                .await
-                .map_err(unavailable)?;
-            let same = match &bound.spec_digest {
-                Some(d) => *d == digest,
-                // Bound by an older build: compare with the stored spec, if any yet.
-                None => self
-                    .store
-                    .spec(&bound.debate_id)
-                    .await
-                    .map_err(unavailable)?
-                    .is_none_or(|stored| stored == spec),
-            };
-            if !same {
-                return Err(err(
-                    ErrorCode::Conflict,
-                    format!(
-                        "idempotencyKey: {:?} was first sent with a different debate ({}); \
-                         use a new key for a new debate",
-                        preview(key, 64),
-                        bound.debate_id
-                    ),
-                ));
-            }
-            id = bound.debate_id;
-        }
-        // Before the debate exists: its actor stamps every task with a token from it.
-        self.store
-            .ensure_dispatch_secret(&id)
-            .await
-            .map_err(unavailable)?;
-        self.store.put_spec(&id, &spec).await.map_err(unavailable)?;
-        let machine = Machine::new(id.clone(), spec, now);
-        let created = self
-            .store
-            .save_state(machine.state(), 0)
-            .await
-            .map_err(unavailable)?
-            .is_some();
-        if !created {
-            let stored = self.store.state(&id).await.map_err(unavailable)?;
-            if stored.is_some_and(|cp| cp.state.status != DebateStatus::Pending) {
-                // Already started (or settled): its owner, or the scan, takes care of it.
-                return Ok((id, false));
-            }
-        }
-        self.store.mark_running(&id).await.map_err(unavailable)?;
-        Ok((id, true))
-    }
-
-    async fn status(&self, payload: &[u8]) -> Reply {
-        let req = status_request(payload)?;
-        let id = req.debate_id;
-        if let Some(snapshot) = req.snapshot {
-            return self.status_page(&id, snapshot, req.page.unwrap_or(0)).await;
-        }
-        if req.view == StatusView::Record {
-            return self.record_reply(&id).await;
-        }
-        let cp = self.store.state(&id).await.map_err(unavailable)?;
-        let cp = cp.ok_or_else(|| self.not_found(&id))?;
-        let version = cp.version;
-        let mut state = cp.state;
-        // The outbox is delivery bookkeeping; its events are on the events stream.
-        state.engine.outbox.clear();
-        let json =
-            serde_json::to_string(&state).map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
-        if req.view == StatusView::Summary {
-            let summary = StatusSummary::of(&state, version, json.len());
-            return serde_json::to_value(summary)
-                .map_err(|e| err(ErrorCode::Internal, e.to_string()));
-        }
-        if json.len() <= self.page_bytes {
-            return serde_json::from_str(&json)
-                .map_err(|e| err(ErrorCode::Internal, e.to_string()));
-        }
-        // Too large for one reply: a snapshot in pages (its first entry is the byte count).
-        let pages = split_pages(&json, self.page_bytes);
-        let bytes = json.len().to_string();
-        let entries: Vec<&str> = std::iter::once(bytes.as_str()).chain(pages).collect();
-        self.store
-            .put_snapshot(&id, version, &entries, STATUS_SNAPSHOT_TTL)
-            .await
-            .map_err(unavailable)?;
-        self.status_page(&id, version, 0).await
-    }
-
-    /// The debate's decision record (`parley:{<id>}:record`): inline, or a snapshot in
-    /// pages like a large state (its snapshot number has bit 62 set, so it never meets a
-    /// state version).
-    async fn record_reply(&self, id: &str) -> Reply {
-        let json = self.store.record(id).await.map_err(unavailable)?;
-        let Some(json) = json else {
-            return Err(err(
-                ErrorCode::NotFound,
-                format!("debate {id} has no decision record: it has not settled, or its record has expired"),
-            ));
-        };
-        if json.len() <= self.page_bytes {
-            return serde_json::from_str(&json)
-                .map_err(|e| err(ErrorCode::Internal, e.to_string()));
-        }
-        let snapshot = (1u64 << 62) | u64::from(rand::random::<u32>());
-        let pages = split_pages(&json, self.page_bytes);
-        let bytes = json.len().to_string();
-        let entries: Vec<&str> = std::iter::once(bytes.as_str()).chain(pages).collect();
-        self.store
-            .put_snapshot(id, snapshot, &entries, STATUS_SNAPSHOT_TTL)
-            .await
-            .map_err(unavailable)?;
-        self.status_page(id, snapshot, 0).await
-    }
-
-    /// Page `page` of a stored snapshot.
-    async fn status_page(&self, id: &str, snapshot: u64, page: u32) -> Reply {
-        let gone = || {
-            err(
-                ErrorCode::NotFound,
-                format!(
-                    "debate {id}: no page {page} of status snapshot {snapshot} (snapshots are kept {} s); request the status again",
-                    STATUS_SNAPSHOT_TTL.as_secs()
-                ),
-            )
-        };
-        let bytes = self
-            .store
-            .snapshot_page(id, snapshot, 0)
-            .await
-            .map_err(unavailable)?
-            .and_then(|(b, _)| b.parse::<u64>().ok())
-            .ok_or_else(gone)?;
-        let (data, entries) = self
-            .store
-            .snapshot_page(id, snapshot, page.saturating_add(1))
-            .await
-            .map_err(unavailable)?
-            .ok_or_else(gone)?;
-        let reply = StatusPage {
-            debate_id: id.to_string(),
-            snapshot,
-            page,
-            pages: entries.saturating_sub(1),
-            bytes,
-            data,
-        };
-        serde_json::to_value(reply).map_err(|e| err(ErrorCode::Internal, e.to_string()))
-    }
-
-    /// `not_found` for a debate id, naming the retention (a finished debate's keys expire).
-    fn not_found(&self, id: &str) -> ErrorReply {
-        let kept = match self.retention {
-            None => "finished debates are kept forever (retention = 0)".to_string(),
-            Some(r) => format!(
-                "finished debates are deleted {} after they end (the coordinator's `retention` setting)",
-                parley_cluster::settings::format_duration(r)
-            ),
-        };
-        let created = chrono::NaiveDateTime::parse_from_str(
-            id.get(4..19).unwrap_or_default(),
-            "%Y%m%d-%H%M%S",
-        )
-        .ok()
-        .map(|t| t.and_utc());
-        let expired = match (self.retention, created) {
-            (Some(r), Some(c))
-                if Utc::now() - c > chrono::Duration::from_std(r).unwrap_or_default() =>
-            {
-                format!(
-                    "; it was created {}, so it may have expired",
-                    c.format("%Y-%m-%d %H:%M:%S UTC")
-                )
-            }
-            _ => String::new(),
-        };
-        err(
-            ErrorCode::NotFound,
-            format!("no debate {id}: {kept}{expired}"),
-        )
-    }
-
-    async fn user_command(&self, payload: &[u8], cmd: Command) -> Reply {
-        let id = debate_ref(payload)?;
-        let cp = self.store.state(&id).await.map_err(unavailable)?;
-        let cp = cp.ok_or_else(|| self.not_found(&id))?;
-        let status = cp.state.status;
-        match cmd {
-            Command::Retry if !matches!(status, DebateStatus::Failed | DebateStatus::Running) => {
-                return Err(err(
-                    ErrorCode::Conflict,
-                    format!(
-                        "debate {id} is {}; only a failed or running debate can be retried",
-                        status.as_str()
-                    ),
-                ));
-            }
-            Command::Cancel if status.is_terminal() => {
-                return Err(err(
-                    ErrorCode::Conflict,
-                    format!("debate {id} is already {}", status.as_str()),
-                ));
-            }
-            _ => {}
-        }
-        match cmd {
-            // A user retry is a fresh start for the failure count, and needs an owner.
-            Command::Retry => {
-                self.store
-                    .clear_actor_failures(&id)
-                    .await
-                    .map_err(unavailable)?;
-                self.store.mark_running(&id).await.map_err(unavailable)?;
-            }
-            // Durable first: whoever runs (or next adopts) the debate applies it, and
-            // workers skip its tasks from now on.
-            Command::Cancel => self.store.mark_cancelled(&id).await.map_err(unavailable)?,
-        }
-        // The owner may be changing hands (an actor releasing the debate, a scan holding
-        // the lease for a moment): try the local actor, adoption, then the owner, a few times.
-        let mut last = err(
-            ErrorCode::Unavailable,
-            format!("debate {id} is busy; try again"),
-        );
-        for _ in 0..20 {
-            if let Some(actor) = self.actor(&id).await {
-                match ask(&actor, &id, cmd).await {
-                    Err(e) if e.error.message == crate::actor::RELEASING => last = e,
-                    Err(e) if cmd == Command::Cancel && e.error.code == ErrorCode::Unavailable => {
-                        return Ok(accepted_later(&id));
-                    }
-                    r => return r,
-                }
-            } else {
-                let follow_up = match cmd {
-                    Command::Retry => Input::Retry,
-                    Command::Cancel => Input::Cancel,
-                };
-                match self.adopt(&id, Some(follow_up)).await {
-                    Ok(()) => return Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
-                    Err(AdoptError::OwnedElsewhere) => match self.forward_command(&id, cmd).await {
-                        Err(e)
-                            if cmd == Command::Cancel && e.error.code == ErrorCode::Unavailable =>
-                        {
-                            return Ok(accepted_later(&id));
-                        }
-                        Err(e) if e.error.code == ErrorCode::Unavailable => last = e,
-                        r => return r,
-                    },
-                    Err(AdoptError::Failed(e)) => return Err(err(ErrorCode::Unavailable, e)),
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if cmd == Command::Cancel {
-            return Ok(accepted_later(&id));
-        }
-        Err(last)
-    }
-
-    /// Records a dead-lettered task message, deletes it from the stream and tells the
-    /// debate's owner (see the module docs).
-    async fn dead_letter(&self, a: MaxDeliveries) {
-        let kind = if a.consumer
-            == parley_cluster::streams::consumer_name(parley_protocol::WorkerKind::Judge)
-        {
-            parley_telemetry::TaskKind::Judge
-        } else {
-            parley_telemetry::TaskKind::Agent
-        };
-        let stream = match self.js.get_stream(subjects::TASKS_STREAM).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot open the tasks stream for a dead letter");
-                return;
-            }
-        };
-        let task = match stream.get_raw_message(a.stream_seq).await {
-            Ok(m) => serde_json::from_slice::<TaskRef>(&m.payload).ok(),
-            Err(e) => {
-                // Acked or deleted meanwhile (a last delivery answered late): nothing to do.
-                tracing::debug!(seq = a.stream_seq, error = %e, "dead letter already gone");
-                return;
-            }
-        };
-        parley_telemetry::metrics()
-            .task_dead_lettered(kind, parley_telemetry::DeadLetterReason::MaxDeliveries);
-        let entry = json!({
-            "at": Utc::now(),
-            "consumer": a.consumer,
-            "streamSeq": a.stream_seq,
-            "deliveries": a.deliveries,
-            "debateId": task.as_ref().map(|t| t.debate_id.clone()),
-            "taskId": task.as_ref().map(|t| t.id.clone()),
-            "attempt": task.as_ref().map(|t| t.attempt),
-        });
-        tracing::warn!(seq = a.stream_seq, consumer = %a.consumer, task = ?task.as_ref().map(|t| &t.id), "a task message exhausted its deliveries: dead letter");
-        if let Err(e) = self.store.record_dead_letter(&entry.to_string()).await {
-            tracing::warn!(error = %e, "cannot record a dead letter");
-        }
-        if let Err(e) = stream.delete_message(a.stream_seq).await {
-            tracing::warn!(seq = a.stream_seq, error = %e, "cannot delete a dead letter from the tasks stream");
-        }
-        if let Some(t) = task {
-            if is_valid_debate_id(&t.debate_id) {
-                let notice = ResultNotice {
-                    dead_lettered: true,
-                    ..ResultNotice::result(&t.debate_id, &t.id, t.attempt)
-                };
-                if let Ok(body) = serde_json::to_vec(&notice) {
-                    let _ = self
-                        .nats
-                        .publish(subjects::results_subject(&t.debate_id), body.into())
-                        .await;
-                }
-            }
-        }
-    }
-
-    /// `parley.debates.answer`: checked against the checkpoint, then applied by the
-    /// debate's actor (see the module docs).
-    /// `parley.debates.follow`: a consumer of exactly one debate's events, created for the
-    /// requester (clients may not create consumers; see `parley_cluster::events`).
-    async fn follow(&self, subject: &str, reply_to: &str, payload: &[u8]) -> Reply {
-        let caps =
-            parley_cluster::redis_store::followers::FollowerCaps::for_total(self.max_followers);
-        let reply =
-            crate::follow::follow(&self.store, &self.js, caps, subject, reply_to, payload).await?;
-        serde_json::to_value(reply).map_err(|e| err(ErrorCode::Internal, e.to_string()))
-    }
-
-    /// `parley.debates.list`: a consumer of every debate's last event (only the `serve`
-    /// and `operator` roles may ask). Not counted against `max_followers`: the page's list
-    /// keeps working when followers are exhausted.
-    async fn follow_all(&self) -> Reply {
-        let target = parley_cluster::events::FollowTarget::LastOfEach;
-        let reply = parley_cluster::events::create_follower(&self.js, &target, None).await?;
-        serde_json::to_value(reply).map_err(|e| err(ErrorCode::Internal, e.to_string()))
-    }
-
-    async fn answer(&self, payload: &[u8]) -> Reply {
-        let req = decode_answer_request(payload).map_err(ErrorReply::from)?;
-        let id = req.debate_id.clone();
-        let (spec, cp) = within_deadline(async {
-            let spec = self.store.spec(&id).await.map_err(unavailable)?;
-            let cp = self.store.state(&id).await.map_err(unavailable)?;
-            Ok::<_, ErrorReply>((spec, cp))
-        })
-        .await?;
-        let (Some(spec), Some(cp)) = (spec, cp) else {
-            return Err(self.not_found(&id));
-        };
-        Machine::from_checkpoint(spec, cp.state)
-            .check_answers(&req.answers)
-            .map_err(answer_refused)?;
-        let mut last = err(
-            ErrorCode::Unavailable,
-            format!("debate {id} is busy; try again"),
-        );
-        for _ in 0..20 {
-            if let Some(actor) = self.actor(&id).await {
-                match ask_answer(&actor, &id, req.answers.clone()).await {
-                    Err(e) if e.error.message == crate::actor::RELEASING => last = e,
-                    r => return r,
-                }
-            } else {
-                match self
-                    .adopt(&id, Some(Input::Answers(req.answers.clone())))
-                    .await
-                {
-                    Ok(()) => return Ok(json!({ "debateId": id, "accepted": "answer" })),
-                    Err(AdoptError::OwnedElsewhere) => {
-                        let body = Bytes::copy_from_slice(payload);
-                        match self.forward(&id, "answer", body).await {
-                            Err(e) if e.error.code == ErrorCode::Unavailable => last = e,
-                            r => return r,
-                        }
-                    }
-                    Err(AdoptError::Failed(e)) => return Err(err(ErrorCode::Unavailable, e)),
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(last)
-    }
-
-    /// `parley.debates.feedback`: the user's verdict on a completed debate, written into its
-    /// checkpoint (`userFeedback`) by compare-and-set, so a write of the debate's actor in
-    /// between is never lost (the verdict is applied again to the newer checkpoint).
-    async fn feedback(&self, payload: &[u8]) -> Reply {
-        let req = decode_feedback_request(payload).map_err(ErrorReply::from)?;
-        let id = req.debate_id.as_str();
-        for _ in 0..FEEDBACK_ATTEMPTS {
-            let cp = self.store.state(id).await.map_err(unavailable)?;
-            let cp = cp.ok_or_else(|| self.not_found(id))?;
-            if cp.state.status != DebateStatus::Completed {
-                return Err(err(
-                    ErrorCode::Conflict,
-                    format!(
-                        "debate {id} is {}; feedback is for a completed debate",
-                        cp.state.status.as_str()
-                    ),
-                ));
-            }
-            let mut state = cp.state;
-            state.user_feedback = Some(req.feedback);
-            if self
-                .store
-                .save_state(&state, cp.version)
-                .await
-                .map_err(unavailable)?
-                .is_some()
-            {
-                return Ok(json!({ "debateId": id, "userFeedback": req.feedback }));
-            }
-        }
-        Err(err(
-            ErrorCode::Unavailable,
-            format!("debate {id} was being written; try again"),
-        ))
-    }
-
-    /// Hands a user command to the replica that owns the debate.
-    async fn forward_command(&self, id: &str, cmd: Command) -> Reply {
-        self.forward(id, cmd.as_str(), Bytes::new()).await
-    }
-
-    /// Sends `parley.control.<id>.<op>` with `body` to the replica that owns the debate.
-    async fn forward(&self, id: &str, op: &str, body: Bytes) -> Reply {
-        let subject = format!("{CONTROL_PREFIX}.{id}.{op}");
-        let req = self.nats.request(subject, body);
-        match tokio::time::timeout(Duration::from_secs(2), req).await {
-            Ok(Ok(msg)) => serde_json::from_slice::<Value>(&msg.payload)
-                .map_err(|e| err(ErrorCode::Internal, e.to_string()))
-                .and_then(|v| match serde_json::from_value::<ErrorReply>(v.clone()) {
-                    Ok(e) => Err(e),
-                    Err(_) => Ok(v),
-                }),
-            _ => Err(err(
-                ErrorCode::Unavailable,
-                format!("debate {id} is owned by a replica that did not answer; try again"),
-            )),
-        }
-    }
-
-    /// `parley.control.<id>.<op>`: answered only by the owner (None = not ours, stay quiet).
-    async fn control(&self, subject: &str, payload: &[u8]) -> Option<Reply> {
-        let rest = subject.strip_prefix(CONTROL_PREFIX)?.strip_prefix('.')?;
-        let (id, op) = rest.rsplit_once('.')?;
-        if !is_valid_debate_id(id) {
-            return None;
-        }
-        let cmd = match op {
-            "retry" => Command::Retry,
-            "cancel" => Command::Cancel,
-            "answer" => {
-                let actor = self.actor(id).await?;
-                let req = match decode_answer_request(payload) {
-                    Ok(r) if r.debate_id == id => r,
-                    Ok(_) => {
-                        return Some(Err(err(
-                            ErrorCode::InvalidRequest,
-                            "the answer names another debate than its subject",
-                        )))
-                    }
-                    Err(e) => return Some(Err(e.into())),
-                };
-                return Some(ask_answer(&actor, id, req.answers).await);
-            }
-            _ => return None,
-        };
-        let actor = self.actor(id).await?;
-        Some(ask(&actor, id, cmd).await)
-    }
-}
-
-impl PartialEq for Command {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-/// The error reply for answers the debate refuses.
-fn answer_refused(e: crate::AnswerError) -> ErrorReply {
-    let code = if e.is_conflict() {
-        ErrorCode::Conflict
-    } else {
-        ErrorCode::InvalidRequest
-    };
-    err(code, e.to_string())
-}
-
-/// Hands answers to the debate's actor; the reply says how many questions remain open.
-async fn ask_answer(actor: &ActorRef<DebateMsg>, id: &str, answers: Vec<Answer>) -> Reply {
-    let r = actor
-        .call(
-            |reply| DebateMsg::Answer { answers, reply },
-            Some(Duration::from_secs(10)),
-        )
-        .await;
-    match r {
-        Ok(CallResult::Success(Ok(remaining))) => Ok(json!({
-            "debateId": id,
-            "accepted": "answer",
-            "remaining": remaining,
-        })),
-        Ok(CallResult::Success(Err(crate::actor::AnswerRefusal::Refused(e)))) => {
-            Err(answer_refused(e))
-        }
-        Ok(CallResult::Success(Err(crate::actor::AnswerRefusal::Other(e)))) => {
-            Err(err(ErrorCode::Unavailable, e))
-        }
-        other => Err(no_answer(
-            id,
-            other.is_ok_and(|r| matches!(r, CallResult::Timeout)),
-        )),
-    }
-}
-
-/// The reply when a debate's actor did not answer a call: after a timeout, "try again";
-/// when it had stopped (the message could not be sent, or its reply port was dropped), the
-/// debate is between owners, which the callers treat as [`crate::actor::RELEASING`]: they
-/// look again for an actor, then adopt (seen when a retry arrives just as the debate
-/// fails and its actor stops).
-fn no_answer(id: &str, timed_out: bool) -> ErrorReply {
-    if timed_out {
-        err(
-            ErrorCode::Unavailable,
-            format!("debate {id} did not answer; try again"),
-        )
-    } else {
-        err(ErrorCode::Unavailable, crate::actor::RELEASING)
-    }
-}
-
-async fn ask(actor: &ActorRef<DebateMsg>, id: &str, cmd: Command) -> Reply {
-    let r = match cmd {
-        Command::Retry => {
-            actor
-                .call(DebateMsg::Retry, Some(Duration::from_secs(10)))
-                .await
-        }
-        Command::Cancel => {
-            actor
-                .call(DebateMsg::Cancel, Some(Duration::from_secs(10)))
-                .await
-        }
-    };
-    match r {
-        Ok(CallResult::Success(Ok(()))) => Ok(json!({ "debateId": id, "accepted": cmd.as_str() })),
-        Ok(CallResult::Success(Err(e))) => Err(err(ErrorCode::Conflict, e)),
-        other => Err(no_answer(
-            id,
-            other.is_ok_and(|r| matches!(r, CallResult::Timeout)),
-        )),
     }
 }

@@ -15,7 +15,7 @@
 //! - **Rest.** A debate whose actor handled nothing for [`Deps::rest_after`] while it only
 //!   waits (tasks in flight, or answers to its questions; no retry backing off) goes to
 //!   rest: the actor hands the supervisor its checkpoint version and the machine's
-//!   [`Runtime`] (attempts in flight and their deadlines), the supervisor replaces the
+//!   [`Runtime`](parley_engine::Runtime) (attempts in flight and their deadlines), the supervisor replaces the
 //!   entry and the actor stops without touching the lease. Any message for the debate
 //!   (a result notice, a user command, a dead letter, a hand-back) wakes it: a new actor
 //!   is started from the checkpoint with the runtime put back — nothing is dispatched
@@ -38,73 +38,14 @@ use chrono::{DateTime, Utc};
 use parley_cluster::redis_store::LeaseCheck;
 use parley_cluster::RedisStore;
 use parley_protocol::DebateStatus;
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
-use crate::actor::{
-    count_failure, fault_reason, settle_directly, DebateActor, DebateArgs, DebateMsg, Deps,
-};
-use crate::{Input, Runtime};
-
-/// The supervisor's messages.
-pub enum SupervisorMsg {
-    /// Take the lease of a debate and spawn its actor (no-op if already owned here).
-    Adopt {
-        id: String,
-        /// Boxed: an `Input` can carry a whole task result.
-        follow_up: Option<Box<Input>>,
-        reply: RpcReplyPort<Result<(), AdoptError>>,
-    },
-    /// Deliver to the debate's actor if this coordinator owns it (waking it from rest).
-    Route { id: String, msg: DebateMsg },
-    /// The debate's actor, when this coordinator owns it (woken from rest).
-    Get {
-        id: String,
-        reply: RpcReplyPort<Option<ActorRef<DebateMsg>>>,
-    },
-    /// Of these debates, the ones this coordinator does not own.
-    NotOwned {
-        ids: Vec<String>,
-        reply: RpcReplyPort<Vec<String>>,
-    },
-    /// Every debate this coordinator owns, with its actor unless it is at rest (the drain
-    /// stops them and releases the leases).
-    Owned(RpcReplyPort<Vec<(String, Option<ActorRef<DebateMsg>>)>>),
-    /// Time for a lease renewal pass.
-    Keep,
-    /// A renewal pass's outcome: each debate's check (or error) and when the pass began.
-    Kept {
-        ids: Vec<String>,
-        checks: Vec<Result<LeaseCheck, String>>,
-        began: Instant,
-    },
-    /// An actor asks to put its debate to rest.
-    Rest {
-        id: String,
-        actor: ractor::ActorId,
-        rest: Box<Rest>,
-    },
-}
-
-/// What the supervisor keeps of a debate at rest.
-#[derive(Debug)]
-pub struct Rest {
-    /// The checkpoint version the actor wrote or loaded last.
-    pub version: u64,
-    /// The machine's state beyond its checkpoint.
-    pub runtime: Runtime,
-    /// The number of stored results when it went to rest (a change wakes it).
-    pub results: u64,
-    /// When it must wake without news: its earliest deadline.
-    pub wake_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum AdoptError {
-    #[error("owned by another coordinator")]
-    OwnedElsewhere,
-    #[error("{0}")]
-    Failed(String),
-}
+use crate::actor::{DebateActor, DebateArgs};
+use crate::deps::Deps;
+use crate::failures::{count_failure, fault_reason};
+use crate::messages::{AdoptError, DebateMsg, Rest, SupervisorMsg};
+use crate::settle::settle_directly;
+use parley_engine::Input;
 
 /// One debate this coordinator owns.
 enum Entry {

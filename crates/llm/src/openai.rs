@@ -1,7 +1,8 @@
 //! OpenAI-style HTTP providers: OpenAI, OpenRouter, and any OpenAI-compatible server.
 //!
 //! Calls are retried inside the client for rate limits, 5xx, timeouts and connection errors,
-//! with exponential backoff and full jitter, honouring `Retry-After` and
+//! with exponential backoff and jitter (`parley_protocol::retry`, which also describes how
+//! this layer composes with the task and delivery layers), honouring `Retry-After` and
 //! `x-ratelimit-reset-*`. A wait longer than [`RetrySettings::max_inline_wait`] is not slept
 //! through: the error goes back to the caller with `retry_after`, so the task is handed back
 //! with that delay instead of holding a concurrency slot. 401/403 and other 4xx fail at once.
@@ -22,7 +23,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rand::Rng;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 
@@ -177,14 +177,15 @@ impl OpenAiClient {
         })
     }
 
+    /// The wait before retry `retry` (0 first), jittered (see [`parley_protocol::retry`]).
     fn backoff(&self, retry: u32) -> Duration {
-        let exp = self
-            .retry
-            .initial_backoff
-            .saturating_mul(1 << retry.min(16));
-        let cap = exp.min(self.retry.max_backoff);
-        let ms = cap.as_millis() as u64;
-        Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms.max(1)))
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let delay = parley_protocol::retry::exponential_ms(
+            ms(self.retry.initial_backoff),
+            ms(self.retry.max_backoff),
+            retry,
+        );
+        Duration::from_millis(parley_protocol::retry::jitter_ms(delay))
     }
 
     /// Whether this endpoint took structured output for `model` so far.

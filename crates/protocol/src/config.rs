@@ -269,12 +269,14 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Backoff before attempt `next_attempt` (2, 3, ...), before jitter.
+    /// Backoff before attempt `next_attempt` (2, 3, ...), before jitter (see
+    /// [`crate::retry`]).
     pub fn backoff_ms(&self, next_attempt: u32) -> u64 {
-        let exp = next_attempt.saturating_sub(2).min(20);
-        self.initial_backoff_ms
-            .saturating_mul(1u64 << exp)
-            .min(self.max_backoff_ms)
+        crate::retry::exponential_ms(
+            self.initial_backoff_ms,
+            self.max_backoff_ms,
+            next_attempt.saturating_sub(2),
+        )
     }
 }
 

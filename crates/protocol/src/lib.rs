@@ -22,6 +22,9 @@
 //!   ([`decode_eval_request`]).
 //! - [`prices`]: model prices (a LiteLLM-format file, inline config entries) and the cost
 //!   of a call; unknown without a price, 0 on `local`.
+//! - [`retry`]: retries written once: which errors are retried, the exponential backoff and
+//!   its jitter, and how the three retry layers (HTTP call, task attempt, redelivery)
+//!   compose.
 //! - [`shared_text`]: [`SharedText`], a string whose equal copies share one allocation
 //!   (prompt texts, problem and context), serialized as a plain string.
 //! - [`subjects`]: NATS subjects, header names and error replies.
@@ -33,6 +36,7 @@ pub mod context_files;
 pub mod evaluation;
 pub mod event;
 pub mod prices;
+pub mod retry;
 pub mod saved;
 pub mod shared_text;
 pub mod spec;

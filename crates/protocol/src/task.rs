@@ -541,20 +541,6 @@ impl ErrorKind {
             Self::Undelivered => "undelivered",
         }
     }
-
-    /// Rate limits, 5xx, timeouts, network errors, malformed replies and lost tasks are worth
-    /// another try.
-    pub fn is_retryable(self) -> bool {
-        matches!(
-            self,
-            Self::RateLimited
-                | Self::Server
-                | Self::Timeout
-                | Self::Network
-                | Self::Malformed
-                | Self::Undelivered
-        )
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

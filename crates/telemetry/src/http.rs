@@ -45,6 +45,7 @@ pub fn always_ready() -> Readiness {
     Arc::new(|| Box::pin(async { Ok(()) }))
 }
 
+#[cfg(feature = "nats")]
 /// Ready while the NATS client is connected (`connection_state() == Connected`).
 pub fn nats_ready(client: async_nats::Client) -> Readiness {
     Arc::new(move || {
@@ -421,6 +422,7 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
+    #[cfg(feature = "nats")]
     #[tokio::test]
     async fn readiness_combinators_and_nats() {
         // No server on port 1: the client exists but is not connected.

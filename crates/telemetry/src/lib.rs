@@ -6,14 +6,15 @@
 //!   `trace_id`/`span_id`, plus an OpenTelemetry layer that exports spans over OTLP when an
 //!   endpoint is configured — and the W3C TraceContext propagator. Returns a
 //!   [`TelemetryGuard`] that flushes and shuts the exporter down when dropped.
-//! - [`propagation`]: trace context in NATS headers ([`inject_headers`], [`extract_headers`])
-//!   and as a plain `traceparent` string ([`current_traceparent`],
+//! - [`propagation`]: trace context in NATS headers (`inject_headers`, `extract_headers`;
+//!   feature `nats`, on by default) and as a plain `traceparent` string ([`current_traceparent`],
 //!   [`context_from_traceparent`]) for checkpoints.
 //! - [`mod@metrics`]: the process-wide Prometheus [`Metrics`] ([`metrics()`]), with one typed
 //!   method per thing a service records.
 //! - [`http`]: [`serve_http`] serves `GET /metrics`, `/healthz` and `/readyz`;
-//!   [`nats_ready`] is a ready-made readiness check; [`parse_metrics_addr`] parses the
+//!   `nats_ready` (feature `nats`) is a ready-made readiness check; [`parse_metrics_addr`] parses the
 //!   `--metrics-addr` / `PARLEY_METRICS_ADDR` value.
+//! - `spans`: [`task_span`], the span of one task run (the embedded driver and the workers).
 //! - [`server`]: [`serve_router`], the HTTP loop of every port Parley opens (this one and
 //!   `parley serve`), with a header-read timeout, an idle timeout and a connection cap.
 //!
@@ -52,10 +53,13 @@ pub mod langfuse;
 pub mod metrics;
 pub mod propagation;
 pub mod server;
+mod spans;
 
+#[cfg(feature = "nats")]
+pub use http::nats_ready;
 pub use http::{
-    all_ready, always_ready, nats_ready, parse_metrics_addr, serve_http, Readiness,
-    DEFAULT_METRICS_ADDR, METRICS_ADDR_ENV,
+    all_ready, always_ready, parse_metrics_addr, serve_http, Readiness, DEFAULT_METRICS_ADDR,
+    METRICS_ADDR_ENV,
 };
 pub use init::{
     init_telemetry, LogFormat, OtlpExport, OtlpProtocol, TelemetryGuard, TelemetryOptions,
@@ -66,10 +70,14 @@ pub use metrics::{
     Outcome, RejectReason, StashRejectReason, TaskKind,
 };
 pub use propagation::{
-    context_from_traceparent, current_context, current_traceparent, extract_headers,
-    inject_current, inject_headers, set_parent, traceparent_of, NatsExtractor, NatsInjector,
+    context_from_traceparent, current_context, current_traceparent, set_parent, traceparent_of,
+};
+#[cfg(feature = "nats")]
+pub use propagation::{
+    extract_headers, inject_current, inject_headers, NatsExtractor, NatsInjector,
 };
 pub use server::{serve_router, ConnectionLimits};
+pub use spans::task_span;
 
 /// Re-exported so services need no direct dependency to name a context or call
 /// `OpenTelemetrySpanExt::set_parent` / `context()`.

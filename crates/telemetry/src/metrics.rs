@@ -1,29 +1,8 @@
 //! Prometheus metrics (OpenMetrics text format), one process-wide set: [`metrics()`].
 //!
-//! | metric | type | labels |
-//! | --- | --- | --- |
-//! | `parley_tasks_in_flight` | gauge | `kind` |
-//! | `parley_task_duration_seconds` | histogram | `kind`, `provider`, `outcome` |
-//! | `parley_tasks_total` | counter | `kind`, `outcome` |
-//! | `parley_task_failures_total` | counter | `kind`, `error_kind` |
-//! | `parley_llm_tokens_total` | counter | `provider`, `model`, `direction` |
-//! | `parley_llm_cost_usd_total` | counter (dollars, priced calls only) | `provider`, `model` |
-//! | `parley_llm_retries_total` | counter | `provider`, `reason` |
-//! | `parley_llm_rate_limited_total` | counter (429s received) | `provider` |
-//! | `parley_rate_limit_wait_seconds` | histogram | `provider` |
-//! | `parley_rate_limit_handbacks_total` | counter | `provider` |
-//! | `parley_debates_current` | gauge | `status` |
-//! | `parley_debates_total` | counter | `status` |
-//! | `parley_debates_resting` | gauge (debates held at rest, no actor) | |
-//! | `parley_debate_wakes_total` | counter (debates woken from rest) | |
-//! | `parley_jetstream_consumer_pending` | gauge | `consumer` |
-//! | `parley_jetstream_consumer_ack_pending` | gauge | `consumer` |
-//! | `parley_tasks_dead_lettered_total` | counter | `kind`, `reason` |
-//! | `parley_results_dropped_total` | counter (results the coordinator refused to apply) | `reason` |
-//! | `parley_tasks_rejected_total` | counter (task messages a worker refused to run) | `reason` |
-//! | `parley_request_errors_total` | counter (error replies to requests) | `subject`, `code` |
-//! | `parley_replies_refused_total` | counter (requests not answered: their reply subject is not an inbox) | `subject` |
-//! | `parley_followers_refused_total` | counter (follow requests refused by a follower cap) | `cap` |
+//! Every metric with its type, labels and help text is listed in the book's generated
+//! reference, `docs/src/reference/metrics.md` (`crates/telemetry/tests/reference.rs` keeps
+//! it current).
 //!
 //! `kind` is `agent`|`judge`, `outcome` `ok`|`error`, `direction` `input`|`output`,
 //! `status` `running`|`completed`|`failed`|`cancelled`; `reason` of a dead-lettered task
@@ -47,6 +26,8 @@ use prometheus_client::registry::Registry;
 use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+mod requests;
 
 /// Content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -783,39 +764,6 @@ impl Metrics {
         self.inner
             .stash_rejected
             .get_or_create(&StashRejectLabels { reason })
-            .inc();
-    }
-
-    /// A request on `subject` (a fixed name: `submit`, `status`, ...) got an error reply
-    /// with `code` (an error code, from a fixed set).
-    /// A request was not answered: its reply subject is not an inbox (`subject`: the
-    /// request subject's label, from a fixed set).
-    pub fn reply_refused(&self, subject: &'static str) {
-        self.inner
-            .replies_refused
-            .get_or_create(&SubjectLabels {
-                subject: subject.to_string(),
-            })
-            .inc();
-    }
-
-    /// A follow request was refused by the cap `cap` (`total`, `client` or `debate`).
-    pub fn follower_refused(&self, cap: &'static str) {
-        self.inner
-            .followers_refused
-            .get_or_create(&CapLabels {
-                cap: cap.to_string(),
-            })
-            .inc();
-    }
-
-    pub fn request_error(&self, subject: &'static str, code: &'static str) {
-        self.inner
-            .request_errors
-            .get_or_create(&RequestErrorLabels {
-                subject: subject.to_string(),
-                code: code.to_string(),
-            })
             .inc();
     }
 }

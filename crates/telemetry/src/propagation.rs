@@ -10,16 +10,21 @@
 //! `set_parent(&debate_span, context_from_traceparent(&checkpointed))`, where the previous
 //! owner stored `current_traceparent()` from inside its debate span.
 
+#[cfg(feature = "nats")]
 use async_nats::HeaderMap;
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
+use opentelemetry::propagation::TextMapPropagator as _;
+#[cfg(feature = "nats")]
+use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry::Context;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+#[cfg(feature = "nats")]
 /// Writes propagation fields into NATS headers (replacing earlier values of the same name).
 pub struct NatsInjector<'a>(pub &'a mut HeaderMap);
 
+#[cfg(feature = "nats")]
 impl Injector for NatsInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
         // Fallible on purpose: a value carried in from elsewhere (a `tracestate`) must not
@@ -33,10 +38,12 @@ impl Injector for NatsInjector<'_> {
     }
 }
 
+#[cfg(feature = "nats")]
 /// Reads propagation fields from NATS headers; names match exactly first, then ignoring
 /// ASCII case (`Traceparent` from other clients is understood).
 pub struct NatsExtractor<'a>(pub &'a HeaderMap);
 
+#[cfg(feature = "nats")]
 impl Extractor for NatsExtractor<'_> {
     fn get(&self, key: &str) -> Option<&str> {
         if let Some(v) = self.0.get(key) {
@@ -54,6 +61,7 @@ impl Extractor for NatsExtractor<'_> {
     }
 }
 
+#[cfg(feature = "nats")]
 /// Writes `ctx` into `headers` with the global propagator (W3C TraceContext once
 /// [`crate::init_telemetry`] ran; nothing is written before that). A context without a
 /// valid span writes nothing.
@@ -63,11 +71,13 @@ pub fn inject_headers(ctx: &Context, headers: &mut HeaderMap) {
     });
 }
 
+#[cfg(feature = "nats")]
 /// [`inject_headers`] with the current `tracing` span's context.
 pub fn inject_current(headers: &mut HeaderMap) {
     inject_headers(&current_context(), headers);
 }
 
+#[cfg(feature = "nats")]
 /// The remote context in `headers` (global propagator), to pass to [`set_parent`]. No
 /// headers, no trace headers or malformed ones: an empty context (the span becomes a root).
 pub fn extract_headers(headers: Option<&HeaderMap>) -> Context {
@@ -134,6 +144,7 @@ mod tests {
         opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     }
 
+    #[cfg(feature = "nats")]
     #[test]
     fn traceparent_round_trips_through_nats_headers() {
         w3c();
@@ -158,6 +169,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "nats")]
     #[test]
     fn tracestate_is_carried_and_header_names_match_ignoring_case() {
         w3c();
@@ -178,6 +190,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "nats")]
     #[test]
     fn missing_or_malformed_context_is_empty() {
         w3c();

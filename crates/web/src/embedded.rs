@@ -1,7 +1,7 @@
 //! [`EmbeddedBackend`]: debates run in this process, as `parley run` runs them.
 //!
 //! - Same engine, same checkpoints: each debate is driven by
-//!   [`parley_coordinator::run_debate_until`] and saved to `<dir>/<id>.json` (state and
+//!   [`parley_engine::run_debate_until`] and saved to `<dir>/<id>.json` (state and
 //!   spec) after every transition, so `parley resume` / `parley retry` / `parley report`
 //!   work on what the page started, and the page shows what `parley run` saved.
 //! - Events: every event the engine emits is appended to `<dir>/<id>.events.jsonl` (one
@@ -17,7 +17,7 @@
 //!   the cancel to the checkpoint and emits `debateCancelled`.
 //! - Clarifications: a debate that asks questions ends its driver in
 //!   `awaiting_clarifications` (checkpointed); [`EmbeddedBackend::answer_clarifications`]
-//!   records answers through `parley_coordinator::answer_saved` and, once none is left,
+//!   records answers through `parley_engine::answer_saved` and, once none is left,
 //!   drives the debate on.
 //!
 //! - Bounds: file work (checkpoints, event logs, the directory listing) runs on the
@@ -39,9 +39,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use parley_coordinator::{
-    run_debate_until, Effect, FileStore, Input, LoadError, Machine, TaskRunner,
-};
+use parley_engine::{run_debate_until, Effect, FileStore, Input, LoadError, Machine, TaskRunner};
 use parley_protocol::{new_debate_id, DebateEvent, DebateSpec, DebateState, DebateStatus};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -93,7 +91,7 @@ struct Inner {
     briefs: Mutex<HashMap<PathBuf, (SystemTime, u64, DebateListItem)>>,
     /// The prices and cap budgets reserve with (operator settings: given to every machine,
     /// new or resumed, as `parley run` does).
-    pricing: parley_coordinator::Pricing,
+    pricing: parley_engine::Pricing,
 }
 
 /// One debate's events and driver.
@@ -184,7 +182,7 @@ impl EmbeddedBackend {
 
     /// The prices and completion cap this server's debates reserve their budgets with
     /// (default: no prices, the default cap). Call right after [`EmbeddedBackend::new`].
-    pub fn with_pricing(mut self, pricing: parley_coordinator::Pricing) -> Self {
+    pub fn with_pricing(mut self, pricing: parley_engine::Pricing) -> Self {
         match Arc::get_mut(&mut self.inner) {
             Some(inner) => inner.pricing = pricing,
             None => tracing::warn!("pricing set after the backend was shared; ignored"),
@@ -230,7 +228,7 @@ impl EmbeddedBackend {
         self.inner.tracker.wait().await;
     }
 
-    /// Answers to a debate's clarification questions (`parley_coordinator::answer_saved`,
+    /// Answers to a debate's clarification questions (`parley_engine::answer_saved`,
     /// the same entry point as `parley run --clarify`): checked against the checkpoint (a
     /// refusal changes nothing), recorded, and the debate driven on from there.
     pub async fn answer_clarifications(
@@ -238,7 +236,7 @@ impl EmbeddedBackend {
         id: &str,
         answers: AnswersRequest,
     ) -> Result<Value, ApiError> {
-        use parley_coordinator::{AnswerError, AnswerSavedError};
+        use parley_engine::{AnswerError, AnswerSavedError};
         let inner = &self.inner;
         let live = inner.live_off_thread(id).await?;
         let mut driver = live.driver.lock().await;
@@ -257,7 +255,7 @@ impl EmbeddedBackend {
             .collect();
         let owned = id.to_string();
         let saved = inner
-            .off_thread(move |i| parley_coordinator::answer_saved(&i.store, &owned, answers))
+            .off_thread(move |i| parley_engine::answer_saved(&i.store, &owned, answers))
             .await?;
         let (machine, events) = match saved {
             Ok(done) => done,
@@ -429,7 +427,7 @@ impl Inner {
         }
         let path = self.events_path(id);
         // Owner-only, like the checkpoint beside it.
-        let written = parley_coordinator::store::private_file()
+        let written = parley_engine::store::private_file()
             .create(true)
             .append(true)
             .open(&path)
@@ -578,7 +576,7 @@ impl Inner {
         let mut v: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::internal(format!("debate {id} is not readable: {e}")))?;
         if let Some(fields) = v.as_object_mut() {
-            fields.remove(parley_coordinator::store::SPEC_FIELD);
+            fields.remove(parley_engine::store::SPEC_FIELD);
         }
         // A state file dialectic wrote is shown converted to Parley's shape.
         if serde_json::from_value::<DebateState>(v.clone()).is_err() {

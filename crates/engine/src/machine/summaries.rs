@@ -1,0 +1,131 @@
+//! Histories and transcripts: each agent's perspective history, when its summary is due,
+//! the round and final transcripts the judge reads.
+
+use parley_protocol::{task_id, ContributionType, SummarizationConfig, TaskKind};
+
+use super::Machine;
+
+impl Machine {
+    /// The judge summarizes the final transcript before the synthesis.
+    pub(super) fn judge_summary_due(&self) -> bool {
+        let cfg = self.summarization_for(None);
+        let last = self.state.rounds.len() as u32;
+        let id = task_id(
+            &self.state.id,
+            last,
+            TaskKind::JudgeSummarize,
+            &self.spec.judge.id,
+            None,
+        );
+        cfg.enabled
+            && self.state.judge_summary.is_none()
+            && !self.budget_skipped(&id)
+            && self.final_transcript().chars().count() > cfg.threshold
+    }
+
+    pub(super) fn summarization_for(&self, agent: Option<usize>) -> &SummarizationConfig {
+        let own = match agent {
+            Some(i) => self.agents[i].summarization.as_ref(),
+            None => self.spec.judge.summarization.as_ref(),
+        };
+        own.unwrap_or(&self.spec.debate.summarization)
+    }
+
+    /// Whether agent i's summary for round r is settled: not due, or present.
+    /// `None` while that cannot be known yet (previous refinement missing).
+    pub(super) fn summary_settled(&self, i: usize, r: u32) -> Option<bool> {
+        if r < 2 || !self.summarization_for(Some(i)).enabled {
+            return Some(true);
+        }
+        let id = &self.agents[i].id;
+        self.round(r - 1)?
+            .find(ContributionType::Refinement, id, None)?;
+        if self.round(r)?.summaries.contains_key(id) {
+            return Some(true);
+        }
+        if self.budget_skipped(&task_id(&self.state.id, r, TaskKind::Summarize, id, None)) {
+            return Some(true);
+        }
+        let len = self.history_chars(i, r);
+        Some(len <= self.summarization_for(Some(i)).threshold)
+    }
+
+    /// Agent i's perspective history before round r: its proposals, the critiques it
+    /// received and its refinements, starting from its newest summary.
+    pub(super) fn history(&self, i: usize, r: u32) -> String {
+        let id = &self.agents[i].id;
+        let mut out = String::new();
+        let mut from = 1;
+        for k in (1..=r).rev() {
+            if let Some(s) = self.round(k).and_then(|rd| rd.summaries.get(id)) {
+                out.push_str(&format!(
+                    "Summary of your earlier rounds:\n{}\n\n",
+                    s.summary
+                ));
+                from = k;
+                break;
+            }
+        }
+        for k in from..r {
+            let Some(rd) = self.round(k) else { continue };
+            if let Some(p) = rd.find(ContributionType::Proposal, id, None) {
+                out.push_str(&format!("Round {k} - your proposal:\n{}\n\n", p.content));
+            }
+            for c in rd.contributions.iter().filter(|c| {
+                c.kind == ContributionType::Critique && c.target_agent_id.as_deref() == Some(id)
+            }) {
+                out.push_str(&format!(
+                    "Round {k} - critique from {} ({}):\n{}\n\n",
+                    c.agent_id, c.agent_role, c.content
+                ));
+            }
+            if let Some(p) = rd.find(ContributionType::Refinement, id, None) {
+                out.push_str(&format!("Round {k} - your refinement:\n{}\n\n", p.content));
+            }
+        }
+        out
+    }
+
+    pub(super) fn history_chars(&self, i: usize, r: u32) -> usize {
+        self.history(i, r).chars().count()
+    }
+
+    pub(super) fn history_input(&self, i: usize, r: u32) -> Option<String> {
+        if !self.spec.debate.include_full_history {
+            let id = &self.agents[i].id;
+            return (1..=r)
+                .rev()
+                .find_map(|k| self.round(k).and_then(|rd| rd.summaries.get(id)))
+                .map(|s| s.summary.clone());
+        }
+        let h = self.history(i, r);
+        (!h.is_empty()).then_some(h)
+    }
+
+    pub(super) fn round_transcript(&self, r: u32) -> String {
+        let mut out = String::new();
+        let Some(rd) = self.round(r) else { return out };
+        for a in &self.agents {
+            if let Some(c) = rd
+                .find(ContributionType::Refinement, &a.id, None)
+                .or_else(|| rd.find(ContributionType::Proposal, &a.id, None))
+            {
+                out.push_str(&format!(
+                    "### {} ({}) — round {r}\n{}\n\n",
+                    a.id, a.role, c.content
+                ));
+            }
+        }
+        out
+    }
+
+    /// What the judge synthesizes from: the whole debate or just the final round.
+    pub(super) fn final_transcript(&self) -> String {
+        let last = self.state.rounds.len() as u32;
+        if self.spec.debate.include_full_history {
+            (1..=last).map(|r| self.round_transcript(r)).collect()
+        } else {
+            self.round_transcript(last)
+        }
+    }
+}
