@@ -529,7 +529,7 @@ fn created(id: &str, replayed: bool) -> Response {
 
 /// The debate's state.
 #[utoipa::path(get, path = "/v1/debates/{id}", tag = "debates",
-    params(("id" = String, Path, description = "The debate id (deb-YYYYMMDD-HHMMSS-RAND)")),
+    params(("id" = String, Path, description = "The debate id (deb-YYYYMMDD-HHMMSS-RAND)", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
     responses(
         (status = 200, description = "The debate's state", body = DebateStateDoc),
         (status = 400, description = "Not a debate id", body = ErrorResponse),
@@ -548,7 +548,7 @@ async fn debate_state(
 
 /// The debate's Markdown report.
 #[utoipa::path(get, path = "/v1/debates/{id}/report", tag = "debates",
-    params(("id" = String, Path, description = "The debate id")),
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
     responses(
         (status = 200, description = "The report", body = String, content_type = "text/markdown"),
         (status = 400, description = "Not a debate id", body = ErrorResponse),
@@ -611,7 +611,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// later event in order, then the new ones as they happen; it does not end by itself.
 #[utoipa::path(get, path = "/v1/debates/{id}/events", tag = "debates",
     params(
-        ("id" = String, Path, description = "The debate id"),
+        ("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$"),
         ("after" = Option<u64>, Query, description = "Start after this sequence number"),
         ("Last-Event-ID" = Option<String>, Header, description = "Start after this sequence number (a reconnecting EventSource sends it)"),
     ),
@@ -656,7 +656,7 @@ async fn events(
 /// Resumes a failed (or interrupted) debate from the node where it stopped, repeating no
 /// completed call.
 #[utoipa::path(post, path = "/v1/debates/{id}/retry", tag = "debates",
-    params(("id" = String, Path, description = "The debate id")),
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
     responses(
         (status = 200, description = "Accepted", body = CommandReply),
         (status = 400, description = "Not a debate id", body = ErrorResponse),
@@ -676,7 +676,7 @@ async fn retry(
 
 /// Cancels the debate.
 #[utoipa::path(post, path = "/v1/debates/{id}/cancel", tag = "debates",
-    params(("id" = String, Path, description = "The debate id")),
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
     responses(
         (status = 200, description = "Cancelled", body = CommandReply),
         (status = 400, description = "Not a debate id", body = ErrorResponse),
@@ -696,7 +696,7 @@ async fn cancel(
 
 /// Answers the debate's clarification questions (while it is `awaiting_clarifications`).
 #[utoipa::path(post, path = "/v1/debates/{id}/answers", tag = "debates",
-    params(("id" = String, Path, description = "The debate id")),
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
     request_body = AnswersRequest,
     responses(
         (status = 200, description = "Recorded", body = CommandReply),
@@ -725,7 +725,7 @@ async fn answers(
 
 /// Records the caller's verdict on a completed debate (its `userFeedback`).
 #[utoipa::path(post, path = "/v1/debates/{id}/feedback", tag = "debates",
-    params(("id" = String, Path, description = "The debate id")),
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
     request_body = FeedbackRequest,
     responses(
         (status = 200, description = "Recorded", body = CommandReply),

@@ -214,6 +214,18 @@ mod tests {
             assert!(v["paths"][path].is_object(), "{path} missing");
         }
         assert!(v["components"]["securitySchemes"]["bearer"].is_object());
+        // The id pattern is the protocol's rule (a suffix of 4 to 6 characters).
+        let id = &v["paths"]["/v1/debates/{id}"]["get"]["parameters"][0]["schema"]["pattern"];
+        assert_eq!(id, r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$");
+        assert!(parley_protocol::is_valid_debate_id(
+            "deb-20260101-000000-abcd"
+        ));
+        assert!(!parley_protocol::is_valid_debate_id(
+            "deb-20260101-000000-abc"
+        ));
+        assert!(!parley_protocol::is_valid_debate_id(
+            "deb-20260101-000000-abcdefg"
+        ));
     }
 
     #[test]
