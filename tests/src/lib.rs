@@ -675,6 +675,7 @@ pub fn two_agent_spec() -> DebateSpec {
         debate: Default::default(),
         prompt_sources: Default::default(),
         idempotency_key: None,
+        owner: None,
     }
 }
 

@@ -737,18 +737,14 @@ async fn serve_lists_the_burst(docs: &[Value], config_dir: &Path, nats_port: u16
     let base = format!("http://127.0.0.1:{port}");
     let health = http.get(format!("{base}/healthz")).send().await.unwrap();
     assert_eq!(health.status().as_u16(), 200, "the probes' /healthz");
-    let anonymous = http
-        .get(format!("{base}/api/debates"))
-        .send()
-        .await
-        .unwrap();
+    let anonymous = http.get(format!("{base}/v1/debates")).send().await.unwrap();
     assert_eq!(
         anonymous.status().as_u16(),
         401,
         "the API without the token"
     );
     let list = http
-        .get(format!("{base}/api/debates"))
+        .get(format!("{base}/v1/debates"))
         .bearer_auth(SERVE_TOKEN)
         .send()
         .await

@@ -338,16 +338,16 @@ async fn event_followers_are_ephemeral_capped_and_their_exhaustion_harms_nobody_
             .bearer_auth(token)
             .send()
     };
-    let first = get(format!("/api/debates/{id}/events")).await.unwrap();
+    let first = get(format!("/v1/debates/{id}/events")).await.unwrap();
     assert_eq!(first.status().as_u16(), 200);
-    let second = get(format!("/api/debates/{id}/events")).await.unwrap();
+    let second = get(format!("/v1/debates/{id}/events")).await.unwrap();
     assert_eq!(second.status().as_u16(), 503);
     let body: Value = second.json().await.unwrap();
     assert!(
         body.to_string().contains("at once, the most it allows"),
         "{body}"
     );
-    let list = get("/api/debates".to_string()).await.unwrap();
+    let list = get("/v1/debates".to_string()).await.unwrap();
     assert_eq!(list.status().as_u16(), 200);
     let list: Value = list.json().await.unwrap();
     assert!(list.to_string().contains(&id), "{list}");

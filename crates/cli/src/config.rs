@@ -373,6 +373,7 @@ pub fn assemble_spec(
         debate,
         prompt_sources: sources,
         idempotency_key: None,
+        owner: None,
     };
     Ok(spec)
 }

@@ -32,7 +32,7 @@ use crate::{report, run, CliError};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// Address to listen on; anything but loopback needs --auth-token.
+    /// Address to listen on; anything but loopback needs --auth-token or --api-keys.
     #[arg(long, env = "PARLEY_SERVE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Bearer token the API requires (at least 16 characters); the page asks for it.
@@ -48,8 +48,21 @@ pub struct ServeArgs {
     pub auth_token: Option<String>,
     /// Serve a loopback address without any token: anyone who can reach it (other users
     /// of this machine, an SSH tunnel, a port-forward) can start debates on your keys.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "api_keys")]
     pub no_auth: bool,
+    /// Per-user API keys: a TOML (or `.json`) file listing each key's name, role (`user`:
+    /// its own debates only; `admin`: all) and SHA-256, re-read every second while
+    /// serving (a file that does not parse keeps the previous keys). See
+    /// `--new-api-key`.
+    #[arg(long, env = "PARLEY_SERVE_API_KEYS", value_name = "FILE")]
+    pub api_keys: Option<PathBuf>,
+    /// Print a new random API key for NAME and the entry to add to the --api-keys file
+    /// (only its hash goes in the file), then exit.
+    #[arg(long, value_name = "NAME")]
+    pub new_api_key: Option<String>,
+    /// The role of --new-api-key's key: `user` or `admin`.
+    #[arg(long, value_name = "ROLE", default_value = "user", value_parser = ["user", "admin"])]
+    pub api_key_role: String,
     /// Front this cluster over NATS instead of running debates in this process. Repeat
     /// the flag, or separate URLs with commas, to name several servers of one NATS
     /// cluster (the connection fails over between them). From the environment
@@ -553,6 +566,24 @@ pub async fn open_backend(
 }
 
 pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
+    if let Some(name) = &args.new_api_key {
+        if !parley_protocol::is_valid_id(name) {
+            return Err(CliError::usage(format!(
+                "--new-api-key: {:?} is not a key name (1-64 of A-Z a-z 0-9 _ -)",
+                parley_protocol::preview(name, 40)
+            )));
+        }
+        let (key, hash) = parley_web::keys::new_key();
+        println!(
+            "API key for {name} (give it to its user; it is not stored anywhere):\n\n  {key}\n"
+        );
+        println!("Add to the --api-keys file:\n");
+        println!(
+            "[[keys]]\nname = \"{name}\"\nrole = \"{}\"\nsha256 = \"{hash}\"",
+            args.api_key_role
+        );
+        return Ok(());
+    }
     let flags = BackendFlags {
         nats_url: &args.nats_url,
         nats_creds: args.nats_creds.as_deref(),
@@ -569,6 +600,7 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
     let options = parley_web::ServeOptions {
         token: args.auth_token.clone(),
         no_auth: args.no_auth,
+        api_keys: args.api_keys.clone(),
         ..parley_web::ServeOptions::new(args.listen)
     };
     let server = parley_web::Server::bind(options, backend)
@@ -577,6 +609,7 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
             parley_web::ServeError::TokenRequired(_)
             | parley_web::ServeError::BadToken(_)
             | parley_web::ServeError::AuthConflict => CliError::usage(e.to_string()),
+            parley_web::ServeError::BadKeys(_) => CliError::config(e.to_string()),
             _ => CliError::general(e.to_string()),
         })?;
     // The generated token is printed here, once (never logged); a token the operator gave

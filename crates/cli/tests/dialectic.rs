@@ -376,10 +376,10 @@ async fn serve_lists_and_shows_dialectics_debates() {
             (r.status().as_u16(), r.text().await.unwrap())
         }
     };
-    let (status, body) = get("/api/debates".into()).await;
+    let (status, body) = get("/v1/debates".into()).await;
     assert_eq!(status, 200, "{body}");
     let list: Value = serde_json::from_str(&body).unwrap();
-    let mut ids: Vec<&str> = list["debates"]
+    let mut ids: Vec<&str> = list["items"]
         .as_array()
         .unwrap()
         .iter()
@@ -388,19 +388,19 @@ async fn serve_lists_and_shows_dialectics_debates() {
     ids.sort_unstable();
     assert_eq!(ids, [DEBATE, SUSPENDED, CLARIFIED]);
 
-    let (status, body) = get(format!("/api/debates/{DEBATE}")).await;
+    let (status, body) = get(format!("/v1/debates/{DEBATE}")).await;
     assert_eq!(status, 200, "{body}");
     let state: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(state["status"], "completed");
     assert_eq!(state["promptSources"]["judge"]["agentId"], "judge-main");
     assert_eq!(state["finalSolution"]["confidence"], 82.0);
 
-    let (status, body) = get(format!("/api/debates/{SUSPENDED}")).await;
+    let (status, body) = get(format!("/v1/debates/{SUSPENDED}")).await;
     assert_eq!(status, 200, "{body}");
     let state: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(state["status"], "awaiting_clarifications");
 
-    let (status, md) = get(format!("/api/debates/{DEBATE}/report")).await;
+    let (status, md) = get(format!("/v1/debates/{DEBATE}/report")).await;
     assert_eq!(status, 200, "{md}");
     assert!(
         md.contains("### Round 2") && md.contains("- Run Redis with a replica"),

@@ -112,7 +112,7 @@ impl Serve {
     }
 
     async fn submit(&self, body: Value) -> String {
-        let (status, v) = self.post("/api/debates", body).await;
+        let (status, v) = self.post("/v1/debates", body).await;
         assert_eq!(status, 201, "{v}");
         v["debateId"].as_str().unwrap().to_string()
     }
@@ -128,7 +128,7 @@ impl Serve {
     ) -> Vec<(u64, Value)> {
         read_events(
             &self.http,
-            &self.url(&format!("/api/debates/{id}/events")),
+            &self.url(&format!("/v1/debates/{id}/events")),
             after,
             timeout,
             stop,
@@ -138,7 +138,7 @@ impl Serve {
 
     /// Posts `cancel` or `retry` for debate `id`: (HTTP status, reply).
     async fn command(&self, id: &str, command: &str) -> (u16, Value) {
-        self.post(&format!("/api/debates/{id}/{command}"), json!({}))
+        self.post(&format!("/v1/debates/{id}/{command}"), json!({}))
             .await
     }
 
@@ -176,7 +176,7 @@ impl Serve {
     }
 
     async fn state(&self, id: &str) -> Value {
-        let (status, v) = self.get(&format!("/api/debates/{id}")).await;
+        let (status, v) = self.get(&format!("/v1/debates/{id}")).await;
         assert_eq!(status, 200, "{v}");
         v
     }
@@ -265,7 +265,7 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     write_config(dir.path(), Some(&fake.base_url()));
     let s = Serve::start(dir.path(), &[]);
 
-    let (status, cfg) = s.get("/api/config").await;
+    let (status, cfg) = s.get("/v1/config").await;
     assert_eq!(status, 200);
     assert_eq!(cfg["backend"], "embedded");
     assert_eq!(cfg["auth"], true, "a generated token");
@@ -317,7 +317,7 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     assert_eq!(rest.last().unwrap().1, *last);
     let tail = read_events(
         &s.http,
-        &s.url(&format!("/api/debates/{id}/events?after={}", last_seq - 2)),
+        &s.url(&format!("/v1/debates/{id}/events?after={}", last_seq - 2)),
         None,
         Duration::from_secs(10),
         |e| e["seq"] == *last_seq,
@@ -339,7 +339,7 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     // Report and state downloads.
     let r = s
         .http
-        .get(s.url(&format!("/api/debates/{id}/report")))
+        .get(s.url(&format!("/v1/debates/{id}/report")))
         .send()
         .await
         .unwrap();
@@ -361,20 +361,16 @@ async fn embedded_debate_streams_every_event_in_order_and_resumes() {
     );
     let r = s
         .http
-        .get(s.url(&format!("/api/debates/{id}/state")))
+        .get(s.url(&format!("/v1/debates/{id}")))
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        r.headers()["content-disposition"].to_str().unwrap(),
-        format!("attachment; filename=\"{id}.json\"")
-    );
     let downloaded: Value = r.json().await.unwrap();
     assert_eq!(downloaded, state);
 
     // The list shows it.
-    let (_, list) = s.get("/api/debates").await;
-    let item = &list["debates"][0];
+    let (_, list) = s.get("/v1/debates").await;
+    let item = &list["items"][0];
     assert_eq!(item["id"], id.as_str());
     assert_eq!(item["status"], "completed");
     assert_eq!(item["problem"], "Design a rate limiter for a public API");
@@ -498,7 +494,7 @@ async fn embedded_cancel_and_retry() {
     assert_eq!(ok.len(), 22);
     let (status, _) = s
         .post(
-            &format!("/api/debates/{id}/answers"),
+            &format!("/v1/debates/{id}/answers"),
             json!({"answers": [{"id": "q1", "answer": "yes"}]}),
         )
         .await;
@@ -582,7 +578,7 @@ async fn the_api_refuses_what_it_must() {
     let http = &s.http;
     // DNS rebinding: a name other than loopback.
     let r = http
-        .get(s.url("/api/debates"))
+        .get(s.url("/v1/debates"))
         .header("Host", "evil.example:80")
         .send()
         .await
@@ -590,7 +586,7 @@ async fn the_api_refuses_what_it_must() {
     assert_eq!(r.status(), 403);
     // Another origin.
     let r = http
-        .post(s.url("/api/debates"))
+        .post(s.url("/v1/debates"))
         .header("Origin", "http://evil.example")
         .json(&json!({"problem": "x"}))
         .send()
@@ -599,7 +595,7 @@ async fn the_api_refuses_what_it_must() {
     assert_eq!(r.status(), 403);
     // Not JSON by content type (what a cross-site form could send).
     let r = http
-        .post(s.url("/api/debates"))
+        .post(s.url("/v1/debates"))
         .header("Content-Type", "text/plain")
         .body(r#"{"problem": "x"}"#)
         .send()
@@ -609,7 +605,7 @@ async fn the_api_refuses_what_it_must() {
     // Bad fields, each named.
     let (status, v) = s
         .post(
-            "/api/debates",
+            "/v1/debates",
             json!({"problem": " ", "rounds": 50, "roles": ["astronaut"]}),
         )
         .await;
@@ -618,7 +614,7 @@ async fn the_api_refuses_what_it_must() {
     assert!(msg.contains("problem") && msg.contains("rounds"), "{msg}");
     let (status, v) = s
         .post(
-            "/api/debates",
+            "/v1/debates",
             json!({"problem": "p", "roles": ["astronaut"]}),
         )
         .await;
@@ -631,7 +627,7 @@ async fn the_api_refuses_what_it_must() {
         "{v}"
     );
     let (status, v) = s
-        .post("/api/debates", json!({"problem": "p", "model": "x"}))
+        .post("/v1/debates", json!({"problem": "p", "model": "x"}))
         .await;
     assert_eq!(status, 400);
     assert!(
@@ -639,7 +635,7 @@ async fn the_api_refuses_what_it_must() {
         "{v}"
     );
     let r = http
-        .post(s.url("/api/debates"))
+        .post(s.url("/v1/debates"))
         .header("Content-Type", "application/json")
         .body("{not json")
         .send()
@@ -652,7 +648,7 @@ async fn the_api_refuses_what_it_must() {
     // closes it without reading the body).
     let big = json!({"problem": "x".repeat(2 * 1024 * 1024)});
     let r = reqwest::Client::new()
-        .post(s.url("/api/debates"))
+        .post(s.url("/v1/debates"))
         .json(&big)
         .send()
         .await
@@ -661,19 +657,17 @@ async fn the_api_refuses_what_it_must() {
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "payload_too_large", "{v}");
     // Ids.
-    let (status, _) = s.get("/api/debates/..%2F..%2Fetc").await;
+    let (status, _) = s.get("/v1/debates/..%2F..%2Fetc").await;
     assert_eq!(status, 400);
-    let (status, v) = s.get("/api/debates/deb-20200101-000000-zzzzzz").await;
+    let (status, v) = s.get("/v1/debates/deb-20200101-000000-zzzzzz").await;
     assert_eq!(status, 404);
     assert_eq!(v["error"]["code"], "not_found");
-    let (status, _) = s
-        .get("/api/debates/deb-20200101-000000-zzzzzz/events")
-        .await;
+    let (status, _) = s.get("/v1/debates/deb-20200101-000000-zzzzzz/events").await;
     assert_eq!(status, 404);
-    let (status, _) = s.get("/api/nope").await;
+    let (status, _) = s.get("/v1/nope").await;
     assert_eq!(status, 404);
     let r = http
-        .get(s.url("/api/debates/deb-20200101-000000-zzzzzz/events"))
+        .get(s.url("/v1/debates/deb-20200101-000000-zzzzzz/events"))
         .header("Last-Event-ID", "abc")
         .send()
         .await
@@ -696,11 +690,11 @@ async fn the_api_refuses_what_it_must() {
     // With a token: every API route needs it; the page itself does not.
     let token = "s3cret-token-for-tests-0123456789";
     let s = Serve::start(dir.path(), &["--auth-token", token]);
-    let (status, _) = s.get("/api/debates").await;
+    let (status, _) = s.get("/v1/debates").await;
     assert_eq!(status, 401);
     let r = s
         .http
-        .get(s.url("/api/debates"))
+        .get(s.url("/v1/debates"))
         .bearer_auth("wrong-token-wrong-token")
         .send()
         .await
@@ -708,7 +702,7 @@ async fn the_api_refuses_what_it_must() {
     assert_eq!(r.status(), 401);
     let r = s
         .http
-        .get(s.url("/api/debates"))
+        .get(s.url("/v1/debates"))
         .bearer_auth(token)
         .send()
         .await
@@ -717,7 +711,7 @@ async fn the_api_refuses_what_it_must() {
     // A token may serve other names.
     let r = s
         .http
-        .get(s.url("/api/config"))
+        .get(s.url("/v1/config"))
         .bearer_auth(token)
         .header("Host", "parley.internal:8080")
         .send()
@@ -756,20 +750,20 @@ async fn without_a_token_serve_makes_one_and_refuses_requests_without_it() {
     // A local process without the token (another user, a tunnel, a port-forward) is
     // refused: reading, submitting, streaming.
     let anyone = reqwest::Client::new();
-    for path in ["/api/debates", "/api/config"] {
+    for path in ["/v1/debates", "/v1/config"] {
         let r = anyone.get(s.url(path)).send().await.unwrap();
         assert_eq!(r.status(), 401, "{path}");
         assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"parley\"");
     }
     let r = anyone
-        .post(s.url("/api/debates"))
+        .post(s.url("/v1/debates"))
         .json(&json!({"problem": "spend the operator's keys"}))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
     let r = anyone
-        .post(s.url("/api/debates"))
+        .post(s.url("/v1/debates"))
         .bearer_auth("0".repeat(64))
         .json(&json!({"problem": "spend the operator's keys"}))
         .send()
@@ -782,7 +776,7 @@ async fn without_a_token_serve_makes_one_and_refuses_requests_without_it() {
     let r = anyone.get(s.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     // With the token: served.
-    let (status, _) = s.get("/api/debates").await;
+    let (status, _) = s.get("/v1/debates").await;
     assert_eq!(status, 200);
     drop(s);
 
@@ -824,7 +818,7 @@ async fn slow_clients_cannot_hold_serve_and_healthz_answers_meanwhile() {
     let mut slow = Vec::new();
     for _ in 0..300 {
         let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        c.write_all(b"GET /api/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        c.write_all(b"GET /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
             .await
             .unwrap();
         slow.push(c);
@@ -840,7 +834,7 @@ async fn slow_clients_cannot_hold_serve_and_healthz_answers_meanwhile() {
         .expect("/healthz answers while 300 slow connections are open");
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "ok");
-    let (status, _) = s.get("/api/debates").await;
+    let (status, _) = s.get("/v1/debates").await;
     assert_eq!(status, 200);
     for (i, c) in slow.iter_mut().enumerate() {
         let mut buf = [0u8; 256];
@@ -872,7 +866,7 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
         !s.proc.log().contains(&c.roles.as_ref().unwrap().serve),
         "the password was logged"
     );
-    let (_, cfg) = s.get("/api/config").await;
+    let (_, cfg) = s.get("/v1/config").await;
     assert_eq!(cfg["backend"], "cluster");
 
     let id = s
@@ -894,7 +888,7 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
     parley_tests::assert_complete(&state);
     let r = s
         .http
-        .get(s.url(&format!("/api/debates/{id}/report")))
+        .get(s.url(&format!("/v1/debates/{id}/report")))
         .send()
         .await
         .unwrap();
@@ -904,9 +898,9 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
         md.contains("Fake synthesized solution") && md.contains("## Round 2"),
         "{md}"
     );
-    let (status, list) = s.get("/api/debates").await;
+    let (status, list) = s.get("/v1/debates").await;
     assert_eq!(status, 200, "{list}");
-    let item = list["debates"]
+    let item = list["items"]
         .as_array()
         .unwrap()
         .iter()
@@ -950,7 +944,7 @@ async fn cluster_debate_over_the_api_submit_events_cancel_retry_report() {
     assert_eq!(s.state(&failing).await["status"], "completed");
     assert_no_completed_call_repeated(&c.fake);
 
-    let (status, _) = s.get("/api/debates/deb-20200101-000000-zzzzzz").await;
+    let (status, _) = s.get("/v1/debates/deb-20200101-000000-zzzzzz").await;
     assert_eq!(status, 404);
 }
 
@@ -993,12 +987,12 @@ async fn cluster_answers_are_forwarded_to_the_answer_subject() {
     let answers =
         json!({"answers": [{"id": "q1", "answer": "EU only"}, {"id": "q2", "answer": "NA"}]});
     let (status, v) = s
-        .post(&format!("/api/debates/{id}/answers"), answers.clone())
+        .post(&format!("/v1/debates/{id}/answers"), answers.clone())
         .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["accepted"], "answer");
     let (status, v) = s
-        .post(&format!("/api/debates/{id}/answers"), answers.clone())
+        .post(&format!("/v1/debates/{id}/answers"), answers.clone())
         .await;
     assert_eq!(status, 409, "{v}");
     assert!(v["error"]["message"]
@@ -1016,7 +1010,7 @@ async fn cluster_answers_are_forwarded_to_the_answer_subject() {
     // Bad answers never reach NATS.
     let (status, v) = s
         .post(
-            &format!("/api/debates/{id}/answers"),
+            &format!("/v1/debates/{id}/answers"),
             json!({"answers": [{"id": "bad id", "answer": "x"}]}),
         )
         .await;
@@ -1068,7 +1062,7 @@ async fn embedded_clarifications_are_answered_over_the_api() {
     let q1 = items[0]["id"].as_str().unwrap().to_string();
     let q2 = items[1]["id"].as_str().unwrap().to_string();
 
-    let answers = format!("/api/debates/{id}/answers");
+    let answers = format!("/v1/debates/{id}/answers");
     let (status, v) = s
         .post(
             &answers,
@@ -1146,7 +1140,7 @@ async fn embedded_clarifications_are_answered_over_the_api() {
     assert_eq!(status, 409);
 }
 
-/// The form's agent editor over the API: `/api/config` offers the roles, the providers with
+/// The form's agent editor over the API: `/v1/config` offers the roles, the providers with
 /// their allowed models, the models and the agent limit (`--max-agents`); a submission's
 /// agents are checked as any submission is (every problem at once, each naming its
 /// field), and two agents may share a role.
@@ -1160,7 +1154,7 @@ async fn edited_agents_are_validated_like_a_submission_and_may_share_a_role() {
     parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
     let s = Serve::start(dir.path(), &["--max-agents", "3"]);
 
-    let (status, cfg) = s.get("/api/config").await;
+    let (status, cfg) = s.get("/v1/config").await;
     assert_eq!(status, 200, "{cfg}");
     let d = &cfg["defaults"];
     assert_eq!(d["maxAgents"], 3, "{d}");
@@ -1178,7 +1172,7 @@ async fn edited_agents_are_validated_like_a_submission_and_may_share_a_role() {
         {"name": "B", "role": "security", "model": "gpt-forbidden", "temperature": 2.5},
         agent("C", "astronaut", "model-kiss"),
     ]});
-    let (status, v) = s.post("/api/debates", bad).await;
+    let (status, v) = s.post("/v1/debates", bad).await;
     assert_eq!(status, 400, "{v}");
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(
@@ -1189,7 +1183,7 @@ async fn edited_agents_are_validated_like_a_submission_and_may_share_a_role() {
         agent("A", "architect", "model-arch"),
         {"name": "B", "role": "security", "model": "gpt-forbidden", "temperature": 2.5},
     ]});
-    let (status, v) = s.post("/api/debates", bad).await;
+    let (status, v) = s.post("/v1/debates", bad).await;
     assert_eq!(status, 400, "{v}");
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(
@@ -1200,7 +1194,7 @@ async fn edited_agents_are_validated_like_a_submission_and_may_share_a_role() {
     );
     let (status, v) = s
         .post(
-            "/api/debates",
+            "/v1/debates",
             json!({"problem": "P", "agents": [
             {"name": "A", "role": "architect", "model": "model-arch", "provider": "openrouter"}]}),
         )
@@ -1217,7 +1211,7 @@ async fn edited_agents_are_validated_like_a_submission_and_may_share_a_role() {
         .map(|i| agent(&format!("A{i}"), "architect", "model-arch"))
         .collect();
     let (status, v) = s
-        .post("/api/debates", json!({"problem": "P", "agents": four}))
+        .post("/v1/debates", json!({"problem": "P", "agents": four}))
         .await;
     assert_eq!(status, 400, "{v}");
     assert!(
@@ -1228,11 +1222,11 @@ async fn edited_agents_are_validated_like_a_submission_and_may_share_a_role() {
         "{v}"
     );
     let (status, v) = s
-        .post("/api/debates", json!({"problem": "P", "agents": []}))
+        .post("/v1/debates", json!({"problem": "P", "agents": []}))
         .await;
     assert_eq!(status, 400, "{v}");
     let (status, v) = s
-        .post("/api/debates", json!({"problem": "P", "roles": ["kiss"], "agents": [agent("A", "kiss", "model-kiss")]}))
+        .post("/v1/debates", json!({"problem": "P", "roles": ["kiss"], "agents": [agent("A", "kiss", "model-kiss")]}))
         .await;
     assert_eq!(status, 400, "{v}");
 
@@ -1283,7 +1277,7 @@ async fn embedded_feedback_is_stored_in_the_state_file() {
     let running = s.submit_running("Design a slow thing").await;
     let (status, v) = s
         .post(
-            &format!("/api/debates/{running}/feedback"),
+            &format!("/v1/debates/{running}/feedback"),
             json!({"feedback": 1}),
         )
         .await;
@@ -1306,12 +1300,12 @@ async fn embedded_feedback_is_stored_in_the_state_file() {
         json!({"feedback": 0}),
         json!({"verdict": 1}),
     ] {
-        let (status, v) = s.post(&format!("/api/debates/{id}/feedback"), bad).await;
+        let (status, v) = s.post(&format!("/v1/debates/{id}/feedback"), bad).await;
         assert_eq!(status, 400, "{v}");
     }
     let (status, v) = s
         .post(
-            &format!("/api/debates/{id}/feedback"),
+            &format!("/v1/debates/{id}/feedback"),
             json!({"feedback": -1}),
         )
         .await;
@@ -1319,7 +1313,7 @@ async fn embedded_feedback_is_stored_in_the_state_file() {
     assert_eq!(s.state(&id).await["userFeedback"], -1);
     let (status, _) = s
         .post(
-            &format!("/api/debates/{id}/feedback"),
+            &format!("/v1/debates/{id}/feedback"),
             json!({"feedback": 1}),
         )
         .await;
@@ -1331,7 +1325,7 @@ async fn embedded_feedback_is_stored_in_the_state_file() {
     assert!(file["spec"].is_object(), "the spec stays in the checkpoint");
     let (status, _) = s
         .post(
-            "/api/debates/deb-20200101-000000-zzzzzz/feedback",
+            "/v1/debates/deb-20200101-000000-zzzzzz/feedback",
             json!({"feedback": 1}),
         )
         .await;
@@ -1357,7 +1351,7 @@ async fn cluster_feedback_is_stored_in_the_checkpoint() {
     assert_eq!(events.last().unwrap().1["type"], "debateCompleted");
     let (status, v) = s
         .post(
-            &format!("/api/debates/{id}/feedback"),
+            &format!("/v1/debates/{id}/feedback"),
             json!({"feedback": 1}),
         )
         .await;
@@ -1366,7 +1360,7 @@ async fn cluster_feedback_is_stored_in_the_checkpoint() {
     assert_eq!(s.state(&id).await["userFeedback"], 1);
     let (status, _) = s
         .post(
-            &format!("/api/debates/{id}/feedback"),
+            &format!("/v1/debates/{id}/feedback"),
             json!({"feedback": -1}),
         )
         .await;
@@ -1374,7 +1368,7 @@ async fn cluster_feedback_is_stored_in_the_checkpoint() {
     assert_eq!(s.state(&id).await["userFeedback"], -1);
     let (status, v) = s
         .post(
-            "/api/debates/deb-20200101-000000-zzzzzz/feedback",
+            "/v1/debates/deb-20200101-000000-zzzzzz/feedback",
             json!({"feedback": 1}),
         )
         .await;
@@ -1399,7 +1393,7 @@ async fn feedback_on_a_dialectic_state_file_is_kept() {
     let problem = s.state(id).await["problem"].clone();
     let (status, v) = s
         .post(
-            &format!("/api/debates/{id}/feedback"),
+            &format!("/v1/debates/{id}/feedback"),
             json!({"feedback": -1}),
         )
         .await;
@@ -1411,12 +1405,12 @@ async fn feedback_on_a_dialectic_state_file_is_kept() {
         serde_json::from_slice(&std::fs::read(debates.join(format!("{id}.json"))).unwrap())
             .unwrap();
     assert_eq!(file["userFeedback"], -1);
-    let (status, list) = s.get("/api/debates").await;
+    let (status, list) = s.get("/v1/debates").await;
     assert_eq!(status, 200);
     assert!(list.to_string().contains(id), "{list}");
     let r = s
         .http
-        .get(s.url(&format!("/api/debates/{id}/report")))
+        .get(s.url(&format!("/v1/debates/{id}/report")))
         .send()
         .await
         .unwrap();
@@ -1430,7 +1424,7 @@ async fn feedback_on_a_dialectic_state_file_is_kept() {
     .unwrap();
     let (status, v) = s
         .post(
-            &format!("/api/debates/{running}/feedback"),
+            &format!("/v1/debates/{running}/feedback"),
             json!({"feedback": 1}),
         )
         .await;

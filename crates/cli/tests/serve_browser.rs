@@ -172,7 +172,7 @@ async fn the_page_keeps_following_a_debate_across_a_server_restart() {
     let mut first = serve(dir.path(), port);
     let base = format!("http://127.0.0.1:{port}");
     let id: String = reqwest::Client::new()
-        .post(format!("{base}/api/debates"))
+        .post(format!("{base}/v1/debates"))
         .bearer_auth(RESTART_TOKEN)
         .json(&json!({"problem": "Design a job scheduler that survives restarts"}))
         .send()
@@ -512,7 +512,7 @@ async fn the_cancel_button_cancels_a_running_debate() {
         .await
         .unwrap();
     let state: serde_json::Value = reqwest::Client::new()
-        .get(format!("{base}/api/debates/{}", id.as_str().unwrap()))
+        .get(format!("{base}/v1/debates/{}", id.as_str().unwrap()))
         .bearer_auth(&token)
         .send()
         .await
@@ -605,7 +605,7 @@ async fn pathological_markdown_from_a_model_renders_at_once() {
     let token = generated_token(&serve);
     let api = reqwest::Client::new();
     let id = api
-        .post(format!("{base}/api/debates"))
+        .post(format!("{base}/v1/debates"))
         .bearer_auth(&token)
         .json(&json!({"problem": "Render this"}))
         .send()
@@ -621,7 +621,7 @@ async fn pathological_markdown_from_a_model_renders_at_once() {
     let mut status = String::new();
     for _ in 0..600 {
         let state: serde_json::Value = api
-            .get(format!("{base}/api/debates/{id}"))
+            .get(format!("{base}/v1/debates/{id}"))
             .bearer_auth(&token)
             .send()
             .await
@@ -916,7 +916,7 @@ async fn feedback_survives_a_reload_and_copy_buttons_copy_the_text() {
         .await
         .unwrap();
     let state: serde_json::Value = reqwest::Client::new()
-        .get(format!("{base}/api/debates/{id}"))
+        .get(format!("{base}/v1/debates/{id}"))
         .bearer_auth(&token)
         .send()
         .await

@@ -149,6 +149,12 @@ pub struct DebateSpec {
     /// A re-sent submission with the same key returns the same debate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// The name of the API key that created the debate (`[A-Za-z0-9_-]{1,64}`): set by
+    /// `parley serve` from the caller's key, never from an HTTP request body; a `user` key
+    /// sees and acts only on the debates it owns. None: a debate only admins see over the
+    /// HTTP API (the CLI and the NATS subjects do not filter by owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A spec that cannot run, with the field at fault.
@@ -375,6 +381,9 @@ impl DebateSpec {
                 c.push("idempotencyKey", "must not be empty");
             }
             c.label("idempotencyKey", key, MAX_IDEMPOTENCY_KEY_BYTES);
+        }
+        if let Some(owner) = &self.owner {
+            c.id("owner", owner);
         }
         if self.agents.len() > MAX_AGENTS_TOTAL {
             c.push(

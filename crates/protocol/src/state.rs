@@ -647,6 +647,9 @@ pub struct DebateState {
         deserialize_with = "feedback"
     )]
     pub user_feedback: Option<i8>,
+    /// The name of the API key that created the debate (the spec's `owner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

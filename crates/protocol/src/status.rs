@@ -156,6 +156,9 @@ pub struct StatusSummary {
     pub confidence: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<DebateFailure>,
+    /// The name of the API key that created the debate (see `DebateSpec::owner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Checkpoint version.
@@ -230,6 +233,7 @@ impl StatusSummary {
             budget: state.budget.clone(),
             confidence: state.final_solution.as_ref().map(|s| s.confidence),
             error: state.error.clone(),
+            owner: state.owner.clone(),
             created_at: state.created_at,
             updated_at: state.updated_at,
             version,

@@ -132,6 +132,10 @@ pub enum ErrorCode {
     Conflict,
     Unavailable,
     Internal,
+    /// Missing or wrong credentials (the HTTP API's 401).
+    Unauthorized,
+    /// An idempotency key first used with a different request (the HTTP API's 422).
+    IdempotencyKeyReused,
 }
 
 impl ErrorCode {
@@ -146,6 +150,8 @@ impl ErrorCode {
             Self::Conflict => "conflict",
             Self::Unavailable => "unavailable",
             Self::Internal => "internal",
+            Self::Unauthorized => "unauthorized",
+            Self::IdempotencyKeyReused => "idempotency_key_reused",
         }
     }
 }

@@ -1,6 +1,6 @@
 // Parley's page. Hand-written, no framework, no build step.
 //
-// It is a client of the JSON API under /api/ and nothing else. Text from users and models
+// It is a client of the JSON API v1 under /v1/ and nothing else. Text from users and models
 // is only ever put in the page as DOM text nodes; Markdown goes through renderMarkdown
 // below, which builds DOM nodes and never parses HTML. Links are kept only for http(s).
 'use strict';
@@ -470,7 +470,7 @@
   async function api(method, path, body) {
     const opts = { method, headers: authHeaders(body === undefined ? {} : { 'Content-Type': 'application/json' }) };
     if (body !== undefined) opts.body = JSON.stringify(body);
-    const res = await fetch(`/api${path}`, opts);
+    const res = await fetch(`/v1${path}`, opts);
     const text = await res.text();
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
@@ -483,7 +483,7 @@
   }
 
   async function download(path, fallbackName) {
-    const res = await fetch(`/api${path}`, { headers: authHeaders() });
+    const res = await fetch(`/v1${path}`, { headers: authHeaders() });
     if (!res.ok) throw new ApiError(res.status, `download failed (${res.status})`);
     const blob = await res.blob();
     const cd = res.headers.get('Content-Disposition') || '';
@@ -568,8 +568,9 @@
   // ---------------------------------------------------------------- list
   async function refreshList() {
     try {
-      const data = await api('GET', '/debates');
-      app.debates = data.debates || [];
+      // The newest 200 by creation; shown most recently updated first.
+      const data = await api('GET', '/debates?limit=200');
+      app.debates = (data.items || []).slice().sort((a, b) => Date.parse(b.updatedAt) - Date.parse(a.updatedAt));
       renderList();
     } catch (e) {
       // A 503 says why; anything else is shown by the next successful refresh.
@@ -750,7 +751,7 @@
     let backoff = 1000;
     while (!view.aborted()) {
       try {
-        const res = await fetch(`/api/debates/${encodeURIComponent(id)}/events`, {
+        const res = await fetch(`/v1/debates/${encodeURIComponent(id)}/events`, {
           headers: authHeaders({ Accept: 'text/event-stream', 'Last-Event-ID': String(view.lastSeq) }),
           signal: view.abort.signal,
         });
@@ -1102,7 +1103,7 @@
         buttons.push(el('button', { type: 'button', class: 'btn primary', id: 'retry', onclick: () => this.command('retry') }, 'Resume'));
       }
       buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-report', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/report`, `${this.id}.md`) }, 'Report (.md)'));
-      buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-state', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/state`, `${this.id}.json`) }, 'State (.json)'));
+      buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-state', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}`, `${this.id}.json`) }, 'State (.json)'));
       clear(this.actionsEl).append(...buttons);
       if (this.commandError) this.actionsEl.append(el('p', { class: 'error', text: this.commandError }));
     }

@@ -1,28 +1,35 @@
-//! The HTTP routes: the page's assets and the JSON API under `/api/`.
+//! The HTTP routes: the page's assets and the JSON API v1 under `/v1/`.
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/healthz` | `ok` while the server runs (no token needed; no data) |
-//! | GET | `/api/config` | the backend kind and the form's defaults (agents, roles, providers with their allowed models, the agent limit) |
-//! | GET | `/api/debates` | the debates, most recently updated first |
-//! | POST | `/api/debates` | start one: `{problem, roles? \| agents?: [{name, role, model, provider?, temperature?}], rounds?, idempotencyKey?}` → 201 `{debateId}` |
-//! | GET | `/api/debates/{id}` | its state (dialectic's DebateState JSON) |
-//! | GET | `/api/debates/{id}/events` | Server-Sent Events, `id:` = the event's sequence number; resumes after `Last-Event-ID` or `?after=N` |
-//! | POST | `/api/debates/{id}/retry` | resume a failed (or interrupted) debate |
-//! | POST | `/api/debates/{id}/cancel` | cancel it |
-//! | POST | `/api/debates/{id}/answers` | `{answers: [{id, answer}]}` to its clarification questions |
-//! | POST | `/api/debates/{id}/feedback` | `{feedback: 1 \| -1}`: thumbs up/down on a completed debate (its `userFeedback`) |
-//! | GET | `/api/debates/{id}/report` | the Markdown report (download) |
-//! | GET | `/api/debates/{id}/state` | the state JSON (download) |
+//! | GET | `/healthz` | `ok` while the server runs (no credentials needed; no data) |
+//! | GET | `/v1/openapi.json` | the OpenAPI 3.1 document of this API (no credentials needed) |
+//! | GET | `/v1/config` | the backend kind and the form's defaults |
+//! | GET | `/v1/debates` | the caller's debates, newest first: `?limit=&cursor=` → `{items, nextCursor}` |
+//! | POST | `/v1/debates` | start one (`Idempotency-Key` header) → 201 `{debateId}` |
+//! | GET | `/v1/debates/{id}` | its state (the DebateState JSON) |
+//! | GET | `/v1/debates/{id}/report` | the Markdown report |
+//! | GET | `/v1/debates/{id}/events` | Server-Sent Events, `id:` = the event's sequence number; resumes after `Last-Event-ID` or `?after=N` |
+//! | POST | `/v1/debates/{id}/retry` | resume a failed (or interrupted) debate |
+//! | POST | `/v1/debates/{id}/cancel` | cancel it |
+//! | POST | `/v1/debates/{id}/answers` | answers to its clarification questions |
+//! | POST | `/v1/debates/{id}/feedback` | thumbs up/down on a completed debate |
 //!
-//! Errors are `{"error": {"code", "message"}}` with the matching HTTP status.
+//! The OpenAPI document (`crate::openapi`) is generated from these handlers' annotations
+//! and the types they exchange. Errors are `{"error": {"code", "message"}}` with the
+//! matching HTTP status, for every route.
 //!
-//! Guards, in order: the `Host` header (on loopback without a token only loopback names
-//! are served, so a web page on another site cannot reach the API through DNS rebinding);
-//! the `Origin` header (a browser request from another origin is refused); the bearer token
-//! when one is set (`Authorization: Bearer <token>`, compared in constant time, for every
-//! `/api/` route; the assets hold no data); a POST must be `Content-Type: application/json`
-//! (so a plain cross-site form cannot send one); bodies are capped at [`MAX_BODY_BYTES`].
+//! Guards, in order: the `Host` header (on loopback without credentials only loopback
+//! names are served, so a web page on another site cannot reach the API through DNS
+//! rebinding); the `Origin` header (a browser request from another origin is refused);
+//! the caller's credentials (`Authorization: Bearer <token or API key>`, see
+//! [`authenticate`]) for every `/v1/` route but the document; a POST must be
+//! `Content-Type: application/json` (so a plain cross-site form cannot send one); bodies
+//! are capped at [`MAX_BODY_BYTES`].
+//!
+//! Ownership: a `user` API key sees and acts only on the debates it created; any other
+//! debate is answered exactly as one that does not exist (404 `no debate <id>`), so ids do
+//! not leak. An `admin` key and the operator's token see every debate.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -35,7 +42,8 @@ use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
+use base64::Engine as _;
 use futures::StreamExt as _;
 use parley_protocol::subjects::{ErrorCode, ErrorReply};
 use serde_json::{json, Value};
@@ -43,36 +51,60 @@ use serde_json::{json, Value};
 use crate::backend::{
     checked_id, AnswersRequest, ApiError, Backend, FeedbackRequest, SubmitRequest,
 };
+use crate::idempotency::{self, Begin, IdempotencyStore};
+use crate::keys::{KeyFileWatch, Principal};
+use crate::replies::{
+    CommandReply, ConfigReply, CreatedDebate, DebateList, DebateStateDoc, ErrorResponse,
+};
 use crate::{assets, auth};
 
 /// Bytes in one request body, at most (a submission's problem is at most 100 000
 /// characters).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Debates one page of `GET /v1/debates` holds by default.
+pub const DEFAULT_PAGE: usize = 50;
+/// Debates one page holds at most (`limit`).
+pub const MAX_PAGE: usize = 200;
+/// The header a replayed create carries.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
     pub backend: Arc<dyn Backend>,
-    /// Set when the server requires a bearer token.
+    /// Set when the server takes the operator's bearer token (an admin).
     pub token: Option<Arc<auth::Token>>,
-    /// Serving on a loopback address without a token: only loopback `Host` names pass.
+    /// Set when the operator lists API keys (`--api-keys`).
+    pub keys: Option<Arc<KeyFileWatch>>,
+    /// Serving on a loopback address without credentials: only loopback `Host` names pass.
     pub loopback_only: bool,
     /// Cancelled when the server shuts down: event streams end.
     pub stop: tokio_util::sync::CancellationToken,
+    /// Idempotency keys of creates seen lately.
+    pub idempotency: Arc<IdempotencyStore>,
+    /// The OpenAPI document served at `/v1/openapi.json` (`crate::openapi::document`).
+    pub openapi: Arc<str>,
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = ErrorReply::new(self.code, self.message).error;
-        no_store(
+        let mut r = no_store(
             (
                 status,
                 [(header::CONTENT_TYPE, "application/json")],
                 json!({ "error": body }).to_string(),
             )
                 .into_response(),
-        )
+        );
+        if status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"parley\""),
+            );
+        }
+        r
     }
 }
 
@@ -97,9 +129,8 @@ fn json_response(status: StatusCode, v: &Value) -> Response {
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/config", get(config))
-        .route("/debates", get(list).post(submit))
+        .route("/debates", get(list).post(create))
         .route("/debates/{id}", get(debate_state))
-        .route("/debates/{id}/state", get(state_download))
         .route("/debates/{id}/report", get(report))
         .route("/debates/{id}/events", get(events))
         .route("/debates/{id}/retry", post(retry))
@@ -107,9 +138,11 @@ pub fn router(state: AppState) -> Router {
         .route("/debates/{id}/answers", post(answers))
         .route("/debates/{id}/feedback", post(feedback))
         .fallback(api_not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .route("/openapi.json", get(openapi_document));
     Router::new()
-        .nest("/api", api)
+        .nest("/v1", api)
         .route("/healthz", get(|| async { "ok" }))
         .merge(assets::routes())
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -121,7 +154,28 @@ pub fn router(state: AppState) -> Router {
 async fn api_not_found(method: Method, uri: Uri) -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
-        format!("no API route {method} {}", uri.path()),
+        format!(
+            "no API route {method} {}",
+            parley_protocol::preview(uri.path(), 200)
+        ),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::invalid(format!(
+        "{method} is not a method of {}",
+        parley_protocol::preview(uri.path(), 200)
+    ))
+    .with_status(405)
+}
+
+async fn openapi_document(State(s): State<AppState>) -> Response {
+    no_store(
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            s.openapi.to_string(),
+        )
+            .into_response(),
     )
 }
 
@@ -174,29 +228,40 @@ fn is_loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-async fn require_token(State(s): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(token) = &s.token {
+/// Who the request acts as: the operator's token (an admin without a name), one of the
+/// operator's API keys (its name and role), or, when the server takes neither (`--no-auth`
+/// on loopback), the operator. Anything else is a 401. The [`Principal`] goes into the
+/// request's extensions for the handlers.
+pub async fn authenticate(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
+    let principal = if s.token.is_none() && s.keys.is_none() {
+        Some(Principal::operator())
+    } else {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|h| h.to_str().ok())
             .and_then(|h| h.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !token.matches(given) {
-            let mut r = ApiError::new(
-                ErrorCode::InvalidRequest,
-                "missing or wrong bearer token (Authorization: Bearer <token>)",
-            )
-            .with_status(401)
-            .into_response();
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"parley\""),
-            );
-            return r;
+            .unwrap_or("")
+            .trim();
+        let by_token = s
+            .token
+            .as_ref()
+            .is_some_and(|t| t.matches(given))
+            .then(Principal::operator);
+        let by_key = s.keys.as_ref().and_then(|k| k.keys().authenticate(given));
+        by_token.or(by_key)
+    };
+    match principal {
+        Some(p) => {
+            req.extensions_mut().insert(p);
+            next.run(req).await
         }
+        None => ApiError::new(
+            ErrorCode::Unauthorized,
+            "missing or wrong credentials (Authorization: Bearer <token or API key>)",
+        )
+        .into_response(),
     }
-    next.run(req).await
 }
 
 impl ApiError {
@@ -244,77 +309,269 @@ fn json_body<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// A debate id from the path that the caller may see: a `user` key's request for another
+/// owner's debate is the same 404 as for a debate that does not exist.
+async fn visible<'a>(s: &AppState, p: &Principal, id: &'a str) -> Result<&'a str, ApiError> {
+    let id = checked_id(id)?;
+    if p.is_admin() {
+        return Ok(id);
+    }
+    match s.backend.owner(id).await {
+        Ok(owner) if p.may_see(owner.as_deref()) => Ok(id),
+        Ok(_) => Err(ApiError::not_found(id)),
+        Err(e) if e.code == ErrorCode::NotFound => Err(ApiError::not_found(id)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The form's defaults and the backend kind.
+#[utoipa::path(get, path = "/v1/config", tag = "config",
+    responses(
+        (status = 200, description = "The backend and the form's defaults", body = ConfigReply),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+    ))]
 async fn config(State(s): State<AppState>) -> Response {
     let d = s.backend.defaults();
     json_response(
         StatusCode::OK,
         &json!({
             "backend": s.backend.kind(),
-            "auth": s.token.is_some(),
+            "auth": s.token.is_some() || s.keys.is_some(),
             "defaults": d,
             "limits": { "answerChars": crate::backend::MAX_ANSWER_CHARS },
         }),
     )
 }
 
-async fn list(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let debates = s.backend.list().await?;
+/// `?limit=&cursor=` of a list.
+fn page_query(uri: &Uri) -> Result<(usize, Option<String>), ApiError> {
+    let mut limit = DEFAULT_PAGE;
+    let mut cursor = None;
+    for pair in uri.query().unwrap_or("").split('&') {
+        if let Some(v) = pair.strip_prefix("limit=") {
+            limit = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE).contains(n))
+                .ok_or_else(|| {
+                    ApiError::invalid(format!(
+                        "limit: {:?} is not a number from 1 to {MAX_PAGE}",
+                        parley_protocol::preview(v, 40)
+                    ))
+                })?;
+        } else if let Some(v) = pair.strip_prefix("cursor=") {
+            cursor = Some(decode_cursor(v)?);
+        }
+    }
+    Ok((limit, cursor))
+}
+
+/// A cursor is the last listed debate's id, base64url-encoded (opaque to clients).
+fn encode_cursor(id: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id)
+}
+
+fn decode_cursor(v: &str) -> Result<String, ApiError> {
+    let bad = || {
+        ApiError::invalid(format!(
+            "cursor: {:?} is not a cursor this API returned (nextCursor)",
+            parley_protocol::preview(v, 40)
+        ))
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(v)
+        .map_err(|_| bad())?;
+    let id = String::from_utf8(bytes).map_err(|_| bad())?;
+    if parley_protocol::is_valid_debate_id(&id) {
+        Ok(id)
+    } else {
+        Err(bad())
+    }
+}
+
+/// The caller's debates (a `user` key: those it created; an admin: all), newest first (by
+/// creation: the order does not change between pages). At most the 200 most recently
+/// updated debates of the server are listed.
+#[utoipa::path(get, path = "/v1/debates", tag = "debates",
+    params(
+        ("limit" = Option<u32>, Query, description = "Debates in this page (1-200, default 50)", minimum = 1, maximum = 200),
+        ("cursor" = Option<String>, Query, description = "The `nextCursor` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "One page of debates", body = DebateList),
+        (status = 400, description = "A bad limit or cursor", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
+async fn list(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let (limit, cursor) = page_query(&uri)?;
+    let mut items = s.backend.list().await?;
+    items.retain(|i| p.may_see(i.owner.as_deref()));
+    items.sort_by(|a, b| b.id.cmp(&a.id));
+    if let Some(c) = &cursor {
+        items.retain(|i| i.id.as_str() < c.as_str());
+    }
+    let next = (items.len() > limit).then(|| encode_cursor(&items[limit - 1].id));
+    items.truncate(limit);
     Ok(json_response(
         StatusCode::OK,
-        &json!({ "debates": debates }),
+        &json!({ "items": items, "nextCursor": next }),
     ))
 }
 
-async fn submit(
+/// The `Idempotency-Key` header: 1-128 printable ASCII characters.
+fn idempotency_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let text = v.to_str().unwrap_or("");
+    let ok = !text.is_empty()
+        && text.len() <= idempotency::MAX_KEY_BYTES
+        && text.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    if ok {
+        Ok(Some(text.to_string()))
+    } else {
+        Err(ApiError::invalid(format!(
+            "Idempotency-Key: 1-{} printable ASCII characters",
+            idempotency::MAX_KEY_BYTES
+        )))
+    }
+}
+
+fn reused_key() -> ApiError {
+    ApiError::new(
+        ErrorCode::IdempotencyKeyReused,
+        "Idempotency-Key: this key was first sent with a different request; use a new key for a new debate",
+    )
+}
+
+/// Starts a debate. With an `Idempotency-Key` (header, or `idempotencyKey` in the body),
+/// sending the same request again returns the same debate (201, `Idempotent-Replayed:
+/// true`); the same key with a different request is a 422.
+#[utoipa::path(post, path = "/v1/debates", tag = "debates",
+    request_body = SubmitRequest,
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes a retried create return the same debate (1-128 printable ASCII characters, scoped to the caller, remembered 24 h)"),
+    ),
+    responses(
+        (status = 201, description = "Started (or, with a key already used for this request, the same debate again)", body = CreatedDebate,
+            headers(("Location" = String, description = "The debate's URL"))),
+        (status = 400, description = "A bad request: the message names every bad field", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 409, description = "The first request with this Idempotency-Key is still being handled", body = ErrorResponse),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorResponse),
+        (status = 422, description = "The Idempotency-Key was first used with a different request", body = ErrorResponse),
+        (status = 503, description = "The backend cannot take a debate now", body = ErrorResponse),
+    ))]
+async fn create(
     State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let request: SubmitRequest = json_body(&headers, body)?;
+    let mut request: SubmitRequest = json_body(&headers, body)?;
+    let header_key = idempotency_header(&headers)?;
     request.validate()?;
-    let id = s.backend.submit(request).await?;
-    let mut r = json_response(StatusCode::CREATED, &json!({ "debateId": id }));
-    if let Ok(v) = HeaderValue::from_str(&format!("/api/debates/{id}")) {
-        r.headers_mut().insert(header::LOCATION, v);
+    let key = match (header_key, request.idempotency_key.take()) {
+        (Some(h), Some(b)) if h != b => {
+            return Err(ApiError::invalid(
+                "idempotencyKey: differs from the Idempotency-Key header; send one of them",
+            ))
+        }
+        (h, b) => h.or(b),
+    };
+    let owner = p.name.as_deref();
+    let Some(key) = key else {
+        let id = s.backend.submit_owned(request, owner).await?;
+        return Ok(created(&id, false));
+    };
+    let scoped = idempotency::scoped_key(owner, &key);
+    let canonical = serde_json::to_vec(&request).map_err(|e| ApiError::internal(e.to_string()))?;
+    match s
+        .idempotency
+        .begin(&scoped, idempotency::fingerprint(&canonical))
+    {
+        Begin::Replay(id) => Ok(created(&id, true)),
+        Begin::Mismatch => Err(reused_key()),
+        Begin::InFlight => Err(ApiError::conflict(
+            "Idempotency-Key: the first request with this key is still being handled; try again",
+        )),
+        Begin::New => {
+            request.idempotency_key = Some(scoped.clone());
+            let result = s.backend.submit_owned(request, owner).await;
+            s.idempotency.finish(&scoped, result.as_ref().ok().cloned());
+            match result {
+                Ok(id) => Ok(created(&id, false)),
+                // The coordinators bound the key to another request (another replica saw
+                // it, or this one before a restart).
+                Err(e) if e.code == ErrorCode::Conflict && e.message.contains("idempotencyKey") => {
+                    Err(reused_key())
+                }
+                Err(e) => Err(e),
+            }
+        }
     }
-    Ok(r)
 }
 
+fn created(id: &str, replayed: bool) -> Response {
+    let mut r = json_response(StatusCode::CREATED, &json!({ "debateId": id }));
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/debates/{id}")) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    if replayed {
+        r.headers_mut()
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
+    r
+}
+
+/// The debate's state.
+#[utoipa::path(get, path = "/v1/debates/{id}", tag = "debates",
+    params(("id" = String, Path, description = "The debate id (deb-YYYYMMDD-HHMMSS-RAND)", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
+    responses(
+        (status = 200, description = "The debate's state", body = DebateStateDoc),
+        (status = 400, description = "Not a debate id", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
 async fn debate_state(
     State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = checked_id(&id)?;
+    let id = visible(&s, &p, &id).await?;
     Ok(json_response(StatusCode::OK, &s.backend.state(id).await?))
 }
 
-async fn state_download(
+/// The debate's Markdown report.
+#[utoipa::path(get, path = "/v1/debates/{id}/report", tag = "debates",
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
+    responses(
+        (status = 200, description = "The report", body = String, content_type = "text/markdown"),
+        (status = 400, description = "Not a debate id", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
+async fn report(
     State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = checked_id(&id)?;
-    let state = s.backend.state(id).await?;
-    let text = serde_json::to_string_pretty(&state).unwrap_or_default();
-    Ok(download(text, "application/json", &format!("{id}.json")))
-}
-
-async fn report(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let id = checked_id(&id)?;
+    let id = visible(&s, &p, &id).await?;
     let md = s.backend.report(id).await?;
-    Ok(download(
-        md,
-        "text/markdown; charset=utf-8",
-        &format!("{id}.md"),
-    ))
-}
-
-fn download(body: String, content_type: &'static str, file: &str) -> Response {
-    let mut r = no_store(([(header::CONTENT_TYPE, content_type)], body).into_response());
-    // `file` is a checked debate id plus an extension: no quoting needed.
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{file}\"")) {
+    let mut r =
+        no_store(([(header::CONTENT_TYPE, "text/markdown; charset=utf-8")], md).into_response());
+    // `id` is a checked debate id: no quoting needed.
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{id}.md\"")) {
         r.headers_mut().insert(header::CONTENT_DISPOSITION, v);
     }
-    r
+    Ok(r)
 }
 
 /// `Last-Event-ID` (what a browser's EventSource sends on reconnect) or `?after=N`;
@@ -350,13 +607,31 @@ fn resume_point(headers: &HeaderMap, uri: &Uri) -> Result<u64, ApiError> {
 /// client is noticed.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// The debate's events as Server-Sent Events: each is `event: debate`, `id:` its
+/// per-debate sequence number, `data:` the event's JSON (its `type`, `seq`, `at`,
+/// `progress`, ...). The stream starts after `Last-Event-ID` (or `?after=`), sends every
+/// later event in order, then the new ones as they happen; it does not end by itself.
+#[utoipa::path(get, path = "/v1/debates/{id}/events", tag = "debates",
+    params(
+        ("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$"),
+        ("after" = Option<u64>, Query, description = "Start after this sequence number"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Start after this sequence number (a reconnecting EventSource sends it)"),
+    ),
+    responses(
+        (status = 200, description = "The event stream", body = String, content_type = "text/event-stream"),
+        (status = 400, description = "Not a debate id, or a bad resume point", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
+        (status = 503, description = "Too many event streams at once", body = ErrorResponse),
+    ))]
 async fn events(
     State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
     Path(id): Path<String>,
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let id = checked_id(&id)?;
+    let id = visible(&s, &p, &id).await?;
     let after = resume_point(&headers, &uri)?;
     let stream = s.backend.events(id, after).await?;
     let sse = stream
@@ -380,40 +655,99 @@ async fn events(
     Ok(r)
 }
 
-async fn retry(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let id = checked_id(&id)?;
+/// Resumes a failed (or interrupted) debate from the node where it stopped, repeating no
+/// completed call.
+#[utoipa::path(post, path = "/v1/debates/{id}/retry", tag = "debates",
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
+    responses(
+        (status = 200, description = "Accepted", body = CommandReply),
+        (status = 400, description = "Not a debate id", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
+        (status = 409, description = "The debate cannot be retried now (running, completed)", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
+async fn retry(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = visible(&s, &p, &id).await?;
     Ok(json_response(StatusCode::OK, &s.backend.retry(id).await?))
 }
 
-async fn cancel(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let id = checked_id(&id)?;
+/// Cancels the debate.
+#[utoipa::path(post, path = "/v1/debates/{id}/cancel", tag = "debates",
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
+    responses(
+        (status = 200, description = "Cancelled", body = CommandReply),
+        (status = 400, description = "Not a debate id", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
+        (status = 409, description = "Already completed or cancelled", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
+async fn cancel(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = visible(&s, &p, &id).await?;
     Ok(json_response(StatusCode::OK, &s.backend.cancel(id).await?))
 }
 
+/// Answers the debate's clarification questions (while it is `awaiting_clarifications`).
+#[utoipa::path(post, path = "/v1/debates/{id}/answers", tag = "debates",
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
+    request_body = AnswersRequest,
+    responses(
+        (status = 200, description = "Recorded", body = CommandReply),
+        (status = 400, description = "A bad request: the message names every bad field", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
+        (status = 409, description = "Not waiting for answers, or already answered", body = ErrorResponse),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
 async fn answers(
     State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let id = checked_id(&id)?.to_string();
     let request: AnswersRequest = json_body(&headers, body)?;
     request.validate()?;
+    let id = visible(&s, &p, &id).await?.to_string();
     Ok(json_response(
         StatusCode::OK,
         &s.backend.answer(&id, request).await?,
     ))
 }
 
+/// Records the caller's verdict on a completed debate (its `userFeedback`).
+#[utoipa::path(post, path = "/v1/debates/{id}/feedback", tag = "debates",
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
+    request_body = FeedbackRequest,
+    responses(
+        (status = 200, description = "Recorded", body = CommandReply),
+        (status = 400, description = "A bad request: the message names the bad field", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
+        (status = 409, description = "The debate is not completed", body = ErrorResponse),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
 async fn feedback(
     State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let id = checked_id(&id)?.to_string();
     let request: FeedbackRequest = json_body(&headers, body)?;
     request.validate()?;
+    let id = visible(&s, &p, &id).await?.to_string();
     Ok(json_response(
         StatusCode::OK,
         &s.backend.feedback(&id, request).await?,
@@ -464,5 +798,43 @@ mod tests {
             .unwrap_err()
             .message
             .contains("after"));
+    }
+
+    #[test]
+    fn pages_take_a_limit_and_an_opaque_cursor() {
+        let id = "deb-20260101-000000-abc123";
+        let c = encode_cursor(id);
+        let uri: Uri = format!("/v1/debates?limit=2&cursor={c}").parse().unwrap();
+        assert_eq!(page_query(&uri).unwrap(), (2, Some(id.to_string())));
+        let none: Uri = "/v1/debates".parse().unwrap();
+        assert_eq!(page_query(&none).unwrap(), (DEFAULT_PAGE, None));
+        for bad in [
+            "limit=0",
+            "limit=201",
+            "limit=x",
+            "cursor=%%",
+            "cursor=Li4v",
+        ] {
+            let uri: Uri = format!("/v1/debates?{bad}").parse().unwrap();
+            let e = page_query(&uri).unwrap_err();
+            let field = bad.split('=').next().unwrap();
+            assert!(e.message.starts_with(field), "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn idempotency_headers_are_bounded() {
+        let mut h = HeaderMap::new();
+        assert_eq!(idempotency_header(&h).unwrap(), None);
+        h.insert("idempotency-key", HeaderValue::from_static("abc-1"));
+        assert_eq!(idempotency_header(&h).unwrap().as_deref(), Some("abc-1"));
+        h.insert(
+            "idempotency-key",
+            HeaderValue::from_str(&"k".repeat(idempotency::MAX_KEY_BYTES + 1)).unwrap(),
+        );
+        assert!(idempotency_header(&h)
+            .unwrap_err()
+            .message
+            .starts_with("Idempotency-Key"));
     }
 }

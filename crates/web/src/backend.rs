@@ -45,6 +45,8 @@ impl ApiError {
             ErrorCode::Conflict => 409,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal => 500,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::IdempotencyKeyReused => 422,
         };
         Self {
             status,
@@ -69,9 +71,9 @@ impl ApiError {
     }
 }
 
-/// `POST /api/debates`: what the form sends. The rest of the debate (agents' models,
+/// `POST /v1/debates`: what the form sends. The rest of the debate (agents' models,
 /// prompts, the judge, retry policies) is the server's configuration.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubmitRequest {
     pub problem: String,
@@ -86,12 +88,15 @@ pub struct SubmitRequest {
     pub agents: Option<Vec<AgentChoice>>,
     /// 1–20, as `parley run --rounds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 20)]
     pub rounds: Option<u32>,
-    /// A re-sent submission with the same key names the same debate (cluster).
+    /// A re-sent submission with the same key names the same debate; the
+    /// `Idempotency-Key` header is the same (give one or the other, or both equal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 128)]
     pub idempotency_key: Option<String>,
     /// Agents ask clarification questions before round 1, as `parley run --clarify`; the
-    /// debate waits in `awaiting_clarifications` for `POST /api/debates/{id}/answers`.
+    /// debate waits in `awaiting_clarifications` for `POST /v1/debates/{id}/answers`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub clarify: bool,
 }
@@ -178,7 +183,7 @@ impl SubmitRequest {
 }
 
 /// One agent as the page's editor sends it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentChoice {
     pub name: String,
@@ -215,11 +220,13 @@ impl AgentChoice {
     }
 }
 
-/// `POST /api/debates/{id}/feedback`: the user's thumbs up (1) or down (-1) on a completed
+/// `POST /v1/debates/{id}/feedback`: the user's thumbs up (1) or down (-1) on a completed
 /// debate, stored as the state's `userFeedback`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FeedbackRequest {
+    /// 1 (thumbs up) or -1 (thumbs down).
+    #[schema(minimum = -1, maximum = 1)]
     pub feedback: i8,
 }
 
@@ -237,7 +244,7 @@ impl FeedbackRequest {
 }
 
 /// One answer to a clarification question.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Answer {
     /// The question's id.
@@ -245,8 +252,8 @@ pub struct Answer {
     pub answer: String,
 }
 
-/// `POST /api/debates/{id}/answers`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `POST /v1/debates/{id}/answers`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AnswersRequest {
     pub answers: Vec<Answer>,
@@ -286,8 +293,8 @@ impl AnswersRequest {
     }
 }
 
-/// One row of `GET /api/debates`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One row of `GET /v1/debates`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DebateListItem {
     pub id: String,
@@ -301,7 +308,11 @@ pub struct DebateListItem {
     pub phase: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f64>,
+    #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
+    /// The name of the API key that created it (none: created with the operator's token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// False for an embedded debate that is `running` but that no process drives (the
     /// server stopped while it ran, or another process started it): `retry` continues it.
     pub live: bool,
@@ -329,7 +340,7 @@ impl WireEvent {
 pub type EventStream = Pin<Box<dyn Stream<Item = WireEvent> + Send>>;
 
 /// What the form offers: the server's configuration, without endpoints or keys.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FormDefaults {
     pub agents: Vec<AgentView>,
@@ -350,7 +361,7 @@ pub struct FormDefaults {
 }
 
 /// A provider as the editor offers it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderView {
     pub name: String,
@@ -360,7 +371,7 @@ pub struct ProviderView {
 }
 
 /// An agent as the page shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentView {
     pub id: String,
@@ -421,6 +432,33 @@ pub trait Backend: Send + Sync + 'static {
     async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError>;
     /// Records the user's verdict (1 or -1) on a completed debate as its `userFeedback`.
     async fn feedback(&self, id: &str, feedback: FeedbackRequest) -> Result<Value, ApiError>;
+
+    /// Starts a debate owned by `owner` (the name of the caller's API key, recorded in the
+    /// spec and the state so every front end enforces it). The default serves backends that
+    /// record no owner: it refuses an owner rather than drop it.
+    async fn submit_owned(
+        &self,
+        request: SubmitRequest,
+        owner: Option<&str>,
+    ) -> Result<String, ApiError> {
+        match owner {
+            None => self.submit(request).await,
+            Some(_) => Err(ApiError::internal(format!(
+                "the {} backend does not record debate owners",
+                self.kind()
+            ))),
+        }
+    }
+
+    /// The name of the API key that created the debate (`None`: the operator's); a debate
+    /// that does not exist is a 404. The default reads the state's `owner`.
+    async fn owner(&self, id: &str) -> Result<Option<String>, ApiError> {
+        let state = self.state(id).await?;
+        Ok(state
+            .get("owner")
+            .and_then(Value::as_str)
+            .map(str::to_string))
+    }
 }
 
 /// The problem's first [`PROBLEM_PREVIEW_CHARS`] characters, on one line.

@@ -64,6 +64,8 @@ pub struct ClusterBackend {
     /// Debate id → its problem's preview (immutable, so caching it keeps `serve`
     /// stateless in every way that matters).
     problems: Mutex<HashMap<String, String>>,
+    /// Debate id → the name of the API key that created it (immutable, like the problem).
+    owners: Mutex<HashMap<String, Option<String>>>,
     /// One permit per open event stream: a server follows at most
     /// `max_event_streams` debates at once (each is a consumer in the cluster).
     event_streams: Arc<Semaphore>,
@@ -89,6 +91,7 @@ impl ClusterBackend {
             specs,
             report,
             problems: Mutex::new(HashMap::new()),
+            owners: Mutex::new(HashMap::new()),
             event_streams: Arc::new(Semaphore::new(max_event_streams)),
             max_event_streams,
         }
@@ -204,6 +207,7 @@ fn list_item(v: &Value) -> Option<DebateListItem> {
             .then(|| v["confidence"].as_f64())
             .flatten(),
         updated_at: serde_json::from_value::<DateTime<Utc>>(v["at"].clone()).ok()?,
+        owner: None,
         live: true,
     })
 }
@@ -219,8 +223,19 @@ impl Backend for ClusterBackend {
     }
 
     async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
+        self.submit_owned(request, None).await
+    }
+
+    /// The owner travels in the spec; the coordinator records it in the state, so every
+    /// `serve` replica reads it back (`owner`).
+    async fn submit_owned(
+        &self,
+        request: SubmitRequest,
+        owner: Option<&str>,
+    ) -> Result<String, ApiError> {
         let mut spec = self.specs.build(&request)?;
         spec.idempotency_key = request.idempotency_key.clone();
+        spec.owner = owner.map(str::to_string);
         let body = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(e.to_string()))?;
         let reply = self.request(subjects::SUBMIT, body).await?;
         let id = reply["debateId"]
@@ -230,7 +245,27 @@ impl Backend for ClusterBackend {
         if let Ok(mut cache) = self.problems.lock() {
             cache.insert(id.clone(), problem_preview(&request.problem));
         }
+        if let Ok(mut cache) = self.owners.lock() {
+            cache.insert(id.clone(), owner.map(str::to_string));
+        }
         Ok(id)
+    }
+
+    /// From the status summary (the owner never changes: cached).
+    async fn owner(&self, id: &str) -> Result<Option<String>, ApiError> {
+        if let Some(o) = self.owners.lock().ok().and_then(|c| c.get(id).cloned()) {
+            return Ok(o);
+        }
+        let body = json!({ "debateId": id, "view": "summary" }).to_string();
+        let v = self.request(subjects::STATUS, body.into_bytes()).await?;
+        let owner = v["owner"].as_str().map(str::to_string);
+        if let Ok(mut cache) = self.owners.lock() {
+            if cache.len() > MAX_CACHED_PROBLEMS {
+                cache.clear();
+            }
+            cache.insert(id.to_string(), owner.clone());
+        }
+        Ok(owner)
     }
 
     async fn list(&self) -> Result<Vec<DebateListItem>, ApiError> {
@@ -266,6 +301,21 @@ impl Backend for ClusterBackend {
             .buffer_unordered(4)
             .collect()
             .await;
+        // Every listed debate's owner (fetched once each, then cached): a user key's list
+        // shows only its own debates.
+        let owners: Vec<(String, Option<String>)> =
+            futures::stream::iter(items.iter().map(|i| i.id.clone()).collect::<Vec<_>>())
+                .map(|id| async move {
+                    let owner = self.owner(&id).await;
+                    (id, owner.ok().flatten())
+                })
+                .buffer_unordered(8)
+                .collect()
+                .await;
+        let owners: HashMap<String, Option<String>> = owners.into_iter().collect();
+        for i in &mut items {
+            i.owner = owners.get(&i.id).cloned().flatten();
+        }
         if let Ok(mut cache) = self.problems.lock() {
             if cache.len() > MAX_CACHED_PROBLEMS {
                 cache.clear();

@@ -54,7 +54,7 @@ use crate::backend::{
 
 /// How long a stopping server waits for the calls in flight before it checkpoints.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
-/// Debates `GET /api/debates` lists, at most (the most recently updated).
+/// Debates `GET /v1/debates` lists, at most (the most recently updated).
 pub const MAX_LISTED: usize = 200;
 /// Debates whose events this process keeps in memory, at most: past it the idle ones are
 /// forgotten, and when none is idle a request for another debate is refused (503).
@@ -491,7 +491,7 @@ impl Inner {
         Driver { stop, handle }
     }
 
-    /// `GET /api/debates` (blocking file work): the newest [`MAX_LISTED`] checkpoints, kept
+    /// `GET /v1/debates` (blocking file work): the newest [`MAX_LISTED`] checkpoints, kept
     /// in a heap of that size while the directory is read, however many files it holds.
     fn list(&self) -> Result<Vec<DebateListItem>, ApiError> {
         use std::cmp::Reverse;
@@ -563,7 +563,7 @@ impl Inner {
         Ok(items)
     }
 
-    /// `GET /api/debates/{id}` (blocking file work): the checkpoint without its spec.
+    /// `GET /v1/debates/{id}` (blocking file work): the checkpoint without its spec.
     fn state(&self, id: &str) -> Result<Value, ApiError> {
         let path = self.store.path_of(id);
         let bytes = match std::fs::read(&path) {
@@ -604,6 +604,7 @@ impl Inner {
             phase: String::new(),
             confidence: b.final_solution.map(|s| s.confidence),
             updated_at: b.updated_at,
+            owner: b.owner,
             live: false,
             id: b.id,
         };
@@ -634,6 +635,8 @@ struct Brief {
     updated_at: DateTime<Utc>,
     #[serde(default)]
     spec: Option<BriefSpec>,
+    #[serde(default)]
+    owner: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -680,8 +683,18 @@ impl Backend for EmbeddedBackend {
     }
 
     async fn submit(&self, request: SubmitRequest) -> Result<String, ApiError> {
+        self.submit_owned(request, None).await
+    }
+
+    /// The owner is recorded in the checkpoint's spec and state (`owner`).
+    async fn submit_owned(
+        &self,
+        request: SubmitRequest,
+        owner: Option<&str>,
+    ) -> Result<String, ApiError> {
         let inner = &self.inner;
-        let spec = inner.specs.build(&request)?;
+        let mut spec = inner.specs.build(&request)?;
+        spec.owner = owner.map(str::to_string);
         let runner = inner.runner(&spec).await?;
         let mut machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
         machine.set_pricing(inner.pricing.clone());

@@ -9,10 +9,13 @@
 //!   (`<id>.events.jsonl`) so an event stream resumes across server restarts.
 //! - [`cluster`]: [`ClusterBackend`], a stateless front end of a cluster: the NATS request
 //!   subjects and the JetStream events stream (any number of replicas).
-//! - [`api`]: the routes, the guards (Host/Origin checks, bearer token, JSON-only POSTs,
-//!   body limit) and the SSE endpoint.
-//! - [`auth`]: the bearer token, compared in constant time; generated at start-up when the
-//!   operator gives none (unless `--no-auth`).
+//! - [`api`]: the HTTP API v1 (`/v1/...`): routes, guards (Host/Origin checks,
+//!   credentials, JSON-only POSTs, body limit), ownership checks, the SSE endpoint.
+//! - [`openapi`]: the OpenAPI 3.1 document, generated from the handlers and types.
+//! - [`auth`]: the operator's bearer token, compared in constant time; generated at
+//!   start-up when the operator gives neither a token nor API keys (unless `--no-auth`).
+//! - [`keys`]: per-user API keys (hashed in the operator's file, re-read while serving).
+//! - [`idempotency`]: idempotency keys of creates.
 //! - [`assets`]: the page (HTML/CSS/JS in `assets/`, compiled in) and the security
 //!   headers (a strict Content-Security-Policy).
 
@@ -22,6 +25,10 @@ pub mod auth;
 pub mod backend;
 pub mod cluster;
 pub mod embedded;
+pub mod idempotency;
+pub mod keys;
+pub mod openapi;
+pub mod replies;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,10 +44,12 @@ use tokio_util::sync::CancellationToken;
 /// Why the server cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("--listen {0} is not a loopback address: set --auth-token (or PARLEY_SERVE_TOKEN) to serve other machines (--no-auth is for loopback only)")]
+    #[error("--listen {0} is not a loopback address: set --auth-token (or PARLEY_SERVE_TOKEN) or --api-keys to serve other machines (--no-auth is for loopback only)")]
     TokenRequired(SocketAddr),
-    #[error("--auth-token and --no-auth contradict each other: give one")]
+    #[error("--no-auth contradicts --auth-token and --api-keys: give one")]
     AuthConflict,
+    #[error("--api-keys: {0}")]
+    BadKeys(String),
     #[error("--auth-token: {0}")]
     BadToken(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -63,6 +72,8 @@ pub struct ServeOptions {
     pub no_auth: bool,
     /// Bounds on the connections (header-read and idle timeouts, connection cap).
     pub limits: parley_telemetry::ConnectionLimits,
+    /// The operator's API key file (see [`keys`]), re-read while the server runs.
+    pub api_keys: Option<std::path::PathBuf>,
 }
 
 impl ServeOptions {
@@ -73,6 +84,7 @@ impl ServeOptions {
             token: None,
             no_auth: false,
             limits: parley_telemetry::ConnectionLimits::WEB,
+            api_keys: None,
         }
     }
 }
@@ -99,9 +111,21 @@ impl Server {
     ) -> Result<Self, ServeError> {
         let loopback = options.listen.ip().is_loopback();
         let mut generated = None;
+        let stop = CancellationToken::new();
+        let keys = match &options.api_keys {
+            Some(_) if options.no_auth => return Err(ServeError::AuthConflict),
+            Some(path) => {
+                let watch = keys::KeyFileWatch::open(path).map_err(ServeError::BadKeys)?;
+                watch.spawn_reloader(stop.clone());
+                Some(watch)
+            }
+            None => None,
+        };
         let token = match (options.token.as_deref(), options.no_auth) {
             (Some(_), true) => return Err(ServeError::AuthConflict),
             (Some(t), false) => Some(Arc::new(auth::Token::new(t).map_err(ServeError::BadToken)?)),
+            // API keys alone: no operator token.
+            (None, false) if keys.is_some() => None,
             (None, _) if !loopback => return Err(ServeError::TokenRequired(options.listen)),
             (None, true) => None,
             (None, false) => {
@@ -121,12 +145,14 @@ impl Server {
             addr: options.listen,
             source,
         })?;
-        let stop = CancellationToken::new();
         let state = api::AppState {
             backend,
-            loopback_only: token.is_none(),
+            loopback_only: token.is_none() && keys.is_none(),
             token,
+            keys,
             stop: stop.clone(),
+            idempotency: Default::default(),
+            openapi: openapi::document().into(),
         };
         Ok(Self {
             listener,

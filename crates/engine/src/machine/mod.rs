@@ -267,6 +267,7 @@ impl Machine {
             user_feedback: None,
             adaptive: None,
             voting: None,
+            owner: spec.owner.clone(),
             created_at: now,
             updated_at: now,
         };

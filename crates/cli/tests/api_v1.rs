@@ -1,0 +1,509 @@
+//! End-to-end tests of the HTTP API v1 (`parley serve`): per-user API keys and the
+//! ownership of debates (embedded, and a cluster with two `serve` replicas), idempotency
+//! keys, cursor pagination, the served OpenAPI document. The real binary, the fake LLM,
+//! and for the cluster real nats-server / redis-server with the service binaries. Build the
+//! binaries first: `cargo build --workspace --bins`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use parley_testkit::{free_port, ChildProcess, FakeLlm, Latency};
+use parley_tests::Cluster;
+use serde_json::{json, Value};
+
+const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
+
+/// A debate id no test creates.
+const NO_SUCH: &str = "deb-20200101-000000-zzzzzz";
+
+/// A key made by `parley serve --new-api-key NAME --api-key-role ROLE`: (the key, its
+/// `[[keys]]` entry).
+fn new_key(name: &str, role: &str) -> (String, String) {
+    let out = Command::new(PARLEY)
+        .args(["serve", "--new-api-key", name, "--api-key-role", role])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let key = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("pk_"))
+        .unwrap()
+        .to_string();
+    let entry = text[text.find("[[keys]]").unwrap()..].to_string();
+    assert!(!entry.contains(&key), "the key itself goes in no file");
+    (key, entry)
+}
+
+struct Keys {
+    alice: String,
+    bob: String,
+    root: String,
+    entries: Vec<String>,
+    path: PathBuf,
+}
+
+impl Keys {
+    fn write(dir: &Path) -> Keys {
+        let (alice, a) = new_key("alice", "user");
+        let (bob, b) = new_key("bob", "user");
+        let (root, r) = new_key("root", "admin");
+        let path = dir.join("keys.toml");
+        let keys = Keys {
+            alice,
+            bob,
+            root,
+            entries: vec![a, b, r],
+            path,
+        };
+        keys.keep(&[0, 1, 2]);
+        keys
+    }
+
+    /// Rewrites the file with the entries at `which`.
+    fn keep(&self, which: &[usize]) {
+        let text: Vec<&str> = which.iter().map(|i| self.entries[*i].as_str()).collect();
+        std::fs::write(&self.path, text.join("\n")).unwrap();
+    }
+}
+
+fn serve(dir: &Path, extra: &[&str]) -> (ChildProcess, String) {
+    let port = free_port();
+    let mut cmd = Command::new(PARLEY);
+    cmd.current_dir(dir)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env_remove("PARLEY_NATS_URL")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"))
+        .env("PARLEY_LOG", "info");
+    let p = ChildProcess::spawn(cmd, "serve").unwrap();
+    assert!(
+        p.wait_for_log_line("Parley is serving", Duration::from_secs(30))
+            .is_some(),
+        "serve did not start:\n{}",
+        p.log()
+    );
+    (p, format!("http://127.0.0.1:{port}"))
+}
+
+/// One HTTP call with `key` (none: no credentials): (status, JSON body or Null, headers).
+async fn call(
+    base: &str,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    body: Option<Value>,
+    extra: &[(&str, &str)],
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    let http = reqwest::Client::new();
+    let mut req = http.request(method.parse().unwrap(), format!("{base}{path}"));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    for (h, v) in extra {
+        req = req.header(*h, *v);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        headers,
+    )
+}
+
+async fn create(base: &str, key: &str, body: Value, idem: Option<&str>) -> (u16, Value, bool) {
+    let extra: Vec<(&str, &str)> = idem.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+    let (s, v, h) = call(base, "POST", "/v1/debates", Some(key), Some(body), &extra).await;
+    (s, v, h.get("idempotent-replayed").is_some())
+}
+
+async fn ids(base: &str, key: &str) -> Vec<String> {
+    let (s, v, _) = call(base, "GET", "/v1/debates?limit=200", Some(key), None, &[]).await;
+    assert_eq!(s, 200, "{v}");
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every way of reaching debate `id` as `key`: each must be a 404 exactly like the one of
+/// a debate that does not exist (same code, same message but for the id).
+async fn assert_hidden(base: &str, key: &str, id: &str) {
+    let (_, missing, _) = call(
+        base,
+        "GET",
+        &format!("/v1/debates/{NO_SUCH}"),
+        Some(key),
+        None,
+        &[],
+    )
+    .await;
+    let want = missing["error"]["message"]
+        .as_str()
+        .unwrap()
+        .replace(NO_SUCH, id);
+    let answers = json!({"answers": [{"id": "q1", "answer": "a"}]});
+    for (method, path, body) in [
+        ("GET", format!("/v1/debates/{id}"), None),
+        ("GET", format!("/v1/debates/{id}/report"), None),
+        ("GET", format!("/v1/debates/{id}/events"), None),
+        ("POST", format!("/v1/debates/{id}/cancel"), Some(json!({}))),
+        ("POST", format!("/v1/debates/{id}/retry"), Some(json!({}))),
+        ("POST", format!("/v1/debates/{id}/answers"), Some(answers)),
+        (
+            "POST",
+            format!("/v1/debates/{id}/feedback"),
+            Some(json!({"feedback": 1})),
+        ),
+    ] {
+        let (s, v, _) = call(base, method, &path, Some(key), body, &[]).await;
+        assert_eq!(s, 404, "{method} {path}: {v}");
+        assert_eq!(v["error"]["code"], "not_found", "{method} {path}: {v}");
+        assert_eq!(
+            v["error"]["message"], want,
+            "{method} {path}: ids must not leak"
+        );
+    }
+    assert!(!ids(base, key).await.contains(&id.to_string()));
+}
+
+/// Polls until `f` holds (at most `timeout`).
+async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+/// The first event of debate `id`'s stream as `key` (status 200 and one `id:` line).
+async fn first_event(base: &str, key: &str, id: &str) -> u64 {
+    let mut r = reqwest::Client::new()
+        .get(format!("{base}/v1/debates/{id}/events"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut buf = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, r.chunk()).await {
+            Ok(Ok(Some(c))) => buf.push_str(&String::from_utf8_lossy(&c)),
+            _ => break,
+        }
+        if let Some(line) = buf.lines().find(|l| l.starts_with("id:")) {
+            return line[3..].trim().parse().unwrap();
+        }
+    }
+    panic!("no event for {id}: {buf}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_keys_see_only_their_debates_and_a_revoked_key_stops_working() {
+    let fake = FakeLlm::start().await.unwrap();
+    // Debates stay running for the test's length (cancel has something to cancel).
+    fake.set_latency(Latency::Fixed(Duration::from_secs(2)));
+    let dir = tempfile::tempdir().unwrap();
+    parley_tests::write_json(
+        dir.path().join("debate-config.json"),
+        &parley_tests::spec_config(Some(&fake.base_url())),
+    );
+    let keys = Keys::write(dir.path());
+    let (proc, base) = serve(dir.path(), &["--api-keys", keys.path.to_str().unwrap()]);
+    let base = base.as_str();
+
+    // The document needs no credentials; everything else does.
+    let (s, doc, _) = call(base, "GET", "/v1/openapi.json", None, None, &[]).await;
+    assert_eq!(s, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{doc}");
+    let (s, v, h) = call(base, "GET", "/v1/debates", None, None, &[]).await;
+    assert_eq!(s, 401, "{v}");
+    assert_eq!(v["error"]["code"], "unauthorized");
+    assert!(h.get("www-authenticate").is_some());
+    let (s, _, _) = call(base, "GET", "/v1/debates", Some("pk_wrong"), None, &[]).await;
+    assert_eq!(s, 401);
+
+    // Idempotency: the same key and body name the same debate; another body is a 422;
+    // another caller's same key is another key.
+    let body = json!({"problem": "Alice's cache"});
+    let (s, v, replayed) = create(base, &keys.alice, body.clone(), Some("k1")).await;
+    assert_eq!(s, 201, "{v}");
+    assert!(!replayed);
+    let a = v["debateId"].as_str().unwrap().to_string();
+    let (s, v, replayed) = create(base, &keys.alice, body.clone(), Some("k1")).await;
+    assert_eq!((s, v["debateId"].as_str()), (201, Some(a.as_str())));
+    assert!(replayed);
+    let (s, v, _) = create(
+        base,
+        &keys.alice,
+        json!({"problem": "Something else"}),
+        Some("k1"),
+    )
+    .await;
+    assert_eq!(s, 422, "{v}");
+    assert_eq!(v["error"]["code"], "idempotency_key_reused");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("Idempotency-Key"));
+    let (s, v, replayed) = create(base, &keys.bob, body.clone(), Some("k1")).await;
+    assert_eq!(s, 201, "{v}");
+    assert!(!replayed);
+    let b = v["debateId"].as_str().unwrap().to_string();
+    assert_ne!(a, b);
+
+    // Lists: each user their own; the admin all.
+    assert_eq!(ids(base, &keys.alice).await, vec![a.clone()]);
+    assert_eq!(ids(base, &keys.bob).await, vec![b.clone()]);
+    let all = ids(base, &keys.root).await;
+    assert!(all.contains(&a) && all.contains(&b), "{all:?}");
+
+    // Bob cannot list, read, follow, cancel, retry, answer or rate Alice's debate: the
+    // same 404 as for a debate that does not exist.
+    assert_hidden(base, &keys.bob, &a).await;
+    assert_hidden(base, &keys.alice, &b).await;
+    // Alice can; her state names her as the owner.
+    let (s, st, _) = call(
+        base,
+        "GET",
+        &format!("/v1/debates/{a}"),
+        Some(&keys.alice),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200, "{st}");
+    assert_eq!(st["owner"], "alice");
+    assert!(first_event(base, &keys.alice, &a).await >= 1);
+    // The admin can read and command both.
+    let (s, _, _) = call(
+        base,
+        "GET",
+        &format!("/v1/debates/{a}/report"),
+        Some(&keys.root),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, v, _) = call(
+        base,
+        "POST",
+        &format!("/v1/debates/{b}/cancel"),
+        Some(&keys.root),
+        Some(json!({})),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v, _) = call(
+        base,
+        "POST",
+        &format!("/v1/debates/{a}/cancel"),
+        Some(&keys.alice),
+        Some(json!({})),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+
+    // Pagination: newest first, every debate once.
+    let mut made = vec![a.clone()];
+    for i in 0..2 {
+        let (s, v, _) = create(base, &keys.alice, json!({"problem": format!("p{i}")}), None).await;
+        assert_eq!(s, 201, "{v}");
+        made.push(v["debateId"].as_str().unwrap().to_string());
+        let (s, v, _) = call(
+            base,
+            "POST",
+            &format!("/v1/debates/{}/cancel", made.last().unwrap()),
+            Some(&keys.alice),
+            Some(json!({})),
+            &[],
+        )
+        .await;
+        assert_eq!(s, 200, "{v}");
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/debates?limit=2&cursor={c}"),
+            None => "/v1/debates?limit=2".to_string(),
+        };
+        let (s, v, _) = call(base, "GET", &path, Some(&keys.alice), None, &[]).await;
+        assert_eq!(s, 200, "{v}");
+        pages += 1;
+        for i in v["items"].as_array().unwrap() {
+            seen.push(i["id"].as_str().unwrap().to_string());
+        }
+        match v["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 2);
+    made.sort_unstable_by(|x, y| y.cmp(x));
+    assert_eq!(seen, made, "newest first, each once");
+    let (s, v, _) = call(
+        base,
+        "GET",
+        "/v1/debates?cursor=nonsense",
+        Some(&keys.alice),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("cursor"));
+
+    // Revoked (removed from the file): refused without a restart; the others still work.
+    keys.keep(&[1, 2]);
+    let alice = keys.alice.clone();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let alice = alice.clone();
+            async move {
+                call(base, "GET", "/v1/debates", Some(&alice), None, &[])
+                    .await
+                    .0
+                    == 401
+            }
+        })
+        .await,
+        "a revoked key still works"
+    );
+    let (s, _, _) = call(base, "GET", "/v1/debates", Some(&keys.bob), None, &[]).await;
+    assert_eq!(s, 200);
+    // A file that does not parse keeps the previous keys.
+    std::fs::write(&keys.path, "[[keys]\nbroken").unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (s, _, _) = call(base, "GET", "/v1/debates", Some(&keys.bob), None, &[]).await;
+    assert_eq!(s, 200, "a bad file dropped the keys");
+    assert!(
+        proc.log().contains("keeping the previous keys"),
+        "{}",
+        proc.log()
+    );
+    // Added back: works again.
+    keys.keep(&[0, 1, 2]);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let alice = alice.clone();
+            async move {
+                call(base, "GET", "/v1/debates", Some(&alice), None, &[])
+                    .await
+                    .0
+                    == 200
+            }
+        })
+        .await
+    );
+    let log = proc.log();
+    for k in [&keys.alice, &keys.bob, &keys.root] {
+        assert!(!log.contains(k.as_str()), "a key was logged");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_replicas_enforce_ownership_and_idempotency() {
+    let c = Cluster::start_with_roles(json!({})).await;
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(500)));
+    let dir = tempfile::tempdir().unwrap();
+    parley_tests::write_json(
+        dir.path().join("debate-config.json"),
+        &parley_tests::spec_config(None),
+    );
+    let keys = Keys::write(dir.path());
+    let url = c.nats_url_for("serve");
+    let k = keys.path.to_str().unwrap();
+    let (_one, r1) = serve(dir.path(), &["--nats-url", &url, "--api-keys", k]);
+    let (_two, r2) = serve(dir.path(), &["--nats-url", &url, "--api-keys", k]);
+
+    let body = json!({"problem": "Alice's cluster cache"});
+    let (s, v, _) = create(&r1, &keys.alice, body.clone(), Some("c1")).await;
+    assert_eq!(s, 201, "{v}");
+    let a = v["debateId"].as_str().unwrap().to_string();
+    // The other replica has never seen the key: the coordinators bound it to the debate.
+    let (s, v, _) = create(&r2, &keys.alice, body.clone(), Some("c1")).await;
+    assert_eq!((s, v["debateId"].as_str()), (201, Some(a.as_str())), "{v}");
+    let (s, v, _) = create(&r2, &keys.alice, json!({"problem": "other"}), Some("c1")).await;
+    assert_eq!(s, 422, "{v}");
+    assert_eq!(v["error"]["code"], "idempotency_key_reused");
+
+    // The owner travels with the debate: the other replica enforces it too.
+    for base in [&r1, &r2] {
+        assert_hidden(base, &keys.bob, &a).await;
+        let (s, st, _) = call(
+            base,
+            "GET",
+            &format!("/v1/debates/{a}"),
+            Some(&keys.alice),
+            None,
+            &[],
+        )
+        .await;
+        assert_eq!(s, 200, "{st}");
+        assert_eq!(st["owner"], "alice");
+        let (s, st, _) = call(
+            base,
+            "GET",
+            &format!("/v1/debates/{a}"),
+            Some(&keys.root),
+            None,
+            &[],
+        )
+        .await;
+        assert_eq!(s, 200, "{st}");
+    }
+    assert!(first_event(&r2, &keys.alice, &a).await >= 1);
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            let (r2, alice, a) = (r2.clone(), keys.alice.clone(), a.clone());
+            async move { ids(&r2, &alice).await.contains(&a) }
+        })
+        .await,
+        "alice's list on the other replica"
+    );
+    assert!(ids(&r2, &keys.root).await.contains(&a));
+    let (s, v, _) = call(
+        &r2,
+        "POST",
+        &format!("/v1/debates/{a}/cancel"),
+        Some(&keys.alice),
+        Some(json!({})),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+}
