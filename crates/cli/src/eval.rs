@@ -579,6 +579,8 @@ fn load_debates(
             let mut files: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|f| f.is_file() && f.extension().is_some_and(|x| x == "json"))
+                // Decision records sit beside the debates they record.
+                .filter(|f| !f.to_string_lossy().ends_with(".record.json"))
                 .collect();
             files.sort();
             let before = out.len();

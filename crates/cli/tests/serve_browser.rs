@@ -849,6 +849,7 @@ async fn the_agent_editor_adds_removes_and_shows_the_servers_validation_error() 
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter(|e| !e.file_name().to_string_lossy().ends_with(".record.json"))
         .collect();
     assert_eq!(debates.len(), 1);
     let file: serde_json::Value =

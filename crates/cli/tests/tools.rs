@@ -425,6 +425,8 @@ async fn agents_with_tools_read_the_current_directory_without_context() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        // (Beside it: the debate's decision record.)
+        .filter(|p| !p.to_string_lossy().ends_with(".record.json"))
         .collect();
     assert_eq!(debates.len(), 1, "{debates:?}");
     let checkpoint = read_json(&debates[0]);
