@@ -413,3 +413,28 @@ async fn a_flood_of_follows_leaves_other_clients_and_serve_able_to_follow() {
     // The clients' 14 and serve's 1: the caps held.
     assert_eq!(stream_state(&admin, "PARLEY_EVENTS").await.1, 15);
 }
+
+/// A follow subject whose user name is not one (too long, a bad character) is answered
+/// with an error naming the rule, never left unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_subject_with_a_bad_user_name_gets_a_clear_error() {
+    let c = Cluster::start().await;
+    let _coord = c.coordinator();
+    for user in ["u".repeat(40), "bad\u{7}name".to_string()] {
+        let subject = format!("parley.debates.follow.{user}");
+        let r = ask(
+            &c.client,
+            &subject,
+            json!({"debateId": "deb-20260101-000000-abcd"}),
+        )
+        .await;
+        assert_eq!(r["error"]["code"], "invalid_request", "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("user name"),
+            "{r}"
+        );
+    }
+}

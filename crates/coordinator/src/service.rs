@@ -510,6 +510,15 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
                     Some(within_deadline(svc.follow(s, reply_to.as_str(), &msg.payload)).await)
                 }
                 subjects::LIST => Some(within_deadline(svc.follow_all()).await),
+                s if s.starts_with("parley.debates.follow.") => Some(Err(err(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "{}: the user name after parley.debates.follow. must be 1 to {} \
+                         letters, digits, '_' or '-'",
+                        parley_protocol::preview(s, 120),
+                        subjects::MAX_USER_NAME_BYTES
+                    ),
+                ))),
                 s => svc.control(s, &msg.payload).await,
             };
             let Some(reply) = reply else { return };
