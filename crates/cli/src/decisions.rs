@@ -64,15 +64,7 @@ impl Saved {
     }
 }
 
-/// `dir/<stem>.record.json` for a state file `dir/<stem>.json`.
-pub fn record_path_of(state_file: &Path) -> PathBuf {
-    let name = state_file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = name.strip_suffix(".json").unwrap_or(&name);
-    state_file.with_file_name(format!("{stem}.record.json"))
-}
+pub use parley_record::files::record_path_of;
 
 /// Reads the saved debate `arg` names: a debate id in `./debates/`, else a path.
 pub fn load_saved(arg: &str) -> Result<Saved, CliError> {
@@ -127,23 +119,10 @@ pub fn write_record(
     key: Option<&SigningKey>,
     path: &Path,
 ) -> Result<Record, CliError> {
-    let mut record = parley_record::build(state, spec, chrono::Utc::now())
-        .map_err(|e| CliError::usage(e.to_string()))?;
-    if let Some(k) = key {
-        k.sign(&mut record);
-        let public = k.public();
-        let pubfile = path.with_file_name(format!("record-key-{}.pub", public.key_id()));
-        if !pubfile.exists() {
-            public
-                .write_new(&pubfile)
-                .map_err(|e| CliError::general(e.to_string()))?;
-        }
-    }
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, record.to_json() + "\n")
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| CliError::general(format!("cannot write {}: {e}", path.display())))?;
-    Ok(record)
+    parley_record::files::write(state, spec, key, path).map_err(|e| match e {
+        parley_record::files::WriteError::Build(e) => CliError::usage(e.to_string()),
+        e => CliError::general(e.to_string()),
+    })
 }
 
 /// `signed with key <id>` or `unsigned`.
@@ -295,6 +274,11 @@ pub struct VerifyArgs {
     /// when the file carries it).
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
+    /// The debate's Markdown report (`parley report`, `run --report`, the page's or the
+    /// API's report): every contribution and summary it shows is checked against its digest,
+    /// with its tokens and model, and the solution, the totals and the record's digest.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
     /// The public key file to check the signature with.
     #[arg(long, value_name = "FILE")]
     pub public_key: Option<PathBuf>,
@@ -319,10 +303,31 @@ pub fn verify_command(args: VerifyArgs) -> Result<(), CliError> {
         state: &s.state,
         spec: s.spec.as_ref(),
     });
-    let ok = parley_record::verify(&record, key.as_ref(), evidence).map_err(|m| CliError {
+    let report = args
+        .report
+        .as_ref()
+        .map(|p| {
+            read_capped(p, parley_record::report::REPORT_MAX_BYTES)
+                .map_err(|e| {
+                    CliError::usage(format!("cannot read the report {}: {e}", p.display()))
+                })
+                .and_then(|b| {
+                    String::from_utf8(b).map_err(|_| {
+                        CliError::usage(format!("the report {} is not UTF-8 text", p.display()))
+                    })
+                })
+        })
+        .transpose()?;
+    let not_verified = |m: parley_record::Mismatch| CliError {
         code: EXIT_NOT_VERIFIED,
         message: format!("{} does not verify: {m}", args.record.display()),
-    })?;
+    };
+    let ok = parley_record::verify(&record, key.as_ref(), evidence).map_err(not_verified)?;
+    let report_check = report
+        .as_deref()
+        .map(|md| parley_record::check_report(&record, md))
+        .transpose()
+        .map_err(not_verified)?;
     println!(
         "record {}: debate {}, {} contributions, digest {}",
         args.record.display(),
@@ -347,6 +352,23 @@ pub fn verify_command(args: VerifyArgs) -> Result<(), CliError> {
             if s.spec_checked { ", and the spec" } else { "" }
         ),
         _ => println!("state: not checked (give --state to check every text against its digest)"),
+    }
+    if let (Some(c), Some(p)) = (&report_check, &args.report) {
+        println!(
+            "report: {} matches: {} texts with their tokens and models{}, the totals{}",
+            p.display(),
+            c.texts,
+            if c.solution { ", the solution" } else { "" },
+            if c.not_covered > 0 {
+                format!(
+                    "; {} judgements (evaluations, verdicts, votes, the judge's summary) are not \
+                     texts of a report: --state checks them",
+                    c.not_covered
+                )
+            } else {
+                String::new()
+            }
+        );
     }
     Ok(())
 }

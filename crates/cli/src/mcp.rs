@@ -54,6 +54,9 @@ pub struct McpArgs {
     /// config's `prices`); also the prices of `estimate_debate`.
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
+    /// Embedded: the key each finished debate's decision record is signed with.
+    #[command(flatten)]
+    pub signing: crate::decisions::SigningArgs,
 }
 
 pub async fn mcp(args: McpArgs, interrupt: &CancellationToken) -> Result<(), CliError> {
@@ -65,6 +68,7 @@ pub async fn mcp(args: McpArgs, interrupt: &CancellationToken) -> Result<(), Cli
         config: args.config.as_deref(),
         max_agents: args.max_agents,
         prices: args.prices.as_deref(),
+        signing: &args.signing,
     };
     // Ends with the session (or an interrupt): the embedded debates then stop and are
     // saved.

@@ -17,26 +17,7 @@ pub fn solution_text_with(state: &DebateState, confidence_note: Option<&str>) ->
     let Some(s) = &state.final_solution else {
         return out;
     };
-    let _ = writeln!(out, "{}\n", s.description.trim());
-    for (title, items) in [
-        ("Tradeoffs", &s.tradeoffs),
-        ("Recommendations", &s.recommendations),
-        (
-            "Unfulfilled major requirements",
-            &s.unfulfilled_major_requirements,
-        ),
-        ("Open questions", &s.open_questions),
-        ("Unresolved disagreements", &s.unresolved_disagreements),
-    ] {
-        if items.is_empty() {
-            continue;
-        }
-        let _ = writeln!(out, "{title}:");
-        for i in items {
-            let _ = writeln!(out, "- {i}");
-        }
-        out.push('\n');
-    }
+    out.push_str(&parley_record::report::solution_lists(s));
     if let Some(v) = state.voting.as_ref().filter(|v| v.tallied) {
         let _ = writeln!(out, "{}", vote_line(v));
         if let Some(b) = &s.based_on {
@@ -117,7 +98,12 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         state.created_at.to_rfc3339(),
         state.updated_at.to_rfc3339()
     );
-    let _ = writeln!(md, "## Problem Description\n\n{}\n", state.problem.trim());
+    let _ = writeln!(
+        md,
+        "## Problem Description\n\n{}\n",
+        parley_record::report::mark_problem(&state.problem)
+    );
+    let indexes = parley_record::report::EntryIndexes::of(state);
     if let Some(c) = &state.context {
         let _ = writeln!(md, "## Context\n\n{}\n", c.trim());
     }
@@ -200,8 +186,8 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
         for (id, s) in &rd.summaries {
             let _ = writeln!(
                 md,
-                "#### Summary for {id}\n\n{}\n\n_{} → {} chars · {} tokens · {} ms · {}_\n",
-                s.summary.trim(),
+                "#### Summary for {id}\n\n{}\n_{} → {} chars · {} tokens · {} ms · {}_\n",
+                marked(indexes.summary(rd.round_number, id), &s.summary),
                 s.metadata.before_chars,
                 s.metadata.after_chars,
                 s.metadata.tokens_used,
@@ -232,8 +218,8 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
                 };
                 let _ = writeln!(
                     md,
-                    "#### {title}\n\n{}\n\n_{} tokens · {} ms · {}{carried}_\n",
-                    c.content.trim(),
+                    "#### {title}\n\n{}\n_{} tokens · {} ms · {}{carried}_\n",
+                    marked(indexes.contribution(rd.round_number, c), &c.content),
                     m.tokens_used,
                     m.latency_ms,
                     m.model
@@ -321,7 +307,7 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
     }
     let _ = writeln!(md, "### Final Synthesis\n");
     match &state.final_solution {
-        Some(_) => md.push_str(&solution_text(state)),
+        Some(s) => md.push_str(&solution_report(state, s)),
         None => {
             let _ = writeln!(md, "_No solution: the debate {}._", state.status.as_str());
             if let Some(f) = &state.error {
@@ -366,18 +352,40 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
     md
 }
 
-/// The report's section on the debate's decision record: its digest and signature.
-pub fn record_section(r: &parley_record::Record) -> String {
-    let signature = match &r.signature {
-        Some(s) => format!("signed (Ed25519, key `{}`)", s.key_id),
-        None => "unsigned".into(),
-    };
-    format!(
-        "\n## Decision Record\n\n- Digest: `{}`\n- Signature: {signature}\n- Contributions chained: {} (head `{}`)\n- Check it: `parley verify <record> --state <state> [--public-key <key>]`\n",
-        r.digest(),
-        r.entries.len(),
-        r.head
-    )
+/// A text of the report between its record markers, so `parley verify --report` can check
+/// it byte for byte; trimmed and unmarked when it has no entry (it always has one).
+fn marked(index: Option<u32>, text: &str) -> String {
+    match index {
+        Some(i) => parley_record::report::mark_entry(i, text),
+        None => text.trim().to_string(),
+    }
+}
+
+/// The report's final synthesis: the solution between its record markers, then the vote,
+/// the adaptive path and the cost.
+fn solution_report(state: &DebateState, s: &parley_protocol::Solution) -> String {
+    let mut out = parley_record::report::mark_solution(s);
+    out.push_str("\n\n");
+    if let Some(v) = state.voting.as_ref().filter(|v| v.tallied) {
+        let _ = writeln!(out, "{}", vote_line(v));
+        if let Some(b) = &s.based_on {
+            let _ = writeln!(out, "Written from the final refinement of {b}.");
+        }
+        out.push('\n');
+    }
+    if let Some(a) = &state.adaptive {
+        let _ = writeln!(out, "Adaptive path: {} ({})\n", a.path.as_str(), a.reason);
+    }
+    if let Some(sp) = &state.spend {
+        let _ = writeln!(
+            out,
+            "Cost: {} ({} tokens, {} LLM calls)",
+            parley_protocol::format_cost(sp.cost_usd),
+            sp.total_tokens,
+            sp.calls
+        );
+    }
+    out
 }
 
 /// A round's similarities as one paragraph: each agent's refinement against its previous

@@ -89,7 +89,7 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
         })
         .filter(|r| r.debate_id == state.id);
     if let Some(r) = record {
-        md.push_str(&report::record_section(&r));
+        md.push_str(&parley_record::report::section(&r));
     }
     match &args.output {
         Some(out) => {

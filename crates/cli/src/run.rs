@@ -469,7 +469,7 @@ async fn drive(
     if let Some(path) = &outputs.report {
         let mut md = report::markdown(Some(&spec), &state);
         if let Some(r) = &record {
-            md.push_str(&report::record_section(r));
+            md.push_str(&parley_record::report::section(r));
         }
         // As dialectic: a report that cannot be written never stops the run.
         match report::write_report(path, &md) {

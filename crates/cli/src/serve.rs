@@ -103,6 +103,11 @@ pub struct ServeArgs {
     /// operator's services price the calls.
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
+    /// Embedded: the key each finished debate's decision record
+    /// (`./debates/<id>.record.json`) is signed with; in front of a cluster the coordinator
+    /// signs.
+    #[command(flatten)]
+    pub signing: crate::decisions::SigningArgs,
 }
 
 /// Builds specs from the server's config, as `parley run` does from its flags.
@@ -413,6 +418,8 @@ pub struct BackendFlags<'a> {
     pub config: Option<&'a std::path::Path>,
     pub max_agents: Option<u32>,
     pub prices: Option<&'a std::path::Path>,
+    /// Embedded: signs each finished debate's decision record.
+    pub signing: &'a crate::decisions::SigningArgs,
 }
 
 /// A backend ready to serve, and what its users need beside it.
@@ -432,6 +439,8 @@ pub async fn open_backend(
     shutdown: &CancellationToken,
     tickets: parley_mcp::Tickets,
 ) -> Result<OpenBackend, CliError> {
+    // A bad key file stops here (exit 4), before anything runs.
+    let record_key = flags.signing.load()?;
     let mut warn = |w: String| eprintln!("warning: {w}");
     // The config's endpoints go to the embedded backend's registry (never into a spec); in
     // front of a cluster they are not sent.
@@ -550,7 +559,8 @@ pub async fn open_backend(
                 report::markdown,
                 shutdown.clone(),
             )
-            .with_pricing(pricing.unwrap_or_default());
+            .with_pricing(pricing.unwrap_or_default())
+            .with_record_key(record_key.map(Arc::new));
             for id in backend.resume_interrupted().await {
                 eprintln!("Resuming debate {id}");
             }
@@ -592,6 +602,7 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         config: args.config.as_deref(),
         max_agents: args.max_agents,
         prices: args.prices.as_deref(),
+        signing: &args.signing,
     };
     let OpenBackend {
         backend, embedded, ..

@@ -225,6 +225,127 @@ async fn a_signed_run_leaves_a_record_that_verifies_and_names_what_was_changed()
         text(&bad)
     );
 
+    // verify --report: the untouched report matches; each edit is named.
+    let ok = parley(
+        d,
+        &[
+            "verify",
+            &rec_s,
+            "--report",
+            "r.md",
+            "--public-key",
+            "keys/record-signing.pub",
+        ],
+    )
+    .await;
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    assert!(
+        text(&ok).contains(
+            "report: r.md matches: 24 texts with their tokens and models, the solution, the totals"
+        ),
+        "{}",
+        text(&ok)
+    );
+    let tampered = |what: &str, edit: &dyn Fn(&str) -> String| {
+        let edited = edit(&report);
+        assert_ne!(edited, report, "{what}: the edit changed nothing");
+        std::fs::write(d.join("tampered.md"), edited).unwrap();
+    };
+    let first_text = |md: &str| {
+        let at = md.find("<!-- parley:entry 1 bytes=").unwrap();
+        let body = at + md[at..].find("-->\n").unwrap() + 4;
+        body
+    };
+    let cases: Vec<(&str, Box<dyn Fn(&str) -> String>, &str)> = vec![
+        (
+            "a contribution's text",
+            Box::new(|md: &str| {
+                let b = first_text(md);
+                let mut s = md.to_string();
+                let c = if &s[b..b + 1] == "X" { "Y" } else { "X" };
+                s.replace_range(b..b + 1, c);
+                s
+            }),
+            "the text of proposal by ",
+        ),
+        (
+            "a model name",
+            Box::new(|md: &str| md.replacen(" ms · model-arch", " ms · model-evil", 1)),
+            "model of proposal by ",
+        ),
+        (
+            "a token count",
+            Box::new(|md: &str| {
+                let b = first_text(md);
+                let meta = b + md[b..].find("\n_").unwrap() + 2;
+                let mut s = md.to_string();
+                s.insert(meta, '9');
+                s
+            }),
+            "tokens of proposal by ",
+        ),
+        (
+            "the solution",
+            Box::new(|md: &str| {
+                let at = md.find("<!-- parley:solution ").unwrap();
+                let body = at + md[at..].find("-->\n").unwrap() + 4;
+                let mut s = md.to_string();
+                s.insert_str(body, "Also: ");
+                s
+            }),
+            "the solution's text",
+        ),
+        (
+            "the token totals",
+            Box::new(|md: &str| md.replace("\n- Tokens: ", "\n- Tokens: 1")),
+            "token totals differ",
+        ),
+        (
+            "a text dropped",
+            Box::new(|md: &str| {
+                md.replacen(
+                    "<!-- parley:entry 2 bytes=",
+                    "<!-- parley:entry 1 bytes=",
+                    1,
+                )
+            }),
+            "appears twice",
+        ),
+    ];
+    for (what, edit, named) in &cases {
+        tampered(what, edit.as_ref());
+        let bad = parley(d, &["verify", &rec_s, "--report", "tampered.md"]).await;
+        assert_eq!(bad.status.code(), Some(5), "{what}: {}", text(&bad));
+        assert!(text(&bad).contains(named), "{what}: {}", text(&bad));
+    }
+    // A report without markers, and a report of another debate: clear errors.
+    std::fs::write(
+        d.join("old.md"),
+        format!(
+            "# Debate {}\n\nno markers\n",
+            rec["debateId"].as_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let bad = parley(d, &["verify", &rec_s, "--report", "old.md"]).await;
+    assert_eq!(bad.status.code(), Some(5), "{}", text(&bad));
+    assert!(
+        text(&bad).contains("carries no text markers"),
+        "{}",
+        text(&bad)
+    );
+    std::fs::write(
+        d.join("other.md"),
+        report.replacen("# Debate ", "# Debate x", 1),
+    )
+    .unwrap();
+    let bad = parley(d, &["verify", &rec_s, "--report", "other.md"]).await;
+    assert!(
+        text(&bad).contains("the report is of debate x"),
+        "{}",
+        text(&bad)
+    );
+
     // A second ADR of the same debate never overwrites the first.
     let id = rec["debateId"].as_str().unwrap();
     let again = parley(d, &["adr", id, "--dir", "docs/adr"]).await;

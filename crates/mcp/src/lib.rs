@@ -10,7 +10,8 @@
 //!
 //! # Layout
 //! - [`server`]: [`ParleyMcp`], the `ServerHandler`: the tools, the resources
-//!   (`parley://debates/<id>/state`, `parley://debates/<id>/report`) and their errors.
+//!   (`parley://debates/<id>/state`, `parley://debates/<id>/report`,
+//!   `parley://debates/<id>/record`) and their errors.
 //! - [`args`]: the tools' arguments, their JSON Schemas and their validation (every
 //!   problem named by its argument).
 //! - [`options`]: what a tool call chooses beyond the page's form (termination, mode,

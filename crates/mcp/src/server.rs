@@ -267,13 +267,13 @@ impl ProgressSink for PeerProgress {
     }
 }
 
-/// `parley://debates/<id>/state` or `.../report` → (id, what).
+/// `parley://debates/<id>/state`, `.../report` or `.../record` → (id, what).
 fn parse_uri(uri: &str) -> Result<(&str, &str), ErrorData> {
     let bad = || {
         ErrorData::invalid_params(
             format!(
-                "uri: {:?} is not a Parley resource (parley://debates/<id>/state or \
-                 parley://debates/<id>/report)",
+                "uri: {:?} is not a Parley resource (parley://debates/<id>/state, \
+                 parley://debates/<id>/report or parley://debates/<id>/record)",
                 parley_protocol::preview(uri, 80)
             ),
             None,
@@ -281,7 +281,7 @@ fn parse_uri(uri: &str) -> Result<(&str, &str), ErrorData> {
     };
     let rest = uri.strip_prefix("parley://debates/").ok_or_else(bad)?;
     let (id, what) = rest.split_once('/').ok_or_else(bad)?;
-    if !matches!(what, "state" | "report") {
+    if !matches!(what, "state" | "report" | "record") {
         return Err(bad());
     }
     let id = args::debate_id(id).map_err(|e| ErrorData::invalid_params(e.0, None))?;
@@ -384,6 +384,11 @@ impl ServerHandler for ParleyMcp {
             ResourceTemplate::new("parley://debates/{id}/report", "debate report")
                 .with_description("A debate's report in Markdown")
                 .with_mime_type("text/markdown"),
+            ResourceTemplate::new("parley://debates/{id}/record", "decision record")
+                .with_description(
+                    "A finished debate's decision record as JSON (`parley verify` checks it)",
+                )
+                .with_mime_type("application/json"),
         ]))
     }
 
@@ -399,9 +404,14 @@ impl ServerHandler for ParleyMcp {
             400 | 413 => ErrorData::invalid_params(e.message, None),
             _ => ErrorData::internal_error(e.message, None),
         };
-        let contents = if what == "state" {
-            let state = self.backend.state(id).await.map_err(refuse)?;
-            let text = serde_json::to_string_pretty(&state)
+        let contents = if what == "state" || what == "record" {
+            let v = if what == "state" {
+                self.backend.state(id).await
+            } else {
+                self.backend.record(id).await
+            }
+            .map_err(refuse)?;
+            let text = serde_json::to_string_pretty(&v)
                 .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
             text_contents(uri, "application/json", text)
         } else {

@@ -135,7 +135,7 @@ fn entry(
     }
 }
 
-fn kind_of(k: ContributionType) -> EntryKind {
+pub(crate) fn kind_of(k: ContributionType) -> EntryKind {
     match k {
         ContributionType::Proposal => EntryKind::Proposal,
         ContributionType::Critique => EntryKind::Critique,

@@ -16,16 +16,22 @@
 //! - [`schema`]: the record's types, field by field, the chain's links.
 //! - [`build`]: a record from a finished debate's state.
 //! - [`keys`]: signing keys, public keys, key files, signing.
+//! - [`files`]: records beside their debate's state file, and the public key beside them.
 //! - [`verify`]: checking a record, naming the first mismatch.
+//! - [`report`]: the markers a Markdown report carries, and checking a report against a
+//!   record.
 
 pub mod build;
 pub mod canonical;
+pub mod files;
 pub mod keys;
+pub mod report;
 pub mod schema;
 pub mod verify;
 
 pub use build::{build, BuildError};
 pub use keys::{key_id, KeyError, PublicKey, SigningKey};
+pub use report::{check_report, ReportCheck};
 pub use schema::{Entry, EntryKind, Record, Signature, Totals};
 pub use verify::{verify, Evidence, Mismatch, SignatureCheck, Verified};
 

@@ -24,6 +24,9 @@ pub enum Mismatch {
     /// The record and the debate's state differ.
     #[error("{0}")]
     State(String),
+    /// The record and the debate's Markdown report differ.
+    #[error("{0}")]
+    Report(String),
 }
 
 /// What was checked, when everything matched.

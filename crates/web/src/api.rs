@@ -54,7 +54,8 @@ use crate::backend::{
 use crate::idempotency::{self, Begin, IdempotencyStore};
 use crate::keys::{KeyFileWatch, Principal};
 use crate::replies::{
-    CommandReply, ConfigReply, CreatedDebate, DebateList, DebateStateDoc, ErrorResponse,
+    CommandReply, ConfigReply, CreatedDebate, DebateList, DebateStateDoc, DecisionRecordDoc,
+    ErrorResponse,
 };
 use crate::{assets, auth};
 
@@ -132,6 +133,7 @@ pub fn router(state: AppState) -> Router {
         .route("/debates", get(list).post(create))
         .route("/debates/{id}", get(debate_state))
         .route("/debates/{id}/report", get(report))
+        .route("/debates/{id}/record", get(record))
         .route("/debates/{id}/events", get(events))
         .route("/debates/{id}/retry", post(retry))
         .route("/debates/{id}/cancel", post(cancel))
@@ -569,6 +571,30 @@ async fn report(
         no_store(([(header::CONTENT_TYPE, "text/markdown; charset=utf-8")], md).into_response());
     // `id` is a checked debate id: no quoting needed.
     if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{id}.md\"")) {
+        r.headers_mut().insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(r)
+}
+
+/// The debate's decision record, once it has finished (`parley verify` checks it).
+#[utoipa::path(get, path = "/v1/debates/{id}/record", tag = "debates",
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
+    responses(
+        (status = 200, description = "The decision record", body = DecisionRecordDoc),
+        (status = 400, description = "Not a debate id", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's), or no record yet: one is written when the debate finishes", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
+async fn record(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = visible(&s, &p, &id).await?;
+    let record = s.backend.record(id).await?;
+    let mut r = json_response(StatusCode::OK, &record);
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{id}.record.json\"")) {
         r.headers_mut().insert(header::CONTENT_DISPOSITION, v);
     }
     Ok(r)

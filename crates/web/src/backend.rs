@@ -421,8 +421,11 @@ pub trait Backend: Send + Sync + 'static {
     async fn list(&self) -> Result<Vec<DebateListItem>, ApiError>;
     /// The debate's state (dialectic's DebateState shape).
     async fn state(&self, id: &str) -> Result<Value, ApiError>;
-    /// The Markdown report.
+    /// The Markdown report (with its decision record's section once there is a record).
     async fn report(&self, id: &str) -> Result<String, ApiError>;
+    /// The debate's decision record (`parley_record::Record` JSON): written when the debate
+    /// finishes; a 404 naming that before.
+    async fn record(&self, id: &str) -> Result<Value, ApiError>;
     /// The events with a sequence number above `after`, then the new ones.
     async fn events(&self, id: &str, after: u64) -> Result<EventStream, ApiError>;
     /// Resumes a failed (or interrupted) debate from where it stopped.

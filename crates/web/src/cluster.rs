@@ -342,7 +342,28 @@ impl Backend for ClusterBackend {
         let v = self.fetch_state(id).await?;
         let state: DebateState = serde_json::from_value(v)
             .map_err(|e| ApiError::internal(format!("unreadable state of debate {id}: {e}")))?;
-        Ok((self.report)(None, &state))
+        let mut md = (self.report)(None, &state);
+        if state.status.is_terminal() {
+            let record = self
+                .record(id)
+                .await
+                .ok()
+                .and_then(|v| serde_json::from_value::<parley_record::Record>(v).ok());
+            if let Some(r) = record {
+                md.push_str(&parley_record::report::section(&r));
+            }
+        }
+        Ok(md)
+    }
+
+    async fn record(&self, id: &str) -> Result<Value, ApiError> {
+        parley_cluster::status::fetch_view(
+            id,
+            "record",
+            |body| self.request(subjects::STATUS, body),
+            ApiError::internal,
+        )
+        .await
     }
 
     async fn events(&self, id: &str, after: u64) -> Result<EventStream, ApiError> {

@@ -92,6 +92,8 @@ struct Inner {
     /// The prices and cap budgets reserve with (operator settings: given to every machine,
     /// new or resumed, as `parley run` does).
     pricing: parley_engine::Pricing,
+    /// Signs the decision record each finished debate gets (`<id>.record.json`).
+    record_key: Option<Arc<parley_record::SigningKey>>,
 }
 
 /// One debate's events and driver.
@@ -176,6 +178,7 @@ impl EmbeddedBackend {
                 tracker: TaskTracker::new(),
                 briefs: Mutex::new(HashMap::new()),
                 pricing: Default::default(),
+                record_key: None,
             }),
         }
     }
@@ -186,6 +189,15 @@ impl EmbeddedBackend {
         match Arc::get_mut(&mut self.inner) {
             Some(inner) => inner.pricing = pricing,
             None => tracing::warn!("pricing set after the backend was shared; ignored"),
+        }
+        self
+    }
+
+    /// Signs the decision records of the debates that finish here with `key`.
+    pub fn with_record_key(mut self, key: Option<Arc<parley_record::SigningKey>>) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.record_key = key,
+            None => tracing::warn!("record key set after the backend was shared; ignored"),
         }
         self
     }
@@ -453,6 +465,7 @@ impl Inner {
         let inner = self.clone();
         let stopped = stop.clone();
         let id = machine.id().to_string();
+        let spec = machine.spec().clone();
         let handle = self.tracker.spawn(async move {
             let (tx, mut rx) = mpsc::unbounded_channel::<DebateEvent>();
             let forward = {
@@ -482,13 +495,67 @@ impl Inner {
                     tracing::info!(debate = %id, "stopped with the server; resumes at the next start")
                 }
                 Some(Ok(d)) => {
-                    tracing::info!(debate = %id, status = d.state.status.as_str(), "debate ended")
+                    tracing::info!(debate = %id, status = d.state.status.as_str(), "debate ended");
+                    if d.state.status.is_terminal() {
+                        let _ = inner
+                            .off_thread(move |i| i.write_record(&spec, &d.state))
+                            .await;
+                    }
                 }
                 Some(Err(e)) => tracing::error!(debate = %id, "debate stopped: {e}"),
                 None => tracing::info!(debate = %id, "driver stopped"),
             }
         });
         Driver { stop, handle }
+    }
+
+    /// Writes the decision record of a debate that has finished (best effort: a record
+    /// that cannot be written is logged; `parley record` can make it again).
+    fn write_record(
+        &self,
+        spec: &DebateSpec,
+        state: &DebateState,
+    ) -> Option<parley_record::Record> {
+        let path = parley_record::files::record_path_of(&self.store.path_of(&state.id));
+        match parley_record::files::write(state, Some(spec), self.record_key.as_deref(), &path) {
+            Ok(r) => {
+                tracing::info!(
+                    debate = %state.id,
+                    digest = %r.digest(),
+                    signed = r.signature.is_some(),
+                    "decision record written"
+                );
+                Some(r)
+            }
+            Err(e) => {
+                tracing::warn!(debate = %state.id, error = %e, "no decision record");
+                None
+            }
+        }
+    }
+
+    /// Debate `id`'s decision record: the one saved beside its checkpoint, else (a debate
+    /// that finished a moment ago, before its driver wrote it) written now; a 404 naming
+    /// why for a debate that has not finished.
+    fn record(&self, id: &str) -> Result<parley_record::Record, ApiError> {
+        let path = parley_record::files::record_path_of(&self.store.path_of(id));
+        if let Ok(r) = parley_record::read(&path) {
+            return Ok(r);
+        }
+        let (spec, state) = self.load(id)?;
+        if !state.status.is_terminal() {
+            return Err(ApiError::new(
+                parley_protocol::subjects::ErrorCode::NotFound,
+                format!(
+                    "debate {id} has no decision record yet: it is {}, and a record is \
+                     written when it finishes",
+                    state.status.as_str()
+                ),
+            ));
+        }
+        self.write_record(&spec, &state).ok_or_else(|| {
+            ApiError::internal(format!("cannot write the decision record of debate {id}"))
+        })
     }
 
     /// `GET /v1/debates` (blocking file work): the newest [`MAX_LISTED`] checkpoints, kept
@@ -723,6 +790,12 @@ impl Backend for EmbeddedBackend {
         self.inner.off_thread(move |i| i.state(&id)).await?
     }
 
+    async fn record(&self, id: &str) -> Result<Value, ApiError> {
+        let id = id.to_string();
+        let r = self.inner.off_thread(move |i| i.record(&id)).await??;
+        serde_json::to_value(&r).map_err(|e| ApiError::internal(e.to_string()))
+    }
+
     async fn report(&self, id: &str) -> Result<String, ApiError> {
         let id = id.to_string();
         self.inner
@@ -737,7 +810,13 @@ impl Backend for EmbeddedBackend {
                 }
                 _ => {
                     let (spec, state) = i.load(&id)?;
-                    Ok((i.report)(Some(&spec), &state))
+                    let mut md = (i.report)(Some(&spec), &state);
+                    if state.status.is_terminal() {
+                        if let Ok(r) = i.record(&id) {
+                            md.push_str(&parley_record::report::section(&r));
+                        }
+                    }
+                    Ok(md)
                 }
             })
             .await?

@@ -15,7 +15,7 @@ use crate::backend::{
 };
 use crate::replies::{
     CommandReply, ConfigLimits, ConfigReply, CreatedDebate, DebateList, DebateStateDoc,
-    ErrorCodeDoc, ErrorDetail, ErrorResponse,
+    DecisionRecordDoc, ErrorCodeDoc, ErrorDetail, ErrorResponse,
 };
 
 /// Every route needs `Authorization: Bearer <token or API key>` (unless the server runs
@@ -60,6 +60,7 @@ impl Modify for BearerAuth {
         crate::api::create,
         crate::api::debate_state,
         crate::api::report,
+        crate::api::record,
         crate::api::events,
         crate::api::retry,
         crate::api::cancel,
@@ -68,7 +69,7 @@ impl Modify for BearerAuth {
     ),
     components(schemas(
         ErrorResponse, ErrorDetail, ErrorCodeDoc, CreatedDebate, DebateList, ConfigReply,
-        ConfigLimits, DebateStateDoc, CommandReply, SubmitRequest, AgentChoice, AnswersRequest,
+        ConfigLimits, DebateStateDoc, DecisionRecordDoc, CommandReply, SubmitRequest, AgentChoice, AnswersRequest,
         Answer, FeedbackRequest, DebateListItem, FormDefaults, ProviderView, AgentView,
     )),
     modifiers(&BearerAuth),
@@ -106,6 +107,7 @@ mod tests {
             "/v1/debates/{id}",
             "/v1/debates/{id}/events",
             "/v1/debates/{id}/report",
+            "/v1/debates/{id}/record",
             "/v1/debates/{id}/retry",
             "/v1/debates/{id}/cancel",
             "/v1/debates/{id}/answers",

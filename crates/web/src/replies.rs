@@ -93,6 +93,28 @@ impl PartialSchema for DebateStateDoc {
 }
 impl ToSchema for DebateStateDoc {}
 
+/// A debate's decision record: the digests of its contributions chained in engine order,
+/// the spec's, the problem's and the solution's digests, totals, timestamps and an optional
+/// Ed25519 signature (the book's "Decisions" page documents every field; `parley verify`
+/// checks it).
+pub struct DecisionRecordDoc;
+
+impl PartialSchema for DecisionRecordDoc {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .description(Some(
+                "The debate's decision record (format parley.decision-record)",
+            ))
+            .property("format", ObjectBuilder::new().schema_type(Type::String))
+            .property("debateId", ObjectBuilder::new().schema_type(Type::String))
+            .property("head", ObjectBuilder::new().schema_type(Type::String))
+            .property("entries", ObjectBuilder::new().schema_type(Type::Array))
+            .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+            .into()
+    }
+}
+impl ToSchema for DecisionRecordDoc {}
+
 /// The reply of a command (retry, cancel, answers, feedback): the debate id and what was
 /// done (`accepted`, `status`, `remaining`, `userFeedback`, ...).
 pub struct CommandReply;
