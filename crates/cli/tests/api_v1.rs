@@ -159,6 +159,7 @@ async fn assert_hidden(base: &str, key: &str, id: &str) {
     for (method, path, body) in [
         ("GET", format!("/v1/debates/{id}"), None),
         ("GET", format!("/v1/debates/{id}/report"), None),
+        ("GET", format!("/v1/debates/{id}/record"), None),
         ("GET", format!("/v1/debates/{id}/events"), None),
         ("POST", format!("/v1/debates/{id}/cancel"), Some(json!({}))),
         ("POST", format!("/v1/debates/{id}/retry"), Some(json!({}))),
@@ -506,4 +507,127 @@ async fn cluster_replicas_enforce_ownership_and_idempotency() {
     )
     .await;
     assert_eq!(s, 200, "{v}");
+}
+
+/// An embedded `serve` with a signing key: a finished debate's decision record is served at
+/// `/v1/debates/{id}/record` (signed, and beside the checkpoint), the served report names it,
+/// and `parley verify` checks the record against that report with the public key; before
+/// the debate finishes the record is a 404 that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_debate_s_record_is_served_and_verifies_against_the_served_report() {
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_latency(Latency::Fixed(Duration::from_millis(1500)));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    parley_tests::write_json(
+        d.join("debate-config.json"),
+        &parley_tests::spec_config(Some(&fake.base_url())),
+    );
+    let keygen = Command::new(PARLEY)
+        .current_dir(d)
+        .args(["record", "--generate-key", "keys"])
+        .output()
+        .unwrap();
+    assert!(keygen.status.success(), "{keygen:?}");
+    let token = "a-token-of-sixteen-chars";
+    let (_proc, base) = serve(
+        d,
+        &[
+            "--auth-token",
+            token,
+            "--record-signing-key",
+            "keys/record-signing.key",
+        ],
+    );
+    let base = base.as_str();
+    let (s, v, _) = create(base, token, json!({"problem": "Design a cache"}), None).await;
+    assert_eq!(s, 201, "{v}");
+    let id = v["debateId"].as_str().unwrap().to_string();
+
+    // Running: no record yet, and the 404 says why.
+    let (s, v, _) = call(
+        base,
+        "GET",
+        &format!("/v1/debates/{id}/record"),
+        Some(token),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(s, 404, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a record is written when it finishes"),
+        "{v}"
+    );
+
+    fake.set_latency(Latency::Fixed(Duration::ZERO));
+    let done = eventually(Duration::from_secs(90), || async {
+        let (_, st, _) = call(
+            base,
+            "GET",
+            &format!("/v1/debates/{id}"),
+            Some(token),
+            None,
+            &[],
+        )
+        .await;
+        st["status"] == "completed"
+    })
+    .await;
+    assert!(done, "the debate did not complete");
+
+    let (s, record, h) = call(
+        base,
+        "GET",
+        &format!("/v1/debates/{id}/record"),
+        Some(token),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200, "{record}");
+    assert_eq!(record["debateId"], id.as_str());
+    assert_eq!(record["signature"]["algorithm"], "ed25519", "{record}");
+    assert!(h
+        .get("content-disposition")
+        .is_some_and(|v| v.to_str().unwrap().contains(".record.json")));
+    assert!(d.join(format!("debates/{id}.record.json")).exists());
+
+    let report = reqwest::Client::new()
+        .get(format!("{base}/v1/debates/{id}/report"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(report.contains("## Decision Record"), "{report}");
+    assert!(report.contains("signed (Ed25519, key `"), "{report}");
+    std::fs::write(d.join("served.record.json"), record.to_string()).unwrap();
+    std::fs::write(d.join("served.md"), &report).unwrap();
+    let verify = Command::new(PARLEY)
+        .current_dir(d)
+        .args([
+            "verify",
+            "served.record.json",
+            "--report",
+            "served.md",
+            "--public-key",
+            "keys/record-signing.pub",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&verify.stdout).into_owned()
+        + &String::from_utf8_lossy(&verify.stderr);
+    assert_eq!(verify.status.code(), Some(0), "{out}");
+    assert!(out.contains("signature: verified with key "), "{out}");
+    assert!(out.contains("report: served.md matches: 24 texts"), "{out}");
+    // The key file's secret is in neither.
+    let secret = std::fs::read_to_string(d.join("keys/record-signing.key")).unwrap();
+    let seed = secret.lines().last().unwrap();
+    assert!(!report.contains(seed) && !record.to_string().contains(seed));
 }

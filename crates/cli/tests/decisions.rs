@@ -253,10 +253,10 @@ async fn a_signed_run_leaves_a_record_that_verifies_and_names_what_was_changed()
     };
     let first_text = |md: &str| {
         let at = md.find("<!-- parley:entry 1 bytes=").unwrap();
-        let body = at + md[at..].find("-->\n").unwrap() + 4;
-        body
+        at + md[at..].find("-->\n").unwrap() + 4
     };
-    let cases: Vec<(&str, Box<dyn Fn(&str) -> String>, &str)> = vec![
+    type Edit<'a> = Box<dyn Fn(&str) -> String + 'a>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "a contribution's text",
             Box::new(|md: &str| {

@@ -217,6 +217,14 @@ fn assert_session(seen: &Value, fake: &FakeLlm) {
     );
     let state = &seen["state"];
     assert_eq!(state["status"], "completed");
+    // The decision record: of this debate, with one entry per contribution and a solution.
+    let record = &seen["record"];
+    assert_eq!(record["debateId"], id, "{record}");
+    assert!(record["solutionDigest"].is_string(), "{record}");
+    assert!(
+        !record["entries"].as_array().unwrap().is_empty(),
+        "{record}"
+    );
     assert_eq!(state["context"], CONTEXT);
 
     // What crossed the wire: the problem and the context reached the agents, and every

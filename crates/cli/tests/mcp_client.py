@@ -7,7 +7,7 @@ Started by crates/cli/tests/mcp.rs:
 It lists the tools and resources, sends calls with bad arguments (each must be an MCP
 error naming the argument), estimates and starts a debate with clarifications, follows it
 with `debate_result` (with a progress token), answers its questions with
-`answer_questions`, waits for the solution, and reads the state and report resources.
+`answer_questions`, waits for the solution, and reads the state, report and record resources.
 What it saw is printed as one JSON object on the last line of standard output; the Rust
 test asserts on it. Any protocol failure raises (exit status 1).
 """
@@ -134,6 +134,8 @@ async def main():
             out["report_mime"] = report["contents"][0].get("mimeType")
             state = dump(await session.read_resource(f"parley://debates/{debate_id}/state"))
             out["state"] = json.loads(state["contents"][0]["text"])
+            record = dump(await session.read_resource(f"parley://debates/{debate_id}/record"))
+            out["record"] = json.loads(record["contents"][0]["text"])
             try:
                 await session.read_resource("parley://debates/nope/state")
                 out["errors"]["bad_resource"] = None

@@ -151,10 +151,9 @@ fn line_of(md: &str, at: usize) -> usize {
     md[..at].bytes().filter(|b| *b == b'\n').count() + 1
 }
 
-/// The text of the block whose opening marker starts at `at`: `bytes=N` bytes from the line
-/// after the marker, then `\n` and `close`; with the marker's other words (an entry's
-/// number) and the offset just past `close`.
-fn block<'a>(md: &'a str, at: usize, open: &str, close: &str) -> Option<(&'a str, &'a str, usize)> {
+/// The opening marker at `at`: its other words (an entry's number), the `bytes=N` length,
+/// and where the text starts (the line after the marker).
+fn marker_head<'a>(md: &'a str, at: usize, open: &str) -> Option<(&'a str, usize, usize)> {
     let head_end = at + md[at..].find(COMMENT_END)?;
     let head = md.get(at + open.len()..head_end)?;
     let (words, len) = match head.rsplit_once(' ') {
@@ -163,13 +162,21 @@ fn block<'a>(md: &'a str, at: usize, open: &str, close: &str) -> Option<(&'a str
     };
     let len: usize = len.strip_prefix("bytes=")?.parse().ok()?;
     let body_start = head_end + COMMENT_END.len() + 1;
-    if md.as_bytes().get(body_start - 1) != Some(&b'\n') {
-        return None;
-    }
+    (md.as_bytes().get(body_start - 1) == Some(&b'\n')).then_some((words, len, body_start))
+}
+
+/// The `len` bytes from `body_start`, which `\n` and `close` must follow; with the offset
+/// just past `close`.
+fn marker_body<'a>(
+    md: &'a str,
+    body_start: usize,
+    len: usize,
+    close: &str,
+) -> Option<(&'a str, usize)> {
     let text = md.get(body_start..body_start.checked_add(len)?)?;
     let rest = md.get(body_start + len..)?.strip_prefix('\n')?;
     rest.strip_prefix(close)?;
-    Some((words, text, md.len() - rest.len() + close.len()))
+    Some((text, md.len() - rest.len() + close.len()))
 }
 
 /// Tokens and model from the metadata line under a text (`_412 tokens · 950 ms · m_`,
@@ -214,12 +221,15 @@ pub fn check_report(record: &Record, md: &str) -> Result<ReportCheck, Mismatch> 
     let at = md
         .find(PROBLEM_OPEN)
         .ok_or_else(|| report_err("the report lacks the problem's text marker".into()))?;
-    let (_, problem, _) = block(md, at, PROBLEM_OPEN, PROBLEM_CLOSE).ok_or_else(|| {
-        report_err(format!(
-            "the problem text (line {}) is not its marker's length, or its marker is changed",
-            line_of(md, at) + 1
-        ))
-    })?;
+    let problem = marker_head(md, at, PROBLEM_OPEN)
+        .and_then(|(_, len, start)| marker_body(md, start, len, PROBLEM_CLOSE))
+        .map(|(text, _)| text)
+        .ok_or_else(|| {
+            report_err(format!(
+                "the problem text (line {}) was changed: it does not end where its marker says",
+                line_of(md, at) + 1
+            ))
+        })?;
     if sha256_hex(problem.as_bytes()) != record.problem_digest {
         return Err(report_err(format!(
             "the problem text (line {}) does not match its digest",
@@ -232,11 +242,8 @@ pub fn check_report(record: &Record, md: &str) -> Result<ReportCheck, Mismatch> 
     while let Some(i) = md[from..].find(ENTRY_OPEN) {
         let at = from + i;
         let line = line_of(md, at);
-        let (words, text, end) = block(md, at, ENTRY_OPEN, ENTRY_CLOSE).ok_or_else(|| {
-            report_err(format!(
-                "line {line}: a text that is not its marker's length, or a changed marker"
-            ))
-        })?;
+        let (words, len, start) = marker_head(md, at, ENTRY_OPEN)
+            .ok_or_else(|| report_err(format!("line {line}: a text marker that was changed")))?;
         let n: u32 = words
             .trim()
             .parse()
@@ -256,6 +263,13 @@ pub fn check_report(record: &Record, md: &str) -> Result<ReportCheck, Mismatch> 
                 entry.describe()
             )));
         }
+        let (text, end) = marker_body(md, start, len, ENTRY_CLOSE).ok_or_else(|| {
+            report_err(format!(
+                "the text of {} (line {}) was changed: it does not end where its marker says",
+                entry.describe(),
+                line + 1
+            ))
+        })?;
         if let Some(other) = seen.insert(n, line) {
             return Err(report_err(format!(
                 "line {line}: the text of {} appears twice (also line {other})",
