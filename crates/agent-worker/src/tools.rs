@@ -44,6 +44,41 @@ const MAX_ARGUMENT_BYTES: usize = 4 * 1024;
 /// Bytes of a search query.
 const MAX_QUERY_BYTES: usize = 256;
 
+/// Why a tool call did not run: given back to the model as the call's result
+/// (`error: ...`), recorded in the contribution's [`ToolCallRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// A tool the agent was not given: its name (cut short) and the tools it has.
+    #[error("unknown tool {name:?}; the tools you may call are: {allowed}")]
+    UnknownTool { name: String, allowed: String },
+    /// A tool the agent was given that this worker does not run.
+    #[error("tool {0} is not available")]
+    NotAvailable(String),
+    /// The debate has no context snapshot to read.
+    #[error("no context directory was given for this debate (parley run --context DIR)")]
+    NoContext,
+    /// The arguments are not what the tool takes: too large, not a JSON object, an
+    /// unknown, missing or mistyped argument.
+    #[error("{0}")]
+    BadArguments(String),
+    /// A path that is not a relative path inside the context directory.
+    #[error("path {path:?} {problem}: give a path relative to the context directory, inside it")]
+    BadPath { path: String, problem: String },
+    #[error("no file {0:?} in the context directory (list_files shows the paths)")]
+    NoSuchFile(String),
+    #[error("line range {start}..{end} is empty: {path} has {lines} lines")]
+    EmptyRange {
+        path: String,
+        start: usize,
+        end: usize,
+        lines: usize,
+    },
+    #[error("the query is empty")]
+    EmptyQuery,
+    #[error("the query is {0} bytes, the limit is {max}", max = MAX_QUERY_BYTES)]
+    QueryTooLong(usize),
+}
+
 /// The definitions (name, description, JSON schema) of the named tools, in the order given;
 /// unknown names are skipped (the spec's validation refuses them).
 pub fn definitions(names: &[String]) -> Vec<ToolDefinition> {
@@ -119,30 +154,27 @@ impl<'a> Toolbox<'a> {
     }
 
     /// Runs one call: its result text, or the error to give back to the model.
-    pub fn call(&self, name: &str, arguments: &str) -> Result<String, String> {
+    pub fn call(&self, name: &str, arguments: &str) -> Result<String, ToolError> {
         if !self.allowed.iter().any(|a| a == name) {
-            return Err(format!(
-                "unknown tool {:?}; the tools you may call are: {}",
-                parley_protocol::preview(name, 40),
-                self.allowed.join(", ")
-            ));
+            return Err(ToolError::UnknownTool {
+                name: parley_protocol::preview(name, 40),
+                allowed: self.allowed.join(", "),
+            });
         }
         let args = parse_arguments(arguments)?;
         match name {
             "list_files" => self.list_files(&args),
             "file_read" => self.file_read(&args),
             "context_search" => self.context_search(&args),
-            other => Err(format!("tool {other} is not available")),
+            other => Err(ToolError::NotAvailable(other.to_string())),
         }
     }
 
-    fn snapshot(&self) -> Result<&'a ContextFiles, String> {
-        self.files.ok_or_else(|| {
-            "no context directory was given for this debate (parley run --context DIR)".into()
-        })
+    fn snapshot(&self) -> Result<&'a ContextFiles, ToolError> {
+        self.files.ok_or(ToolError::NoContext)
     }
 
-    fn list_files(&self, args: &Args) -> Result<String, String> {
+    fn list_files(&self, args: &Args) -> Result<String, ToolError> {
         args.only(&["prefix"])?;
         let prefix = args.string("prefix")?.unwrap_or_default();
         let files = self.snapshot()?;
@@ -162,25 +194,24 @@ impl<'a> Toolbox<'a> {
         Ok(cap(out))
     }
 
-    fn file_read(&self, args: &Args) -> Result<String, String> {
+    fn file_read(&self, args: &Args) -> Result<String, ToolError> {
         args.only(&["path", "startLine", "endLine"])?;
-        let path = args
-            .string("path")?
-            .ok_or("missing argument \"path\" (a relative path as list_files shows it)")?;
-        let path = path.strip_prefix("./").unwrap_or(&path);
-        if let Some(p) = snapshot_path_problem(path) {
-            return Err(format!(
-                "path {:?} {p}: give a path relative to the context directory, inside it",
-                parley_protocol::preview(path, 120)
-            ));
-        }
-        let files = self.snapshot()?;
-        let file = files.get(path).ok_or_else(|| {
-            format!(
-                "no file {:?} in the context directory (list_files shows the paths)",
-                parley_protocol::preview(path, 120)
+        let path = args.string("path")?.ok_or_else(|| {
+            ToolError::BadArguments(
+                "missing argument \"path\" (a relative path as list_files shows it)".into(),
             )
         })?;
+        let path = path.strip_prefix("./").unwrap_or(&path);
+        if let Some(p) = snapshot_path_problem(path) {
+            return Err(ToolError::BadPath {
+                path: parley_protocol::preview(path, 120),
+                problem: p,
+            });
+        }
+        let files = self.snapshot()?;
+        let file = files
+            .get(path)
+            .ok_or_else(|| ToolError::NoSuchFile(parley_protocol::preview(path, 120)))?;
         let start = args.line("startLine")?;
         let end = args.line("endLine")?;
         if start.is_none() && end.is_none() {
@@ -190,31 +221,30 @@ impl<'a> Toolbox<'a> {
         let start = start.unwrap_or(1);
         let end = end.unwrap_or(lines.len()).min(lines.len());
         if start > end || start > lines.len() {
-            return Err(format!(
-                "line range {start}..{end} is empty: {path} has {} lines",
-                lines.len()
-            ));
+            return Err(ToolError::EmptyRange {
+                path: path.to_string(),
+                start,
+                end,
+                lines: lines.len(),
+            });
         }
         Ok(cap(lines[start - 1..end].join("\n")))
     }
 
-    fn context_search(&self, args: &Args) -> Result<String, String> {
+    fn context_search(&self, args: &Args) -> Result<String, ToolError> {
         args.only(&["term", "query"])?;
         let query = match args.string("term")? {
             Some(t) => t,
-            None => args
-                .string("query")?
-                .ok_or("missing argument \"term\" (the text to look for)")?,
+            None => args.string("query")?.ok_or_else(|| {
+                ToolError::BadArguments("missing argument \"term\" (the text to look for)".into())
+            })?,
         };
         let query = query.trim().to_lowercase();
         if query.is_empty() {
-            return Err("the query is empty".into());
+            return Err(ToolError::EmptyQuery);
         }
         if query.len() > MAX_QUERY_BYTES {
-            return Err(format!(
-                "the query is {} bytes, the limit is {MAX_QUERY_BYTES}",
-                query.len()
-            ));
+            return Err(ToolError::QueryTooLong(query.len()));
         }
         let files = self
             .files
@@ -246,44 +276,47 @@ impl<'a> Toolbox<'a> {
 /// A call's arguments: a JSON object.
 struct Args(serde_json::Map<String, Value>);
 
-fn parse_arguments(raw: &str) -> Result<Args, String> {
+fn parse_arguments(raw: &str) -> Result<Args, ToolError> {
+    let bad = ToolError::BadArguments;
     if raw.len() > MAX_ARGUMENT_BYTES {
-        return Err(format!(
+        return Err(bad(format!(
             "the arguments are {} bytes, the limit is {MAX_ARGUMENT_BYTES}",
             raw.len()
-        ));
+        )));
     }
     if raw.trim().is_empty() {
         return Ok(Args(serde_json::Map::new()));
     }
     match serde_json::from_str::<Value>(raw) {
         Ok(Value::Object(m)) => Ok(Args(m)),
-        Ok(_) => Err("the arguments must be a JSON object".into()),
-        Err(e) => Err(format!("the arguments are not valid JSON: {e}")),
+        Ok(_) => Err(bad("the arguments must be a JSON object".into())),
+        Err(e) => Err(bad(format!("the arguments are not valid JSON: {e}"))),
     }
 }
 
 impl Args {
-    fn only(&self, known: &[&str]) -> Result<(), String> {
+    fn only(&self, known: &[&str]) -> Result<(), ToolError> {
         match self.0.keys().find(|k| !known.contains(&k.as_str())) {
-            Some(k) => Err(format!(
+            Some(k) => Err(ToolError::BadArguments(format!(
                 "unknown argument {:?} (expected: {})",
                 parley_protocol::preview(k, 40),
                 known.join(", ")
-            )),
+            ))),
             None => Ok(()),
         }
     }
 
-    fn string(&self, name: &str) -> Result<Option<String>, String> {
+    fn string(&self, name: &str) -> Result<Option<String>, ToolError> {
         match self.0.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(format!("argument {name:?} must be a string")),
+            Some(_) => Err(ToolError::BadArguments(format!(
+                "argument {name:?} must be a string"
+            ))),
         }
     }
 
-    fn line(&self, name: &str) -> Result<Option<usize>, String> {
+    fn line(&self, name: &str) -> Result<Option<usize>, ToolError> {
         match self.0.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v
@@ -291,7 +324,11 @@ impl Args {
                 .filter(|n| *n >= 1)
                 .and_then(|n| usize::try_from(n).ok())
                 .map(Some)
-                .ok_or_else(|| format!("argument {name:?} must be a line number (1 or more)")),
+                .ok_or_else(|| {
+                    ToolError::BadArguments(format!(
+                        "argument {name:?} must be a line number (1 or more)"
+                    ))
+                }),
         }
     }
 }
@@ -415,7 +452,7 @@ fn run_one(toolbox: &Toolbox<'_>, call: &ToolCall) -> (String, ToolCallRecord) {
         arguments: parley_protocol::preview(&call.arguments, ToolCallRecord::MAX_ARGUMENTS_CHARS),
         result_bytes: output.len(),
         ok,
-        error: error.map(|e| parley_protocol::preview(&e, 300)),
+        error: error.map(|e| parley_protocol::preview(&e.to_string(), 300)),
     };
     (output, record)
 }
@@ -506,18 +543,22 @@ mod tests {
             ("[1]", "JSON object"),
             ("{}", "missing argument \"path\""),
         ] {
-            let e = b.call("file_read", args).unwrap_err();
+            let e = b.call("file_read", args).unwrap_err().to_string();
             assert!(e.contains(says), "{args}: {e}");
         }
         let e = b.call("shell", "{}").unwrap_err();
+        assert!(matches!(e, ToolError::UnknownTool { .. }), "{e}");
+        let e = e.to_string();
         assert!(e.contains("unknown tool \"shell\""), "{e}");
         let only_list = task(&["list_files"]);
         let e = Toolbox::new(&only_list, Some(&f))
             .call("file_read", r#"{"path":"README.md"}"#)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("may call are: list_files"), "{e}");
         let e = Toolbox::new(&t, None).call("list_files", "").unwrap_err();
-        assert!(e.contains("--context"), "{e}");
+        assert_eq!(e, ToolError::NoContext);
+        assert!(e.to_string().contains("--context"), "{e}");
     }
 
     #[test]
@@ -537,8 +578,11 @@ mod tests {
             .call("context_search", r#"{"query":"kafka"}"#)
             .unwrap()
             .starts_with("no match"));
-        assert!(b.call("context_search", r#"{"query":"  "}"#).is_err());
-        let e = b.call("context_search", "{}").unwrap_err();
+        assert_eq!(
+            b.call("context_search", r#"{"query":"  "}"#),
+            Err(ToolError::EmptyQuery)
+        );
+        let e = b.call("context_search", "{}").unwrap_err().to_string();
         assert!(e.contains("missing argument \"term\""), "{e}");
         // Without a snapshot the history is still searched.
         let r = Toolbox::new(&t, None)

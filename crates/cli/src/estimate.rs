@@ -144,6 +144,17 @@ fn kind_name(k: TaskKind) -> &'static str {
 /// The most tasks a simulation runs (far above any valid spec's: 12 agents × 20 rounds).
 const MAX_SIMULATED_TASKS: usize = 200_000;
 
+/// Why a debate could not be estimated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EstimateError {
+    /// A worker's prompt builder refused a task the machine made (what it lacks).
+    #[error("{0}")]
+    Prompt(String),
+    /// The simulated debate did not end within [`MAX_SIMULATED_TASKS`] calls.
+    #[error("the debate did not end within {max} simulated calls", max = MAX_SIMULATED_TASKS)]
+    NoEnd,
+}
+
 /// Estimates `spec` (already validated) under `prices`; `provider_of` names the provider
 /// each participant's calls go to.
 pub fn estimate(
@@ -151,7 +162,7 @@ pub fn estimate(
     prices: &PriceTable,
     provider_of: &dyn Fn(&AgentConfig) -> String,
     a: &Assumptions,
-) -> Result<Estimate, String> {
+) -> Result<Estimate, EstimateError> {
     let runs = [
         simulate(spec, Scenario::Min, a)?,
         simulate(spec, Scenario::Expected, a)?,
@@ -296,7 +307,7 @@ impl Estimate {
 }
 
 /// Drives the machine to its end with made-up replies; returns every call it made.
-fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>, String> {
+fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>, EstimateError> {
     let now = Utc
         .with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
         .single()
@@ -338,7 +349,8 @@ fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>
                 .collect()),
             WorkerKind::Agent => parley_agent_worker::build_messages(&task),
             WorkerKind::Judge => parley_judge_worker::build_messages(&task),
-        }?;
+        }
+        .map_err(EstimateError::Prompt)?;
         let cpt = a.chars_per_token.max(0.5);
         let bpe = openai_bpe(&task.agent.model);
         let prompt_tokens: u64 = messages
@@ -377,9 +389,7 @@ fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>
         };
         fx = m.handle(Input::Result(result), now);
     }
-    Err(format!(
-        "the debate did not end within {MAX_SIMULATED_TASKS} simulated calls"
-    ))
+    Err(EstimateError::NoEnd)
 }
 
 /// A reply of `chars` characters for `task`, shaped as its kind needs.

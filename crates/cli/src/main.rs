@@ -10,9 +10,11 @@
 //! - [`report_cmd`]: `parley report`, the Markdown report of a saved debate.
 //! - [`compat`]: dialectic config keys accepted before the strict parse.
 //! - [`context_dir`]: `--context DIR`, the directory snapshot the agents' tools read.
-//! - [`eval`]: `parley eval`, evaluator agents scoring saved debates.
+//! - [`eval`]: `parley eval`, evaluator agents scoring saved debates (the evaluator config,
+//!   the saved debates, scoring and output in its submodules).
 //! - [`compare`]: `parley compare`, strategies side by side on a problem set, judged and
-//!   priced.
+//!   priced (the strategy file, run records, strategies, judging, statistics and output in
+//!   its submodules).
 //! - [`envfile`]: `--env-file F` / `./.env` for `run`, `eval` and `serve`.
 //! - [`serve`]: `parley serve`, the web page and its API (`parley_web`) over this process
 //!   or a cluster; opens the backend `serve` and `mcp` share.

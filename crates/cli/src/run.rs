@@ -179,7 +179,7 @@ pub(crate) fn print_estimate(
         assumptions.reply_tokens = n;
     }
     let est = parley_cli::estimate::estimate(spec, prices, &provider_of, &assumptions)
-        .map_err(CliError::general)?;
+        .map_err(|e| CliError::general(e.to_string()))?;
     if args.json {
         println!(
             "{}",

@@ -403,7 +403,7 @@ impl parley_mcp::Estimator for ConfigEstimator {
         let assumptions = parley_cli::estimate::Assumptions::default();
         let estimate =
             parley_cli::estimate::estimate(&spec, &self.prices, &provider_of, &assumptions)
-                .map_err(ApiError::internal)?;
+                .map_err(|e| ApiError::internal(e.to_string()))?;
         serde_json::to_value(&estimate).map_err(|e| ApiError::internal(e.to_string()))
     }
 }

@@ -496,26 +496,42 @@ pub fn pack(json: &str, dict: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Why a stored delta could not be read (see [`unpack`]).
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    #[error("a packed delta cut short")]
+    CutShort,
+    /// Its header claims more than [`MAX_DELTA_BYTES`].
+    #[error("a packed delta of {0} bytes")]
+    TooLarge(usize),
+    #[error("a packed delta that does not unpack: {0}")]
+    Corrupt(#[from] lz4_flex::block::DecompressError),
+    /// It unpacked to another length than its header says.
+    #[error("a packed delta of {got} bytes, not {len}")]
+    WrongLength { got: usize, len: usize },
+    #[error("a delta that is not UTF-8")]
+    NotUtf8,
+}
+
 /// A stored delta's JSON (see [`pack`]).
-pub fn unpack(stored: &[u8], dict: &[u8]) -> Result<String, String> {
+pub fn unpack(stored: &[u8], dict: &[u8]) -> Result<String, UnpackError> {
     let json = match stored.split_first() {
         Some((&PACKED, rest)) => {
-            let (len, block) = rest.split_at_checked(4).ok_or("a packed delta cut short")?;
+            let (len, block) = rest.split_at_checked(4).ok_or(UnpackError::CutShort)?;
             let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
             if len > MAX_DELTA_BYTES {
-                return Err(format!("a packed delta of {len} bytes"));
+                return Err(UnpackError::TooLarge(len));
             }
             let mut out = vec![0; len];
-            let n = lz4_flex::block::decompress_into_with_dict(block, &mut out, dict)
-                .map_err(|e| format!("a packed delta that does not unpack: {e}"))?;
+            let n = lz4_flex::block::decompress_into_with_dict(block, &mut out, dict)?;
             if n != len {
-                return Err(format!("a packed delta of {n} bytes, not {len}"));
+                return Err(UnpackError::WrongLength { got: n, len });
             }
             out
         }
         _ => stored.to_vec(),
     };
-    String::from_utf8(json).map_err(|_| "a delta that is not UTF-8".to_string())
+    String::from_utf8(json).map_err(|_| UnpackError::NotUtf8)
 }
 
 /// Why a delta could not be applied.
@@ -807,7 +823,10 @@ mod tests {
         assert!(unpack(&packed[..packed.len() - 2], dict).is_err());
         let mut long = packed.clone();
         long[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(unpack(&long, dict).unwrap_err().contains("bytes"));
+        assert!(matches!(
+            unpack(&long, dict).unwrap_err(),
+            UnpackError::TooLarge(_)
+        ));
         let mut wrong = packed.clone();
         wrong[1..5].copy_from_slice(&(next.len() as u32 + 1).to_le_bytes());
         assert!(unpack(&wrong, dict).is_err());

@@ -44,6 +44,41 @@ pub const CLUSTER_TLS_SCHEME: &str = "rediss+cluster";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the Redis URL points.
+/// What is wrong with a Redis URL (never its credentials).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedisUrlError {
+    #[error(
+        "{s} URL without sentinels: expected {s}://host:26379[,host:26379...]/<master name>",
+        s = SENTINEL_SCHEME
+    )]
+    NoSentinels,
+    #[error(
+        "{s} URL without a master name: expected {s}://host:26379/<master name>[/db]",
+        s = SENTINEL_SCHEME
+    )]
+    NoMasterName,
+    /// The sentinel URL's database is not a number.
+    #[error("database {0:?} is not a number")]
+    BadDatabase(String),
+    #[error(
+        "{s} URL: unexpected path after /<master name>/<db>",
+        s = SENTINEL_SCHEME
+    )]
+    PathAfterDatabase,
+    /// A cluster URL names a database other than 0.
+    #[error("{scheme} URL: a Redis Cluster has only database 0, the path must be empty")]
+    ClusterDatabase { scheme: &'static str },
+    #[error("{scheme} URL without nodes: expected {scheme}://host:6379[,host:6379...]")]
+    NoNodes { scheme: &'static str },
+    /// An address without a numeric port (`what`: a sentinel or a cluster node).
+    #[error("{what} address {addr:?}: expected host:port (e.g. {example})")]
+    NotHostPort {
+        what: &'static str,
+        addr: String,
+        example: &'static str,
+    },
+}
+
 #[derive(Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     /// One server (`redis://`, `rediss://`, `unix://`): the URL as given.
@@ -94,7 +129,7 @@ impl std::fmt::Debug for RedisTarget {
 
 impl RedisTarget {
     /// Reads a Redis URL; the error names what is wrong, never the credentials.
-    pub fn parse(url: &str) -> Result<Self, String> {
+    pub fn parse(url: &str) -> Result<Self, RedisUrlError> {
         let url = url.trim();
         for (scheme, tls) in [(CLUSTER_SCHEME, false), (CLUSTER_TLS_SCHEME, true)] {
             if let Some(rest) = url.strip_prefix(&format!("{scheme}://")) {
@@ -107,19 +142,13 @@ impl RedisTarget {
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (username, password, sentinels) = split_authority(authority);
         if sentinels.is_empty() {
-            return Err(format!(
-                "{SENTINEL_SCHEME} URL without sentinels: expected \
-                 {SENTINEL_SCHEME}://host:26379[,host:26379...]/<master name>"
-            ));
+            return Err(RedisUrlError::NoSentinels);
         }
         check_host_ports("sentinel", "redis-sentinel:26379", &sentinels)?;
         let mut parts = path.split('/');
         let master = parts.next().unwrap_or("").trim().to_string();
         if master.is_empty() {
-            return Err(format!(
-                "{SENTINEL_SCHEME} URL without a master name: expected \
-                 {SENTINEL_SCHEME}://host:26379/<master name>[/db]"
-            ));
+            return Err(RedisUrlError::NoMasterName);
         }
         let db = match parts.next().filter(|d| !d.is_empty()) {
             None => 0,
@@ -127,12 +156,10 @@ impl RedisTarget {
                 .parse::<i64>()
                 .ok()
                 .filter(|n| *n >= 0)
-                .ok_or_else(|| format!("database {d:?} is not a number"))?,
+                .ok_or_else(|| RedisUrlError::BadDatabase(d.to_string()))?,
         };
         if parts.next().is_some() {
-            return Err(format!(
-                "{SENTINEL_SCHEME} URL: unexpected path after /<master name>/<db>"
-            ));
+            return Err(RedisUrlError::PathAfterDatabase);
         }
         Ok(Self::Sentinel {
             sentinels,
@@ -144,18 +171,14 @@ impl RedisTarget {
     }
 
     /// The part after `redis+cluster://`: `[user:password@]host:port[,host:port...][/[0]]`.
-    fn parse_cluster(scheme: &str, rest: &str, tls: bool) -> Result<Self, String> {
+    fn parse_cluster(scheme: &'static str, rest: &str, tls: bool) -> Result<Self, RedisUrlError> {
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         if !(path.is_empty() || path == "0") {
-            return Err(format!(
-                "{scheme} URL: a Redis Cluster has only database 0, the path must be empty"
-            ));
+            return Err(RedisUrlError::ClusterDatabase { scheme });
         }
         let (username, password, nodes) = split_authority(authority);
         if nodes.is_empty() {
-            return Err(format!(
-                "{scheme} URL without nodes: expected {scheme}://host:6379[,host:6379...]"
-            ));
+            return Err(RedisUrlError::NoNodes { scheme });
         }
         check_host_ports("cluster node", "redis-cluster-0:6379", &nodes)?;
         Ok(Self::Cluster {
@@ -193,13 +216,19 @@ fn split_authority(authority: &str) -> (Option<String>, Option<String>, Vec<Stri
 }
 
 /// Every address is `host:port` with a numeric port; the error names the first that is not.
-fn check_host_ports(what: &str, example: &str, addrs: &[String]) -> Result<(), String> {
+fn check_host_ports(
+    what: &'static str,
+    example: &'static str,
+    addrs: &[String],
+) -> Result<(), RedisUrlError> {
     for a in addrs {
         let port = a.rsplit_once(':').map(|(_, p)| p);
         if port.is_none_or(|p| p.parse::<u16>().is_err()) {
-            return Err(format!(
-                "{what} address {a:?}: expected host:port (e.g. {example})"
-            ));
+            return Err(RedisUrlError::NotHostPort {
+                what,
+                addr: a.clone(),
+                example,
+            });
         }
     }
     Ok(())
@@ -219,8 +248,9 @@ impl RedisConnection {
     /// `response_timeout`. Through sentinels, fails when no sentinel names a reachable
     /// master.
     pub async fn connect(url: &str, response_timeout: Duration) -> RedisResult<Self> {
-        let target = RedisTarget::parse(url)
-            .map_err(|e| RedisError::from((redis::ErrorKind::InvalidClientConfig, "", e)))?;
+        let target = RedisTarget::parse(url).map_err(|e| {
+            RedisError::from((redis::ErrorKind::InvalidClientConfig, "", e.to_string()))
+        })?;
         match target {
             RedisTarget::Server(url) => {
                 let client = redis::Client::open(url.as_str())?;
@@ -515,7 +545,7 @@ mod tests {
             ("redis+sentinel://s1:26379/m/x", "not a number"),
             ("redis+sentinel://s1:26379/m/1/2", "unexpected path"),
         ] {
-            let e = RedisTarget::parse(bad).unwrap_err();
+            let e = RedisTarget::parse(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
             assert!(!e.contains("hunter2"), "{e}");
         }
@@ -553,7 +583,7 @@ mod tests {
             ("redis+cluster://:hunter2@n1:7000,n2:x", "\"n2:x\""),
             ("redis+cluster://:hunter2@n1:7000/2", "only database 0"),
         ] {
-            let e = RedisTarget::parse(bad).unwrap_err();
+            let e = RedisTarget::parse(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
             assert!(!e.contains("hunter2"), "{e}");
         }

@@ -8,11 +8,35 @@ use parley_protocol::DebateStatus;
 use crate::deps::Deps;
 use crate::publish::publish_best_effort;
 
+/// Why a debate could not be settled without its actor.
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    /// Its spec or checkpoint does not decode (it is no longer scheduled).
+    #[error("cannot decode {what}: {source}")]
+    Undecodable {
+        what: String,
+        source: serde_json::Error,
+    },
+    /// Redis did not answer or refused.
+    #[error(transparent)]
+    Store(#[from] parley_cluster::redis_store::RedisStoreError),
+    /// Its spec or state is not stored (it is no longer scheduled).
+    #[error("debate {0} has no stored spec or state")]
+    NotStored(String),
+    /// Another coordinator wrote its checkpoint first (the lease moved on).
+    #[error("debate {0}: another coordinator wrote its checkpoint")]
+    LostCheckpoint(String),
+}
+
 /// Applies a cancel or an abort to a debate whose lease this coordinator holds but which it
 /// does not run, without resuming it (nothing is re-dispatched): checkpoint, then its events
 /// (best effort: the checkpoint is what counts), then the bookkeeping of a settled debate.
 /// Returns the debate's status afterwards.
-pub async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<DebateStatus, String> {
+pub async fn settle_directly(
+    deps: &Deps,
+    id: &str,
+    input: Input,
+) -> Result<DebateStatus, SettleError> {
     let store = &deps.store;
     let loaded = async {
         Ok::<_, parley_cluster::redis_store::RedisStoreError>((
@@ -27,13 +51,13 @@ pub async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<Deba
             // A checkpoint this build cannot read never will be: stop scheduling it.
             tracing::error!(debate = %id, what, error = %source, "cannot decode the debate; it is no longer scheduled");
             let _ = store.unmark_running(id).await;
-            return Err(format!("cannot decode {what}: {source}"));
+            return Err(SettleError::Undecodable { what, source });
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
     let (Some(spec), Some(cp)) = (spec, cp) else {
         let _ = store.unmark_running(id).await;
-        return Err(format!("debate {id} has no stored spec or state"));
+        return Err(SettleError::NotStored(id.to_string()));
     };
     let before = cp.state.status;
     // The previous owner's last events first (best effort), so the stream keeps its order.
@@ -51,12 +75,8 @@ pub async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<Deba
     machine.set_outbox(events.clone());
     match store.save_state(machine.state(), cp.version).await {
         Ok(Some(_)) => {}
-        Ok(None) => {
-            return Err(format!(
-                "debate {id}: another coordinator wrote its checkpoint"
-            ))
-        }
-        Err(e) => return Err(e.to_string()),
+        Ok(None) => return Err(SettleError::LostCheckpoint(id.to_string())),
+        Err(e) => return Err(e.into()),
     }
     publish_best_effort(deps, id, &events).await;
     let status = machine.state().status;
@@ -64,7 +84,7 @@ pub async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<Deba
         status,
         DebateStatus::Running | DebateStatus::Pending | DebateStatus::AwaitingClarifications
     ) {
-        store.unmark_running(id).await.map_err(|e| e.to_string())?;
+        store.unmark_running(id).await?;
         crate::decision_record::store(
             store,
             deps.record_signing_key.as_ref(),
@@ -73,10 +93,7 @@ pub async fn settle_directly(deps: &Deps, id: &str, input: Input) -> Result<Deba
         )
         .await;
         if let Some(ttl) = deps.retention {
-            store
-                .expire_debate(id, ttl)
-                .await
-                .map_err(|e| e.to_string())?;
+            store.expire_debate(id, ttl).await?;
         }
         if before != status {
             tracing::info!(debate = %id, status = status.as_str(), "debate settled without resuming it");

@@ -405,7 +405,11 @@ async fn settle_on_adoption(
         },
     };
     if cancel {
-        return Some(settle_directly(deps, id, Input::Cancel).await);
+        return Some(
+            settle_directly(deps, id, Input::Cancel)
+                .await
+                .map_err(|e| e.to_string()),
+        );
     }
     if matches!(follow_up, Some(Input::Retry)) {
         return None;
@@ -418,7 +422,11 @@ async fn settle_on_adoption(
                 reason.unwrap_or_default()
             );
             tracing::error!(debate = %id, failures = n, "failing a debate that cannot be advanced");
-            Some(settle_directly(deps, id, Input::Abort(reason)).await)
+            Some(
+                settle_directly(deps, id, Input::Abort(reason))
+                    .await
+                    .map_err(|e| e.to_string()),
+            )
         }
         Ok(_) => None,
         Err(e) => Some(Err(e.to_string())),

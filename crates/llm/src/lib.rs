@@ -4,7 +4,8 @@
 //! - [`provider`]: the [`Provider`] trait, requests, replies, [`LlmError`] and its
 //!   classification (what is retried, what fails at once).
 //! - [`openai`]: OpenAI (Responses API, falling back to Chat Completions), OpenRouter and any
-//!   OpenAI-compatible base URL, over one HTTP client.
+//!   OpenAI-compatible base URL, over one HTTP client; its submodules hold the two wire
+//!   formats (`wire`), the waits a provider asks for (`waits`) and error replies (`errors`).
 //! - [`local`]: the in-process SmolLM2 model (see `parley-local`).
 //! - [`ratelimit`]: GCRA rate limits per provider/model, in Redis (cluster-wide, one Lua
 //!   script, server time) or in-process, and the [`ratelimit::RateLimited`] provider wrapper.

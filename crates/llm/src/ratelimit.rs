@@ -172,6 +172,16 @@ pub enum Decision {
     Wait(Duration),
 }
 
+/// Why a limiter could not answer (the call then fails as a network error, or the
+/// correction it was making is skipped with a warning).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LimiterError {
+    /// The shared limiter's Redis did not run the script.
+    #[error("rate limiter (redis): {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
 #[async_trait]
 pub trait Limiter: Send + Sync + std::fmt::Debug {
     /// Takes one request and `tokens` estimated tokens from `key`'s allowance, now or, when
@@ -183,12 +193,12 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
         rates: Rates,
         tokens: u64,
         max_wait: Duration,
-    ) -> Result<Decision, String>;
+    ) -> Result<Decision, LimiterError>;
     /// Corrects the token charge of an earlier `acquire` by `delta` (real − estimate).
-    async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), String>;
+    async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), LimiterError>;
     /// Lets nothing through `key` for `pause` (the provider said so: a 429's `Retry-After`,
     /// or `x-ratelimit-remaining-* = 0` with its reset time). Every replica sees it.
-    async fn pause(&self, key: &str, rates: Rates, pause: Duration) -> Result<(), String>;
+    async fn pause(&self, key: &str, rates: Rates, pause: Duration) -> Result<(), LimiterError>;
 }
 
 /// Token bursts may use a tenth of the minute's allowance at once.
@@ -231,7 +241,7 @@ impl Limiter for LocalLimiter {
         rates: Rates,
         tokens: u64,
         max_wait: Duration,
-    ) -> Result<Decision, String> {
+    ) -> Result<Decision, LimiterError> {
         let now = self.now_us();
         let max_wait_us = max_wait.as_micros() as u64;
         let mut tats = self.tats.lock().unwrap_or_else(|p| p.into_inner());
@@ -268,7 +278,7 @@ impl Limiter for LocalLimiter {
         Ok(decision(wait))
     }
 
-    async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), String> {
+    async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), LimiterError> {
         let Some(tpm) = rates.tokens_per_minute else {
             return Ok(());
         };
@@ -281,7 +291,7 @@ impl Limiter for LocalLimiter {
         Ok(())
     }
 
-    async fn pause(&self, key: &str, rates: Rates, pause: Duration) -> Result<(), String> {
+    async fn pause(&self, key: &str, rates: Rates, pause: Duration) -> Result<(), LimiterError> {
         let now = self.now_us();
         let until = now + pause.as_micros() as u64;
         let mut tats = self.tats.lock().unwrap_or_else(|p| p.into_inner());
@@ -410,7 +420,7 @@ where
         rates: Rates,
         tokens: u64,
         max_wait: Duration,
-    ) -> Result<Decision, String> {
+    ) -> Result<Decision, LimiterError> {
         let (rk, tk) = Self::keys(key);
         let r = rates
             .requests_per_minute
@@ -431,7 +441,7 @@ where
             .arg(max_wait.as_micros() as u64)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| format!("rate limiter (redis): {e}"))?;
+            .map_err(LimiterError::Redis)?;
         Ok(if taken == 1 {
             decision(wait)
         } else {
@@ -439,7 +449,7 @@ where
         })
     }
 
-    async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), String> {
+    async fn adjust_tokens(&self, key: &str, rates: Rates, delta: i64) -> Result<(), LimiterError> {
         let Some(tpm) = rates.tokens_per_minute else {
             return Ok(());
         };
@@ -455,11 +465,11 @@ where
             .arg(delta)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| format!("rate limiter (redis): {e}"))?;
+            .map_err(LimiterError::Redis)?;
         Ok(())
     }
 
-    async fn pause(&self, key: &str, rates: Rates, pause: Duration) -> Result<(), String> {
+    async fn pause(&self, key: &str, rates: Rates, pause: Duration) -> Result<(), LimiterError> {
         let (rk, tk) = Self::keys(key);
         let token_tol = rates.tokens_per_minute.map_or(-1, |t| {
             Gcra::per_minute(t, token_burst(t)).tolerance_us as i64
@@ -474,7 +484,7 @@ where
             .arg(token_tol)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| format!("rate limiter (redis): {e}"))?;
+            .map_err(LimiterError::Redis)?;
         Ok(())
     }
 }
@@ -650,7 +660,11 @@ impl RateLimited {
             .acquire(key, rates, estimate, budget)
             .await
             .map_err(|e| {
-                crate::LlmError::new(parley_protocol::ErrorKind::Network, self.inner.name(), e)
+                crate::LlmError::new(
+                    parley_protocol::ErrorKind::Network,
+                    self.inner.name(),
+                    e.to_string(),
+                )
             })?;
         match decision {
             Decision::Allowed => Ok(()),

@@ -133,7 +133,8 @@ fn read_header(r: &mut BufReader<File>) -> Result<Header, LocalError> {
         inner: r,
         bytes: Vec::new(),
     };
-    let content = Content::read_entries(&mut recorder, metadata_count).map_err(gguf)?;
+    let content =
+        Content::read_entries(&mut recorder, metadata_count).map_err(|e| gguf(e.to_string()))?;
     let metadata = recorder.bytes;
     let alignment = match content.metadata.get("general.alignment") {
         Some(Value::Int(a)) if *a > 0 && (*a as u64).is_power_of_two() => *a as u64,
@@ -145,7 +146,7 @@ fn read_header(r: &mut BufReader<File>) -> Result<Header, LocalError> {
     }
     let mut tensors = Vec::with_capacity(tensor_count as usize);
     for _ in 0..tensor_count {
-        let name = crate::gguf::read_string(r).map_err(gguf)?;
+        let name = crate::gguf::read_string(r).map_err(|e| gguf(e.to_string()))?;
         let n_dims = read_u32(r)?;
         if n_dims > 8 {
             return Err(gguf(format!("tensor {name} has {n_dims} dimensions")));

@@ -16,6 +16,44 @@ const MAX_ARRAY: u64 = 4 * 1024 * 1024;
 /// Most metadata entries.
 const MAX_ENTRIES: u64 = 65_536;
 
+/// What is wrong with a GGUF header or one of its values.
+#[derive(Debug, thiserror::Error)]
+pub enum GgufError {
+    #[error("truncated or unreadable GGUF header: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a GGUF file (bad magic)")]
+    BadMagic,
+    #[error("GGUF version {0} is not supported (2 or 3)")]
+    Version(u32),
+    #[error("{0} metadata entries (at most {max})", max = MAX_ENTRIES)]
+    TooManyEntries(u64),
+    /// The value of metadata `key` cannot be read.
+    #[error("metadata {key}: {problem}")]
+    Entry {
+        key: String,
+        problem: Box<GgufError>,
+    },
+    #[error("a string of {0} bytes (at most {max})", max = MAX_STRING)]
+    StringTooLong(u64),
+    #[error("a string is not UTF-8")]
+    NotUtf8,
+    #[error("arrays nested too deep")]
+    NestedTooDeep,
+    #[error("an array of {0} elements (at most {max})", max = MAX_ARRAY)]
+    ArrayTooLong(u64),
+    #[error("unknown value type {0}")]
+    UnknownType(u32),
+    /// A value of another type than the key needs (`expected`: "a string", "an integer").
+    #[error("expected {expected}, found {found}")]
+    WrongType {
+        expected: &'static str,
+        found: &'static str,
+    },
+    /// An integer outside the range of the type it is read as (`ty`: "u32", "i32").
+    #[error("{value} does not fit {ty}")]
+    OutOfRange { value: i64, ty: &'static str },
+}
+
 /// One metadata value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -30,26 +68,39 @@ pub enum Value {
 
 impl Value {
     /// The string, or an error naming what the value is.
-    pub fn to_string(&self) -> Result<&String, String> {
+    pub fn to_string(&self) -> Result<&String, GgufError> {
         match self {
             Value::String(s) => Ok(s),
-            other => Err(format!("expected a string, found {}", other.kind())),
+            other => Err(other.wrong_type("a string")),
         }
     }
 
     /// An integer value that fits `u32`.
-    pub fn to_u32(&self) -> Result<u32, String> {
+    pub fn to_u32(&self) -> Result<u32, GgufError> {
         match self {
-            Value::Int(n) => u32::try_from(*n).map_err(|_| format!("{n} does not fit u32")),
-            other => Err(format!("expected an integer, found {}", other.kind())),
+            Value::Int(n) => u32::try_from(*n).map_err(|_| GgufError::OutOfRange {
+                value: *n,
+                ty: "u32",
+            }),
+            other => Err(other.wrong_type("an integer")),
         }
     }
 
     /// An integer value that fits `i32`.
-    pub fn to_i32(&self) -> Result<i32, String> {
+    pub fn to_i32(&self) -> Result<i32, GgufError> {
         match self {
-            Value::Int(n) => i32::try_from(*n).map_err(|_| format!("{n} does not fit i32")),
-            other => Err(format!("expected an integer, found {}", other.kind())),
+            Value::Int(n) => i32::try_from(*n).map_err(|_| GgufError::OutOfRange {
+                value: *n,
+                ty: "i32",
+            }),
+            other => Err(other.wrong_type("an integer")),
+        }
+    }
+
+    fn wrong_type(&self, expected: &'static str) -> GgufError {
+        GgufError::WrongType {
+            expected,
+            found: self.kind(),
         }
     }
 
@@ -72,15 +123,15 @@ pub struct Content {
 
 impl Content {
     /// Reads the header and metadata from the start of a GGUF file.
-    pub fn read(r: &mut impl Read) -> Result<Self, String> {
+    pub fn read(r: &mut impl Read) -> Result<Self, GgufError> {
         let mut magic = [0u8; 4];
-        r.read_exact(&mut magic).map_err(io)?;
+        r.read_exact(&mut magic)?;
         if &magic != b"GGUF" {
-            return Err("not a GGUF file (bad magic)".into());
+            return Err(GgufError::BadMagic);
         }
         let version = u32_le(r)?;
         if !(2..=3).contains(&version) {
-            return Err(format!("GGUF version {version} is not supported (2 or 3)"));
+            return Err(GgufError::Version(version));
         }
         let _tensors = u64_le(r)?;
         let entries = u64_le(r)?;
@@ -88,57 +139,54 @@ impl Content {
     }
 
     /// Reads `entries` metadata entries (the part after the fixed header).
-    pub(crate) fn read_entries(r: &mut impl Read, entries: u64) -> Result<Self, String> {
+    pub(crate) fn read_entries(r: &mut impl Read, entries: u64) -> Result<Self, GgufError> {
         if entries > MAX_ENTRIES {
-            return Err(format!(
-                "{entries} metadata entries (at most {MAX_ENTRIES})"
-            ));
+            return Err(GgufError::TooManyEntries(entries));
         }
         let mut metadata = HashMap::with_capacity(entries as usize);
         for _ in 0..entries {
             let key = string(r)?;
             let ty = u32_le(r)?;
-            let value = value(r, ty, 0).map_err(|e| format!("metadata {key}: {e}"))?;
+            let value = value(r, ty, 0).map_err(|e| GgufError::Entry {
+                key: key.clone(),
+                problem: Box::new(e),
+            })?;
             metadata.insert(key, value);
         }
         Ok(Self { metadata })
     }
 }
 
-fn io(e: std::io::Error) -> String {
-    format!("truncated or unreadable GGUF header: {e}")
-}
-
-fn bytes<const N: usize>(r: &mut impl Read) -> Result<[u8; N], String> {
+fn bytes<const N: usize>(r: &mut impl Read) -> Result<[u8; N], GgufError> {
     let mut b = [0u8; N];
-    r.read_exact(&mut b).map_err(io)?;
+    r.read_exact(&mut b)?;
     Ok(b)
 }
 
-fn u32_le(r: &mut impl Read) -> Result<u32, String> {
+fn u32_le(r: &mut impl Read) -> Result<u32, GgufError> {
     Ok(u32::from_le_bytes(bytes(r)?))
 }
 
-fn u64_le(r: &mut impl Read) -> Result<u64, String> {
+fn u64_le(r: &mut impl Read) -> Result<u64, GgufError> {
     Ok(u64::from_le_bytes(bytes(r)?))
 }
 
 /// A GGUF string (`u64` length, UTF-8 bytes).
-pub(crate) fn read_string(r: &mut impl Read) -> Result<String, String> {
+pub(crate) fn read_string(r: &mut impl Read) -> Result<String, GgufError> {
     string(r)
 }
 
-fn string(r: &mut impl Read) -> Result<String, String> {
+fn string(r: &mut impl Read) -> Result<String, GgufError> {
     let len = u64_le(r)?;
     if len > MAX_STRING {
-        return Err(format!("a string of {len} bytes (at most {MAX_STRING})"));
+        return Err(GgufError::StringTooLong(len));
     }
     let mut buf = vec![0u8; len as usize];
-    r.read_exact(&mut buf).map_err(io)?;
-    String::from_utf8(buf).map_err(|_| "a string is not UTF-8".to_string())
+    r.read_exact(&mut buf)?;
+    String::from_utf8(buf).map_err(|_| GgufError::NotUtf8)
 }
 
-fn value(r: &mut impl Read, ty: u32, depth: u32) -> Result<Value, String> {
+fn value(r: &mut impl Read, ty: u32, depth: u32) -> Result<Value, GgufError> {
     Ok(match ty {
         0 => Value::Int(i64::from(u8::from_le_bytes(bytes(r)?))),
         1 => Value::Int(i64::from(i8::from_le_bytes(bytes(r)?))),
@@ -151,12 +199,12 @@ fn value(r: &mut impl Read, ty: u32, depth: u32) -> Result<Value, String> {
         8 => Value::String(string(r)?),
         9 => {
             if depth > 2 {
-                return Err("arrays nested too deep".into());
+                return Err(GgufError::NestedTooDeep);
             }
             let elem = u32_le(r)?;
             let n = u64_le(r)?;
             if n > MAX_ARRAY {
-                return Err(format!("an array of {n} elements (at most {MAX_ARRAY})"));
+                return Err(GgufError::ArrayTooLong(n));
             }
             let mut items = Vec::with_capacity(n as usize);
             for _ in 0..n {
@@ -170,7 +218,7 @@ fn value(r: &mut impl Read, ty: u32, depth: u32) -> Result<Value, String> {
         }
         11 => Value::Int(i64::from_le_bytes(bytes(r)?)),
         12 => Value::Float(f64::from_le_bytes(bytes(r)?)),
-        other => return Err(format!("unknown value type {other}")),
+        other => return Err(GgufError::UnknownType(other)),
     })
 }
 
@@ -202,13 +250,19 @@ mod tests {
         push_str(&mut f, "a");
         push_str(&mut f, "b");
         let c = Content::read(&mut f.as_slice()).unwrap();
-        assert_eq!(c.metadata["n"].to_u32(), Ok(8192));
+        assert_eq!(c.metadata["n"].to_u32().unwrap(), 8192);
         assert_eq!(c.metadata["name"].to_string().unwrap(), "smol");
         assert_eq!(
             c.metadata["toks"],
             Value::Array(vec![Value::String("a".into()), Value::String("b".into())])
         );
-        assert!(c.metadata["name"].to_u32().is_err());
+        assert!(matches!(
+            c.metadata["name"].to_u32(),
+            Err(GgufError::WrongType {
+                expected: "an integer",
+                found: "a string"
+            })
+        ));
     }
 
     #[test]
@@ -220,9 +274,9 @@ mod tests {
         f.extend(1u64.to_le_bytes());
         // A key claiming an absurd length.
         f.extend(u64::MAX.to_le_bytes());
-        assert!(Content::read(&mut f.as_slice())
-            .unwrap_err()
-            .contains("string"));
+        let e = Content::read(&mut f.as_slice()).unwrap_err();
+        assert!(matches!(e, GgufError::StringTooLong(u64::MAX)), "{e}");
+        assert!(e.to_string().contains("string"));
         let mut truncated = b"GGUF".to_vec();
         truncated.extend(3u32.to_le_bytes());
         assert!(Content::read(&mut truncated.as_slice()).is_err());

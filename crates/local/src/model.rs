@@ -148,7 +148,7 @@ impl LocalModel {
             source,
         };
         let mut reader = BufReader::new(File::open(path).map_err(io_error)?);
-        let content = Content::read(&mut reader).map_err(LocalError::Gguf)?;
+        let content = Content::read(&mut reader).map_err(|e| LocalError::Gguf(e.to_string()))?;
         let tokenizer = match spec.tokenizer {
             TokenizerKind::SmolLm2Bpe => Tokenizer::from_gguf(&content)?,
             TokenizerKind::LlamaCpp => Tokenizer::Llama(LlamaTokenizer::load(path)?),

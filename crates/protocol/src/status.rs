@@ -74,34 +74,60 @@ impl StatusPage {
 
     /// The state JSON from every page of one snapshot, in any order; an error names what
     /// is missing or inconsistent.
-    pub fn assemble(mut pages: Vec<StatusPage>) -> Result<String, String> {
+    pub fn assemble(mut pages: Vec<StatusPage>) -> Result<String, AssembleError> {
         pages.sort_by_key(|p| p.page);
         let Some(first) = pages.first() else {
-            return Err("no pages".into());
+            return Err(AssembleError::NoPages);
         };
         let (snapshot, count, bytes) = (first.snapshot, first.pages, first.bytes);
         if pages.len() != count as usize {
-            return Err(format!("got {} of {count} pages", pages.len()));
+            return Err(AssembleError::MissingPages {
+                got: pages.len(),
+                count,
+            });
         }
         // Sized by what arrived, not by what the first page claims.
         let mut out = String::with_capacity(pages.iter().map(|p| p.data.len()).sum());
         for (i, p) in pages.iter().enumerate() {
             if p.page as usize != i || p.snapshot != snapshot || p.pages != count {
-                return Err(format!(
-                    "page {} of snapshot {} does not belong to snapshot {snapshot} of {count} pages",
-                    p.page, p.snapshot
-                ));
+                return Err(AssembleError::ForeignPage {
+                    page: p.page,
+                    page_snapshot: p.snapshot,
+                    snapshot,
+                    count,
+                });
             }
             out.push_str(&p.data);
         }
         if out.len() as u64 != bytes {
-            return Err(format!(
-                "the pages hold {} bytes, the snapshot {bytes}",
-                out.len()
-            ));
+            return Err(AssembleError::WrongSize {
+                got: out.len(),
+                bytes,
+            });
         }
         Ok(out)
     }
+}
+
+/// Why [`StatusPage::assemble`] could not rebuild a state from its pages.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssembleError {
+    #[error("no pages")]
+    NoPages,
+    /// Fewer (or more) pages than the snapshot has.
+    #[error("got {got} of {count} pages")]
+    MissingPages { got: usize, count: u32 },
+    /// A page of another snapshot, a repeated page, or one that disagrees on the count.
+    #[error("page {page} of snapshot {page_snapshot} does not belong to snapshot {snapshot} of {count} pages")]
+    ForeignPage {
+        page: u32,
+        page_snapshot: u64,
+        snapshot: u64,
+        count: u32,
+    },
+    /// The pages together are not the snapshot's size.
+    #[error("the pages hold {got} bytes, the snapshot {bytes}")]
+    WrongSize { got: usize, bytes: u64 },
 }
 
 /// The largest state a client reassembles from pages (a first page claiming more, or more
@@ -296,7 +322,10 @@ mod tests {
         assert!(StatusPage::from_reply(&serde_json::json!({"status": "running"})).is_none());
         assert_eq!(StatusPage::assemble(pages.clone()).unwrap(), text);
         pages.pop();
-        assert!(StatusPage::assemble(pages).unwrap_err().contains("pages"));
+        assert!(StatusPage::assemble(pages)
+            .unwrap_err()
+            .to_string()
+            .contains("pages"));
         assert_eq!(split_pages("", 10), vec![""]);
     }
 }

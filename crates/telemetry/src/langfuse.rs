@@ -24,9 +24,25 @@ pub const BASE_URL_ENV: &str = "LANGFUSE_BASE_URL";
 /// Langfuse Cloud's EU region, Langfuse's own default.
 pub const DEFAULT_HOST: &str = "https://cloud.langfuse.com";
 
+/// Why the trace cannot be exported to Langfuse: what is missing or wrong, never a key's
+/// value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LangfuseError {
+    /// These key variables are not set (or empty).
+    #[error(
+        "exporting the trace to Langfuse needs {} (and optionally {})",
+        .0.join(" and "),
+        HOST_ENV
+    )]
+    MissingKeys(Vec<&'static str>),
+    /// The host (from [`HOST_ENV`] or [`BASE_URL_ENV`]) is not an http(s) URL.
+    #[error("{}={:?}: expected an http:// or https:// URL", HOST_ENV, .0)]
+    BadHost(String),
+}
+
 /// The OTLP export to Langfuse from the environment; the error names what is missing or
 /// wrong (never a key's value).
-pub fn langfuse_export(get: impl Fn(&str) -> Option<String>) -> Result<OtlpExport, String> {
+pub fn langfuse_export(get: impl Fn(&str) -> Option<String>) -> Result<OtlpExport, LangfuseError> {
     let non_empty = |k: &str| {
         get(k)
             .map(|v| v.trim().to_string())
@@ -40,19 +56,14 @@ pub fn langfuse_export(get: impl Fn(&str) -> Option<String>) -> Result<OtlpExpor
                 .filter(|(_, m)| *m)
                 .map(|(k, _)| k)
                 .collect();
-            return Err(format!(
-                "exporting the trace to Langfuse needs {} (and optionally {HOST_ENV})",
-                missing.join(" and ")
-            ));
+            return Err(LangfuseError::MissingKeys(missing));
         }
     };
     let host = non_empty(HOST_ENV)
         .or_else(|| non_empty(BASE_URL_ENV))
         .unwrap_or_else(|| DEFAULT_HOST.to_string());
     if !(host.starts_with("http://") || host.starts_with("https://")) {
-        return Err(format!(
-            "{HOST_ENV}={host:?}: expected an http:// or https:// URL"
-        ));
+        return Err(LangfuseError::BadHost(host));
     }
     let credentials =
         base64::engine::general_purpose::STANDARD.encode(format!("{public}:{secret}"));
@@ -117,14 +128,21 @@ mod tests {
         let with_base = [keys[0], keys[1], (BASE_URL_ENV, "https://eu.example")];
         let e = langfuse_export(lookup(&with_base)).unwrap();
         assert!(e.endpoint.starts_with("https://eu.example/api/public/otel"));
-        let err = langfuse_export(lookup(&[(PUBLIC_KEY_ENV, "p")])).unwrap_err();
+        let err = langfuse_export(lookup(&[(PUBLIC_KEY_ENV, "p")]))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(SECRET_KEY_ENV) && !err.contains(PUBLIC_KEY_ENV),
             "{err}"
         );
         let bad = [keys[0], keys[1], (HOST_ENV, "lf.internal")];
+        assert_eq!(
+            langfuse_export(lookup(&bad)).unwrap_err(),
+            LangfuseError::BadHost("lf.internal".into())
+        );
         assert!(langfuse_export(lookup(&bad))
             .unwrap_err()
+            .to_string()
             .contains(HOST_ENV));
     }
 }

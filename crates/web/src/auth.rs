@@ -20,18 +20,27 @@ pub struct Token {
     digest: [u8; 32],
 }
 
+/// Why an operator's token is refused (the message never holds the token).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error(
+        "the auth token is {0} bytes; use at least {min} (e.g. `openssl rand -hex 24`)",
+        min = MIN_TOKEN_BYTES
+    )]
+    TooShort(usize),
+    #[error("the auth token must be printable ASCII without spaces")]
+    NotPrintable,
+}
+
 impl Token {
     /// A token from the operator; too short or with characters a header cannot carry is an
     /// error naming the problem (never the token).
-    pub fn new(token: &str) -> Result<Self, String> {
+    pub fn new(token: &str) -> Result<Self, TokenError> {
         if token.len() < MIN_TOKEN_BYTES {
-            return Err(format!(
-                "the auth token is {} bytes; use at least {MIN_TOKEN_BYTES} (e.g. `openssl rand -hex 24`)",
-                token.len()
-            ));
+            return Err(TokenError::TooShort(token.len()));
         }
         if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("the auth token must be printable ASCII without spaces".into());
+            return Err(TokenError::NotPrintable);
         }
         Ok(Self {
             digest: Sha256::digest(token.as_bytes()).into(),
@@ -66,8 +75,13 @@ mod tests {
         assert!(!t.matches(""));
         assert!(!format!("{t:?}").contains("secret"));
         let e = Token::new("short").unwrap_err();
+        assert_eq!(e, TokenError::TooShort(5));
+        let e = e.to_string();
         assert!(e.contains("at least") && !e.contains("short"), "{e}");
-        assert!(Token::new("has a space in it ok").is_err());
+        assert_eq!(
+            Token::new("has a space in it ok").unwrap_err(),
+            TokenError::NotPrintable
+        );
     }
 
     #[test]

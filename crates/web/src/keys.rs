@@ -34,6 +34,36 @@ pub const MAX_KEYS: usize = 10_000;
 /// The prefix of the keys `parley serve --new-api-key` makes.
 pub const KEY_PREFIX: &str = "pk_";
 
+/// Why a key file was not loaded: every problem, with its entry (`keys[2].sha256: ...`),
+/// never a key or a hash.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// The file cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {size} bytes, the limit is {max}", path.display(), max = MAX_FILE_BYTES)]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error("not UTF-8 text")]
+    NotUtf8,
+    /// Not JSON or TOML of the key file's shape.
+    #[error("not a key file: {0}")]
+    NotAKeyFile(String),
+    #[error("keys: {0} keys, the limit is {max}", max = MAX_KEYS)]
+    TooManyKeys(usize),
+    /// The entries' problems (`keys[0].name: ...`), one each.
+    #[error("{}", .0.join("; "))]
+    BadEntries(Vec<String>),
+    /// A problem of the file at `path`.
+    #[error("{}: {problem}", path.display())]
+    InFile {
+        path: PathBuf,
+        problem: Box<KeyFileError>,
+    },
+}
+
 /// What a key may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -109,17 +139,14 @@ impl std::fmt::Debug for KeySet {
 impl KeySet {
     /// Parses a key file's text (`json`: JSON, else TOML); every problem is reported with
     /// its entry (`keys[2].sha256: ...`), never with a hash.
-    pub fn parse(text: &str, json: bool) -> Result<Self, String> {
+    pub fn parse(text: &str, json: bool) -> Result<Self, KeyFileError> {
         let file: KeyFile = if json {
-            serde_json::from_str(text).map_err(|e| format!("not a key file: {e}"))?
+            serde_json::from_str(text).map_err(|e| KeyFileError::NotAKeyFile(e.to_string()))?
         } else {
-            toml::from_str(text).map_err(|e| format!("not a key file: {}", e.message()))?
+            toml::from_str(text).map_err(|e| KeyFileError::NotAKeyFile(e.message().to_string()))?
         };
         if file.keys.len() > MAX_KEYS {
-            return Err(format!(
-                "keys: {} keys, the limit is {MAX_KEYS}",
-                file.keys.len()
-            ));
+            return Err(KeyFileError::TooManyKeys(file.keys.len()));
         }
         let mut problems = Vec::new();
         let mut keys = Vec::with_capacity(file.keys.len());
@@ -147,7 +174,7 @@ impl KeySet {
         if problems.is_empty() {
             Ok(Self { keys })
         } else {
-            Err(problems.join("; "))
+            Err(KeyFileError::BadEntries(problems))
         }
     }
 
@@ -223,27 +250,33 @@ impl std::fmt::Debug for KeyFileWatch {
     }
 }
 
-fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn read_capped(path: &Path) -> Result<Vec<u8>, KeyFileError> {
+    let unreadable = |source| KeyFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
     if meta.len() > MAX_FILE_BYTES {
-        return Err(format!(
-            "{}: {} bytes, the limit is {MAX_FILE_BYTES}",
-            path.display(),
-            meta.len()
-        ));
+        return Err(KeyFileError::TooLarge {
+            path: path.to_path_buf(),
+            size: meta.len(),
+        });
     }
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::read(path).map_err(unreadable)
 }
 
-fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<KeySet, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+fn parse_bytes(path: &Path, bytes: &[u8]) -> Result<KeySet, KeyFileError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| KeyFileError::NotUtf8)?;
     let json = path.extension().is_some_and(|e| e == "json");
-    KeySet::parse(text, json).map_err(|e| format!("{}: {e}", path.display()))
+    KeySet::parse(text, json).map_err(|e| KeyFileError::InFile {
+        path: path.to_path_buf(),
+        problem: Box::new(e),
+    })
 }
 
 impl KeyFileWatch {
     /// Reads `path` now (a missing or bad file is an error naming the problem).
-    pub fn open(path: impl Into<PathBuf>) -> Result<Arc<Self>, String> {
+    pub fn open(path: impl Into<PathBuf>) -> Result<Arc<Self>, KeyFileError> {
         let path = path.into();
         let bytes = read_capped(&path)?;
         let set = parse_bytes(&path, &bytes)?;
@@ -334,6 +367,11 @@ mod tests {
         let json = r#"{"keys": [{"name": "a b", "role": "user", "sha256": "00"},
                                 {"name": "ok", "role": "admin", "sha256": "zz"}]}"#;
         let e = KeySet::parse(json, true).unwrap_err();
+        assert!(
+            matches!(&e, KeyFileError::BadEntries(problems) if problems.len() == 3),
+            "{e}"
+        );
+        let e = e.to_string();
         assert!(e.contains("keys[0].name"), "{e}");
         assert!(e.contains("keys[0].sha256"), "{e}");
         assert!(e.contains("keys[1].sha256"), "{e}");
@@ -341,13 +379,17 @@ mod tests {
             "[[keys]]\nname = \"x\"\nrole = \"root\"\nsha256 = \"\"",
             false,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("root") || e.contains("role"), "{e}");
         let h = hash_key("k");
         let dup = format!(
             r#"{{"keys": [{{"name": "x", "role": "user", "sha256": "{h}"}}, {{"name": "x", "role": "user", "sha256": "{h}"}}]}}"#
         );
-        assert!(KeySet::parse(&dup, true).unwrap_err().contains("twice"));
+        assert!(KeySet::parse(&dup, true)
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
     }
 
     #[test]

@@ -16,8 +16,8 @@
 //!   start-up when the operator gives neither a token nor API keys (unless `--no-auth`).
 //! - [`keys`]: per-user API keys (hashed in the operator's file, re-read while serving).
 //! - [`idempotency`]: idempotency keys of creates.
-//! - [`assets`]: the page (HTML/CSS/JS in `assets/`, compiled in) and the security
-//!   headers (a strict Content-Security-Policy).
+//! - [`assets`]: the page (HTML, CSS and JavaScript ES modules in `assets/`, compiled in,
+//!   no build step) and the security headers (a strict Content-Security-Policy).
 
 pub mod api;
 pub mod assets;
@@ -49,9 +49,9 @@ pub enum ServeError {
     #[error("--no-auth contradicts --auth-token and --api-keys: give one")]
     AuthConflict,
     #[error("--api-keys: {0}")]
-    BadKeys(String),
+    BadKeys(#[from] keys::KeyFileError),
     #[error("--auth-token: {0}")]
-    BadToken(String),
+    BadToken(#[from] auth::TokenError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,

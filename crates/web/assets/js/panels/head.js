@@ -1,0 +1,93 @@
+// The head of a debate: status, progress, elapsed time, tokens, cost, and the action buttons.
+
+import { api, download } from '../api.js';
+import { clear, el } from '../dom.js';
+import { firstLine, fmtInt, fmtMs, fmtUsd, phaseName } from '../format.js';
+import { refreshList } from '../list.js';
+
+/** Methods of `DebateView` (mixed into its prototype in view.js). */
+export class HeadPanel {
+  renderHead() {
+    const st = this.state;
+    const ev = this.latest;
+    const status = this.interrupted() ? 'interrupted' : this.status();
+    const p = (ev && ev.progress) || {};
+    const round = p.round || (st && st.currentRound) || 0;
+    const rounds = p.rounds || (this.listItem() || {}).rounds || 0;
+    const pct = p.total ? Math.round((100 * p.done) / p.total) : (status === 'completed' ? 100 : 0);
+    const end = this.running() ? Date.now() : Date.parse((st && st.updatedAt) || (ev && ev.at)) || Date.now();
+    const begin = Date.parse(st && st.createdAt) || this.startedAt || end;
+    this.begin = begin;
+    const active = (p.activeAgents || []);
+    const inFlight = [...this.tasks.values()].filter((t) => t.state === 'running').length;
+    const card = el('div', { class: 'card debate-head' },
+      el('h1', { text: firstLine(st ? st.problem : '') || this.id }),
+      el('div', { class: 'sub' },
+        el('span', { class: `pill ${status}`, id: 'status', text: status.replace('_', ' ') }),
+        el('span', { class: 'mono', text: this.id }),
+        st ? el('span', { text: `started ${new Date(st.createdAt).toLocaleString()}` }) : null),
+      st && st.problem && st.problem.trim().includes('\n') || (st && st.problem.length > 160)
+        ? el('details', { class: 'problem-full' }, el('summary', null, 'Full problem'), el('div', { class: 'text', text: st.problem }))
+        : null,
+      el('div', { class: 'progress', title: `${p.done || 0} of ${p.total || 0} tasks` }, (() => { const b = el('div'); b.style.width = `${pct}%`; return b; })()),
+      el('div', { class: 'stats' },
+        el('div', null, el('b', { text: rounds ? `${round} / ${rounds}` : `${round}` }), 'round'),
+        el('div', null, el('b', { text: phaseName(p.phase || (st && st.status)) }), 'phase'),
+        el('div', null, el('b', { text: `${p.done || 0} / ${p.total || 0}` }), 'tasks done'),
+        el('div', null, el('b', { text: fmtInt(this.tokens()) }), 'tokens'),
+        (() => {
+          const c = this.cost();
+          if (c === undefined) return null;
+          return el('div', { title: c === null ? 'a model without a price in the operator\'s price list' : 'from the providers\' reported usage' },
+            el('b', { id: 'cost', text: c === null ? 'unknown' : fmtUsd(c) }), 'cost');
+        })(),
+        el('div', null, (this.elapsedEl = el('b', { text: fmtMs(Math.max(0, end - begin)) })), 'elapsed')),
+      active.length && this.running()
+        ? el('div', { class: 'working', id: 'working' }, el('span', { class: 'muted', text: `Working now (${inFlight || active.length} task${(inFlight || active.length) === 1 ? '' : 's'} in flight):` }),
+          active.map((a) => el('span', { class: 'who', text: this.agentName(a) })))
+        : null,
+      st && st.error && status === 'failed'
+        ? el('p', { class: 'error failure', id: 'failure', text: `Failed at ${st.error.node} (round ${st.error.round}): ${st.error.message}\nRetry continues from that step; completed calls are not repeated.` })
+        : null,
+      this.noteList(this.notes().debate, { id: 'warnings' }),
+      this.actionsEl);
+    return card;
+  }
+
+  /** The buttons, rebuilt only when what they offer changes (not under the pointer). */
+  renderActions() {
+    const sig = JSON.stringify([this.status(), this.interrupted(), this.commandError || '']);
+    if (this.sigs.actions === sig) return;
+    this.sigs.actions = sig;
+    const buttons = [];
+    if (['running', 'pending', 'awaiting_clarifications'].includes(this.status())) {
+      buttons.push(el('button', { type: 'button', class: 'btn danger', id: 'cancel', onclick: () => this.command('cancel') }, 'Cancel'));
+    }
+    if (this.status() === 'failed') {
+      buttons.push(el('button', { type: 'button', class: 'btn primary', id: 'retry', onclick: () => this.command('retry') }, 'Retry from failed step'));
+    } else if (this.interrupted()) {
+      buttons.push(el('button', { type: 'button', class: 'btn primary', id: 'retry', onclick: () => this.command('retry') }, 'Resume'));
+    }
+    buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-report', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/report`, `${this.id}.md`) }, 'Report (.md)'));
+    buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-state', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}`, `${this.id}.json`) }, 'State (.json)'));
+    clear(this.actionsEl).append(...buttons);
+    if (this.commandError) this.actionsEl.append(el('p', { class: 'error', text: this.commandError }));
+  }
+
+  async command(what) {
+    this.commandError = null;
+    try {
+      await api('POST', `/debates/${encodeURIComponent(this.id)}/${what}`, {});
+      await refreshList();
+      if (what === 'retry') this.tasks.forEach((t) => { if (t.state === 'failed') t.state = 'old'; });
+    } catch (e) {
+      this.commandError = e.message;
+    }
+    this.scheduleRefresh(0);
+    this.render();
+  }
+
+  async fetchFile(path, name) {
+    try { await download(path, name); } catch (e) { this.commandError = e.message; this.render(); }
+  }
+}
