@@ -326,6 +326,26 @@ async fn a_debate_started_from_the_form_is_watched_live_to_its_solution() {
     assert!(text.contains("Shadow-mode the limits"), "{text}");
     assert!(text.contains("Which endpoints are exempt?"), "{text}");
     assert!(text.contains("78"), "{text}");
+    // The decision record: its digest and that it is unsigned (no key given), and its
+    // download button.
+    let record = b
+        .wait_for("#record", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let line = b.text(&record).await.unwrap();
+    assert!(line.starts_with("Decision record "), "{line}");
+    assert!(line.ends_with(" · unsigned"), "{line}");
+    let digest = line
+        .trim_start_matches("Decision record ")
+        .trim_end_matches(" · unsigned");
+    assert!(
+        digest.len() == 64 && digest.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{line}"
+    );
+    assert!(b
+        .find_all("#download-record")
+        .await
+        .is_ok_and(|v| !v.is_empty()));
     let md = b
         .execute(
             "const s = document.getElementById('solution');

@@ -580,7 +580,8 @@ async fn report(
 #[utoipa::path(get, path = "/v1/debates/{id}/record", tag = "debates",
     params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
     responses(
-        (status = 200, description = "The decision record", body = DecisionRecordDoc),
+        (status = 200, description = "The decision record", body = DecisionRecordDoc,
+            headers(("parley-record-digest" = String, description = "The record's digest: SHA-256 (hex) of its canonical JSON"))),
         (status = 400, description = "Not a debate id", body = ErrorResponse),
         (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
         (status = 404, description = "No such debate (or not the caller's), or no record yet: one is written when the debate finishes", body = ErrorResponse),
@@ -594,6 +595,12 @@ async fn record(
     let id = visible(&s, &p, &id).await?;
     let record = s.backend.record(id).await?;
     let mut r = json_response(StatusCode::OK, &record);
+    // Its digest (SHA-256 of its canonical JSON), so a client need not canonicalize.
+    if let Ok(rec) = serde_json::from_value::<parley_record::Record>(record) {
+        if let Ok(v) = HeaderValue::from_str(&rec.digest()) {
+            r.headers_mut().insert("parley-record-digest", v);
+        }
+    }
     if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{id}.record.json\"")) {
         r.headers_mut().insert(header::CONTENT_DISPOSITION, v);
     }

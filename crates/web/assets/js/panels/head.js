@@ -1,6 +1,6 @@
 // The head of a debate: status, progress, elapsed time, tokens, cost, and the action buttons.
 
-import { api, download } from '../api.js';
+import { api, authHeaders, download } from '../api.js';
 import { clear, el } from '../dom.js';
 import { firstLine, fmtInt, fmtMs, fmtUsd, phaseName } from '../format.js';
 import { refreshList } from '../list.js';
@@ -50,8 +50,31 @@ export class HeadPanel {
         ? el('p', { class: 'error failure', id: 'failure', text: `Failed at ${st.error.node} (round ${st.error.round}): ${st.error.message}\nRetry continues from that step; completed calls are not repeated.` })
         : null,
       this.noteList(this.notes().debate, { id: 'warnings' }),
+      this.recordLine(),
       this.actionsEl);
     return card;
+  }
+
+  /** A finished debate's decision record: its digest and whether (and with which key) it
+   *  is signed; fetched once when the debate has finished. */
+  recordLine() {
+    if (!['completed', 'failed', 'cancelled'].includes(this.status())) return null;
+    if (this.recordInfo === undefined) {
+      this.recordInfo = null;
+      fetch(`/v1/debates/${encodeURIComponent(this.id)}/record`, { headers: authHeaders() })
+        .then(async (res) => {
+          if (!res.ok) return;
+          const rec = await res.json();
+          this.recordInfo = { digest: res.headers.get('parley-record-digest') || '', signature: rec.signature || null };
+          this.render();
+        })
+        .catch(() => {});
+    }
+    const r = this.recordInfo;
+    if (!r) return null;
+    const sig = r.signature ? `signed (Ed25519, key ${r.signature.keyId})` : 'unsigned';
+    return el('p', { class: 'record muted', id: 'record', title: 'Check it with: parley verify <record> --report <report>' },
+      'Decision record ', el('span', { class: 'mono', text: r.digest }), ` · ${sig}`);
   }
 
   /** The buttons, rebuilt only when what they offer changes (not under the pointer). */
@@ -70,6 +93,9 @@ export class HeadPanel {
     }
     buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-report', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/report`, `${this.id}.md`) }, 'Report (.md)'));
     buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-state', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}`, `${this.id}.json`) }, 'State (.json)'));
+    if (['completed', 'failed', 'cancelled'].includes(this.status())) {
+      buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-record', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/record`, `${this.id}.record.json`) }, 'Decision record (.json)'));
+    }
     clear(this.actionsEl).append(...buttons);
     if (this.commandError) this.actionsEl.append(el('p', { class: 'error', text: this.commandError }));
   }
