@@ -7,6 +7,8 @@
 //! parent is never modified. The fork's state copies rounds 1 to `at` whole (contributions,
 //! summaries, the judge's checks, dropped critiques), the answered clarifications, the
 //! adaptive path and the parent's guide notes, and names its parent (`forkedFrom`). Its
+//! round limit is the parent's as it ran (rounds added by `extend` included) unless the
+//! changes set `rounds`. Its
 //! task ids carry its own debate id, and the machine plans from the state alone, so the
 //! shared tasks are done: the fork makes only the calls after round `at`. A round the
 //! parent's judge ended stays ended (its check is shared): fork at an earlier round to
@@ -80,14 +82,16 @@ pub fn fork(
     if let Some(j) = &changes.judge {
         apply(&mut new.judge, j);
     }
-    if let Some(r) = changes.rounds {
-        if r < at {
-            return Err(ForkError::TooFewRounds { rounds: r, at });
-        }
-        new.debate.rounds = r;
-        if new.debate.termination_condition.max_rounds.is_some() {
-            new.debate.termination_condition.max_rounds = Some(r);
-        }
+    // The parent's round limit as it ran (with the rounds `extend` added), unless changed.
+    let r = changes.rounds.unwrap_or_else(|| {
+        (spec.debate.round_cap() + state.steering.extra_rounds).min(limits::MAX_ROUNDS)
+    });
+    if r < at {
+        return Err(ForkError::TooFewRounds { rounds: r, at });
+    }
+    new.debate.rounds = r;
+    if new.debate.termination_condition.max_rounds.is_some() {
+        new.debate.termination_condition.max_rounds = Some(r);
     }
     let mut s = Machine::new(id, new.clone(), now).state().clone();
     s.rounds = shared.to_vec();
