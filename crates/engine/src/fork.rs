@@ -74,7 +74,11 @@ pub fn fork(
     let mut new = spec.clone();
     new.idempotency_key = None;
     for (agent, change) in &changes.agents {
-        let Some(a) = new.agents.iter_mut().find(|a| &a.id == agent && a.is_enabled()) else {
+        let Some(a) = new
+            .agents
+            .iter_mut()
+            .find(|a| &a.id == agent && a.is_enabled())
+        else {
             return Err(ForkError::UnknownAgent(agent.clone()));
         };
         apply(a, change);
