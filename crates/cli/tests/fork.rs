@@ -29,7 +29,7 @@ fn saved_id(err: &str) -> String {
     err.lines()
         .filter_map(|l| l.strip_prefix("Saved debate to ./debates/"))
         .filter_map(|rest| rest.strip_suffix(".json"))
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no 'Saved debate' line in:\n{err}"))
         .to_string()
 }

@@ -64,7 +64,7 @@ impl ForkChanges {
             if let Some(m) = &p.model {
                 c.label(&format!("{field}.model"), m, limits::MAX_MODEL_BYTES);
                 if m.trim().is_empty() {
-                    c.push(&format!("{field}.model"), "must not be empty");
+                    c.push(format!("{field}.model"), "must not be empty");
                 }
             }
             if let Some(v) = &p.provider {
@@ -73,7 +73,7 @@ impl ForkChanges {
             if let Some(t) = p.temperature {
                 if !(0.0..=2.0).contains(&t) {
                     c.push(
-                        &format!("{field}.temperature"),
+                        format!("{field}.temperature"),
                         format!("{t} is out of range 0-2"),
                     );
                 }
