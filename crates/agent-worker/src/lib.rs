@@ -141,8 +141,9 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
         .map(str::to_string)
         .unwrap_or_else(|| prompts.system.to_string());
     let i = &task.input;
-    // Every prompt after the clarification phase states the answers with the problem.
-    let problem = parley_protocol::problem_with_clarifications(&task.problem, &i.clarifications);
+    // Every prompt after the clarification phase states the answers with the problem, and
+    // the user's guide notes (steering) once there are any.
+    let problem = parley_protocol::problem_for_prompt(&task.problem, i);
     let problem = problem.as_ref();
     let user = match task.kind {
         TaskKind::Clarify => clarify::prompt(

@@ -19,6 +19,7 @@
 //! - [`serve`]: `parley serve`, the web page and its API (`parley_web`) over this process
 //!   or a cluster; opens the backend `serve` and `mcp` share.
 //! - [`mcp`]: `parley mcp`, the Model Context Protocol server (`parley_mcp`) over stdio.
+//! - [`fork`]: `parley fork` (a new debate sharing a debate's rounds) and `parley diff`.
 //! - [`adr`]: a finished debate as an ADR in the MADR layout.
 //! - [`decisions`]: `parley adr`, `parley record`, `parley verify`, and the record and ADR
 //!   `parley run` writes when a debate finishes.
@@ -33,6 +34,7 @@ mod decisions;
 mod demo;
 mod envfile;
 mod eval;
+mod fork;
 mod mcp;
 mod progress;
 mod remote;
@@ -125,6 +127,16 @@ enum Command {
     Cancel(remote::DebateArgs),
     /// Answer a cluster debate's clarification questions (on the terminal, or --answers F).
     Answer(remote::AnswerArgs),
+    /// Fork a debate: a new debate sharing its contributions up to the end of round --at
+    /// (no call repeated), running on with -c changes.json (models, judge, rounds, a guide
+    /// note). Embedded from ./debates/<id>.json (run here), else the cluster's.
+    Fork(fork::ForkArgs),
+    /// Compare two debates' solutions (requirements, decisions, tradeoffs, open
+    /// disagreements: common and different) and their calls, tokens, cost and wall time.
+    Diff(fork::DiffArgs),
+    /// Steer a running cluster debate: pause, resume, guide "note", stop (synthesize now),
+    /// extend (one more round). Recorded in its state with who and when.
+    Steer(remote::SteerArgs),
     /// Write the Markdown report of a saved debate.
     Report(report_cmd::ReportArgs),
     /// Score saved debates with evaluator agents (dialectic's `eval`).
@@ -262,6 +274,7 @@ fn main() -> ExitCode {
         Command::Run(a) => Some(a.config.as_deref()),
         Command::Resume(a) => Some(a.config.as_deref()),
         Command::Retry(a) => Some(a.saved.config.as_deref()),
+        Command::Fork(a) => Some(a.saved.config.as_deref()),
         _ => None,
     };
     let langfuse = config_file.is_some_and(langfuse_wanted);
@@ -322,6 +335,9 @@ fn main() -> ExitCode {
                 .await
             }
             Command::Answer(args) => remote::answer(args, interrupt).await,
+            Command::Steer(args) => until_interrupted(interrupt, remote::steer(args)).await,
+            Command::Fork(args) => fork::fork(args, interrupt).await,
+            Command::Diff(args) => until_interrupted(interrupt, fork::diff(args)).await,
             Command::Report(args) => report_cmd::report(args),
             Command::Eval(args) => until_interrupted(interrupt, eval::eval(args)).await,
             Command::Compare(args) => compare::compare(args, interrupt).await,

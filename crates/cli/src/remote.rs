@@ -93,6 +93,23 @@ pub struct AnswerArgs {
     pub answers: Option<std::path::PathBuf>,
 }
 
+/// `parley steer`.
+#[derive(clap::Args, Debug)]
+pub struct SteerArgs {
+    #[command(flatten)]
+    pub debate: DebateArgs,
+    /// pause (no new task; the calls in flight finish), resume, guide (a note every later
+    /// prompt carries), stop (synthesize now from what exists), extend (one more round).
+    #[arg(value_parser = ["pause", "resume", "guide", "stop", "extend"])]
+    pub command: String,
+    /// The note of `guide` (at most 4000 characters; no control characters but newlines and
+    /// tabs).
+    pub note: Option<String>,
+    /// Who is steering, recorded with the command [default: the NATS user of the inbox].
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
+}
+
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -119,7 +136,7 @@ pub(crate) async fn connect(n: &NatsArgs) -> Result<async_nats::Client, CliError
 }
 
 /// Sends a request; an `{"error": ...}` reply becomes an error naming the problem.
-async fn request(
+pub(crate) async fn request(
     client: &async_nats::Client,
     subject: &str,
     body: Vec<u8>,
@@ -447,7 +464,28 @@ pub async fn command(args: DebateArgs, subject: &str) -> Result<(), CliError> {
     Ok(())
 }
 
-async fn fetch_state(client: &async_nats::Client, id: &str) -> Result<DebateState, CliError> {
+/// `parley steer`: checked here (the command, the note, `--by`), then sent on
+/// `parley.debates.steer`; the reply (or the debate's refusal) is printed.
+pub async fn steer(args: SteerArgs) -> Result<(), CliError> {
+    let id = args.debate.debate_id.as_str();
+    id_request(id)?;
+    let command =
+        parley_protocol::SteerCommand::parse(&args.command, args.note).map_err(CliError::usage)?;
+    if let Some(by) = &args.by {
+        parley_protocol::check_by(by).map_err(CliError::usage)?;
+    }
+    let body = parley_protocol::SteerRequest::new(id, &command, args.by);
+    let body = serde_json::to_vec(&body).map_err(|e| CliError::general(e.to_string()))?;
+    let client = connect(&args.debate.nats).await?;
+    let v = request(&client, subjects::STEER, body).await?;
+    println!("{v}");
+    Ok(())
+}
+
+pub(crate) async fn fetch_state(
+    client: &async_nats::Client,
+    id: &str,
+) -> Result<DebateState, CliError> {
     let v = fetch_state_value(client, id).await?;
     serde_json::from_value(v)
         .map_err(|e| CliError::general(format!("unreadable debate state: {e}")))

@@ -166,6 +166,11 @@ async fn assert_hidden(base: &str, key: &str, id: &str) {
         ("POST", format!("/v1/debates/{id}/answers"), Some(answers)),
         (
             "POST",
+            format!("/v1/debates/{id}/steer"),
+            Some(json!({"command": "pause"})),
+        ),
+        (
+            "POST",
             format!("/v1/debates/{id}/feedback"),
             Some(json!({"feedback": 1})),
         ),

@@ -111,7 +111,8 @@ fn assert_session(seen: &Value, fake: &FakeLlm) {
             "debate_status",
             "estimate_debate",
             "list_debates",
-            "start_debate"
+            "start_debate",
+            "steer_debate"
         ]
     );
     for p in [

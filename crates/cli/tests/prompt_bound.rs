@@ -54,6 +54,13 @@ fn task(role: &str, kind: TaskKind) -> Task {
             vote_result: Some("The agents voted; a1 won.\n- a0 voted for a1: x\n".into()),
             // Only embedding tasks carry the previous round's refinements (no chat prompt).
             previous: Vec::new(),
+            // The most guide notes a debate keeps (steering).
+            guidance: (0..limits::MAX_GUIDE_NOTES)
+                .map(|i| parley_protocol::GuideNote {
+                    round: 20,
+                    note: format!("guide note {i}"),
+                })
+                .collect(),
         },
         timeout_ms: 1000,
         dispatch_token: None,

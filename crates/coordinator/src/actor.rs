@@ -83,7 +83,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::deps::Deps;
 use crate::failures::ActorError;
-use crate::messages::{AnswerRefusal, DebateMsg, Rest, SupervisorMsg, RELEASING};
+use crate::messages::{AnswerRefusal, DebateMsg, Rest, SteerRefusal, SupervisorMsg, RELEASING};
 use crate::publish::{headers, publish_event};
 use parley_cluster::redis_store::LeaseCheck;
 use parley_engine::{Effect, Expectation, Input, Machine};
@@ -294,6 +294,9 @@ async fn handle(
                 DebateMsg::Answer { reply, .. } => {
                     let _ = reply.send(Err(AnswerRefusal::Other(RELEASING.into())));
                 }
+                DebateMsg::Steer { reply, .. } => {
+                    let _ = reply.send(Err(SteerRefusal::Other(RELEASING.into())));
+                }
                 _ => {}
             }
             return Ok(());
@@ -316,6 +319,9 @@ async fn handle(
                     }
                     DebateMsg::Answer { reply, .. } => {
                         let _ = reply.send(Err(AnswerRefusal::Other(RELEASING.into())));
+                    }
+                    DebateMsg::Steer { reply, .. } => {
+                        let _ = reply.send(Err(SteerRefusal::Other(RELEASING.into())));
                     }
                     _ => {}
                 }
@@ -504,6 +510,19 @@ async fn handle(
                     r.as_ref()
                         .map(|_| remaining)
                         .map_err(|e| AnswerRefusal::Other(e.to_string())),
+                );
+                r?;
+            }
+            DebateMsg::Steer { steer, reply } => {
+                if let Err(e) = state.machine.check_steer(&steer) {
+                    let _ = reply.send(Err(SteerRefusal::Refused(e)));
+                    return Ok(());
+                }
+                let r = state.apply(&myself, Input::Steer(steer)).await;
+                let _ = reply.send(
+                    r.as_ref()
+                        .map(|_| ())
+                        .map_err(|e| SteerRefusal::Other(e.to_string())),
                 );
                 r?;
             }

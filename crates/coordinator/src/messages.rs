@@ -45,6 +45,20 @@ pub enum DebateMsg {
         answers: Vec<parley_protocol::Answer>,
         reply: RpcReplyPort<Result<usize, AnswerRefusal>>,
     },
+    /// A user's steering command (pause, resume, guide, stop, extend).
+    Steer {
+        steer: parley_engine::Steer,
+        reply: RpcReplyPort<Result<(), SteerRefusal>>,
+    },
+}
+
+/// Why an actor did not apply a steering command.
+#[derive(Debug)]
+pub enum SteerRefusal {
+    /// The debate refuses it (not running, already paused, over the round limit, ...).
+    Refused(parley_engine::SteerError),
+    /// The actor could not apply it now (releasing the debate, a checkpoint failed).
+    Other(String),
 }
 
 /// Why an actor did not apply answers.

@@ -10,6 +10,14 @@
 //!   lease) but has nothing in flight; it survives crashes and takeovers like any other.
 //!   With [`CoordinatorConfig::clarification_timeout`] its actor answers every open
 //!   question `"NA"` once the debate has waited that long (counted from the checkpoint).
+//! - `parley.debates.steer` (`SteerRequest`): pause, resume, guide, stop or extend a
+//!   debate, like answers: checked against the checkpoint (a refusal changes nothing), then
+//!   applied by the debate's actor (here, by adoption, or by the owner through
+//!   `parley.control.<id>.steer`). Who sent it is recorded: the request's `by` and the NATS
+//!   user its reply inbox names (`_INBOX_<user>`), when any.
+//! - `parley.debates.fork` (`ForkRequest`): a new debate sharing a debate's contributions
+//!   up to the end of a round (`parley_engine::fork`), checked like a submission, stored and
+//!   started like one; the parent is only read.
 //! - `parley.debates.feedback` (`FeedbackRequest`): the user's thumbs up/down on a
 //!   completed debate, written into its checkpoint (`userFeedback`) by compare-and-set.
 //! - `parley.debates.follow[.<user>]` / `parley.debates.list`: a consumer of one existing
@@ -266,6 +274,8 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         subjects::RETRY,
         subjects::CANCEL,
         subjects::ANSWER,
+        subjects::STEER,
+        subjects::FORK,
         subjects::FEEDBACK,
         subjects::FOLLOW,
         // `parley.debates.follow.<user>` (see `crate::follow`).
@@ -467,6 +477,8 @@ fn subject_label(subject: &str) -> &'static str {
         subjects::RETRY => "retry",
         subjects::CANCEL => "cancel",
         subjects::ANSWER => "answer",
+        subjects::STEER => "steer",
+        subjects::FORK => "fork",
         subjects::FEEDBACK => "feedback",
         s if subjects::follow_identity(s).is_some() => "follow",
         subjects::LIST => "list",
@@ -505,6 +517,8 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
                 subjects::RETRY => Some(svc.user_command(&msg.payload, Command::Retry).await),
                 subjects::CANCEL => Some(svc.user_command(&msg.payload, Command::Cancel).await),
                 subjects::ANSWER => Some(svc.answer(&msg.payload).await),
+                subjects::STEER => Some(svc.steer(reply_to.as_str(), &msg.payload).await),
+                subjects::FORK => Some(svc.fork(&msg.payload).await),
                 subjects::FEEDBACK => Some(within_deadline(svc.feedback(&msg.payload)).await),
                 s if subjects::follow_identity(s).is_some() => {
                     Some(within_deadline(svc.follow(s, reply_to.as_str(), &msg.payload)).await)

@@ -22,11 +22,11 @@ use chrono::Utc;
 use parley_protocol::{
     DebateEvent, DebateState, ErrorKind, Task, TaskError, TaskOutcome, TaskResult,
 };
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::{Effect, FileStore, Input, Machine};
+use crate::{Effect, FileStore, Input, Machine, Steer, SteerError};
 
 /// Executes one task (one LLM call and its prompt building) and reports the outcome.
 #[async_trait]
@@ -82,6 +82,30 @@ pub struct Driven {
 /// result (`ErrorKind::Internal`, not retried): the debate fails at that node, and never
 /// waits forever for it.
 pub async fn run_debate_until(
+    machine: Machine,
+    input: Input,
+    runner: Arc<dyn TaskRunner>,
+    store: Option<FileStore>,
+    events: mpsc::UnboundedSender<DebateEvent>,
+    interrupt: &CancellationToken,
+    grace: Duration,
+) -> Result<Driven, crate::store::StoreError> {
+    run_debate_steered(
+        machine, input, runner, store, events, interrupt, grace, None,
+    )
+    .await
+}
+
+/// A steering command for a running driver and where its verdict goes: `Ok` once it is
+/// applied (and checkpointed), or why it does not apply.
+pub type SteerCall = (Steer, oneshot::Sender<Result<(), SteerError>>);
+
+/// [`run_debate_until`] that also takes steering commands from `steering` while it runs:
+/// each is checked ([`Machine::check_steer`]), answered, and applied as the next input.
+/// A paused debate whose calls in flight have all come back ends the run (`running`,
+/// nothing outstanding): whoever holds it resumes it with [`Input::Steer`] later.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_debate_steered(
     mut machine: Machine,
     input: Input,
     runner: Arc<dyn TaskRunner>,
@@ -89,6 +113,7 @@ pub async fn run_debate_until(
     events: mpsc::UnboundedSender<DebateEvent>,
     interrupt: &CancellationToken,
     grace: Duration,
+    mut steering: Option<mpsc::UnboundedReceiver<SteerCall>>,
 ) -> Result<Driven, crate::store::StoreError> {
     let limit = machine.spec().debate.max_concurrency.max(1);
     let slots = Arc::new(Semaphore::new(limit));
@@ -104,6 +129,8 @@ pub async fn run_debate_until(
     let abandon = CancellationToken::new();
     let _abandon_on_return = abandon.clone().drop_guard();
     let mut next = Some(input);
+    // The reply of a steering command taken as `next`.
+    let mut steered: Option<oneshot::Sender<Result<(), SteerError>>> = None;
     let mut trace = crate::trace::DebateTrace::open(&mut machine, false);
     loop {
         if let Some(input) = next.take() {
@@ -122,6 +149,9 @@ pub async fn run_debate_until(
                 let effects = machine.handle(input, Utc::now());
                 if let Some(store) = &store {
                     store.save_with_spec(machine.state(), machine.spec())?;
+                }
+                if let Some(reply) = steered.take() {
+                    let _ = reply.send(Ok(()));
                 }
                 for effect in effects {
                     match effect {
@@ -199,6 +229,19 @@ pub async fn run_debate_until(
                 no_new_calls.cancel();
             }
             _ = grace_over => break,
+            call = next_steer(&mut steering), if steering.is_some() && stopping.is_none() && next.is_none() => match call {
+                Some((steer, reply)) => match machine.check_steer(&steer) {
+                    Ok(()) => {
+                        next = Some(Input::Steer(steer));
+                        // Answered once applied and checkpointed.
+                        steered = Some(reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                },
+                None => steering = None,
+            },
         }
     }
     // Interrupted: the state as of the last transition is the checkpoint.
@@ -210,6 +253,16 @@ pub async fn run_debate_until(
         interrupted: true,
         abandoned: machine.in_flight().map(str::to_string).collect(),
     })
+}
+
+/// The next steering call, if a receiver is there (the `select!` guard checks it is).
+async fn next_steer(
+    steering: &mut Option<mpsc::UnboundedReceiver<SteerCall>>,
+) -> Option<SteerCall> {
+    match steering {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Sends a failed result for its task when dropped before [`Report::send`]: a task whose

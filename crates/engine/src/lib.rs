@@ -19,6 +19,7 @@
 //!   - `deadlines`: attempt deadlines, the clock, lost messages;
 //!   - `budget`: reservations, settlement, the degradation steps;
 //!   - `clarifications`: questions, answers, follow-up iterations, the timeout;
+//!   - `steering`: the user's pause, resume, guide notes, stop and extend;
 //!   - `adaptive`: per-round verdicts, similarities, the adaptive screen and its path;
 //!   - `voting`: votes, the tally, completing the judge's solution;
 //!   - `summaries`: histories, transcripts, when a summary is due;
@@ -30,20 +31,23 @@
 //! - [`driver`]: runs a machine in-process against a [`TaskRunner`] (the embedded mode),
 //!   with bounded concurrency, per-task timeouts, retry timers, a checkpoint after every
 //!   transition, a failed result for a task that panics, and a bounded stop on interrupt.
+//! - [`fork`]: a new debate sharing a debate's contributions up to a round ([`fork()`]).
 //! - [`store`]: the checkpoint store of the embedded mode ([`FileStore`] for
 //!   `./debates/<id>.json`, spec included so the file alone continues the debate).
 //! - [`trace`]: the spans of a debate (`debate` → `node`), opened by whoever drives it.
 
 pub mod budget;
 pub mod driver;
+pub mod fork;
 pub mod machine;
 pub mod store;
 pub mod trace;
 
 pub use budget::Pricing;
-pub use driver::{run_debate, run_debate_until, Driven, TaskRunner};
+pub use driver::{run_debate, run_debate_steered, run_debate_until, Driven, SteerCall, TaskRunner};
+pub use fork::{fork, ForkError};
 pub use machine::{
-    AnswerError, Effect, Expectation, Input, Machine, Runtime, MAX_TASK_TIMEOUT,
+    AnswerError, Effect, Expectation, Input, Machine, Runtime, Steer, SteerError, MAX_TASK_TIMEOUT,
     RUNNING_RETRY_INTERVAL_SECS,
 };
 pub use store::{answer_saved, AnswerSavedError, FileStore, LoadError};

@@ -46,9 +46,8 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
         .transcript
         .as_deref()
         .ok_or("judge task without a transcript")?;
-    // The judge sees the answered clarifications with the problem.
-    let problem =
-        parley_protocol::problem_with_clarifications(&task.problem, &task.input.clarifications);
+    // The judge sees the answered clarifications and the guide notes with the problem.
+    let problem = parley_protocol::problem_for_prompt(&task.problem, &task.input);
     let problem = problem.as_ref();
     let user = match task.kind {
         TaskKind::Synthesize => {

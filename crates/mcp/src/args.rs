@@ -307,6 +307,27 @@ impl AnswersArgs {
     }
 }
 
+/// `steer_debate`'s arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SteerArgs {
+    /// The id `start_debate` returned.
+    pub debate_id: String,
+    /// `pause` (no new task; the calls in flight finish), `resume`, `guide` (a note every
+    /// later prompt carries), `stop` (synthesize now from what exists), `extend` (one more
+    /// round).
+    pub command: String,
+    /// The note of `guide` (at most 4000 characters).
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl SteerArgs {
+    pub fn command(&self) -> Result<parley_protocol::SteerCommand, ArgError> {
+        parley_protocol::SteerCommand::parse(&self.command, self.note.clone()).map_err(ArgError)
+    }
+}
+
 /// `list_debates`' arguments.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

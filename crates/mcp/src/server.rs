@@ -107,6 +107,13 @@ impl ParleyMcp {
                 schema::<args::AnswersArgs>(),
             ),
             Tool::new(
+                "steer_debate",
+                "Steers a running debate: pause (no new task; the calls in flight finish), \
+                 resume, guide with a note (every later prompt carries it), stop (synthesize \
+                 now from what exists), extend (one more round).",
+                schema::<args::SteerArgs>(),
+            ),
+            Tool::new(
                 "cancel_debate",
                 "Cancels a running debate.",
                 schema::<DebateIdArgs>(),
@@ -193,6 +200,17 @@ impl ParleyMcp {
                 let reply = self
                     .backend
                     .answer(id, request)
+                    .await
+                    .map_err(Failure::from_api)?;
+                Ok(json!({"debate_id": id, "reply": reply}))
+            }
+            "steer_debate" => {
+                let a: args::SteerArgs = args::parse(arguments)?;
+                let id = args::debate_id(&a.debate_id)?;
+                let command = a.command()?;
+                let reply = self
+                    .backend
+                    .steer(id, command, Some("mcp".into()))
                     .await
                     .map_err(Failure::from_api)?;
                 Ok(json!({"debate_id": id, "reply": reply}))

@@ -144,6 +144,18 @@ pub enum EventKind {
         leaders: Vec<String>,
         counts: std::collections::BTreeMap<String, u32>,
     },
+    /// A steering command was applied (`pause`, `resume`, `guide`, `stop`, `extend`): who
+    /// sent it, in which round; a guide note's text (cut to keep the event small; the state
+    /// has it whole).
+    #[serde(rename_all = "camelCase")]
+    Steered {
+        command: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+        round: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
     /// Answers were recorded; `remaining` questions still wait (0: the debate goes on).
     #[serde(rename_all = "camelCase")]
     ClarificationsAnswered {

@@ -20,6 +20,8 @@
 //! - [`event`]: [`DebateEvent`], the progress stream of a debate.
 //! - [`evaluation`]: `parley.evals.submit`, evaluator calls run by the judge workers
 //!   ([`decode_eval_request`]).
+//! - [`fork`]: what a fork of a debate changes ([`ForkChanges`]) and the
+//!   `parley.debates.fork` request.
 //! - [`prices`]: model prices (a LiteLLM-format file, inline config entries) and the cost
 //!   of a call; unknown without a price, 0 on `local`.
 //! - [`retry`]: retries written once: which errors are retried, the exponential backoff and
@@ -27,6 +29,8 @@
 //!   compose.
 //! - [`shared_text`]: [`SharedText`], a string whose equal copies share one allocation
 //!   (prompt texts, problem and context), serialized as a plain string.
+//! - [`steering`]: steering a running debate ([`SteerCommand`]: pause, resume, guide,
+//!   stop, extend), what the state records of it and the `parley.debates.steer` request.
 //! - [`subjects`]: NATS subjects, header names and error replies.
 //! - [`status`]: the replies of `parley.debates.status`: a summary view, and the full state
 //!   inline or in pages (so no reply outgrows NATS's `max_payload`).
@@ -35,6 +39,7 @@ pub mod config;
 pub mod context_files;
 pub mod evaluation;
 pub mod event;
+pub mod fork;
 pub mod prices;
 pub mod retry;
 pub mod saved;
@@ -43,6 +48,7 @@ pub mod spec;
 pub mod spend;
 pub mod state;
 pub mod status;
+pub mod steering;
 pub mod subjects;
 pub mod submission;
 pub mod task;
@@ -51,6 +57,7 @@ pub use config::*;
 pub use context_files::*;
 pub use evaluation::*;
 pub use event::*;
+pub use fork::*;
 pub use prices::{add_cost, format_cost, ModelPrice, PriceError, PriceTable};
 pub use saved::*;
 pub use shared_text::SharedText;
@@ -58,6 +65,7 @@ pub use spec::*;
 pub use spend::*;
 pub use state::*;
 pub use status::*;
+pub use steering::*;
 pub use submission::*;
 pub use task::*;
 

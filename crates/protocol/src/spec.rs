@@ -77,6 +77,14 @@ pub mod limits {
     pub const MAX_QUESTION_CHARS: usize = 500;
     /// Characters of one answer to a clarification question.
     pub const MAX_ANSWER_CHARS: usize = 4_000;
+    /// Characters of one steering guide note.
+    pub const MAX_GUIDE_NOTE_CHARS: usize = 4_000;
+    /// Guide notes one debate keeps (every later prompt carries them all).
+    pub const MAX_GUIDE_NOTES: usize = 20;
+    /// Steering commands one debate records, at most (its log stays bounded).
+    pub const MAX_STEERING_ENTRIES: usize = 200;
+    /// Bytes in one `parley.debates.steer` request.
+    pub const MAX_STEER_REQUEST_BYTES: usize = 32 * 1024;
     /// Answers in one `parley.debates.answer` request.
     pub const MAX_ANSWERS: usize = MAX_AGENTS * MAX_CLARIFICATIONS_PER_AGENT as usize;
     /// Bytes in one `parley.debates.answer` request.

@@ -540,6 +540,14 @@ pub fn problem_with_clarifications<'a>(
     }
 }
 
+/// Where a forked debate comes from: its parent and the last round it shares with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkOrigin {
+    pub debate_id: String,
+    pub round: u32,
+}
+
 /// Where and why a debate failed; `retry` resumes from here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -639,6 +647,12 @@ pub struct DebateState {
     pub voting: Option<VotingRecord>,
     #[serde(default)]
     pub engine: EngineRecord,
+    /// Steering: pause, stop, extra rounds, guide notes and who sent each command when.
+    #[serde(default, skip_serializing_if = "crate::SteeringRecord::is_empty")]
+    pub steering: crate::SteeringRecord,
+    /// A fork: the debate it was forked from and the round it shares up to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOrigin>,
     /// The user's verdict on the debate (dialectic's `userFeedback`): 1 thumbs up, -1
     /// thumbs down; any other number read as its sign (0: none).
     #[serde(

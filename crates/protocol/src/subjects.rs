@@ -6,6 +6,12 @@ pub const SUBMIT: &str = "parley.debates.submit";
 pub const STATUS: &str = "parley.debates.status";
 pub const RETRY: &str = "parley.debates.retry";
 pub const CANCEL: &str = "parley.debates.cancel";
+/// Steering a running debate (`parley_protocol::SteerRequest`): pause, resume, guide,
+/// stop, extend.
+pub const STEER: &str = "parley.debates.steer";
+/// A new debate sharing an existing one's contributions up to a round
+/// (`parley_protocol::ForkRequest`).
+pub const FORK: &str = "parley.debates.fork";
 /// Evaluator calls for `parley eval --nats-url` (request/reply, served by judge workers).
 pub const EVALS_SUBMIT: &str = "parley.evals.submit";
 /// Queue group of the judge workers on [`EVALS_SUBMIT`].

@@ -207,6 +207,9 @@ pub struct TaskInput {
     /// round's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous: Vec<PeerText>,
+    /// The user's guide notes so far (steering), stated with the problem in every prompt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guidance: Vec<crate::GuideNote>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -272,6 +275,10 @@ impl Task {
             + i.critiques.iter().map(peer).sum::<u64>()
             + i.candidates.iter().map(peer).sum::<u64>()
             + i.previous.iter().map(peer).sum::<u64>()
+            + i.guidance
+                .iter()
+                .map(|n| n.note.len() as u64 + 16)
+                .sum::<u64>()
             + i.open_issues
                 .iter()
                 .map(|s| s.len() as u64 + 4)

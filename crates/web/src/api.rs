@@ -13,6 +13,7 @@
 //! | POST | `/v1/debates/{id}/retry` | resume a failed (or interrupted) debate |
 //! | POST | `/v1/debates/{id}/cancel` | cancel it |
 //! | POST | `/v1/debates/{id}/answers` | answers to its clarification questions |
+//! | POST | `/v1/debates/{id}/steer` | pause, resume, guide, stop or extend it (recorded with the caller's key name) |
 //! | POST | `/v1/debates/{id}/feedback` | thumbs up/down on a completed debate |
 //!
 //! The OpenAPI document (`crate::openapi`) is generated from these handlers' annotations
@@ -49,7 +50,7 @@ use parley_protocol::subjects::{ErrorCode, ErrorReply};
 use serde_json::{json, Value};
 
 use crate::backend::{
-    checked_id, AnswersRequest, ApiError, Backend, FeedbackRequest, SubmitRequest,
+    checked_id, AnswersRequest, ApiError, Backend, FeedbackRequest, SteerRequest, SubmitRequest,
 };
 use crate::idempotency::{self, Begin, IdempotencyStore};
 use crate::keys::{KeyFileWatch, Principal};
@@ -138,6 +139,7 @@ pub fn router(state: AppState) -> Router {
         .route("/debates/{id}/retry", post(retry))
         .route("/debates/{id}/cancel", post(cancel))
         .route("/debates/{id}/answers", post(answers))
+        .route("/debates/{id}/steer", post(steer))
         .route("/debates/{id}/feedback", post(feedback))
         .fallback(api_not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -755,6 +757,39 @@ async fn answers(
     Ok(json_response(
         StatusCode::OK,
         &s.backend.answer(&id, request).await?,
+    ))
+}
+
+/// Steers a running debate: `pause` (no new task; the calls in flight finish), `resume`,
+/// `guide` (a note every later prompt carries), `stop` (synthesize now from what exists),
+/// `extend` (one more round). Recorded in the state's `steering` with the caller's key name
+/// (`operator` for the operator's token) and a `steered` event.
+#[utoipa::path(post, path = "/v1/debates/{id}/steer", tag = "debates",
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
+    request_body = SteerRequest,
+    responses(
+        (status = 200, description = "Applied", body = CommandReply),
+        (status = 400, description = "A bad command or note: the message says what is wrong", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
+        (status = 409, description = "Not running, already paused, not paused, closing, or over the round limit", body = ErrorResponse),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
+async fn steer(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Response, ApiError> {
+    let request: SteerRequest = json_body(&headers, body)?;
+    let command = request.command()?;
+    let id = visible(&s, &p, &id).await?.to_string();
+    let by = p.name.clone().unwrap_or_else(|| "operator".to_string());
+    Ok(json_response(
+        StatusCode::OK,
+        &s.backend.steer(&id, command, Some(by)).await?,
     ))
 }
 

@@ -293,6 +293,47 @@ impl AnswersRequest {
     }
 }
 
+/// `POST /v1/debates/{id}/steer`: `{"command": "pause"}`, `{"command": "guide", "note":
+/// "..."}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SteerRequest {
+    pub command: SteerKind,
+    /// `guide` only: the note every later prompt carries (1 to 4000 characters, no control
+    /// characters but newlines and tabs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 4000)]
+    pub note: Option<String>,
+}
+
+/// A steering command: `pause` (nothing new is dispatched; the calls in flight finish),
+/// `resume`, `guide` (a note in every later prompt), `stop` (synthesize now from what
+/// exists), `extend` (one more round).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SteerKind {
+    Pause,
+    Resume,
+    Guide,
+    Stop,
+    Extend,
+}
+
+impl SteerRequest {
+    /// The engine's command; an error names what is wrong (a note on a command that takes
+    /// none, a missing, long or control-character note).
+    pub fn command(self) -> Result<parley_protocol::SteerCommand, ApiError> {
+        let name = match self.command {
+            SteerKind::Pause => "pause",
+            SteerKind::Resume => "resume",
+            SteerKind::Guide => "guide",
+            SteerKind::Stop => "stop",
+            SteerKind::Extend => "extend",
+        };
+        parley_protocol::SteerCommand::parse(name, self.note).map_err(ApiError::invalid)
+    }
+}
+
 /// One row of `GET /v1/debates`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -435,6 +476,14 @@ pub trait Backend: Send + Sync + 'static {
     async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError>;
     /// Records the user's verdict (1 or -1) on a completed debate as its `userFeedback`.
     async fn feedback(&self, id: &str, feedback: FeedbackRequest) -> Result<Value, ApiError>;
+    /// Steers a running debate (pause, resume, guide, stop, extend); `by` names who (an
+    /// API key's name, `operator`). A command the debate refuses changes nothing.
+    async fn steer(
+        &self,
+        id: &str,
+        command: parley_protocol::SteerCommand,
+        by: Option<String>,
+    ) -> Result<Value, ApiError>;
 
     /// Starts a debate owned by `owner` (the name of the caller's API key, recorded in the
     /// spec and the state so every front end enforces it). The default serves backends that

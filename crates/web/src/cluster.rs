@@ -421,6 +421,17 @@ impl Backend for ClusterBackend {
             .await
     }
 
+    async fn steer(
+        &self,
+        id: &str,
+        command: parley_protocol::SteerCommand,
+        by: Option<String>,
+    ) -> Result<Value, ApiError> {
+        let request = parley_protocol::SteerRequest::new(id, &command, by);
+        let body = serde_json::to_vec(&request).map_err(|e| ApiError::internal(e.to_string()))?;
+        self.request(subjects::STEER, body).await
+    }
+
     async fn feedback(&self, id: &str, request: FeedbackRequest) -> Result<Value, ApiError> {
         let body = json!({ "debateId": id, "feedback": request.feedback });
         self.request(subjects::FEEDBACK, body.to_string().into_bytes())

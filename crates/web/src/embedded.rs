@@ -15,6 +15,10 @@
 //!   with `live: false`; `retry` continues it.
 //! - Cancel stops the debate's driver at once (calls in flight are abandoned), then applies
 //!   the cancel to the checkpoint and emits `debateCancelled`.
+//! - Steering (`pause`, `resume`, `guide`, `stop`, `extend`): a running driver takes the
+//!   command and answers once it is applied and checkpointed; a paused debate's driver ends
+//!   when its calls in flight are back, and the next command (`resume`, `stop`) starts a
+//!   driver that applies it first ([`EmbeddedBackend::steer_debate`]).
 //! - Clarifications: a debate that asks questions ends its driver in
 //!   `awaiting_clarifications` (checkpointed); [`EmbeddedBackend::answer_clarifications`]
 //!   records answers through `parley_engine::answer_saved` and, once none is left,
@@ -39,11 +43,14 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use parley_engine::{run_debate_until, Effect, FileStore, Input, LoadError, Machine, TaskRunner};
+use parley_engine::{
+    run_debate_steered, Effect, FileStore, Input, LoadError, Machine, Steer, SteerCall, SteerError,
+    TaskRunner,
+};
 use parley_protocol::{new_debate_id, DebateEvent, DebateSpec, DebateState, DebateStatus};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -110,6 +117,8 @@ struct Live {
 struct Driver {
     /// Cancelled to stop the debate at once (cancel).
     stop: CancellationToken,
+    /// Steering commands for the running debate (checked and answered by the driver).
+    steer: mpsc::UnboundedSender<SteerCall>,
     handle: tokio::task::JoinHandle<()>,
 }
 
@@ -301,6 +310,70 @@ impl EmbeddedBackend {
         Ok(json!({ "debateId": id, "accepted": "answer", "remaining": remaining }))
     }
 
+    /// Steers debate `id`: a running driver takes the command (it checks, applies and
+    /// checkpoints it before answering); without one (a paused debate whose calls all came
+    /// back, one waiting for answers, one no process drives) the command is checked
+    /// against the checkpoint and a running debate gets a driver that applies it first
+    /// (a paused one ends again at once); a debate waiting for answers takes its guide note
+    /// into the checkpoint.
+    pub async fn steer_debate(
+        &self,
+        id: &str,
+        command: parley_protocol::SteerCommand,
+        by: Option<String>,
+    ) -> Result<Value, ApiError> {
+        let inner = &self.inner;
+        let live = inner.live_off_thread(id).await?;
+        let mut driver = live.driver.lock().await;
+        let steer = Steer { command, by };
+        let accepted =
+            json!({ "debateId": id, "accepted": "steer", "command": steer.command.as_str() });
+        if let Some(d) = driver.as_ref().filter(|d| d.running()) {
+            let (tx, rx) = oneshot::channel();
+            if d.steer.send((steer.clone(), tx)).is_ok() {
+                match rx.await {
+                    Ok(Ok(())) => return Ok(accepted),
+                    Ok(Err(e)) => return Err(steer_error(e)),
+                    // The run ended meanwhile: its last checkpoint is written.
+                    Err(_) => {}
+                }
+            }
+        }
+        if let Some(d) = driver.take() {
+            let _ = d.handle.await;
+        }
+        let owned = id.to_string();
+        let (spec, state) = inner.off_thread(move |i| i.load(&owned)).await??;
+        let status = state.status;
+        let mut machine = Machine::from_checkpoint(spec, state);
+        machine.set_pricing(inner.pricing.clone());
+        machine.check_steer(&steer).map_err(steer_error)?;
+        if matches!(status, DebateStatus::Running | DebateStatus::Pending) {
+            let runner = inner.runner(machine.spec()).await?;
+            *driver = Some(inner.spawn_driver(live.clone(), machine, Input::Steer(steer), runner));
+            return Ok(accepted);
+        }
+        let held = live.clone();
+        inner
+            .off_thread(move |i| {
+                let effects = machine.handle(Input::Steer(steer), Utc::now());
+                i.store
+                    .save_with_spec(machine.state(), machine.spec())
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                let events = effects
+                    .into_iter()
+                    .filter_map(|e| match e {
+                        Effect::Emit(e) => Some(e),
+                        _ => None,
+                    })
+                    .collect();
+                i.append(machine.id(), &held, events);
+                Ok::<_, ApiError>(())
+            })
+            .await??;
+        Ok(accepted)
+    }
+
     /// `retry` of a failed debate or `resume` of an interrupted one.
     async fn continue_debate(&self, id: &str) -> Result<Value, ApiError> {
         let inner = &self.inner;
@@ -462,6 +535,7 @@ impl Inner {
         runner: Arc<dyn TaskRunner>,
     ) -> Driver {
         let stop = CancellationToken::new();
+        let (steer, steering) = mpsc::unbounded_channel::<SteerCall>();
         let inner = self.clone();
         let stopped = stop.clone();
         let id = machine.id().to_string();
@@ -484,7 +558,16 @@ impl Inner {
             };
             let interrupt = inner.shutdown.child_token();
             let store = Some(inner.store.clone());
-            let run = run_debate_until(machine, input, runner, store, tx, &interrupt, STOP_GRACE);
+            let run = run_debate_steered(
+                machine,
+                input,
+                runner,
+                store,
+                tx,
+                &interrupt,
+                STOP_GRACE,
+                Some(steering),
+            );
             let outcome = tokio::select! {
                 r = run => Some(r),
                 _ = stopped.cancelled() => None,
@@ -506,7 +589,11 @@ impl Inner {
                 None => tracing::info!(debate = %id, "driver stopped"),
             }
         });
-        Driver { stop, handle }
+        Driver {
+            stop,
+            steer,
+            handle,
+        }
     }
 
     /// Writes the decision record of a debate that has finished (best effort: a record
@@ -677,6 +764,16 @@ impl Inner {
         };
         lock(&self.briefs).insert(path.to_path_buf(), (modified, len, item.clone()));
         Some(item)
+    }
+}
+
+/// A steering command the debate refuses, as the API's error (409 for the debate's
+/// state, 400 for the command itself).
+fn steer_error(e: SteerError) -> ApiError {
+    if e.is_conflict() {
+        ApiError::conflict(e.to_string())
+    } else {
+        ApiError::invalid(e.to_string())
     }
 }
 
@@ -901,6 +998,15 @@ impl Backend for EmbeddedBackend {
 
     async fn answer(&self, id: &str, answers: AnswersRequest) -> Result<Value, ApiError> {
         self.answer_clarifications(id, answers).await
+    }
+
+    async fn steer(
+        &self,
+        id: &str,
+        command: parley_protocol::SteerCommand,
+        by: Option<String>,
+    ) -> Result<Value, ApiError> {
+        self.steer_debate(id, command, by).await
     }
 
     /// Writes `userFeedback` into the debate's file (a completed debate has no driver; the

@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::backend::{
     AgentChoice, AgentView, Answer, AnswersRequest, DebateListItem, FeedbackRequest, FormDefaults,
-    ProviderView, SubmitRequest,
+    ProviderView, SteerKind, SteerRequest, SubmitRequest,
 };
 use crate::replies::{
     CommandReply, ConfigLimits, ConfigReply, CreatedDebate, DebateList, DebateStateDoc,
@@ -65,12 +65,14 @@ impl Modify for BearerAuth {
         crate::api::retry,
         crate::api::cancel,
         crate::api::answers,
+        crate::api::steer,
         crate::api::feedback,
     ),
     components(schemas(
         ErrorResponse, ErrorDetail, ErrorCodeDoc, CreatedDebate, DebateList, ConfigReply,
         ConfigLimits, DebateStateDoc, DecisionRecordDoc, CommandReply, SubmitRequest, AgentChoice, AnswersRequest,
         Answer, FeedbackRequest, DebateListItem, FormDefaults, ProviderView, AgentView,
+        SteerRequest, SteerKind,
     )),
     modifiers(&BearerAuth),
     tags(

@@ -1,5 +1,5 @@
 //! The coordinator's requests: submit, status, the user's retry and cancel, answers,
-//! feedback, follow, dead letters, and the owner-to-owner control subjects; each a method of
+//! steering, feedback, follow, dead letters, and the owner-to-owner control subjects; each a method of
 //! the service that [`super::run`] serves.
 
 use std::time::Duration;
@@ -8,9 +8,10 @@ use bytes::Bytes;
 use chrono::Utc;
 use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
 use parley_protocol::{
-    decode_answer_request, decode_debate_ref, decode_feedback_request, decode_submission,
-    is_valid_debate_id, new_debate_id, preview, split_pages, Answer, DebateStatus, ResultNotice,
-    StatusPage, StatusRequest, StatusSummary, StatusView, TaskRef,
+    decode_answer_request, decode_debate_ref, decode_feedback_request, decode_fork_request,
+    decode_steer_request, decode_submission, is_valid_debate_id, new_debate_id, preview,
+    split_pages, Answer, DebateStatus, ResultNotice, StatusPage, StatusRequest, StatusSummary,
+    StatusView, SteerRequest, TaskRef,
 };
 use ractor::rpc::CallResult;
 use ractor::ActorRef;
@@ -21,7 +22,7 @@ use super::{
     FEEDBACK_ATTEMPTS, STATUS_SNAPSHOT_TTL,
 };
 use crate::messages::{AdoptError, DebateMsg, SupervisorMsg, RELEASING};
-use parley_engine::{Input, Machine};
+use parley_engine::{Input, Machine, Steer};
 
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Command {
@@ -550,6 +551,123 @@ impl Service {
         Err(last)
     }
 
+    /// `parley.debates.steer`: checked against the checkpoint (a refusal changes nothing),
+    /// then applied by the debate's actor, like answers. `reply_to` names who asks: the
+    /// NATS user of an `_INBOX_<user>` inbox is recorded with the request's `by`.
+    pub(super) async fn steer(&self, reply_to: &str, payload: &[u8]) -> Reply {
+        let (req, command) = decode_steer_request(payload).map_err(ErrorReply::from)?;
+        let id = req.debate_id.clone();
+        let user = reply_to
+            .split('.')
+            .next()
+            .and_then(subjects::inbox_user)
+            .map(str::to_string);
+        let by = match (req.by.clone(), user) {
+            (Some(by), Some(user)) if by != user => Some(format!("{by} (via {user})")),
+            (Some(by), _) => Some(by),
+            (None, user) => user,
+        };
+        let steer = Steer { command, by };
+        let (spec, cp) = within_deadline(async {
+            let spec = self.store.spec(&id).await.map_err(unavailable)?;
+            let cp = self.store.state(&id).await.map_err(unavailable)?;
+            Ok::<_, ErrorReply>((spec, cp))
+        })
+        .await?;
+        let (Some(spec), Some(cp)) = (spec, cp) else {
+            return Err(self.not_found(&id));
+        };
+        Machine::from_checkpoint(spec, cp.state)
+            .check_steer(&steer)
+            .map_err(steer_refused)?;
+        let mut last = err(
+            ErrorCode::Unavailable,
+            format!("debate {id} is busy; try again"),
+        );
+        for _ in 0..20 {
+            if let Some(actor) = self.actor(&id).await {
+                match ask_steer(&actor, &id, steer.clone()).await {
+                    Err(e) if e.error.message == RELEASING => last = e,
+                    r => return r,
+                }
+            } else {
+                match self.adopt(&id, Some(Input::Steer(steer.clone()))).await {
+                    Ok(()) => return Ok(steer_accepted(&id, &steer)),
+                    Err(AdoptError::OwnedElsewhere) => {
+                        // The owner records the same `by`.
+                        let forwarded = SteerRequest::new(&id, &steer.command, steer.by.clone());
+                        let body = serde_json::to_vec(&forwarded)
+                            .map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
+                        match self.forward(&id, "steer", body.into()).await {
+                            Err(e) if e.error.code == ErrorCode::Unavailable => last = e,
+                            r => return r,
+                        }
+                    }
+                    Err(AdoptError::Failed(e)) => return Err(err(ErrorCode::Unavailable, e)),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(last)
+    }
+
+    /// `parley.debates.fork`: a new debate sharing the parent's contributions up to the end
+    /// of a round, with the request's changes (checked like a submission against the
+    /// operator's policy), stored and started like a submitted one. The parent is only
+    /// read.
+    pub(super) async fn fork(&self, payload: &[u8]) -> Reply {
+        let req = decode_fork_request(payload).map_err(ErrorReply::from)?;
+        let parent = req.debate_id.as_str();
+        let (spec, cp) = within_deadline(async {
+            let spec = self.store.spec(parent).await.map_err(unavailable)?;
+            let cp = self.store.state(parent).await.map_err(unavailable)?;
+            Ok::<_, ErrorReply>((spec, cp))
+        })
+        .await?;
+        let (Some(spec), Some(cp)) = (spec, cp) else {
+            return Err(self.not_found(parent));
+        };
+        let now = Utc::now();
+        let id = new_debate_id(now);
+        let (mut fspec, fstate) = parley_engine::fork(
+            &spec,
+            &cp.state,
+            req.at_round,
+            &req.changes,
+            id.clone(),
+            now,
+        )
+        .map_err(|e| err(ErrorCode::InvalidRequest, e.to_string()))?;
+        fspec
+            .validate_with(&self.policy)
+            .map_err(|e| err(ErrorCode::InvalidRequest, e.to_string()))?;
+        parley_engine::budget::admit(&mut fspec, &self.policy.max_debate, &self.pricing)
+            .map_err(|m| err(ErrorCode::InvalidRequest, m))?;
+        within_deadline(async {
+            self.store
+                .ensure_dispatch_secret(&id)
+                .await
+                .map_err(unavailable)?;
+            self.store
+                .put_spec(&id, &fspec)
+                .await
+                .map_err(unavailable)?;
+            self.store
+                .save_state(&fstate, 0)
+                .await
+                .map_err(unavailable)?;
+            self.store.mark_running(&id).await.map_err(unavailable)?;
+            Ok::<_, ErrorReply>(())
+        })
+        .await?;
+        match self.adopt(&id, None).await {
+            Ok(()) | Err(AdoptError::OwnedElsewhere) => {}
+            Err(e) => tracing::warn!(debate = %id, error = %e, "cannot start the fork yet"),
+        }
+        tracing::info!(debate = %id, parent, round = req.at_round, "fork accepted");
+        Ok(json!({ "debateId": id, "forkedFrom": parent, "atRound": req.at_round }))
+    }
+
     /// `parley.debates.feedback`: the user's verdict on a completed debate, written into its
     /// checkpoint (`userFeedback`) by compare-and-set, so a write of the debate's actor in
     /// between is never lost (the verdict is applied again to the newer checkpoint).
@@ -633,6 +751,24 @@ impl Service {
                 };
                 return Some(ask_answer(&actor, id, req.answers).await);
             }
+            "steer" => {
+                let actor = self.actor(id).await?;
+                let (req, command) = match decode_steer_request(payload) {
+                    Ok((r, c)) if r.debate_id == id => (r, c),
+                    Ok(_) => {
+                        return Some(Err(err(
+                            ErrorCode::InvalidRequest,
+                            "the steering command names another debate than its subject",
+                        )))
+                    }
+                    Err(e) => return Some(Err(e.into())),
+                };
+                let steer = Steer {
+                    command,
+                    by: req.by,
+                };
+                return Some(ask_steer(&actor, id, steer).await);
+            }
             _ => return None,
         };
         let actor = self.actor(id).await?;
@@ -654,6 +790,45 @@ pub(super) fn answer_refused(e: parley_engine::AnswerError) -> ErrorReply {
         ErrorCode::InvalidRequest
     };
     err(code, e.to_string())
+}
+
+/// The error reply for a steering command the debate refuses.
+pub(super) fn steer_refused(e: parley_engine::SteerError) -> ErrorReply {
+    let code = if e.is_conflict() {
+        ErrorCode::Conflict
+    } else {
+        ErrorCode::InvalidRequest
+    };
+    err(code, format!("{}", e))
+}
+
+/// The reply to an applied steering command.
+fn steer_accepted(id: &str, steer: &Steer) -> Value {
+    json!({ "debateId": id, "accepted": "steer", "command": steer.command.as_str() })
+}
+
+/// Hands a steering command to the debate's actor.
+pub(super) async fn ask_steer(actor: &ActorRef<DebateMsg>, id: &str, steer: Steer) -> Reply {
+    let accepted = steer_accepted(id, &steer);
+    let r = actor
+        .call(
+            |reply| DebateMsg::Steer { steer, reply },
+            Some(Duration::from_secs(10)),
+        )
+        .await;
+    match r {
+        Ok(CallResult::Success(Ok(()))) => Ok(accepted),
+        Ok(CallResult::Success(Err(crate::messages::SteerRefusal::Refused(e)))) => {
+            Err(steer_refused(e))
+        }
+        Ok(CallResult::Success(Err(crate::messages::SteerRefusal::Other(e)))) => {
+            Err(err(ErrorCode::Unavailable, e))
+        }
+        other => Err(no_answer(
+            id,
+            other.is_ok_and(|r| matches!(r, CallResult::Timeout)),
+        )),
+    }
 }
 
 /// Hands answers to the debate's actor; the reply says how many questions remain open.

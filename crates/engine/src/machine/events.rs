@@ -53,7 +53,7 @@ impl Machine {
     /// Where the debate stands, for progress displays.
     pub fn progress(&self) -> Progress {
         let n = self.agents.len();
-        let rounds = self.spec.debate.round_cap();
+        let rounds = self.round_cap();
         let per_round = n + self.critique_pairs(1).len() + n;
         let mut done = 0;
         for rd in &self.state.rounds {

@@ -430,9 +430,9 @@ pub(super) const NODES: &[NodeDef] = &[
         scope: Scope::Judge,
         executor: Executor::Judge,
         valid: in_rounds,
-        // Over budget: with what exists, once nothing else is out.
+        // Over budget or stopped: with what exists, once nothing else is out.
         enabled: |m, _| {
-            if m.state.budget.as_ref().is_some_and(|b| b.synthesize_now) {
+            if m.synthesizing_now() {
                 return m.in_flight.is_empty() && m.backing_off.is_empty();
             }
             m.short_path() || (m.finished() && m.votes_settled() && !m.judge_summary_due())
@@ -613,8 +613,8 @@ fn synthesize_now(
 
 impl Machine {
     /// All tasks whose inputs exist and whose output does not, in a stable order: every
-    /// round's (the adaptive screen is round 0), then the closing ones. Over budget only
-    /// the synthesis is planned.
+    /// round's (the adaptive screen is round 0), then the closing ones. Over budget (or
+    /// stopped) only the synthesis is planned.
     pub(super) fn plan(&self) -> Vec<Planned> {
         let mut out = Vec::new();
         let rounds = self.state.rounds.len() as u32;
@@ -630,7 +630,7 @@ impl Machine {
     /// The enabled tasks without an output of `phase`'s nodes in round r: each agent's (in
     /// agent order), then the judge's.
     pub(super) fn plan_at(&self, phase: Phase, r: u32, out: &mut Vec<Planned>) {
-        let over = self.state.budget.as_ref().is_some_and(|b| b.synthesize_now);
+        let over = self.synthesizing_now();
         let nodes = || {
             NODES
                 .iter()
@@ -714,6 +714,7 @@ impl Machine {
         let node = def(p.kind);
         let mut input = (node.input)(self, p);
         input.clarifications = answered_clarifications(&self.state.clarifications);
+        input.guidance = self.state.steering.notes.clone();
         let mut agent = match (node.executor, &self.spec.debate.embeddings) {
             (Executor::Embeddings, Some(e)) => e.as_agent(&self.spec.judge.id),
             _ => self.executor(p).clone(),

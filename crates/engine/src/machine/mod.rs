@@ -32,6 +32,16 @@
 //! suspended debate is a checkpoint like any other. Every later task carries the answered
 //! clarifications ([`TaskInput::clarifications`](parley_protocol::TaskInput)).
 //!
+//! # Steering
+//! [`Input::Steer`] (checked first with [`Machine::check_steer`]) applies a user's command
+//! to a running debate and records it in `state.steering` (who, when, which round) with a
+//! `steered` event. `pause`: nothing new is dispatched (results of calls in flight are
+//! recorded; rounds open and refinements carry over, which needs no call) until `resume`.
+//! `guide`: a note every task dispatched from then on carries (`TaskInput::guidance`).
+//! `stop`: like a budget's `synthesizeNow`, only the synthesis is planned, from what
+//! exists, once nothing is in flight. `extend`: the round limit is one higher (at most
+//! `limits::MAX_ROUNDS`), refused once the synthesis has started. See `steering`.
+//!
 //! # Scheduling
 //! The machine keeps no phase cursor. After every input it re-derives, from the
 //! [`DebateState`] alone, which tasks have their inputs and no output yet, and dispatches
@@ -91,6 +101,7 @@ mod graph;
 mod lifecycle;
 mod results;
 mod rounds;
+mod steering;
 mod summaries;
 #[cfg(test)]
 mod tests;
@@ -99,6 +110,7 @@ mod voting;
 pub use clarifications::AnswerError;
 use deadlines::earliest_deadline;
 pub use deadlines::MAX_TASK_TIMEOUT;
+pub use steering::{Steer, SteerError};
 
 /// What drives the machine.
 // Inputs and effects are moved once from producer to consumer, never stored in bulk:
@@ -136,6 +148,9 @@ pub enum Input {
     /// Nobody answered in time (the operator's clarification timeout): every open
     /// question is answered `"NA"` and the debate goes on.
     ClarificationTimeout,
+    /// A user's steering command (check it first with [`Machine::check_steer`]: one that
+    /// does not pass changes nothing).
+    Steer(Steer),
 }
 
 /// Whether a stored result is one the machine waits for ([`Machine::expects`]).
@@ -267,6 +282,8 @@ impl Machine {
             user_feedback: None,
             adaptive: None,
             voting: None,
+            steering: Default::default(),
+            forked_from: None,
             owner: spec.owner.clone(),
             created_at: now,
             updated_at: now,
@@ -356,6 +373,7 @@ impl Machine {
             } => self.on_lost(&task_id, attempt, reason, now, &mut fx),
             Input::Abort(reason) => self.abort(reason, now, &mut fx),
             Input::Resume => self.resume(now, &mut fx),
+            Input::Steer(steer) => self.on_steer(steer, now, &mut fx),
         };
         if after == After::Stop {
             return fx;

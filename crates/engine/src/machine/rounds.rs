@@ -18,6 +18,13 @@ impl Machine {
         if self.state.status != DebateStatus::Running {
             return;
         }
+        if self.paused() {
+            // Steering: nothing new until `resume`; a synthesis that was out still ends it.
+            if self.state.final_solution.is_some() {
+                self.complete(now, fx);
+            }
+            return;
+        }
         if !self.clarifications_settled() {
             self.advance_clarifications(now, fx);
             if !self.clarifications_settled() {
@@ -119,7 +126,7 @@ impl Machine {
                 self.emit(fx, now, EventKind::RoundCompleted { round: k });
             }
         }
-        if r < self.spec.debate.round_cap() && !self.is_final_round(r) {
+        if r < self.round_cap() && !self.is_final_round(r) {
             let open_next = match self.termination() {
                 TerminationType::Fixed => self
                     .round(r)
@@ -205,7 +212,7 @@ impl Machine {
     /// termination says) is due: not after the last possible round.
     pub(super) fn round_check_due(&self, r: u32) -> bool {
         self.round_complete(r)
-            && r < self.spec.debate.round_cap()
+            && r < self.round_cap()
             && self
                 .state
                 .budget
@@ -229,7 +236,7 @@ impl Machine {
 
     /// Round r is the last: the hard cap, or the judge's confidence reached the threshold.
     pub(super) fn is_final_round(&self, r: u32) -> bool {
-        if r >= self.spec.debate.round_cap() {
+        if r >= self.round_cap() {
             return true;
         }
         if self

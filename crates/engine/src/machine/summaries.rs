@@ -121,7 +121,11 @@ impl Machine {
 
     /// What the judge synthesizes from: the whole debate or just the final round.
     pub(super) fn final_transcript(&self) -> String {
-        let last = self.state.rounds.len() as u32;
+        let mut last = self.state.rounds.len() as u32;
+        // Stopped just after a round opened: its newest complete text is the round before.
+        if self.state.steering.stopped && last > 1 && self.round_transcript(last).is_empty() {
+            last -= 1;
+        }
         if self.spec.debate.include_full_history {
             (1..=last).map(|r| self.round_transcript(r)).collect()
         } else {

@@ -146,7 +146,9 @@ export class DebateView {
 
   interrupted() {
     const item = this.listItem();
-    return this.status() === 'running' && item && item.live === false;
+    // A paused debate whose calls are all back holds no driver: it waits for `resume`.
+    const paused = this.state && this.state.steering && this.state.steering.paused;
+    return this.status() === 'running' && item && item.live === false && !paused;
   }
 
   running() { return ['running', 'pending'].includes(this.status()) && !this.interrupted(); }

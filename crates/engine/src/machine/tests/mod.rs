@@ -18,6 +18,7 @@ mod graph;
 mod lifecycle;
 mod rounds;
 mod similarity;
+mod steering;
 
 pub(crate) fn now() -> chrono::DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()

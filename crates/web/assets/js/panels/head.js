@@ -79,10 +79,20 @@ export class HeadPanel {
 
   /** The buttons, rebuilt only when what they offer changes (not under the pointer). */
   renderActions() {
-    const sig = JSON.stringify([this.status(), this.interrupted(), this.commandError || '']);
+    const steering = (this.state && this.state.steering) || {};
+    const notes = Array.isArray(steering.notes) ? steering.notes : [];
+    const sig = JSON.stringify([this.status(), this.interrupted(), this.commandError || '', !!steering.paused, !!steering.stopped, notes.length, steering.extraRounds || 0]);
     if (this.sigs.actions === sig) return;
     this.sigs.actions = sig;
     const buttons = [];
+    const live = ['running', 'pending'].includes(this.status());
+    if (live && !steering.stopped) {
+      buttons.push(steering.paused
+        ? el('button', { type: 'button', class: 'btn primary', id: 'steer-resume', onclick: () => this.steer({ command: 'resume' }) }, 'Resume')
+        : el('button', { type: 'button', class: 'btn', id: 'steer-pause', title: 'No new task starts; the calls in flight finish', onclick: () => this.steer({ command: 'pause' }) }, 'Pause'));
+      buttons.push(el('button', { type: 'button', class: 'btn', id: 'steer-extend', title: 'One more round than configured', onclick: () => this.steer({ command: 'extend' }) }, 'One more round'));
+      buttons.push(el('button', { type: 'button', class: 'btn', id: 'steer-stop', title: 'The judge synthesizes from what exists once the calls in flight are back', onclick: () => this.steer({ command: 'stop' }) }, 'Synthesize now'));
+    }
     if (['running', 'pending', 'awaiting_clarifications'].includes(this.status())) {
       buttons.push(el('button', { type: 'button', class: 'btn danger', id: 'cancel', onclick: () => this.command('cancel') }, 'Cancel'));
     }
@@ -97,7 +107,34 @@ export class HeadPanel {
       buttons.push(el('button', { type: 'button', class: 'btn', id: 'download-record', onclick: () => this.fetchFile(`/debates/${encodeURIComponent(this.id)}/record`, `${this.id}.record.json`) }, 'Decision record (.json)'));
     }
     clear(this.actionsEl).append(...buttons);
+    if (['running', 'pending', 'awaiting_clarifications'].includes(this.status()) && !steering.stopped) {
+      const note = el('input', { type: 'text', id: 'steer-note', maxlength: 4000, placeholder: 'A note for the agents (every later prompt carries it)' });
+      const form = el('form', { id: 'steer-guide', class: 'guide' }, note, el('button', { type: 'submit', class: 'btn' }, 'Guide'));
+      form.addEventListener('submit', (ev) => {
+        ev.preventDefault();
+        if (note.value.trim()) this.steer({ command: 'guide', note: note.value });
+      });
+      this.actionsEl.append(form);
+    }
+    if (notes.length) {
+      this.actionsEl.append(el('ul', { class: 'muted', id: 'steer-notes' },
+        notes.map((n) => el('li', { text: `Guidance (round ${n.round}): ${n.note}` }))));
+    }
+    if (steering.paused && live) this.actionsEl.append(el('p', { class: 'muted', id: 'paused', text: 'Paused: no new task starts until you resume.' }));
     if (this.commandError) this.actionsEl.append(el('p', { class: 'error', text: this.commandError }));
+  }
+
+  /** Pause, resume, guide, stop or extend (POST /v1/debates/{id}/steer). */
+  async steer(body) {
+    this.commandError = null;
+    try {
+      await api('POST', `/debates/${encodeURIComponent(this.id)}/steer`, body);
+    } catch (e) {
+      this.commandError = e.message;
+    }
+    this.sigs.actions = null;
+    this.scheduleRefresh(0);
+    this.render();
   }
 
   async command(what) {
