@@ -1,6 +1,7 @@
-//! Budgets count a prompt as at most the task's texts plus
-//! `limits::MAX_PROMPT_TEMPLATE_BYTES` (a token per byte): every prompt the agent and judge
-//! workers build stays within it, for every role and task kind.
+//! Budgets count a prompt as at most the task's texts plus its kind's template bound
+//! (`parley_engine::budget::template_bytes`, at most `limits::MAX_PROMPT_TEMPLATE_BYTES`; a
+//! token per byte): every prompt the agent and judge workers build stays within it, for
+//! every role and task kind.
 
 use parley_protocol::{
     limits, AgentClarifications, AgentConfig, ClarificationItem, PeerText, Task, TaskInput,
@@ -54,14 +55,22 @@ fn task(role: &str, kind: TaskKind) -> Task {
             vote_result: Some("The agents voted; a1 won.\n- a0 voted for a1: x\n".into()),
             // Only embedding tasks carry the previous round's refinements (no chat prompt).
             previous: Vec::new(),
+            single_ask: false,
         },
         timeout_ms: 1000,
         dispatch_token: None,
     }
 }
 
+/// The prompt's bytes, with 8 a message for the chat format.
 fn bytes(messages: &[parley_llm::ChatMessage]) -> u64 {
-    messages.iter().map(|m| m.content.len() as u64).sum()
+    messages.iter().map(|m| m.content.len() as u64 + 8).sum()
+}
+
+fn bound(kind: TaskKind) -> u64 {
+    let b = parley_engine::budget::template_bytes(kind);
+    assert!(b <= limits::MAX_PROMPT_TEMPLATE_BYTES, "{kind:?}");
+    b
 }
 
 #[test]
@@ -77,8 +86,9 @@ fn agent_and_judge_prompts_stay_within_the_template_bound() {
         ] {
             let t = task(role, kind);
             let built = bytes(&parley_agent_worker::build_messages(&t).unwrap());
+            println!("{role} {kind:?}: template {} bytes", built - t.text_bytes());
             assert!(
-                built <= t.text_bytes() + limits::MAX_PROMPT_TEMPLATE_BYTES,
+                built <= t.text_bytes() + bound(kind),
                 "{role} {kind:?}: {built} bytes for {} bytes of texts",
                 t.text_bytes()
             );
@@ -97,8 +107,9 @@ fn agent_and_judge_prompts_stay_within_the_template_bound() {
             parley_judge_worker::prompts::STRICT_JSON,
         ));
         let built = bytes(&messages);
+        println!("judge {kind:?}: template {} bytes", built - t.text_bytes());
         assert!(
-            built <= t.text_bytes() + limits::MAX_PROMPT_TEMPLATE_BYTES,
+            built <= t.text_bytes() + bound(kind),
             "judge {kind:?}: {built} bytes for {} bytes of texts",
             t.text_bytes()
         );

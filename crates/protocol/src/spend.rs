@@ -236,6 +236,37 @@ pub struct BudgetRecord {
     /// Synthesize with what exists, as soon as the calls in flight are back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub synthesize_now: bool,
+    /// Task id → the completion cap (`maxTokens`) its reservation was fitted to, while it
+    /// is outstanding: a task sent again asks for the same.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub caps: BTreeMap<String, u32>,
+    /// Calls that used more than was reserved for them (a provider that returned more than
+    /// the `maxTokens` asked for): later calls are fitted to what is really left.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overruns: Vec<Overrun>,
+}
+
+/// A call that used more than its reservation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Overrun {
+    pub task_id: String,
+    /// The completion cap the call asked for.
+    pub max_tokens: u32,
+    pub reserved: Amount,
+    pub used: Amount,
+}
+
+impl BudgetRecord {
+    /// What is left once spent and reserved are taken off the limit, per figure the limit
+    /// sets (never below zero).
+    pub fn left(&self) -> Budget {
+        let taken = self.spent.plus(self.reserved);
+        Budget {
+            usd: self.limit.usd.map(|u| (u - taken.usd).max(0.0)),
+            tokens: self.limit.tokens.map(|t| t.saturating_sub(taken.tokens)),
+        }
+    }
 }
 
 impl BudgetRecord {

@@ -207,6 +207,10 @@ pub struct TaskInput {
     /// round's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous: Vec<PeerText>,
+    /// The judge asks once, without the stricter second ask for JSON (a debate under a
+    /// budget reserved one call): a reply that is not JSON is read leniently.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub single_ask: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::graph;
 use super::graph::Phase;
+use super::budget::Fit;
 use super::{Effect, Machine, Planned};
 
 impl Machine {
@@ -45,9 +46,10 @@ impl Machine {
         }
     }
 
-    /// Dispatches `p` unless it is in flight or backing off. Under a budget it first
-    /// reserves the task's worst case; when that does not fit, the debate degrades
-    /// instead ([`Self::degrade`]) and `true` is returned.
+    /// Dispatches `p` unless it is in flight or backing off. Under a budget it first fits
+    /// and reserves the call ([`Self::reserve`]): it may wait for calls in flight to give
+    /// room back, or the debate degrades instead ([`Self::degrade`]) and `true` is
+    /// returned.
     pub(super) fn dispatch(
         &mut self,
         p: Planned,
@@ -58,9 +60,13 @@ impl Machine {
         if self.in_flight.contains_key(&id) || self.backing_off.contains(&id) {
             return false;
         }
-        if self.state.budget.is_some() && !self.reserve(&p, &id) {
-            self.degrade(&p, id, now, fx);
-            return true;
+        match self.reserve(&p, &id) {
+            Fit::Go => {}
+            Fit::Wait => return false,
+            Fit::Degrade => {
+                self.degrade(&p, id, now, fx);
+                return true;
+            }
         }
         // Clarification iterations all belong before round 1.
         let node_round = if graph::def(p.kind).phase == Phase::Clarification {
