@@ -9,7 +9,8 @@
 //! by the calls of round r still to be dispatched (itself included), never above the
 //! participant's cap, never below its kind's floor ([`crate::budget::completion_floor`]) as
 //! long as the floor fits in what is left. A critique also leaves the round's pending
-//! refinements room for their floor (the order gives up critiques first). The fitted cap is
+//! refinements room for their floor (the order gives up critiques first), a clarification
+//! the round-1 proposals. The fitted cap is
 //! written into the task's `maxTokens` and kept in the ledger (`caps`), so a retry or a
 //! resume asks for the same.
 //!
@@ -75,7 +76,8 @@ impl Machine {
             .plus(self.pricing.amount(&task, prompt, u64::from(floor)))
     }
 
-    /// Every agent's round-1 proposal at its floor.
+    /// Every agent's round-1 proposal at its floor (with the answered clarifications so
+    /// far in its prompt).
     fn proposals_at_floor(&self) -> Amount {
         let mut total = Amount::default();
         for i in 0..self.agents.len() {
@@ -283,11 +285,15 @@ impl Machine {
         }
     }
 
-    /// What a critique leaves for the refinements of its round not yet dispatched: each at
-    /// its floor, with a prompt grown by the critiques it still waits for. Nothing for
-    /// other kinds.
+    /// What a call leaves for calls the debate needs more: a clarification leaves the
+    /// round-1 proposals at their floor (prompts with the answers so far); a critique the
+    /// refinements of its round not yet dispatched, each at its floor, with a prompt grown
+    /// by the critiques it still waits for. Nothing for other kinds.
     fn room_ahead(&self, p: &Planned) -> Amount {
         let mut ahead = Amount::default();
+        if p.kind == TaskKind::Clarify {
+            return self.proposals_at_floor();
+        }
         if p.kind != TaskKind::Critique {
             return ahead;
         }
