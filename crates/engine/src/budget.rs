@@ -62,9 +62,8 @@ pub fn completion_floor(kind: TaskKind) -> u32 {
 pub fn template_bytes(kind: TaskKind) -> u64 {
     match kind {
         TaskKind::Embed => 0,
-        TaskKind::Clarify => 3_072,
-        TaskKind::Synthesize => 3_584,
-        _ => 2_560,
+        TaskKind::Synthesize => 2_560,
+        _ => 2_048,
     }
 }
 
