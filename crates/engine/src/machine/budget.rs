@@ -18,8 +18,8 @@
 //! when their reservations, once settled, would make room (a call usually uses far less
 //! than its cap); otherwise the debate degrades, in this order: drop the critique
 //! (`dropCritiques`), start no new round (`noNewRound`, also checked before a round
-//! opens: its refinements at their floor must fit), skip summaries (`skipSummaries`), and
-//! synthesize with what exists (`synthesizeNow`).
+//! opens: its refinements at their floor must fit, once the calls in flight are back),
+//! skip summaries (`skipSummaries`), and synthesize with what exists (`synthesizeNow`).
 //!
 //! # The synthesis
 //! Held back from the start: its prompt bound (the transcript cut to
@@ -408,6 +408,29 @@ impl Machine {
         let Some(b) = &self.state.budget else {
             return false;
         };
+        !b.fits(self.next_round_need(r))
+    }
+
+    /// Under a budget: whether round `r + 1` should not open yet: its refinements at their
+    /// floor do not fit now, but would once the calls in flight settle (they usually give
+    /// most of their reservation back). It is decided when they are back.
+    pub(super) fn next_round_waits(&self, r: u32) -> bool {
+        let Some(b) = &self.state.budget else {
+            return false;
+        };
+        if b.reservations.is_empty() {
+            return false;
+        }
+        let need = self.next_round_need(r);
+        let out = b
+            .reservations
+            .values()
+            .fold(Amount::default(), |a, x| a.plus(*x));
+        !b.fits(need) && need.within(&more(b.left(), out))
+    }
+
+    /// Round `r + 1`'s refinements at their floor (prompts as round r's).
+    fn next_round_need(&self, r: u32) -> Amount {
         let mut need = Amount::default();
         for i in 0..self.agents.len() {
             let p = Planned {
@@ -421,7 +444,7 @@ impl Machine {
             let floor = self.floor_of(&task);
             need = need.plus(self.pricing.amount(&task, prompt, u64::from(floor)));
         }
-        !b.fits(need)
+        need
     }
 
     /// Whether the budget skipped the task with this id.

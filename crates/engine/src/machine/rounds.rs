@@ -136,6 +136,8 @@ impl Machine {
                 }
                 _ => self.round(r).is_some_and(|rd| rd.evaluation.is_some()),
             };
+            // Under a budget that is short now, decided once the calls in flight are back.
+            let open_next = open_next && !self.next_round_waits(r);
             if open_next && self.next_round_unaffordable(r) {
                 if let Some(b) = self.state.budget.as_mut() {
                     b.final_round = Some(r);
