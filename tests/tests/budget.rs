@@ -98,7 +98,7 @@ async fn two_agent_workers_racing_on_one_small_budget_never_overspend() {
     let _judge = c.worker("judge");
     c.fake
         .set_latency(Latency::Fixed(Duration::from_millis(50)));
-    let limit = 60_000;
+    let limit = 15_000;
     let id = c
         .submit(&budget_spec("Design a cache", json!({"tokens": limit})))
         .await;

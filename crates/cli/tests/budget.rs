@@ -94,7 +94,12 @@ fn prices() -> Value {
 /// Runs the debate in `dir` (its config written with `budget`), returns its state.
 async fn run(dir: &Path, base_url: &str, budget: Option<Value>, out: &str) -> Value {
     write_json(dir.join("debate-config.json"), &config(base_url, budget));
-    ok(&parley(dir, &["run", PROBLEM, "--output", out]).await);
+    let output = parley(dir, &["run", PROBLEM, "--output", out]).await;
+    let err = ok(&output);
+    println!(
+        "$ parley run {PROBLEM:?} --output {out}\n{}{err}",
+        String::from_utf8_lossy(&output.stdout)
+    );
     read_json(dir.join(out))
 }
 
