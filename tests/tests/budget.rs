@@ -213,7 +213,9 @@ async fn a_third_of_the_unbudgeted_spend_completes_on_two_racing_agent_workers()
     c.fake
         .set_latency(Latency::Fixed(Duration::from_millis(20)));
 
-    let id = c.submit(&three_rounds("Design a rate limiter", Value::Null)).await;
+    let id = c
+        .submit(&three_rounds("Design a rate limiter", Value::Null))
+        .await;
     let full = c.wait_done(&id, Duration::from_secs(180)).await;
     assert_eq!(full["status"], "completed", "{full}");
     let full_tokens = full["spend"]["totalTokens"].as_u64().unwrap();
@@ -239,7 +241,10 @@ async fn a_third_of_the_unbudgeted_spend_completes_on_two_racing_agent_workers()
         let b = &state["budget"];
         assert!(!b["degraded"].as_array().unwrap().is_empty(), "{b}");
         assert!(b.get("overruns").is_none(), "{b}");
-        assert!(b.get("reservations").is_none() && b.get("caps").is_none(), "{b}");
+        assert!(
+            b.get("reservations").is_none() && b.get("caps").is_none(),
+            "{b}"
+        );
         match (budget["tokens"].as_u64(), budget["usd"].as_f64()) {
             (Some(limit), _) => assert_budget_kept(&state, limit),
             (_, Some(limit)) => {

@@ -116,7 +116,7 @@ impl Calibration {
                     .then(|| (meta.modified().unwrap_or(std::time::UNIX_EPOCH), path))
             })
             .collect();
-        files.sort_by(|a, b| b.0.cmp(&a.0));
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
         for (_, path) in files.into_iter().take(MAX_DEBATES) {
             let Ok(bytes) = std::fs::read(&path) else {
                 continue;

@@ -412,9 +412,7 @@ fn simulate(
         let clamp = |t: u64| u32::try_from(t).unwrap_or(u32::MAX).clamp(1, cap.max(1));
         let reply_tokens = match (s, calibrated) {
             _ if task.kind == TaskKind::Embed => 0,
-            (Scenario::Min, Some(b)) => {
-                clamp(b.mean_tokens.saturating_sub(2 * b.spread_tokens))
-            }
+            (Scenario::Min, Some(b)) => clamp(b.mean_tokens.saturating_sub(2 * b.spread_tokens)),
             (Scenario::Min, None) => 1,
             (Scenario::Expected, Some(b)) => clamp(b.mean_tokens),
             (Scenario::Expected, None) => a.reply_tokens.min(cap),

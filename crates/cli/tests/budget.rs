@@ -118,7 +118,10 @@ fn assert_kept(state: &Value) {
         !b["degraded"].as_array().unwrap().is_empty(),
         "a third of the debate must degrade: {b}"
     );
-    assert!(b.get("reservations").is_none() && b.get("caps").is_none(), "{b}");
+    assert!(
+        b.get("reservations").is_none() && b.get("caps").is_none(),
+        "{b}"
+    );
     assert_eq!(b["reserved"]["tokens"], 0, "{b}");
     assert_eq!(b["spent"]["tokens"].as_u64().unwrap(), tokens(state), "{b}");
     if let Some(limit) = b["limit"]["tokens"].as_u64() {
@@ -130,7 +133,10 @@ fn assert_kept(state: &Value) {
         let real = state["spend"]["costUsd"].as_f64().unwrap();
         assert!((spent - real).abs() < 1e-9, "{spent} vs {real}");
     }
-    assert!(b.get("overruns").is_none(), "the fake gave what was asked: {b}");
+    assert!(
+        b.get("overruns").is_none(),
+        "the fake gave what was asked: {b}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +145,10 @@ async fn the_estimate_learns_from_a_run_and_a_third_of_its_spend_completes_withi
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     write_json(dir.join("prices.json"), &prices());
-    write_json(dir.join("debate-config.json"), &config(&fake.base_url(), None));
+    write_json(
+        dir.join("debate-config.json"),
+        &config(&fake.base_url(), None),
+    );
 
     // Before any debate: every reply assumed.
     let out = parley(dir, &["estimate", PROBLEM, "--json"]).await;
@@ -161,8 +170,8 @@ async fn the_estimate_learns_from_a_run_and_a_third_of_its_spend_completes_withi
     let out = parley(dir, &["estimate", PROBLEM, "--json"]).await;
     ok(&out);
     let est: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let table = String::from_utf8_lossy(&parley(dir, &["estimate", PROBLEM]).await.stdout)
-        .to_string();
+    let table =
+        String::from_utf8_lossy(&parley(dir, &["estimate", PROBLEM]).await.stdout).to_string();
     println!("{table}");
     let completions = est["completions"].as_array().unwrap();
     let basis = |kind: &str, model: &str| {
@@ -216,7 +225,13 @@ async fn the_estimate_learns_from_a_run_and_a_third_of_its_spend_completes_withi
 
     // A third of its cost, in dollars.
     let usd = full_usd / 3.0;
-    let state = run(dir, &fake.base_url(), Some(json!({ "usd": usd })), "usd.json").await;
+    let state = run(
+        dir,
+        &fake.base_url(),
+        Some(json!({ "usd": usd })),
+        "usd.json",
+    )
+    .await;
     println!(
         "dollar budget {usd}: {}",
         serde_json::to_string_pretty(&state["budget"]).unwrap()

@@ -277,7 +277,12 @@ fn budget_config(base_url: &str, budget: Value) -> Value {
 
 /// Runs the [`budget_config`] debate in `dir` on `budget` (none: `Null`) with `extra`
 /// flags; its stderr and final state, after checking it exited 0.
-async fn run_on_budget(dir: &Path, base_url: &str, budget: Value, extra: &[&str]) -> (String, Value) {
+async fn run_on_budget(
+    dir: &Path,
+    base_url: &str,
+    budget: Value,
+    extra: &[&str],
+) -> (String, Value) {
     let mut cfg = budget_config(base_url, budget.clone());
     if budget.is_null() {
         cfg["debate"].as_object_mut().unwrap().remove("budget");
@@ -355,8 +360,13 @@ async fn a_budget_just_over_the_smallest_debate_drops_critiques_and_still_synthe
     let fake = FakeLlm::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let budget = smallest_budget(dir.path(), &fake.base_url()).await + 2_000;
-    let (_err, state) =
-        run_on_budget(dir.path(), &fake.base_url(), json!({ "tokens": budget }), &[]).await;
+    let (_err, state) = run_on_budget(
+        dir.path(),
+        &fake.base_url(),
+        json!({ "tokens": budget }),
+        &[],
+    )
+    .await;
     assert_eq!(state["status"], "completed");
     assert!(state["finalSolution"]["description"].is_string());
     let spent = state["budget"]["spent"]["tokens"].as_u64().unwrap();

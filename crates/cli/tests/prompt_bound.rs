@@ -86,7 +86,10 @@ fn agent_and_judge_prompts_stay_within_the_template_bound() {
         ] {
             let t = task(role, kind);
             let built = bytes(&parley_agent_worker::build_messages(&t).unwrap());
-            println!("{role} {kind:?}: template {} bytes", built as i64 - t.text_bytes() as i64);
+            println!(
+                "{role} {kind:?}: template {} bytes",
+                built as i64 - t.text_bytes() as i64
+            );
             assert!(
                 built <= t.text_bytes() + bound(kind),
                 "{role} {kind:?}: {built} bytes for {} bytes of texts",
@@ -107,7 +110,10 @@ fn agent_and_judge_prompts_stay_within_the_template_bound() {
             parley_judge_worker::prompts::STRICT_JSON,
         ));
         let built = bytes(&messages);
-        println!("judge {kind:?}: template {} bytes", built as i64 - t.text_bytes() as i64);
+        println!(
+            "judge {kind:?}: template {} bytes",
+            built as i64 - t.text_bytes() as i64
+        );
         assert!(
             built <= t.text_bytes() + bound(kind),
             "judge {kind:?}: {built} bytes for {} bytes of texts",

@@ -32,8 +32,7 @@
 //! refused at submit ([`Pricing::unpriced`]).
 
 use parley_protocol::{
-    completion_cap, AgentConfig, Amount, Budget, DebateSpec, ModelPrice, PriceTable, Task,
-    TaskKind,
+    completion_cap, AgentConfig, Amount, Budget, DebateSpec, ModelPrice, PriceTable, Task, TaskKind,
 };
 
 /// The fewest completion tokens a call is dispatched with (a proposal, a critique, a
@@ -185,7 +184,11 @@ impl Pricing {
             if price.output_cost_per_token > 0.0 {
                 // Rounded down, and a hair under for float sums.
                 let n = (after_prompt / price.output_cost_per_token * (1.0 - 1e-9)).floor();
-                most = most.min(if n.is_finite() && n >= 0.0 { n as u64 } else { 0 });
+                most = most.min(if n.is_finite() && n >= 0.0 {
+                    n as u64
+                } else {
+                    0
+                });
             }
         }
         u32::try_from(most).unwrap_or(u32::MAX)

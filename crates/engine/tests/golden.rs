@@ -679,7 +679,11 @@ fn budget_drop_critiques() -> Replay {
 /// The judge's summary of a long final round does not fit: skipped; the synthesis reads
 /// the transcript (cut to what its hold was sized for).
 fn budget_skip_summaries() -> Replay {
-    run_spending(with_budget(spec(2, 1, "fixed", json!({})), 3_000), 10, 3_000)
+    run_spending(
+        with_budget(spec(2, 1, "fixed", json!({})), 3_000),
+        10,
+        3_000,
+    )
 }
 
 /// Long answers to the first iteration's questions make the follow-up questions too
@@ -933,4 +937,3 @@ fn every_scenario_ends_as_scripted() {
         assert_eq!(r.state().rounds.len(), rounds, "{name}");
     }
 }
-

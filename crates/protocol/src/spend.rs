@@ -214,14 +214,16 @@ pub struct Degradation {
 pub struct BudgetRecord {
     pub limit: Budget,
     pub spent: Amount,
-    /// The worst case of the calls in flight plus the synthesis held back from the start.
+    /// What the calls in flight are reserved for (prompt bound and fitted completion cap)
+    /// plus the synthesis held back from the start.
     pub reserved: Amount,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub degraded: Vec<Degradation>,
-    /// The synthesis's worst case, held back from the start (part of `reserved`).
+    /// The synthesis held back from the start (part of `reserved`); taken over by the
+    /// synthesis's own reservation when it is dispatched.
     #[serde(default)]
     pub hold: Amount,
-    /// Task id → the worst case reserved for it while it is outstanding (part of
+    /// Task id → what is reserved for it while it is outstanding (part of
     /// `reserved`); released when its result is settled or the task is given up. A task
     /// re-dispatched after a lost worker keeps its reservation, so nothing leaks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

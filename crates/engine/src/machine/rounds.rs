@@ -8,9 +8,9 @@ use parley_protocol::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::budget::Fit;
 use super::graph;
 use super::graph::Phase;
-use super::budget::Fit;
 use super::{Effect, Machine, Planned};
 
 impl Machine {

@@ -102,12 +102,23 @@ fn every_call_is_fitted_to_what_is_left_and_the_debate_degrades_in_order() {
         taken,
         r.tasks
             .iter()
-            .map(|t| (t.id.rsplit_once("abcdef/").unwrap().1.to_string(), t.agent.max_tokens.unwrap()))
+            .map(|t| (
+                t.id.rsplit_once("abcdef/").unwrap().1.to_string(),
+                t.agent.max_tokens.unwrap()
+            ))
             .collect::<Vec<_>>()
     );
     assert!(!taken.is_empty());
-    let order = ["dropCritiques", "noNewRound", "skipSummaries", "synthesizeNow"];
-    assert!(taken.iter().all(|(s, _)| order.contains(&s.as_str())), "{taken:?}");
+    let order = [
+        "dropCritiques",
+        "noNewRound",
+        "skipSummaries",
+        "synthesizeNow",
+    ];
+    assert!(
+        taken.iter().all(|(s, _)| order.contains(&s.as_str())),
+        "{taken:?}"
+    );
     assert!(st.rounds.len() < 3, "{taken:?}");
 }
 
@@ -116,8 +127,8 @@ fn the_smallest_admissible_budget_runs_the_proposals_and_the_synthesis() {
     let s = spec(3, 2, "fixed", json!({}));
     let min = minimum(&s);
     let mut refused = with_tokens(s.clone(), min - 1);
-    let err = crate::budget::admit(&mut refused, &Budget::default(), &Pricing::default())
-        .unwrap_err();
+    let err =
+        crate::budget::admit(&mut refused, &Budget::default(), &Pricing::default()).unwrap_err();
     assert!(
         err.contains(&min.to_string())
             && err.contains(&format!("{} tokens", min - 1))
