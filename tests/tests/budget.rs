@@ -257,3 +257,57 @@ async fn a_third_of_the_unbudgeted_spend_completes_on_two_racing_agent_workers()
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_mid_call_resumes_the_ledger_and_the_fitted_caps() {
+    let c = Cluster::start().await;
+    let mut coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    fixed_length(&c.fake);
+    c.fake
+        .set_latency(Latency::Fixed(Duration::from_millis(500)));
+    let limit = 20_000;
+    let id = c
+        .submit(&three_rounds(
+            "Design a job queue",
+            json!({"tokens": limit}),
+        ))
+        .await;
+    // Calls out, each with its reservation and fitted cap in the checkpoint.
+    let mut before = Value::Null;
+    for _ in 0..200 {
+        before = c.status(&id).await;
+        if before["budget"]["caps"]
+            .as_object()
+            .is_some_and(|m| !m.is_empty())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        before["budget"]["caps"]
+            .as_object()
+            .is_some_and(|m| !m.is_empty()),
+        "{}",
+        before["budget"]
+    );
+    coord.kill9();
+    let _coord2 = c.coordinator();
+    let state = c.wait_done(&id, Duration::from_secs(180)).await;
+    assert_eq!(state["status"], "completed", "{state}");
+    assert!(state["finalSolution"]["description"].is_string());
+    assert_budget_kept(&state, limit);
+    // Every call asked for at least its floor (the engine's unit tests check a resumed
+    // task asks for the cap it was fitted to before).
+    for r in c.fake.requests() {
+        let Some(asked) = r.body["max_tokens"]
+            .as_u64()
+            .or_else(|| r.body["max_output_tokens"].as_u64())
+        else {
+            continue;
+        };
+        assert!(asked >= 96, "{asked}");
+    }
+}

@@ -219,6 +219,49 @@ fn an_adaptive_screen_the_budget_cannot_afford_is_skipped_and_the_debate_goes_on
 }
 
 #[test]
+fn a_resumed_debate_sends_its_calls_again_with_the_caps_they_were_fitted_to() {
+    let s = with_tokens(spec(3, 2, "fixed", json!({})), 40_000);
+    let mut r = Run::new(s.clone());
+    r.apply(Input::Start);
+    let first: Vec<(String, Option<u32>)> = r
+        .tasks
+        .iter()
+        .map(|t| (t.id.clone(), t.agent.max_tokens))
+        .collect();
+    assert_eq!(first.len(), 3);
+    // The coordinator dies; another rebuilds the machine from the checkpoint.
+    let mut m = Machine::from_checkpoint(s, r.machine.state().clone());
+    let again: Vec<(String, Option<u32>)> = m
+        .handle(Input::Resume, now())
+        .into_iter()
+        .filter_map(|e| match e {
+            crate::Effect::Dispatch(t) => Some((t.id, t.agent.max_tokens)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(again, first);
+    let b = m.state().budget.as_ref().unwrap();
+    assert_eq!(b.reservations.len(), 3, "{b:?}");
+}
+
+#[test]
+fn a_retried_call_keeps_its_reservation_and_its_cap() {
+    let s = with_tokens(spec(3, 1, "fixed", json!({})), 40_000);
+    let mut r = Run::new(s);
+    r.apply(Input::Start);
+    let t = r.queue.pop_front().unwrap();
+    let held = r.machine.state().budget.clone().unwrap();
+    r.apply(Input::Result(super::fail(&t, ErrorKind::Server)));
+    r.apply(Input::RetryDue(t.id.clone()));
+    let again = r.tasks.last().unwrap();
+    assert_eq!((again.id.as_str(), again.attempt), (t.id.as_str(), 2));
+    assert_eq!(again.agent.max_tokens, t.agent.max_tokens);
+    let b = r.machine.state().budget.clone().unwrap();
+    assert_eq!(b.reserved, held.reserved, "nothing counted twice");
+    assert_eq!(b.reservations, held.reservations);
+}
+
+#[test]
 fn a_checkpoint_without_fitted_caps_still_loads() {
     // A budget record as written before caps and overruns were kept.
     let old = json!({
