@@ -17,6 +17,12 @@
 //!   [`parley_protocol::completion_cap`]); every round runs; every clarification iteration
 //!   asks its most questions.
 //!
+//! Replies of a provider/model and kind that past debates calibrated
+//! ([`Assumptions::calibration`], see [`crate::calibration`]) are their mean in the
+//! expected run, and the mean less / plus twice their spread in the min / max runs (at
+//! least one token, at most the cap). The estimate lists, per provider/model and kind, which
+//! it used ([`Estimate::completions`]).
+//!
 //! Prompt tokens of OpenAI-family models (`gpt-4o`, `gpt-4.1`, `o3`, `gpt-5`, `gpt-4`,
 //! `gpt-3.5-turbo`, also as `openai/<model>` on OpenRouter) are counted with the model's own
 //! BPE tokenizer (tiktoken's `o200k_base` / `cl100k_base`, shipped inside the binary) plus
@@ -37,16 +43,21 @@ use parley_protocol::{
 };
 use serde::Serialize;
 
+use crate::calibration::{Basis, Calibration, Key};
+
 /// What the estimate assumes about replies and tokens.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Assumptions {
-    /// Expected completion tokens of one reply.
+    /// Expected completion tokens of one reply without a calibration.
     pub reply_tokens: u32,
     /// Characters per token.
     pub chars_per_token: f64,
     /// The operator's completion cap (`max_tokens`), for participants without `maxTokens`.
     pub operator_max_tokens: u32,
+    /// Completion tokens of past debates' calls (empty: every reply assumed).
+    #[serde(skip)]
+    pub calibration: Calibration,
 }
 
 impl Default for Assumptions {
@@ -55,6 +66,7 @@ impl Default for Assumptions {
             reply_tokens: 400,
             chars_per_token: 4.0,
             operator_max_tokens: parley_protocol::limits::DEFAULT_MAX_TOKENS,
+            calibration: Calibration::default(),
         }
     }
 }
@@ -106,6 +118,9 @@ pub struct Estimate {
     pub calls: BTreeMap<String, Range<u64>>,
     pub participants: Vec<Line>,
     pub total: Line,
+    /// Per provider/model and kind of call, the reply length the expected run used and
+    /// whether it was calibrated from past debates or assumed.
+    pub completions: Vec<Basis>,
     pub assumptions: Assumptions,
 }
 
@@ -116,6 +131,8 @@ struct Call {
     kind: &'static str,
     prompt_tokens: u64,
     completion_tokens: u64,
+    /// What the reply's length was based on (none for embeddings).
+    basis: Option<Basis>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,10 +181,15 @@ pub fn estimate(
     a: &Assumptions,
 ) -> Result<Estimate, EstimateError> {
     let runs = [
-        simulate(spec, Scenario::Min, a)?,
-        simulate(spec, Scenario::Expected, a)?,
-        simulate(spec, Scenario::Max, a)?,
+        simulate(spec, Scenario::Min, a, provider_of)?,
+        simulate(spec, Scenario::Expected, a, provider_of)?,
+        simulate(spec, Scenario::Max, a, provider_of)?,
     ];
+    let completions: BTreeMap<(String, String, String), Basis> = runs[1]
+        .iter()
+        .filter_map(|c| c.basis.clone())
+        .map(|b| ((b.provider.clone(), b.model.clone(), b.kind.clone()), b))
+        .collect();
     let mut calls: BTreeMap<String, Range<u64>> = BTreeMap::new();
     let participants: Vec<&AgentConfig> = spec
         .active_agents()
@@ -239,6 +261,7 @@ pub fn estimate(
         calls,
         participants: lines,
         total,
+        completions: completions.into_values().collect(),
         assumptions: a.clone(),
     })
 }
@@ -297,9 +320,29 @@ impl Estimate {
                 ),
             ));
         }
+        if !self.completions.is_empty() {
+            out.push_str("\nReplies (completion tokens of one call):\n");
+        }
+        for b in &self.completions {
+            let figure = if b.basis == "calibrated" {
+                format!("{} ± {}", b.mean_tokens, b.spread_tokens)
+            } else {
+                b.mean_tokens.to_string()
+            };
+            out.push_str(&format!(
+                "  {:<13} {:<22} {:>11}  {}\n",
+                b.kind,
+                parley_protocol::preview(&format!("{}/{}", b.provider, b.model), 22),
+                figure,
+                b.note
+            ));
+        }
         out.push_str(&format!(
-            "\nExpected assumes replies of {} tokens and every round; max assumes every reply \
-             at its completion cap; tokens at {} characters per token (max: a token per prompt byte).\n",
+            "\nExpected: every round, each reply as listed (calibrated: the mean of past calls; \
+             assumed: {} tokens); min: one-token replies (calibrated: the mean less twice the \
+             spread) and the earliest stop; max: every reply at its completion cap \
+             (calibrated: the mean plus twice the spread). Prompt tokens at {} characters per \
+             token, OpenAI-family models with their tokenizer (max: a token per prompt byte).\n",
             self.assumptions.reply_tokens, self.assumptions.chars_per_token
         ));
         out
@@ -307,7 +350,12 @@ impl Estimate {
 }
 
 /// Drives the machine to its end with made-up replies; returns every call it made.
-fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>, EstimateError> {
+fn simulate(
+    spec: &DebateSpec,
+    s: Scenario,
+    a: &Assumptions,
+    provider_of: &dyn Fn(&AgentConfig) -> String,
+) -> Result<Vec<Call>, EstimateError> {
     let now = Utc
         .with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
         .single()
@@ -364,11 +412,24 @@ fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>
             })
             .sum();
         let cap = completion_cap(&task.agent, a.operator_max_tokens);
-        let reply_tokens = match s {
+        let basis = (task.kind != TaskKind::Embed).then(|| {
+            let key = Key {
+                provider: provider_of(&task.agent),
+                model: task.agent.model.clone(),
+                kind: kind_name(task.kind).to_string(),
+            };
+            a.calibration.basis(&key, a.reply_tokens)
+        });
+        let calibrated = basis.as_ref().filter(|b| b.basis == "calibrated");
+        let clamp = |t: u64| u32::try_from(t).unwrap_or(u32::MAX).clamp(1, cap.max(1));
+        let reply_tokens = match (s, calibrated) {
             _ if task.kind == TaskKind::Embed => 0,
-            Scenario::Min => 1,
-            Scenario::Expected => a.reply_tokens.min(cap),
-            Scenario::Max => cap,
+            (Scenario::Min, Some(b)) => clamp(b.mean_tokens.saturating_sub(2 * b.spread_tokens)),
+            (Scenario::Min, None) => 1,
+            (Scenario::Expected, Some(b)) => clamp(b.mean_tokens),
+            (Scenario::Expected, None) => a.reply_tokens.min(cap),
+            (Scenario::Max, Some(b)) => clamp(b.mean_tokens + 2 * b.spread_tokens),
+            (Scenario::Max, None) => cap,
         };
         let reply_chars = (f64::from(reply_tokens) * cpt) as usize;
         calls.push(Call {
@@ -376,6 +437,7 @@ fn simulate(spec: &DebateSpec, s: Scenario, a: &Assumptions) -> Result<Vec<Call>
             kind: kind_name(task.kind),
             prompt_tokens,
             completion_tokens: u64::from(reply_tokens),
+            basis,
         });
         asked += 1;
         let output = made_up_output(&task, s, reply_chars, spec, asked);

@@ -1,7 +1,10 @@
 //! Library side of the `parley` CLI: what benchmarks and tests reuse.
 //!
 //! - [`estimate`]: what a debate will cost, from its spec, with no LLM call.
+//! - [`calibration`]: the completion tokens past debates really used, which estimates
+//!   learn from.
 
+pub mod calibration;
 pub mod estimate;
 
 /// Where embedded debates are saved (`<id>.json`, with their events, records and reports).

@@ -226,7 +226,8 @@ pub struct RunArgs {
     /// With --estimate: print it as JSON.
     #[arg(long)]
     pub json: bool,
-    /// With --estimate: the expected length of one reply, in tokens [default: 400].
+    /// With --estimate: the expected length of one reply, in tokens, where past debates in
+    /// ./debates do not calibrate it [default: 400].
     #[arg(long, value_name = "N")]
     pub expected_reply_tokens: Option<u32>,
     /// When the debate completes, also write it as an ADR (MADR 4.0) into this folder,

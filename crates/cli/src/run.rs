@@ -178,6 +178,11 @@ pub(crate) fn print_estimate(
     if let Some(n) = args.expected_reply_tokens {
         assumptions.reply_tokens = n;
     }
+    // Learned from the debates saved here (see `parley_cli::calibration`).
+    assumptions.calibration = parley_cli::calibration::Calibration::load(
+        std::path::Path::new(parley_cli::DEBATES_DIR),
+        &provider_of,
+    );
     let est = parley_cli::estimate::estimate(spec, prices, &provider_of, &assumptions)
         .map_err(|e| CliError::general(e.to_string()))?;
     if args.json {

@@ -400,7 +400,14 @@ impl parley_mcp::Estimator for ConfigEstimator {
                 .map(|r| r.kind.to_string())
                 .unwrap_or_else(|_| a.provider.clone().unwrap_or_else(|| "unknown".into()))
         };
-        let assumptions = parley_cli::estimate::Assumptions::default();
+        let assumptions = parley_cli::estimate::Assumptions {
+            // Learned from the debates saved here (see `parley_cli::calibration`).
+            calibration: parley_cli::calibration::Calibration::load(
+                std::path::Path::new(parley_cli::DEBATES_DIR),
+                &provider_of,
+            ),
+            ..Default::default()
+        };
         let estimate =
             parley_cli::estimate::estimate(&spec, &self.prices, &provider_of, &assumptions)
                 .map_err(|e| ApiError::internal(e.to_string()))?;

@@ -275,28 +275,60 @@ fn budget_config(base_url: &str, budget: Value) -> Value {
     cfg
 }
 
-/// Runs the [`budget_config`] debate on a budget of `tokens` (with `extra` flags) against
-/// the fake LLM; its stderr and final state, after checking it exited 0.
-async fn run_on_budget(tokens: u64, extra: &[&str]) -> (String, Value) {
-    let fake = FakeLlm::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    write_json(
-        dir.path().join("debate-config.json"),
-        &budget_config(&fake.base_url(), json!({ "tokens": tokens })),
-    );
-    write_json(dir.path().join("prices.json"), &prices());
+/// Runs the [`budget_config`] debate in `dir` on `budget` (none: `Null`) with `extra`
+/// flags; its stderr and final state, after checking it exited 0.
+async fn run_on_budget(
+    dir: &Path,
+    base_url: &str,
+    budget: Value,
+    extra: &[&str],
+) -> (String, Value) {
+    let mut cfg = budget_config(base_url, budget.clone());
+    if budget.is_null() {
+        cfg["debate"].as_object_mut().unwrap().remove("budget");
+    }
+    write_json(dir.join("debate-config.json"), &cfg);
+    write_json(dir.join("prices.json"), &prices());
     let mut args = vec!["run", "Design a cache", "--output", "state.json"];
     args.extend_from_slice(extra);
-    let out = parley(dir.path(), &args).await;
+    let out = parley(dir, &args).await;
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(0), "{err}");
-    (err, read_json(dir.path().join("state.json")))
+    (err, read_json(dir.join("state.json")))
+}
+
+/// The smallest token budget [`budget_config`]'s debate takes, from the refusal's figures.
+async fn smallest_budget(dir: &Path, base_url: &str) -> u64 {
+    write_json(dir.join("prices.json"), &prices());
+    write_json(
+        dir.join("debate-config.json"),
+        &budget_config(base_url, json!({"tokens": 1})),
+    );
+    let out = parley(dir, &["run", "Design a cache"]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    let rest = err
+        .split("needs up to ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no figures: {err}"));
+    rest.split(' ').next().unwrap().parse().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_budget_for_about_one_round_ends_with_a_synthesis_and_never_overspends() {
-    let budget = 75_000u64;
-    let (err, state) = run_on_budget(budget, &["--verbose"]).await;
+async fn two_thirds_of_the_debate_ends_with_a_synthesis_and_never_overspends() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (_, full) = run_on_budget(dir.path(), &fake.base_url(), Value::Null, &[]).await;
+    // (A third of this debate of short replies is below its smallest run: prompts are
+    // counted at a token per byte.)
+    let budget = total_tokens(&full) * 2 / 3;
+    let (err, state) = run_on_budget(
+        dir.path(),
+        &fake.base_url(),
+        json!({ "tokens": budget }),
+        &["--verbose"],
+    )
+    .await;
     assert_eq!(state["status"], "completed", "{err}");
     assert!(state["finalSolution"]["description"].is_string());
     let b = &state["budget"];
@@ -324,10 +356,19 @@ async fn a_budget_for_about_one_round_ends_with_a_synthesis_and_never_overspends
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tight_budget_drops_critiques_for_the_budget_and_still_synthesizes() {
-    let budget = 50_000u64;
-    let (_err, state) = run_on_budget(budget, &[]).await;
+async fn a_budget_just_over_the_smallest_debate_drops_critiques_and_still_synthesizes() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let budget = smallest_budget(dir.path(), &fake.base_url()).await + 2_000;
+    let (_err, state) = run_on_budget(
+        dir.path(),
+        &fake.base_url(),
+        json!({ "tokens": budget }),
+        &[],
+    )
+    .await;
     assert_eq!(state["status"], "completed");
+    assert!(state["finalSolution"]["description"].is_string());
     let spent = state["budget"]["spent"]["tokens"].as_u64().unwrap();
     assert!(spent <= budget, "spent {spent} of {budget}");
     let dropped = state["rounds"][0]["dropped"]
@@ -346,7 +387,7 @@ async fn budgets_that_cannot_work_are_refused_before_any_call_with_the_figures()
     let dir = tempfile::tempdir().unwrap();
     write_json(dir.path().join("prices.json"), &prices());
     let cases = [
-        (json!({"tokens": 1000}), "reserves up to"),
+        (json!({"tokens": 1000}), "needs up to"),
         (json!({"tokens": 0}), "debate.budget.tokens"),
         (json!({"usd": -1.0}), "debate.budget.usd"),
         (json!({"usd": 1e12}), "debate.budget.usd"),

@@ -1,6 +1,7 @@
-//! Budgets count a prompt as at most the task's texts plus
-//! `limits::MAX_PROMPT_TEMPLATE_BYTES` (a token per byte): every prompt the agent and judge
-//! workers build stays within it, for every role and task kind.
+//! Budgets count a prompt as at most the task's texts plus its kind's template bound
+//! (`parley_engine::budget::template_bytes`, at most `limits::MAX_PROMPT_TEMPLATE_BYTES`; a
+//! token per byte): every prompt the agent and judge workers build stays within it, for
+//! every role and task kind.
 
 use parley_protocol::{
     limits, AgentClarifications, AgentConfig, ClarificationItem, PeerText, Task, TaskInput,
@@ -61,14 +62,22 @@ fn task(role: &str, kind: TaskKind) -> Task {
                     note: format!("guide note {i}"),
                 })
                 .collect(),
+            single_ask: false,
         },
         timeout_ms: 1000,
         dispatch_token: None,
     }
 }
 
+/// The prompt's bytes, with 8 a message for the chat format.
 fn bytes(messages: &[parley_llm::ChatMessage]) -> u64 {
-    messages.iter().map(|m| m.content.len() as u64).sum()
+    messages.iter().map(|m| m.content.len() as u64 + 8).sum()
+}
+
+fn bound(kind: TaskKind) -> u64 {
+    let b = parley_engine::budget::template_bytes(kind);
+    assert!(b <= limits::MAX_PROMPT_TEMPLATE_BYTES, "{kind:?}");
+    b
 }
 
 #[test]
@@ -84,8 +93,12 @@ fn agent_and_judge_prompts_stay_within_the_template_bound() {
         ] {
             let t = task(role, kind);
             let built = bytes(&parley_agent_worker::build_messages(&t).unwrap());
+            println!(
+                "{role} {kind:?}: template {} bytes",
+                built as i64 - t.text_bytes() as i64
+            );
             assert!(
-                built <= t.text_bytes() + limits::MAX_PROMPT_TEMPLATE_BYTES,
+                built <= t.text_bytes() + bound(kind),
                 "{role} {kind:?}: {built} bytes for {} bytes of texts",
                 t.text_bytes()
             );
@@ -104,10 +117,79 @@ fn agent_and_judge_prompts_stay_within_the_template_bound() {
             parley_judge_worker::prompts::STRICT_JSON,
         ));
         let built = bytes(&messages);
+        println!(
+            "judge {kind:?}: template {} bytes",
+            built as i64 - t.text_bytes() as i64
+        );
         assert!(
-            built <= t.text_bytes() + limits::MAX_PROMPT_TEMPLATE_BYTES,
+            built <= t.text_bytes() + bound(kind),
             "judge {kind:?}: {built} bytes for {} bytes of texts",
             t.text_bytes()
         );
     }
+}
+
+/// With one-byte texts (as many items as a prompt can list), a prompt is all template:
+/// within its kind's bound.
+#[test]
+fn bare_prompts_are_within_their_kind_template_bound() {
+    let mut most = std::collections::BTreeMap::new();
+    for role in KNOWN_ROLES {
+        for kind in [
+            TaskKind::Clarify,
+            TaskKind::Propose,
+            TaskKind::Critique,
+            TaskKind::Refine,
+            TaskKind::Summarize,
+            TaskKind::Vote,
+        ] {
+            let mut t = task(role, kind);
+            let small = PeerText {
+                agent_id: "agent-1".into(),
+                agent_role: "security".into(),
+                content: "p".into(),
+            };
+            t.input = TaskInput {
+                max_length: Some(2500),
+                max_questions: Some(5),
+                proposal: Some(small.clone()),
+                // The most items a prompt lists, each with its formatting.
+                critiques: vec![small.clone(); limits::MAX_AGENTS - 1],
+                candidates: vec![small; limits::MAX_AGENTS - 1],
+                history: Some("h".into()),
+                transcript: Some("t".into()),
+                ..Default::default()
+            };
+            t.context = None;
+            let template = bytes(&parley_agent_worker::build_messages(&t).unwrap())
+                .saturating_sub(t.text_bytes());
+            let m = most.entry(format!("{kind:?}")).or_insert(0);
+            *m = template.max(*m);
+            assert!(template <= bound(kind), "{role} {kind:?}: {template}");
+        }
+    }
+    for kind in [
+        TaskKind::Evaluate,
+        TaskKind::Verdict,
+        TaskKind::JudgeSummarize,
+        TaskKind::Synthesize,
+    ] {
+        let mut t = task("generalist", kind);
+        t.input = TaskInput {
+            max_length: Some(2500),
+            transcript: Some(String::new()),
+            open_issues: vec!["i".into(); limits::MAX_OPEN_ISSUES],
+            vote_result: Some("v".into()),
+            ..Default::default()
+        };
+        t.context = None;
+        let mut messages = parley_judge_worker::build_messages(&t).unwrap();
+        messages.push(parley_llm::ChatMessage::user(
+            parley_judge_worker::prompts::STRICT_JSON,
+        ));
+        let template = bytes(&messages).saturating_sub(t.text_bytes());
+        most.insert(format!("{kind:?}"), template);
+        assert!(template <= bound(kind), "judge {kind:?}: {template}");
+    }
+    println!("{most:?}");
 }

@@ -1,30 +1,70 @@
-//! Budgets: the worst case of a task, in tokens and dollars (pure, no I/O).
+//! Budgets: what a call may cost, fitted to what the budget has left (pure, no I/O).
 //!
-//! A debate with a budget (`debate.budget`, tightened by the operator's caps) reserves the
-//! worst case of every task before it is dispatched and settles the real usage when its
-//! result arrives; the state machine keeps the ledger in the debate's state
+//! A debate with a budget (`debate.budget`, tightened by the operator's caps) reserves
+//! every call before it is dispatched and settles the real usage when its result arrives;
+//! the state machine keeps the ledger in the debate's state
 //! ([`parley_protocol::BudgetRecord`]), checkpointed with every transition, so the
 //! coordinator that owns the debate (one, by lease and compare-and-set) is the only writer
 //! in a cluster and a crash loses nothing. A task sent again after a lost worker (a killed
-//! process, a deadline) keeps the reservation it had: nothing leaks, nothing is counted
-//! twice.
+//! process, a deadline) or a failed attempt keeps the reservation and the completion cap it
+//! had: nothing leaks, nothing is counted twice.
 //!
-//! The worst case of one call:
-//! - prompt: the task's texts ([`Task::text_bytes`]) plus the template bound
-//!   ([`limits::MAX_PROMPT_TEMPLATE_BYTES`]), a token per byte (a byte-level BPE token is
-//!   at least one byte);
-//! - completion: the call's cap ([`completion_cap`]), which the machine also writes into
-//!   the task's `maxTokens` so the worker asks for no more;
-//! - synthesis and evaluation may ask once more with a stricter JSON instruction (the
-//!   first reply goes back into the prompt): two prompts and three completions.
+//! # One call's reservation
+//! - **prompt**: a token per byte of the task's texts ([`Task::text_bytes`]) plus its
+//!   kind's template bound ([`template_bytes`]: the built-in role and judge prompts, the
+//!   templates, the chat format). A token of any byte-level BPE (or SentencePiece with byte
+//!   fallback) covers at least one byte, so this bound holds for every model, whatever its
+//!   tokenizer; an English prompt is about a quarter of it in real tokens. Budgets do not
+//!   use a model's own tokenizer: the bound is safe without one, and what it over-counts is
+//!   given back when the call settles (`parley estimate` does count OpenAI-family prompts
+//!   with their tokenizer).
+//! - **completion**: the cap the machine fits and writes into the task's `maxTokens`: the
+//!   participant's cap (its `maxTokens`, else the operator's `max_tokens`), at most what
+//!   the budget has left for the call (see the machine's budget concern for the share), at
+//!   least the kind's floor ([`completion_floor`]). A call whose cap would fall under its
+//!   floor is not dispatched: it waits while other calls are out (they may give room
+//!   back), else the debate degrades.
+//! - Under a budget the judge asks once ([`parley_protocol::TaskInput::single_ask`]): no
+//!   stricter second ask for JSON, which the reservation would not cover.
 //!
 //! In dollars, the participant's price (provider/model, else model; `local` is free). A
 //! dollar budget needs a price for every participant's model: a debate with one missing is
 //! refused at submit ([`Pricing::unpriced`]).
 
 use parley_protocol::{
-    completion_cap, limits, AgentConfig, Amount, DebateSpec, ModelPrice, PriceTable, Task, TaskKind,
+    completion_cap, AgentConfig, Amount, Budget, DebateSpec, ModelPrice, PriceTable, Task, TaskKind,
 };
+
+/// The fewest completion tokens a call is dispatched with (a proposal, a critique, a
+/// refinement, a summary, a judge's verdict: room to say something, about 75 words).
+pub const MIN_COMPLETION_TOKENS: u32 = 96;
+
+/// The fewest completion tokens the synthesis is dispatched with (a short solution in the
+/// JSON shape asked for).
+pub const MIN_SYNTHESIS_TOKENS: u32 = 192;
+
+/// The kind's completion floor: [`MIN_SYNTHESIS_TOKENS`] for the synthesis, 0 for an
+/// embedding (no completion), else [`MIN_COMPLETION_TOKENS`].
+pub fn completion_floor(kind: TaskKind) -> u32 {
+    match kind {
+        TaskKind::Synthesize => MIN_SYNTHESIS_TOKENS,
+        TaskKind::Embed => 0,
+        _ => MIN_COMPLETION_TOKENS,
+    }
+}
+
+/// Bytes a worker's prompt for a task of `kind` adds around the task's own texts: the
+/// built-in role prompt (when the participant sets none), the kind's template and
+/// instructions, and 8 bytes a message for the chat format. The agent and judge workers'
+/// tests (`crates/cli/tests/prompt_bound.rs`) check every role's and kind's prompt stays
+/// within it.
+pub fn template_bytes(kind: TaskKind) -> u64 {
+    match kind {
+        TaskKind::Embed => 0,
+        TaskKind::Synthesize => 2_560,
+        _ => 2_048,
+    }
+}
 
 /// The operator's prices and completion cap, as budgets read them.
 #[derive(Debug, Clone)]
@@ -35,11 +75,14 @@ pub struct Pricing {
     operator_max_tokens: u32,
 }
 
-/// No prices, the default operator cap ([`limits::DEFAULT_MAX_TOKENS`]): what a machine
-/// that was given no pricing reserves with (never a 1-token cap).
+/// No prices, the default operator cap ([`parley_protocol::limits::DEFAULT_MAX_TOKENS`]):
+/// what a machine that was given no pricing reserves with (never a 1-token cap).
 impl Default for Pricing {
     fn default() -> Self {
-        Self::new(PriceTable::new(), limits::DEFAULT_MAX_TOKENS)
+        Self::new(
+            PriceTable::new(),
+            parley_protocol::limits::DEFAULT_MAX_TOKENS,
+        )
     }
 }
 
@@ -96,23 +139,15 @@ impl Pricing {
         self.price_of(agent).is_some()
     }
 
-    /// The most `task` can spend.
-    pub fn worst_case(&self, task: &Task) -> Amount {
-        let prompt = task
-            .text_bytes()
-            .saturating_add(limits::MAX_PROMPT_TEMPLATE_BYTES);
-        let completion = u64::from(self.completion_cap(&task.agent));
-        let (prompt, completion) = match task.kind {
-            // A stricter second ask carries the first reply in its prompt.
-            TaskKind::Synthesize | TaskKind::Evaluate | TaskKind::Verdict => (
-                prompt.saturating_mul(2).saturating_add(completion),
-                completion.saturating_mul(2),
-            ),
-            // Embeddings: the texts are the prompt, there is no completion.
-            TaskKind::Embed => (task.text_bytes(), 0),
-            _ => (prompt, completion),
-        };
-        // Unpriced: 0 here, and [`Self::priced`] says a dollar budget cannot take it.
+    /// The bound of `task`'s prompt in tokens: a token per byte of its texts and its kind's
+    /// template (an embedding: its texts).
+    pub fn prompt_bound(&self, task: &Task) -> u64 {
+        task.text_bytes().saturating_add(template_bytes(task.kind))
+    }
+
+    /// What one call of `task` costs with this prompt and completion (an unpriced call:
+    /// 0 dollars, and [`Self::priced`] says a dollar budget cannot take it).
+    pub fn amount(&self, task: &Task, prompt: u64, completion: u64) -> Amount {
         let usd = self
             .price_of(&task.agent)
             .map_or(0.0, |p| p.cost(prompt, 0, completion));
@@ -121,13 +156,75 @@ impl Pricing {
             tokens: prompt.saturating_add(completion),
         }
     }
+
+    /// The most completion tokens of `task` (with `prompt` tokens of prompt) that fit in
+    /// `room` (each figure it sets), at most the participant's cap; 0 when not even the
+    /// prompt fits. An embedding has no completion: its cap is 0.
+    pub fn fit(&self, task: &Task, prompt: u64, room: Budget) -> u32 {
+        if task.kind == TaskKind::Embed {
+            return 0;
+        }
+        let cap = u64::from(self.completion_cap(&task.agent));
+        let mut most = cap;
+        if let Some(t) = room.tokens {
+            most = most.min(t.saturating_sub(prompt));
+        }
+        if let Some(u) = room.usd {
+            let price = self.price_of(&task.agent).unwrap_or(ModelPrice {
+                input_cost_per_token: 0.0,
+                output_cost_per_token: 0.0,
+                cache_read_input_token_cost: None,
+                max_input_tokens: None,
+                max_output_tokens: None,
+            });
+            let after_prompt = u - prompt as f64 * price.input_cost_per_token;
+            if after_prompt < 0.0 {
+                return 0;
+            }
+            if price.output_cost_per_token > 0.0 {
+                // Rounded down, and a hair under for float sums.
+                let n = (after_prompt / price.output_cost_per_token * (1.0 - 1e-9)).floor();
+                most = most.min(if n.is_finite() && n >= 0.0 {
+                    n as u64
+                } else {
+                    0
+                });
+            }
+        }
+        u32::try_from(most).unwrap_or(u32::MAX)
+    }
+}
+
+/// `b` scaled by `f` (each figure it sets).
+pub(crate) fn scaled(b: Budget, f: f64) -> Budget {
+    Budget {
+        usd: b.usd.map(|u| u * f),
+        tokens: b.tokens.map(|t| (t as f64 * f) as u64),
+    }
+}
+
+/// `a` less `b`, per figure `a` sets (never below zero).
+pub(crate) fn less(a: Budget, b: Amount) -> Budget {
+    Budget {
+        usd: a.usd.map(|u| (u - b.usd).max(0.0)),
+        tokens: a.tokens.map(|t| t.saturating_sub(b.tokens)),
+    }
+}
+
+/// `a` plus `b`, per figure `a` sets.
+pub(crate) fn more(a: Budget, b: Amount) -> Budget {
+    Budget {
+        usd: a.usd.map(|u| u + b.usd),
+        tokens: a.tokens.map(|t| t.saturating_add(b.tokens)),
+    }
 }
 
 /// Fixes a submitted debate's budget before it is accepted: its own `debate.budget`
 /// tightened by the operator's `caps` (which alone apply when it sets none) is written into
 /// the spec. Refused, with the figures: a dollar budget with an unpriced participant, and
-/// a budget below [`crate::Machine::minimum_reservation`] (the synthesis held back and
-/// every round-1 proposal, worst case).
+/// a budget below [`crate::Machine::minimum_reservation`] (every round-1 proposal and the
+/// synthesis, each at its completion floor). Nothing else is refused: a larger budget
+/// runs, fitting its calls to what is left and degrading when they no longer fit.
 pub fn admit(
     spec: &mut DebateSpec,
     caps: &parley_protocol::Budget,
@@ -163,13 +260,13 @@ pub fn admit(
         .flatten()
         .collect::<Vec<_>>()
         .join(" / ");
+        let n = spec.active_agents().count();
         return Err(format!(
-            "debate.budget: the smallest run of this debate reserves up to {} tokens / ${:.6} \
-             before its first call (the synthesis held back and {} round-1 proposal(s), \
-             worst case), over its budget of {limit}",
-            need.tokens,
-            need.usd,
-            spec.active_agents().count()
+            "debate.budget: the smallest run of this debate needs up to {} tokens / ${:.6} \
+             ({n} round-1 proposal(s) at {MIN_COMPLETION_TOKENS} completion tokens and the \
+             synthesis at {MIN_SYNTHESIS_TOKENS}, prompts counted at a token per byte), \
+             over its budget of {limit}",
+            need.tokens, need.usd,
         ));
     }
     Ok(())

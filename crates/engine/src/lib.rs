@@ -17,7 +17,8 @@
 //!   - `rounds`: dispatching what the plan wants, opening rounds, carrying refinements
 //!     over, termination, critique topologies;
 //!   - `deadlines`: attempt deadlines, the clock, lost messages;
-//!   - `budget`: reservations, settlement, the degradation steps;
+//!   - `budget`: fitting each call's completion cap to what is left, reservations,
+//!     settlement, overruns, the degradation steps;
 //!   - `clarifications`: questions, answers, follow-up iterations, the timeout;
 //!   - `steering`: the user's pause, resume, guide notes, stop and extend;
 //!   - `adaptive`: per-round verdicts, similarities, the adaptive screen and its path;
@@ -26,8 +27,9 @@
 //!   - `events`: events, node entries, warnings, progress;
 //!   - `graph`: the task graph, one table of node kinds;
 //!   - `tests`: the unit tests, one file per concern, shared fixtures in `tests/mod.rs`.
-//! - [`budget`]: the worst case of a task in tokens and dollars ([`Pricing`]) and the
-//!   admission of a debate with a budget.
+//! - [`budget`]: what a call costs in tokens and dollars ([`Pricing`]: the prompt bound,
+//!   the completion floors, fitting a cap to a room) and the admission of a debate with a
+//!   budget.
 //! - [`driver`]: runs a machine in-process against a [`TaskRunner`] (the embedded mode),
 //!   with bounded concurrency, per-task timeouts, retry timers, a checkpoint after every
 //!   transition, a failed result for a task that panics, and a bounded stop on interrupt.

@@ -627,11 +627,15 @@ fn with_budget(mut s: DebateSpec, extra: u64) -> DebateSpec {
     s
 }
 
-/// Runs `s` under a budget, every call using `tokens` (questions in clarify replies).
-fn run_spending(s: DebateSpec, tokens: u64) -> Replay {
+/// Runs `s` under a budget, every call using `tokens` (questions in clarify replies), every
+/// contribution `chars` long (at least its default text).
+fn run_spending(s: DebateSpec, tokens: u64, chars: usize) -> Replay {
     Replay::new(s).start_and_run(&move |t| {
         let mut out = output(t);
         out.metadata.tokens_used = tokens;
+        if out.content.len() < chars {
+            out.content.push_str(&"x".repeat(chars - out.content.len()));
+        }
         if t.kind == TaskKind::Clarify {
             out.questions = vec!["Scale?".into()];
         }
@@ -639,48 +643,47 @@ fn run_spending(s: DebateSpec, tokens: u64) -> Replay {
     })
 }
 
-/// The budget runs out mid-debate: the synthesis at once, with what exists.
+/// Long critiques make a refinement too dear for what is left: the synthesis at once,
+/// with what exists.
 fn budget_synthesize_now() -> Replay {
-    run_spending(with_budget(spec(2, 3, "fixed", json!({})), 130_000), 20_000)
+    run_spending(with_budget(spec(2, 1, "fixed", json!({})), 0), 10, 3_000)
 }
 
-/// The adaptive screen does not fit: skipped, the debate goes the full path.
+/// The adaptive screen does not fit (the judge's own prompt is larger than what is left
+/// besides the synthesis): skipped, the debate goes the full path.
 fn budget_skip_screen() -> Replay {
     let mut s = spec(3, 2, "verdict", json!({"mode": "adaptive"}));
+    s.judge.system_prompt = Some("x".repeat(40_000).into());
     for a in &mut s.agents {
         a.max_tokens = Some(200);
     }
-    run_spending(with_budget(s, 30_000), 10)
+    run_spending(with_budget(s, 30_000), 10, 0)
 }
 
-/// Round 2's refinements would not fit: no new round after round 1.
+/// The smallest budget: round 1's critiques are dropped, and round 2's refinements would
+/// not fit: no new round after round 1.
 fn budget_no_new_round() -> Replay {
     let mut s = spec(2, 3, "fixed", json!({}));
     for a in &mut s.agents {
         a.max_tokens = Some(200);
     }
-    run_spending(with_budget(s, 5_000), 10)
+    run_spending(with_budget(s, 0), 10, 0)
 }
 
 /// Critiques that do not fit are dropped; the targets refine without them; then the
 /// synthesis at once.
 fn budget_drop_critiques() -> Replay {
-    run_spending(with_budget(spec(3, 1, "fixed", json!({})), 40_000), 10)
+    run_spending(with_budget(spec(3, 1, "fixed", json!({})), 2_000), 10, 0)
 }
 
-/// Summaries (long ones: `maxLength` 20000) that do not fit are skipped; the full history
-/// is used.
+/// The judge's summary of a long final round does not fit: skipped; the synthesis reads
+/// the transcript (cut to what its hold was sized for).
 fn budget_skip_summaries() -> Replay {
-    let mut s = spec(
-        2,
-        2,
-        "fixed",
-        json!({"summarization": {"enabled": true, "threshold": 10, "maxLength": 20000}}),
-    );
-    for a in &mut s.agents {
-        a.max_tokens = Some(200);
-    }
-    run_spending(with_budget(s, 4_000), 10)
+    run_spending(
+        with_budget(spec(2, 1, "fixed", json!({})), 3_000),
+        10,
+        3_000,
+    )
 }
 
 /// Long answers to the first iteration's questions make the follow-up questions too

@@ -174,7 +174,8 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
     let mut content = first;
     let mut parsed = parse::extract_json(&content);
     let mut warnings = Vec::new();
-    if parsed.is_none() {
+    // Under a budget the call was reserved once: no second ask.
+    if parsed.is_none() && !task.input.single_ask {
         messages.push(ChatMessage {
             role: "assistant",
             content: content.clone(),

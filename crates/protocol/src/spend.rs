@@ -214,14 +214,16 @@ pub struct Degradation {
 pub struct BudgetRecord {
     pub limit: Budget,
     pub spent: Amount,
-    /// The worst case of the calls in flight plus the synthesis held back from the start.
+    /// What the calls in flight are reserved for (prompt bound and fitted completion cap)
+    /// plus the synthesis held back from the start.
     pub reserved: Amount,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub degraded: Vec<Degradation>,
-    /// The synthesis's worst case, held back from the start (part of `reserved`).
+    /// The synthesis held back from the start (part of `reserved`); taken over by the
+    /// synthesis's own reservation when it is dispatched.
     #[serde(default)]
     pub hold: Amount,
-    /// Task id → the worst case reserved for it while it is outstanding (part of
+    /// Task id → what is reserved for it while it is outstanding (part of
     /// `reserved`); released when its result is settled or the task is given up. A task
     /// re-dispatched after a lost worker keeps its reservation, so nothing leaks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -236,6 +238,37 @@ pub struct BudgetRecord {
     /// Synthesize with what exists, as soon as the calls in flight are back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub synthesize_now: bool,
+    /// Task id → the completion cap (`maxTokens`) its reservation was fitted to, while it
+    /// is outstanding: a task sent again asks for the same.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub caps: BTreeMap<String, u32>,
+    /// Calls that used more than was reserved for them (a provider that returned more than
+    /// the `maxTokens` asked for): later calls are fitted to what is really left.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overruns: Vec<Overrun>,
+}
+
+/// A call that used more than its reservation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Overrun {
+    pub task_id: String,
+    /// The completion cap the call asked for.
+    pub max_tokens: u32,
+    pub reserved: Amount,
+    pub used: Amount,
+}
+
+impl BudgetRecord {
+    /// What is left once spent and reserved are taken off the limit, per figure the limit
+    /// sets (never below zero).
+    pub fn left(&self) -> Budget {
+        let taken = self.spent.plus(self.reserved);
+        Budget {
+            usd: self.limit.usd.map(|u| (u - taken.usd).max(0.0)),
+            tokens: self.limit.tokens.map(|t| t.saturating_sub(taken.tokens)),
+        }
+    }
 }
 
 impl BudgetRecord {

@@ -210,6 +210,10 @@ pub struct TaskInput {
     /// The user's guide notes so far (steering), stated with the problem in every prompt.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guidance: Vec<crate::GuideNote>,
+    /// The judge asks once, without the stricter second ask for JSON (a debate under a
+    /// budget reserved one call): a reply that is not JSON is read leniently.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub single_ask: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -719,10 +719,8 @@ impl Machine {
             (Executor::Embeddings, Some(e)) => e.as_agent(&self.spec.judge.id),
             _ => self.executor(p).clone(),
         };
-        if self.spec.debate.budget.is_some() {
-            // The reservation counted this many completion tokens: ask for no more.
-            agent.max_tokens = Some(self.pricing.completion_cap(&agent));
-        }
+        // Under a budget: the completion cap the reservation was fitted to.
+        self.limit_for_budget(&id, p.kind, &mut agent, &mut input);
         Task {
             schema_version: SCHEMA_VERSION,
             id,

@@ -8,6 +8,7 @@ use parley_protocol::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::budget::Fit;
 use super::graph;
 use super::graph::Phase;
 use super::{Effect, Machine, Planned};
@@ -52,9 +53,10 @@ impl Machine {
         }
     }
 
-    /// Dispatches `p` unless it is in flight or backing off. Under a budget it first
-    /// reserves the task's worst case; when that does not fit, the debate degrades
-    /// instead ([`Self::degrade`]) and `true` is returned.
+    /// Dispatches `p` unless it is in flight or backing off. Under a budget it first fits
+    /// and reserves the call ([`Self::reserve`]): it may wait for calls in flight to give
+    /// room back, or the debate degrades instead ([`Self::degrade`]) and `true` is
+    /// returned.
     pub(super) fn dispatch(
         &mut self,
         p: Planned,
@@ -65,9 +67,13 @@ impl Machine {
         if self.in_flight.contains_key(&id) || self.backing_off.contains(&id) {
             return false;
         }
-        if self.state.budget.is_some() && !self.reserve(&p, &id) {
-            self.degrade(&p, id, now, fx);
-            return true;
+        match self.reserve(&p, &id) {
+            Fit::Go => {}
+            Fit::Wait => return false,
+            Fit::Degrade => {
+                self.degrade(&p, id, now, fx);
+                return true;
+            }
         }
         // Clarification iterations all belong before round 1.
         let node_round = if graph::def(p.kind).phase == Phase::Clarification {
@@ -137,6 +143,8 @@ impl Machine {
                 }
                 _ => self.round(r).is_some_and(|rd| rd.evaluation.is_some()),
             };
+            // Under a budget that is short now, decided once the calls in flight are back.
+            let open_next = open_next && !self.next_round_waits(r);
             if open_next && self.next_round_unaffordable(r) {
                 if let Some(b) = self.state.budget.as_mut() {
                     b.final_round = Some(r);

@@ -159,6 +159,10 @@ struct Knobs {
     responses_api: bool,
     /// What a request with a JSON schema gets.
     structured_output: StructuredOutput,
+    /// Replies are cut to the request's completion cap (`max_tokens`,
+    /// `max_completion_tokens`, `max_output_tokens`; 4 characters a token), as a real
+    /// provider's are. Off by default: the reply is whatever the responder says.
+    honour_max_tokens: bool,
     /// Numbers the normal replies (`#<n>` in the default text, ids).
     replies: u64,
 }
@@ -224,6 +228,7 @@ impl FakeLlm {
                 tool_caller: None,
                 responses_api: true,
                 structured_output: StructuredOutput::Ignore,
+                honour_max_tokens: false,
                 replies: 0,
             }),
             shutdown: rx.clone(),
@@ -323,6 +328,12 @@ impl FakeLlm {
     /// How later requests that carry a JSON schema (structured output) are answered.
     pub fn set_structured_output(&self, mode: StructuredOutput) {
         self.knobs().structured_output = mode;
+    }
+
+    /// Cuts later replies to the completion cap each request asks for (see
+    /// `Knobs::honour_max_tokens`); off: a reply may be longer than asked.
+    pub fn set_honour_max_tokens(&self, on: bool) {
+        self.knobs().honour_max_tokens = on;
     }
 
     fn knobs(&self) -> MutexGuard<'_, Knobs> {
@@ -439,10 +450,11 @@ async fn handle(
         _ => None,
     };
 
-    let (plan, record, responder, tool_caller, structured) = {
+    let (plan, record, responder, tool_caller, structured, honour) = {
         let mut k = lock(&shared.state);
         let plan = k.decide(endpoint, &body, &model, &prompt, received_at);
         let structured = k.structured_output;
+        let honour = k.honour_max_tokens;
         let record = RecordedRequest {
             path,
             headers,
@@ -459,6 +471,7 @@ async fn handle(
             k.responder.clone(),
             k.tool_caller.clone(),
             structured,
+            honour,
         )
     };
 
@@ -555,6 +568,17 @@ async fn handle(
                 if let Some(schema) = record.json_schema() {
                     if !wire::holds_required_keys(&text, schema) {
                         text = wire::instance_of(schema, n).to_string();
+                    }
+                }
+            }
+            if honour {
+                let cap = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+                    .iter()
+                    .find_map(|k| record.body.get(*k).and_then(Value::as_u64));
+                if let Some(cap) = cap {
+                    let most = usize::try_from(cap.saturating_mul(4)).unwrap_or(usize::MAX);
+                    if text.chars().count() > most {
+                        text = text.chars().take(most).collect();
                     }
                 }
             }
