@@ -28,6 +28,8 @@
 //! - [`shared_text`]: [`SharedText`], a string whose equal copies share one allocation
 //!   (prompt texts, problem and context), serialized as a plain string.
 //! - [`subjects`]: NATS subjects, header names and error replies.
+//! - [`webhook`]: [`WebhookSubscription`], a debate's webhooks (which of the operator's
+//!   endpoints, which events), and [`WebhookEvent`], the moments they are told about.
 //! - [`status`]: the replies of `parley.debates.status`: a summary view, and the full state
 //!   inline or in pages (so no reply outgrows NATS's `max_payload`).
 
@@ -46,6 +48,7 @@ pub mod status;
 pub mod subjects;
 pub mod submission;
 pub mod task;
+pub mod webhook;
 
 pub use config::*;
 pub use context_files::*;
@@ -58,6 +61,7 @@ pub use spec::*;
 pub use spend::*;
 pub use state::*;
 pub use status::*;
+pub use webhook::{WebhookEvent, WebhookSubscription};
 pub use submission::*;
 pub use task::*;
 

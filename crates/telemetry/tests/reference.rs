@@ -46,6 +46,8 @@ fn populated() -> Metrics {
     m.request_error("submit", "invalid_json");
     m.reply_refused("status");
     m.follower_refused("client");
+    m.webhook_attempt(parley_telemetry::WebhookAttempt::Status);
+    m.webhook_message(parley_telemetry::WebhookResult::Delivered);
     m
 }
 

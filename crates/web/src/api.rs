@@ -84,6 +84,8 @@ pub struct AppState {
     pub idempotency: Arc<IdempotencyStore>,
     /// The OpenAPI document served at `/v1/openapi.json` (`crate::openapi::document`).
     pub openapi: Arc<str>,
+    /// The operator's webhook endpoints (`--webhooks`), which submissions may name.
+    pub webhooks: Option<Arc<parley_webhooks::Endpoints>>,
 }
 
 impl IntoResponse for ApiError {
@@ -476,6 +478,7 @@ async fn create(
     let mut request: SubmitRequest = json_body(&headers, body)?;
     let header_key = idempotency_header(&headers)?;
     request.validate()?;
+    crate::webhooks::check_submission(s.webhooks.as_deref(), &request)?;
     let key = match (header_key, request.idempotency_key.take()) {
         (Some(h), Some(b)) if h != b => {
             return Err(ApiError::invalid(

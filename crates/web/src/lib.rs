@@ -16,6 +16,8 @@
 //!   start-up when the operator gives neither a token nor API keys (unless `--no-auth`).
 //! - [`keys`]: per-user API keys (hashed in the operator's file, re-read while serving).
 //! - [`idempotency`]: idempotency keys of creates.
+//! - [`webhooks`]: the submission's webhook check and the delivery over either backend
+//!   (the event log and a cursor file embedded, a durable consumer in a cluster).
 //! - [`assets`]: the page (HTML/CSS/JS in `assets/`, compiled in) and the security
 //!   headers (a strict Content-Security-Policy).
 
@@ -29,13 +31,15 @@ pub mod idempotency;
 pub mod keys;
 pub mod openapi;
 pub mod replies;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use backend::{
     AgentChoice, Answer, AnswersRequest, ApiError, Backend, DebateListItem, FeedbackRequest,
-    FormDefaults, ProviderView, ReportFn, SpecSource, SubmitRequest,
+    FormDefaults, ProviderView, ReportFn, SpecSource, SubmitRequest, WebhookEventName,
+    WebhookRequest,
 };
 pub use cluster::ClusterBackend;
 pub use embedded::EmbeddedBackend;
@@ -74,6 +78,8 @@ pub struct ServeOptions {
     pub limits: parley_telemetry::ConnectionLimits,
     /// The operator's API key file (see [`keys`]), re-read while the server runs.
     pub api_keys: Option<std::path::PathBuf>,
+    /// The operator's webhook endpoints (`--webhooks`): a submission may name only these.
+    pub webhooks: Option<Arc<parley_webhooks::Endpoints>>,
 }
 
 impl ServeOptions {
@@ -85,6 +91,7 @@ impl ServeOptions {
             no_auth: false,
             limits: parley_telemetry::ConnectionLimits::WEB,
             api_keys: None,
+            webhooks: None,
         }
     }
 }
@@ -153,6 +160,7 @@ impl Server {
             stop: stop.clone(),
             idempotency: Default::default(),
             openapi: openapi::document().into(),
+            webhooks: options.webhooks.clone(),
         };
         Ok(Self {
             listener,

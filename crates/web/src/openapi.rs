@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::backend::{
     AgentChoice, AgentView, Answer, AnswersRequest, DebateListItem, FeedbackRequest, FormDefaults,
-    ProviderView, SubmitRequest,
+    ProviderView, SubmitRequest, WebhookEventName, WebhookRequest,
 };
 use crate::replies::{
     CommandReply, ConfigLimits, ConfigReply, CreatedDebate, DebateList, DebateStateDoc,
@@ -70,6 +70,7 @@ impl Modify for BearerAuth {
         ErrorResponse, ErrorDetail, ErrorCodeDoc, CreatedDebate, DebateList, ConfigReply,
         ConfigLimits, DebateStateDoc, CommandReply, SubmitRequest, AgentChoice, AnswersRequest,
         Answer, FeedbackRequest, DebateListItem, FormDefaults, ProviderView, AgentView,
+        WebhookRequest, WebhookEventName,
     )),
     modifiers(&BearerAuth),
     tags(

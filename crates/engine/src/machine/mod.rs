@@ -268,6 +268,7 @@ impl Machine {
             adaptive: None,
             voting: None,
             owner: spec.owner.clone(),
+            webhooks: spec.webhooks.clone(),
             created_at: now,
             updated_at: now,
         };
