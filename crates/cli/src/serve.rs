@@ -619,18 +619,25 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         max_agents: args.max_agents,
         prices: args.prices.as_deref(),
     };
+    let tickets = parley_mcp::Tickets::default();
     let OpenBackend {
         backend,
         embedded,
         cluster,
-        ..
-    } = open_backend(flags, interrupt, parley_mcp::Tickets::default()).await?;
+        estimator,
+    } = open_backend(flags, interrupt, tickets.clone()).await?;
     let kind = backend.kind();
+    // The MCP server over streamable HTTP at /mcp, behind the API's credentials.
+    let mcp = parley_mcp::http_router(
+        parley_mcp::ParleyMcp::new(backend.clone(), estimator, tickets),
+        interrupt.child_token(),
+    );
     let options = parley_web::ServeOptions {
         token: args.auth_token.clone(),
         no_auth: args.no_auth,
         api_keys: args.api_keys.clone(),
         webhooks: webhooks.clone(),
+        mcp: Some(mcp),
         ..parley_web::ServeOptions::new(args.listen)
     };
     // Deliveries stop with the server; what is not delivered stays in the outbox.

@@ -128,7 +128,8 @@ fn json_response(status: StatusCode, v: &Value) -> Response {
 }
 
 /// The whole application: assets, API and guards.
-pub fn router(state: AppState) -> Router {
+/// The API's routes (and `mcp`, when given, at `/mcp` behind the same credentials).
+pub fn router(state: AppState, mcp: Option<Router>) -> Router {
     let api = Router::new()
         .route("/config", get(config))
         .route("/debates", get(list).post(create))
@@ -143,14 +144,20 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .route("/openapi.json", get(openapi_document));
-    Router::new()
+    let mut app: Router = Router::new()
         .nest("/v1", api)
         .route("/healthz", get(|| async { "ok" }))
         .merge(assets::routes())
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state.clone());
+    if let Some(mcp) = mcp {
+        app = app.merge(mcp.layer(middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        )));
+    }
+    app.layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), guard_origin))
         .layer(middleware::from_fn(assets::security_headers))
-        .with_state(state)
 }
 
 async fn api_not_found(method: Method, uri: Uri) -> ApiError {

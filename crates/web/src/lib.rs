@@ -16,6 +16,8 @@
 //!   start-up when the operator gives neither a token nor API keys (unless `--no-auth`).
 //! - [`keys`]: per-user API keys (hashed in the operator's file, re-read while serving).
 //! - [`idempotency`]: idempotency keys of creates.
+//! - [`scoped`]: [`scoped::ScopedBackend`], a backend as one API key sees it (the MCP
+//!   server under `/mcp`).
 //! - [`webhooks`]: the submission's webhook check and the delivery over either backend
 //!   (the event log and a cursor file embedded, a durable consumer in a cluster).
 //! - [`assets`]: the page (HTML/CSS/JS in `assets/`, compiled in) and the security
@@ -31,6 +33,7 @@ pub mod idempotency;
 pub mod keys;
 pub mod openapi;
 pub mod replies;
+pub mod scoped;
 pub mod webhooks;
 
 use std::net::SocketAddr;
@@ -80,6 +83,10 @@ pub struct ServeOptions {
     pub api_keys: Option<std::path::PathBuf>,
     /// The operator's webhook endpoints (`--webhooks`): a submission may name only these.
     pub webhooks: Option<Arc<parley_webhooks::Endpoints>>,
+    /// Served at `/mcp` behind the same credentials as `/v1` (the MCP server over
+    /// streamable HTTP): each request carries the caller's [`keys::Principal`] in its
+    /// extensions.
+    pub mcp: Option<axum::Router>,
 }
 
 impl ServeOptions {
@@ -92,6 +99,7 @@ impl ServeOptions {
             limits: parley_telemetry::ConnectionLimits::WEB,
             api_keys: None,
             webhooks: None,
+            mcp: None,
         }
     }
 }
@@ -164,7 +172,7 @@ impl Server {
         };
         Ok(Self {
             listener,
-            app: api::router(state),
+            app: api::router(state, options.mcp),
             addr,
             generated,
             limits: options.limits,

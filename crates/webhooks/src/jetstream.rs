@@ -96,6 +96,7 @@ async fn consume(
         .messages()
         .await
         .map_err(|e| format!("consumer {CONSUMER}: {e}"))?;
+    tracing::info!("webhooks: delivering from the durable consumer {CONSUMER}");
     loop {
         let msg = tokio::select! {
             m = messages.next() => m,
