@@ -99,6 +99,8 @@ pub struct Guarded {
     pub private_network: bool,
 }
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// The error a name that resolves only to refused addresses gives.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -110,7 +112,8 @@ impl Resolve for Guarded {
         Box::pin(async move {
             let host = name.as_str().to_string();
             let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
+                .await
+                .map_err(|e| Box::new(e) as BoxError)?
                 .collect();
             let allowed: Vec<SocketAddr> = all
                 .iter()
@@ -118,13 +121,13 @@ impl Resolve for Guarded {
                 .filter(|a| private || is_global(a.ip()))
                 .collect();
             if allowed.is_empty() {
-                return Err(match all.first() {
-                    Some(a) => Box::new(Refused(refusal(&host, a.ip())))
-                        as Box<dyn std::error::Error + Send + Sync>,
-                    None => Box::new(Refused(format!("{host} resolves to no address"))),
-                });
+                let refused = match all.first() {
+                    Some(a) => Refused(refusal(&host, a.ip())),
+                    None => Refused(format!("{host} resolves to no address")),
+                };
+                return Err(Box::new(refused) as BoxError);
             }
-            Ok(Box::new(allowed.into_iter()) as Addrs)
+            Ok::<Addrs, BoxError>(Box::new(allowed.into_iter()))
         })
     }
 }

@@ -156,10 +156,11 @@ async fn work(inner: &Inner, id: &str, slot: &Slot) {
             }
         };
         if events.is_empty() {
-            // Ends unless the log grew meanwhile (checked under the lock `notify` takes).
-            let workers = lock(&inner.workers);
+            // Ends unless the log grew meanwhile: checked, and the worker's entry removed,
+            // under the lock `notify` takes, so a later `notify` starts a new worker.
+            let mut workers = lock(&inner.workers);
             if !slot.pending.load(Ordering::SeqCst) {
-                drop(workers);
+                workers.remove(id);
                 return;
             }
             continue;

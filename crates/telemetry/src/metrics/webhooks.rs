@@ -1,6 +1,8 @@
 //! The metrics of webhook deliveries (`parley serve --webhooks`).
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
