@@ -308,7 +308,10 @@ fn new_key(name: &str) -> (String, String) {
 
 /// `parley serve` in `dir` with two user keys (alice, bob): the server, its address, the
 /// keys.
-fn serve_with_keys(dir: &Path, extra: &[&str]) -> (parley_testkit::ChildProcess, String, String, String) {
+fn serve_with_keys(
+    dir: &Path,
+    extra: &[&str],
+) -> (parley_testkit::ChildProcess, String, String, String) {
     let (alice, a) = new_key("alice");
     let (bob, b) = new_key("bob");
     let keys = dir.join("keys.toml");

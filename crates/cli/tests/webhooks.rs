@@ -75,7 +75,9 @@ impl Receiver {
         let mut buf = Vec::new();
         let mut chunk = [0u8; 8192];
         let head_end = loop {
-            let Ok(n) = sock.read(&mut chunk).await else { return };
+            let Ok(n) = sock.read(&mut chunk).await else {
+                return;
+            };
             if n == 0 {
                 return;
             }
@@ -89,20 +91,28 @@ impl Receiver {
             head.lines()
                 .find_map(|l| {
                     let (k, v) = l.split_once(':')?;
-                    k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                    k.trim()
+                        .eq_ignore_ascii_case(name)
+                        .then(|| v.trim().to_string())
                 })
                 .unwrap_or_default()
         };
         let len: usize = header("content-length").parse().unwrap_or(0);
         while buf.len() < head_end + len {
-            let Ok(n) = sock.read(&mut chunk).await else { return };
+            let Ok(n) = sock.read(&mut chunk).await else {
+                return;
+            };
             if n == 0 {
                 break;
             }
             buf.extend_from_slice(&chunk[..n]);
         }
         let status = self.status.load(Ordering::SeqCst);
-        let path = head.split_whitespace().nth(1).unwrap_or_default().to_string();
+        let path = head
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
         self.got.lock().unwrap().push(Received {
             path,
             id: header("webhook-id"),
@@ -385,7 +395,8 @@ async fn off_list_private_and_redirecting_targets_are_refused_or_not_called() {
     assert_eq!(s, 400, "{v}");
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(
-        msg.contains("webhooks[0].url") && msg.contains("not one of this server's webhook endpoints"),
+        msg.contains("webhooks[0].url")
+            && msg.contains("not one of this server's webhook endpoints"),
         "{msg}"
     );
     let (s, v) = call(
@@ -396,17 +407,25 @@ async fn off_list_private_and_redirecting_targets_are_refused_or_not_called() {
     )
     .await;
     assert_eq!(s, 400, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("webhooks[0].events"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("webhooks[0].events"),
+        "{v}"
+    );
 
     let (s, v) = call(
         &base,
         "POST",
         "/v1/debates",
-        Some(json!({"problem": "Design a cache", "rounds": 1, "webhooks": [
-            {"url": private.url("/literal"), "events": ["completed"]},
-            {"url": by_name, "events": ["completed"]},
-            {"url": redirecting.url("/moved"), "events": ["completed"]}
-        ]})),
+        Some(
+            json!({"problem": "Design a cache", "rounds": 1, "webhooks": [
+                {"url": private.url("/literal"), "events": ["completed"]},
+                {"url": by_name, "events": ["completed"]},
+                {"url": redirecting.url("/moved"), "events": ["completed"]}
+            ]}),
+        ),
     )
     .await;
     assert_eq!(s, 201, "{v}");
@@ -421,7 +440,10 @@ async fn off_list_private_and_redirecting_targets_are_refused_or_not_called() {
     assert!(private.got().is_empty(), "a private address was called");
     assert!(landing.got().is_empty(), "a redirect was followed");
     let log = proc.log();
-    assert!(!log.contains(secret.trim_start_matches("whsec_")), "the secret was logged");
+    assert!(
+        !log.contains(secret.trim_start_matches("whsec_")),
+        "the secret was logged"
+    );
 }
 
 /// A cluster: the `serve` replica that delivers is killed with SIGKILL while the receiver
@@ -447,7 +469,10 @@ async fn cluster_webhooks_survive_a_kill_9_of_the_delivering_replica() {
     // The consumer exists before the debate's first event.
     assert!(
         first
-            .wait_for_log_line("delivering from the durable consumer", Duration::from_secs(30))
+            .wait_for_log_line(
+                "delivering from the durable consumer",
+                Duration::from_secs(30)
+            )
             .is_some(),
         "{}",
         first.log()

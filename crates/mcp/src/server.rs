@@ -159,10 +159,7 @@ impl ParleyMcp {
                 let (mut request, options) = args::parse::<DebateArgs>(arguments)?.into_parts()?;
                 let ticket = self.tickets.issue(options);
                 request.idempotency_key = Some(ticket.key().to_string());
-                let id = backend
-                    .submit(request)
-                    .await
-                    .map_err(Failure::from_api)?;
+                let id = backend.submit(request).await.map_err(Failure::from_api)?;
                 drop(ticket);
                 tracing::info!(debate = %id, "started over MCP");
                 Ok(json!({

@@ -61,9 +61,9 @@ pub use spec::*;
 pub use spend::*;
 pub use state::*;
 pub use status::*;
-pub use webhook::{WebhookEvent, WebhookSubscription};
 pub use submission::*;
 pub use task::*;
+pub use webhook::{WebhookEvent, WebhookSubscription};
 
 /// Version of every message and checkpoint this build writes. Readers refuse other versions
 /// with a clear error instead of misreading them.

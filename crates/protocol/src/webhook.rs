@@ -16,9 +16,7 @@ pub const MAX_WEBHOOKS: usize = 4;
 pub const MAX_WEBHOOK_URL_BYTES: usize = 2048;
 
 /// The moments a webhook can be told about.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum WebhookEvent {
     /// The debate ended with a solution (`debateCompleted`).
@@ -92,10 +90,7 @@ impl WebhookSubscription {
         if url.len() > MAX_WEBHOOK_URL_BYTES {
             out.push(crate::SpecError::new(
                 format!("{field}.url"),
-                format!(
-                    "{} bytes, the limit is {MAX_WEBHOOK_URL_BYTES}",
-                    url.len()
-                ),
+                format!("{} bytes, the limit is {MAX_WEBHOOK_URL_BYTES}", url.len()),
             ));
         } else if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
             out.push(crate::SpecError::new(
@@ -178,8 +173,7 @@ mod tests {
     #[test]
     fn events_are_named_in_camel_case() {
         let v: Vec<WebhookEvent> =
-            serde_json::from_str(r#"["completed","failed","awaitingAnswers","degraded"]"#)
-                .unwrap();
+            serde_json::from_str(r#"["completed","failed","awaitingAnswers","degraded"]"#).unwrap();
         assert_eq!(v, WebhookEvent::ALL.to_vec());
         assert!(serde_json::from_str::<WebhookEvent>(r#""done""#).is_err());
     }

@@ -150,10 +150,7 @@ pub fn router(state: AppState, mcp: Option<Router>) -> Router {
         .merge(assets::routes())
         .with_state(state.clone());
     if let Some(mcp) = mcp {
-        app = app.merge(mcp.layer(middleware::from_fn_with_state(
-            state.clone(),
-            authenticate,
-        )));
+        app = app.merge(mcp.layer(middleware::from_fn_with_state(state.clone(), authenticate)));
     }
     app.layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), guard_origin))

@@ -216,7 +216,10 @@ impl EmbeddedBackend {
     }
 
     /// The debate's webhooks, from its checkpoint (reads the file: off the async threads).
-    pub fn webhooks_of(&self, id: &str) -> Result<Vec<parley_protocol::WebhookSubscription>, ApiError> {
+    pub fn webhooks_of(
+        &self,
+        id: &str,
+    ) -> Result<Vec<parley_protocol::WebhookSubscription>, ApiError> {
         let (spec, _) = self.inner.load(id)?;
         Ok(spec.webhooks)
     }

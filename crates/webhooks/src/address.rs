@@ -163,7 +163,13 @@ mod tests {
             let ip: IpAddr = bad.parse().unwrap();
             assert!(!is_global(ip), "{bad} passed");
         }
-        for good in ["1.1.1.1", "8.8.8.8", "172.32.0.1", "2606:4700::1111", "64:ff9b::808:808"] {
+        for good in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "64:ff9b::808:808",
+        ] {
             let ip: IpAddr = good.parse().unwrap();
             assert!(is_global(ip), "{good} refused");
         }
@@ -178,7 +184,10 @@ mod tests {
         let v6 = reqwest::Url::parse("http://[::1]:9/").unwrap();
         assert!(check_literal(&v6, false).is_err());
         let name = reqwest::Url::parse("http://localhost:9/").unwrap();
-        assert!(check_literal(&name, false).is_ok(), "names are checked when resolved");
+        assert!(
+            check_literal(&name, false).is_ok(),
+            "names are checked when resolved"
+        );
     }
 
     #[tokio::test]

@@ -107,7 +107,11 @@ impl Sender {
     }
 
     /// One attempt: signs `message` for `endpoint` now and posts it.
-    pub async fn attempt(&self, endpoint: &Endpoint, message: &Message) -> Result<(), AttemptError> {
+    pub async fn attempt(
+        &self,
+        endpoint: &Endpoint,
+        message: &Message,
+    ) -> Result<(), AttemptError> {
         let result = self.post(endpoint, message).await;
         metrics().webhook_attempt(match &result {
             Ok(()) => WebhookAttempt::Ok,

@@ -112,8 +112,7 @@ impl Endpoints {
                 meta.len()
             ));
         }
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -203,8 +202,7 @@ impl Endpoints {
             .filter(|e| {
                 e.all_debates.contains(&kind)
                     || hooks.iter().any(|h| {
-                        h.events.contains(&kind)
-                            && normalise(&h.url).is_ok_and(|u| u == e.url)
+                        h.events.contains(&kind) && normalise(&h.url).is_ok_and(|u| u == e.url)
                     })
             })
             .collect()
@@ -265,8 +263,10 @@ mod tests {
             assert!(err.contains(needle), "{needle}: {err}");
         }
         assert!(!err.contains("c2hvcnQ"), "{err}");
-        let typo = Endpoints::parse("[[endpoint]]\nurl = \"https://x/\"\nsecret = \"whsec_secretvalue\"\nprivate = true\n")
-            .unwrap_err();
+        let typo = Endpoints::parse(
+            "[[endpoint]]\nurl = \"https://x/\"\nsecret = \"whsec_secretvalue\"\nprivate = true\n",
+        )
+        .unwrap_err();
         assert!(!typo.contains("secretvalue"), "{typo}");
     }
 }

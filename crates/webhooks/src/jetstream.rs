@@ -115,7 +115,9 @@ async fn consume(
                 Err(e) => {
                     // Not acknowledged: tried again (the state may be unreachable now).
                     tracing::warn!(debate = %message.debate_id, "webhooks: subscriptions unreadable: {e}");
-                    let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                    let _ = msg
+                        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                        .await;
                     continue;
                 }
             };

@@ -110,7 +110,11 @@ mod tests {
 
     #[test]
     fn bad_secrets_are_named_without_being_shown() {
-        for bad in ["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_!!", "whsec_c2hvcnQ="] {
+        for bad in [
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "whsec_!!",
+            "whsec_c2hvcnQ=",
+        ] {
             let e = Secret::parse(bad).unwrap_err();
             assert!(!e.contains(bad), "{e}");
         }

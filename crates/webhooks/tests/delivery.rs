@@ -105,7 +105,12 @@ impl Receiver {
     }
 
     fn ids(&self) -> Vec<String> {
-        self.got.lock().unwrap().iter().map(|g| g.0.clone()).collect()
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|g| g.0.clone())
+            .collect()
     }
 }
 
@@ -172,10 +177,19 @@ async fn the_outbox_delivers_each_wanted_event_in_order_signed_after_failures() 
     let rx = Receiver::start(2, 200).await;
     let log = Arc::new(MemoryLog {
         events: vec![
-            event(1, json!({"type": "debateStarted", "agents": ["a"], "rounds": 1})),
-            event(2, json!({"type": "clarificationsRequested", "iteration": 1, "questions": []})),
+            event(
+                1,
+                json!({"type": "debateStarted", "agents": ["a"], "rounds": 1}),
+            ),
+            event(
+                2,
+                json!({"type": "clarificationsRequested", "iteration": 1, "questions": []}),
+            ),
             event(3, json!({"type": "roundCompleted", "round": 1})),
-            event(4, json!({"type": "budgetDegraded", "step": "dropCritiques", "round": 1})),
+            event(
+                4,
+                json!({"type": "budgetDegraded", "step": "dropCritiques", "round": 1}),
+            ),
             event(5, json!({"type": "debateCompleted", "confidence": 80.0})),
         ],
         subs: vec![WebhookSubscription {
@@ -217,12 +231,12 @@ async fn the_outbox_delivers_each_wanted_event_in_order_signed_after_failures() 
 async fn non_global_targets_are_not_called_and_redirects_are_not_followed() {
     let rx = Receiver::start(0, 200).await;
     let sender = Sender::new().unwrap();
-    let message = Message::of(&event(7, json!({"type": "debateCompleted", "confidence": 1.0})))
-        .unwrap();
-    for url in [
-        rx.url(),
-        format!("http://localhost:{}/hook", rx.port),
-    ] {
+    let message = Message::of(&event(
+        7,
+        json!({"type": "debateCompleted", "confidence": 1.0}),
+    ))
+    .unwrap();
+    for url in [rx.url(), format!("http://localhost:{}/hook", rx.port)] {
         let list = endpoints(&url, false, 1);
         match sender.attempt(&list.endpoints[0], &message).await {
             Err(AttemptError::Refused(why)) => assert!(why.contains("non-global"), "{why}"),
