@@ -235,7 +235,11 @@ mod tests {
             events: vec![WebhookEvent::Completed],
         };
         assert!(e.check(std::slice::from_ref(&sub)).is_ok());
-        assert_eq!(e.targets(&[sub.clone()], WebhookEvent::Completed).len(), 1);
+        assert_eq!(
+            e.targets(std::slice::from_ref(&sub), WebhookEvent::Completed)
+                .len(),
+            1
+        );
         assert_eq!(e.targets(&[], WebhookEvent::Failed).len(), 1);
         assert_eq!(e.targets(&[], WebhookEvent::Degraded).len(), 0);
         let off = WebhookSubscription {

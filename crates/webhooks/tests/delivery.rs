@@ -18,12 +18,15 @@ use tokio_util::sync::CancellationToken;
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const DEBATE: &str = "deb-20260101-120000-abc123";
 
+/// One request: (webhook-id, webhook-timestamp, webhook-signature, body).
+type Request = (String, String, String, Vec<u8>);
+
 /// A receiver that answers `fail_first` requests with 500, then `status`; records each
 /// request's (webhook-id, timestamp, signature, body).
 #[derive(Clone)]
 struct Receiver {
     port: u16,
-    got: Arc<Mutex<Vec<(String, String, String, Vec<u8>)>>>,
+    got: Arc<Mutex<Vec<Request>>>,
     fail_first: usize,
     status: u16,
     seen: Arc<AtomicUsize>,
