@@ -676,6 +676,7 @@ pub fn two_agent_spec() -> DebateSpec {
         prompt_sources: Default::default(),
         idempotency_key: None,
         owner: None,
+        webhooks: Vec::new(),
     }
 }
 

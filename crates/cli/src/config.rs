@@ -374,6 +374,7 @@ pub fn assemble_spec(
         prompt_sources: sources,
         idempotency_key: None,
         owner: None,
+        webhooks: Vec::new(),
     };
     Ok(spec)
 }

@@ -78,6 +78,7 @@ pub async fn mcp(args: McpArgs, interrupt: &CancellationToken) -> Result<(), Cli
         backend,
         embedded,
         estimator,
+        ..
     } = open_backend(flags, &session_over, tickets.clone()).await?;
     eprintln!(
         "Parley MCP server: {} debates, on standard input and output",

@@ -60,6 +60,14 @@ pub struct ServeArgs {
     /// (only its hash goes in the file), then exit.
     #[arg(long, value_name = "NAME")]
     pub new_api_key: Option<String>,
+    /// Webhook endpoints: a TOML file listing each endpoint's URL and `whsec_` secret
+    /// (and, optionally, the events of every debate it gets, and whether it may be on a
+    /// private network). A debate may name only these URLs; see the book's Webhooks page.
+    #[arg(long, env = "PARLEY_SERVE_WEBHOOKS", value_name = "FILE")]
+    pub webhooks: Option<PathBuf>,
+    /// Print a new random webhook secret (`whsec_...`) for the --webhooks file, then exit.
+    #[arg(long)]
+    pub new_webhook_secret: bool,
     /// The role of --new-api-key's key: `user` or `admin`.
     #[arg(long, value_name = "ROLE", default_value = "user", value_parser = ["user", "admin"])]
     pub api_key_role: String,
@@ -436,6 +444,8 @@ pub struct OpenBackend {
     pub embedded: Option<parley_web::EmbeddedBackend>,
     /// Estimates of the debates this server's config makes (`estimate_debate`).
     pub estimator: Arc<dyn parley_mcp::Estimator>,
+    /// In front of a cluster: the NATS connection and the backend (webhook deliveries).
+    pub cluster: Option<(async_nats::Client, Arc<parley_web::ClusterBackend>)>,
 }
 
 /// Loads the config and opens the backend `flags` name: the cluster's over NATS, or this
@@ -502,6 +512,7 @@ pub async fn open_backend(
         .map_err(|e| CliError::config(e.message))?;
 
     let mut embedded = None;
+    let mut cluster = None;
     let backend: Arc<dyn Backend> = match &nats_url {
         Some(url) => {
             if !endpoints.is_empty() {
@@ -520,8 +531,8 @@ pub async fn open_backend(
             let client = parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(10))
                 .await
                 .map_err(|e| CliError::general(format!("{e:#}")))?;
-            Arc::new(parley_web::ClusterBackend::with_max_event_streams(
-                client,
+            let backend = Arc::new(parley_web::ClusterBackend::with_max_event_streams(
+                client.clone(),
                 specs,
                 report::markdown,
                 flags
@@ -529,7 +540,9 @@ pub async fn open_backend(
                     .map_or(parley_web::cluster::DEFAULT_MAX_EVENT_STREAMS, |n| {
                         n as usize
                     }),
-            ))
+            ));
+            cluster = Some((client, backend.clone()));
+            backend
         }
         None => {
             let mut settings = ProviderSettings::from_env(endpoints.base_url);
@@ -579,6 +592,7 @@ pub async fn open_backend(
         backend,
         embedded,
         estimator,
+        cluster,
     })
 }
 
@@ -601,6 +615,18 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         );
         return Ok(());
     }
+    if args.new_webhook_secret {
+        println!("{}", parley_webhooks::Secret::generate());
+        return Ok(());
+    }
+    // A bad endpoint file stops the start (exit 4), naming every problem.
+    let webhooks = match &args.webhooks {
+        Some(path) => Some(Arc::new(
+            parley_webhooks::Endpoints::load(path)
+                .map_err(|e| CliError::config(format!("--webhooks: {e}")))?,
+        )),
+        None => None,
+    };
     let flags = BackendFlags {
         nats_url: &args.nats_url,
         nats_creds: args.nats_creds.as_deref(),
@@ -611,16 +637,44 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         prices: args.prices.as_deref(),
         signing: &args.signing,
     };
+    let tickets = parley_mcp::Tickets::default();
     let OpenBackend {
-        backend, embedded, ..
-    } = open_backend(flags, interrupt, parley_mcp::Tickets::default()).await?;
+        backend,
+        embedded,
+        cluster,
+        estimator,
+    } = open_backend(flags, interrupt, tickets.clone()).await?;
     let kind = backend.kind();
+    // The MCP server over streamable HTTP at /mcp, behind the API's credentials.
+    let mcp = parley_mcp::http_router(
+        parley_mcp::ParleyMcp::new(backend.clone(), estimator, tickets),
+        interrupt.child_token(),
+    );
     let options = parley_web::ServeOptions {
         token: args.auth_token.clone(),
         no_auth: args.no_auth,
         api_keys: args.api_keys.clone(),
+        webhooks: webhooks.clone(),
+        mcp: Some(mcp),
         ..parley_web::ServeOptions::new(args.listen)
     };
+    // Deliveries stop with the server; what is not delivered stays in the outbox.
+    let mut outbox = None;
+    let mut consumer = None;
+    if let Some(endpoints) = webhooks {
+        if let Some(e) = &embedded {
+            outbox = Some(
+                parley_web::webhooks::start_embedded(e, endpoints, interrupt.clone())
+                    .await
+                    .map_err(CliError::general)?,
+            );
+        } else if let Some((client, backend)) = cluster {
+            consumer = Some(
+                parley_web::webhooks::start_cluster(client, backend, endpoints, interrupt.clone())
+                    .map_err(CliError::general)?,
+            );
+        }
+    }
     let server = parley_web::Server::bind(options, backend)
         .await
         .map_err(|e| match e {
@@ -644,6 +698,12 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         );
     }
     let served = server.run(interrupt.clone()).await;
+    if let Some(o) = outbox {
+        o.stopped().await;
+    }
+    if let Some(c) = consumer {
+        let _ = c.await;
+    }
     if let Some(e) = embedded {
         e.stopped().await;
         eprintln!("Saved the debates in flight to {}", run::DEBATES_DIR);

@@ -65,6 +65,11 @@ fn script_fake(fake: &FakeLlm) {
 
 /// Runs the Python client against `parley mcp` in `dir` with `args`; returns what it saw.
 fn run_client(dir: &Path, args: &[&str]) -> Value {
+    run_client_with(dir, args, &[])
+}
+
+/// [`run_client`] with environment variables (`PARLEY_MCP_HTTP_URL`, ...: over HTTP).
+fn run_client_with(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Value {
     let python = mcp_python();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let out = Command::new(python)
@@ -80,6 +85,7 @@ fn run_client(dir: &Path, args: &[&str]) -> Value {
         .env_remove("PARLEY_MCP_NATS_URL")
         .env("PARLEY_MODEL_DIR", dir.join("no-models"))
         .env("PARLEY_LOG", "info")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("the MCP client runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -290,4 +296,141 @@ async fn mcp_client_runs_a_cluster_debate_over_stdio() {
         !dir.path().join("debates").exists(),
         "a cluster debate is not saved locally"
     );
+}
+
+/// A key made by `parley serve --new-api-key NAME`: (the key, its `[[keys]]` entry).
+fn new_key(name: &str) -> (String, String) {
+    let out = Command::new(PARLEY)
+        .args(["serve", "--new-api-key", name])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let key = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("pk_"))
+        .unwrap()
+        .to_string();
+    (key, text[text.find("[[keys]]").unwrap()..].to_string())
+}
+
+/// `parley serve` in `dir` with two user keys (alice, bob): the server, its address, the
+/// keys.
+fn serve_with_keys(
+    dir: &Path,
+    extra: &[&str],
+) -> (parley_testkit::ChildProcess, String, String, String) {
+    let (alice, a) = new_key("alice");
+    let (bob, b) = new_key("bob");
+    let keys = dir.join("keys.toml");
+    std::fs::write(&keys, format!("{a}\n{b}")).unwrap();
+    let port = parley_testkit::free_port();
+    let mut cmd = Command::new(PARLEY);
+    cmd.current_dir(dir)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--api-keys", keys.to_str().unwrap()])
+        .args(extra)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env_remove("PARLEY_NATS_URL")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"))
+        .env("PARLEY_LOG", "info");
+    let p = parley_testkit::ChildProcess::spawn(cmd, "serve").unwrap();
+    assert!(
+        p.wait_for_log_line("Parley is serving", Duration::from_secs(30))
+            .is_some(),
+        "serve did not start:\n{}",
+        p.log()
+    );
+    (p, format!("http://127.0.0.1:{port}"), alice, bob)
+}
+
+/// The MCP session over streamable HTTP at `base`/mcp as alice; bob's session neither
+/// sees nor reaches her debate; a request without a key is a 401.
+async fn http_session(base: &str, alice: &str, bob: &str, dir: &Path, fake: &FakeLlm) {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let http = reqwest::Client::new();
+    for key in [None, Some("pk_not_a_key")] {
+        let mut req = http
+            .post(format!("{base}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(init.to_string());
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 401, "{key:?}");
+    }
+    let env = [
+        ("PARLEY_MCP_HTTP_URL", format!("{base}/mcp")),
+        ("PARLEY_MCP_HTTP_KEY", alice.to_string()),
+        ("PARLEY_MCP_HTTP_OTHER_KEY", bob.to_string()),
+    ];
+    let seen = tokio::task::spawn_blocking({
+        let dir = dir.to_path_buf();
+        move || run_client_with(&dir, &[], &env)
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen["server"]["name"], "parley");
+    assert_session(&seen, fake);
+    let id = seen["debate_id"].as_str().unwrap();
+    // Bob's session: the debate is unknown to him, exactly like one that does not exist.
+    let other = &seen["other_key"];
+    for call in ["status", "cancel"] {
+        assert_eq!(other[call]["code"], -32602, "{other}");
+        let msg = other[call]["message"].as_str().unwrap();
+        assert!(msg.starts_with("debate_id:"), "{msg}");
+    }
+    assert!(
+        !other["listed"].as_array().unwrap().contains(&json!(id)),
+        "{other}"
+    );
+    // Alice owns it, as if she had created it over /v1.
+    let state: Value = http
+        .get(format!("{base}/v1/debates/{id}"))
+        .bearer_auth(alice)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(state["owner"], "alice", "{state}");
+    assert_eq!(state["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_client_runs_an_embedded_debate_over_streamable_http() {
+    let fake = FakeLlm::start().await.unwrap();
+    script_fake(&fake);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("debate-config.json");
+    parley_tests::write_json(&config, &parley_tests::spec_config(Some(&fake.base_url())));
+    let (_serve, base, alice, bob) = serve_with_keys(dir.path(), &[]);
+    http_session(&base, &alice, &bob, dir.path(), &fake).await;
+}
+
+/// The same over HTTP in front of a cluster: `parley serve --nats-url` as the `serve` NATS
+/// user, the shipped roles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_client_runs_a_cluster_debate_over_streamable_http() {
+    let c = Cluster::start_with_roles(json!({})).await;
+    script_fake(&c.fake);
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let dir = tempfile::tempdir().unwrap();
+    parley_tests::write_json(
+        dir.path().join("debate-config.json"),
+        &parley_tests::spec_config(None),
+    );
+    let url = c.nats_url_for("serve");
+    let (_serve, base, alice, bob) = serve_with_keys(dir.path(), &["--nats-url", &url]);
+    http_session(&base, &alice, &bob, dir.path(), &c.fake).await;
 }

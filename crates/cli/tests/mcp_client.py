@@ -1,8 +1,14 @@
-"""A real MCP client (the official Python SDK) driving `parley mcp` over stdio.
+"""A real MCP client (the official Python SDK) driving `parley mcp` over stdio, or
+`parley serve`'s `/mcp` over streamable HTTP.
 
 Started by crates/cli/tests/mcp.rs:
 
     python mcp_client.py PARLEY_BINARY WORKDIR PROBLEM CONTEXT [parley mcp args...]
+
+With PARLEY_MCP_HTTP_URL set (and PARLEY_MCP_HTTP_KEY, the API key sent as a bearer
+token), it connects to that URL over streamable HTTP instead of starting `parley mcp`;
+with PARLEY_MCP_HTTP_OTHER_KEY too, a second session under that key must neither see nor
+reach the debate (an unknown debate, an empty list).
 
 It lists the tools and resources, sends calls with bad arguments (each must be an MCP
 error naming the argument), estimates and starts a debate with clarifications, follows it
@@ -13,12 +19,16 @@ test asserts on it. Any protocol failure raises (exit status 1).
 """
 
 import asyncio
+import contextlib
 import json
+import os
 import sys
 import time
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 
@@ -47,12 +57,38 @@ async def refused(session, name, arguments):
     raise RuntimeError(f"{name}({arguments}) was accepted: {result}")
 
 
+@contextlib.asynccontextmanager
+async def connect(parley, workdir, extra, key=None):
+    """The transport's two streams: over HTTP when PARLEY_MCP_HTTP_URL is set."""
+    url = os.environ.get("PARLEY_MCP_HTTP_URL")
+    if url:
+        key = key or os.environ["PARLEY_MCP_HTTP_KEY"]
+        async with create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http:
+            async with streamable_http_client(url, http_client=http) as streams:
+                yield streams
+    else:
+        params = StdioServerParameters(command=parley, args=["mcp", *extra], cwd=workdir)
+        async with stdio_client(params) as streams:
+            yield streams
+
+
+async def other_key_sees_nothing(parley, workdir, extra, debate_id):
+    """What a session under another user key gets for the debate."""
+    seen = {}
+    async with connect(parley, workdir, extra, os.environ["PARLEY_MCP_HTTP_OTHER_KEY"]) as streams:
+        async with ClientSession(*streams) as session:
+            await session.initialize()
+            seen["status"] = await refused(session, "debate_status", {"debate_id": debate_id})
+            seen["cancel"] = await refused(session, "cancel_debate", {"debate_id": debate_id})
+            seen["listed"] = [d["id"] for d in (await tool(session, "list_debates", {}))["debates"]]
+    return seen
+
+
 async def main():
     parley, workdir, problem, context = sys.argv[1:5]
     extra = sys.argv[5:]
-    params = StdioServerParameters(command=parley, args=["mcp", *extra], cwd=workdir)
     out = {"progress": [], "errors": {}, "results": []}
-    async with stdio_client(params) as streams:
+    async with connect(parley, workdir, extra) as streams:
         async with ClientSession(*streams) as session:
             init = dump(await session.initialize())
             out["server"] = init.get("serverInfo", {})
@@ -141,6 +177,8 @@ async def main():
                 out["errors"]["bad_resource"] = None
             except MCPError as e:
                 out["errors"]["bad_resource"] = {"code": e.code, "message": e.message}
+    if os.environ.get("PARLEY_MCP_HTTP_OTHER_KEY"):
+        out["other_key"] = await other_key_sees_nothing(parley, workdir, extra, out["debate_id"])
     print(json.dumps(out))
 
 

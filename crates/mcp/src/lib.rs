@@ -19,7 +19,9 @@
 //! - [`follow`]: a debate's latest progress and the bounded wait for it to come to rest.
 //! - [`view`]: the replies, read from the state's JSON.
 //!
-//! [`serve_stdio`] runs the server over standard input and output (`parley mcp`).
+//! [`serve_stdio`] runs the server over standard input and output (`parley mcp`);
+//! [`http_router`] serves it over streamable HTTP at `/mcp` (mounted by `parley serve`
+//! behind the API's credentials; a `user` key's session reaches only its own debates).
 
 pub mod args;
 pub mod follow;
@@ -32,6 +34,31 @@ pub use server::{Estimator, ParleyMcp};
 
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
+
+/// The MCP server over streamable HTTP at `/mcp` (sessions kept in this process; a
+/// session's requests must reach the replica that created it). `parley serve` mounts it
+/// behind its authentication and its `Host`/`Origin` checks (so the transport's own Host
+/// check is off), and each request's caller scopes what its tools reach. Sessions end when
+/// `stop` is cancelled.
+pub fn http_router(server: ParleyMcp, stop: CancellationToken) -> axum::Router {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .with_cancellation_token(stop)
+        .with_max_request_body_bytes(MAX_HTTP_BODY_BYTES);
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        std::sync::Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    axum::Router::new().route_service("/mcp", service)
+}
+
+/// Bytes of one MCP request over HTTP, at most (the API's limit).
+pub const MAX_HTTP_BODY_BYTES: usize = 1024 * 1024;
 
 /// Why the server stopped with an error.
 #[derive(Debug, thiserror::Error)]

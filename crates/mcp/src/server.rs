@@ -65,6 +65,24 @@ impl ParleyMcp {
         }
     }
 
+    /// The backend as the caller sees it: over HTTP (`/mcp` under `parley serve`), the
+    /// request carries the caller's API key ([`parley_web::keys::Principal`], put there by
+    /// the server's authentication), and a `user` key reaches only its own debates; over
+    /// stdio there is no request, and the backend is the operator's.
+    fn backend_for(&self, context: &RequestContext<RoleServer>) -> Arc<dyn Backend> {
+        let principal = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<parley_web::keys::Principal>());
+        match principal {
+            Some(p) => Arc::new(parley_web::scoped::ScopedBackend::new(
+                self.backend.clone(),
+                p.clone(),
+            )),
+            None => self.backend.clone(),
+        }
+    }
+
     /// Every tool, with its input schema.
     pub fn tools() -> Vec<Tool> {
         use rmcp::handler::server::common::schema_for_type as schema;
@@ -134,6 +152,7 @@ impl ParleyMcp {
         arguments: Option<Map<String, Value>>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Value, Failure> {
+        let backend = self.backend_for(context);
         match name {
             "estimate_debate" => {
                 let (request, options) = args::parse::<DebateArgs>(arguments)?.into_parts()?;
@@ -147,11 +166,7 @@ impl ParleyMcp {
                 let (mut request, options) = args::parse::<DebateArgs>(arguments)?.into_parts()?;
                 let ticket = self.tickets.issue(options);
                 request.idempotency_key = Some(ticket.key().to_string());
-                let id = self
-                    .backend
-                    .submit(request)
-                    .await
-                    .map_err(Failure::from_api)?;
+                let id = backend.submit(request).await.map_err(Failure::from_api)?;
                 drop(ticket);
                 tracing::info!(debate = %id, "started over MCP");
                 Ok(json!({
@@ -168,8 +183,8 @@ impl ParleyMcp {
             "debate_status" => {
                 let a: DebateIdArgs = args::parse(arguments)?;
                 let id = args::debate_id(&a.debate_id)?;
-                let state = self.backend.state(id).await.map_err(Failure::from_api)?;
-                let progress = follow::latest_progress(self.backend.as_ref(), id)
+                let state = backend.state(id).await.map_err(Failure::from_api)?;
+                let progress = follow::latest_progress(backend.as_ref(), id)
                     .await
                     .unwrap_or_default();
                 Ok(view::status_view(id, &state, &progress))
@@ -183,7 +198,7 @@ impl ParleyMcp {
                     token,
                 });
                 let (state, progress) = follow::wait_for_rest(
-                    self.backend.as_ref(),
+                    backend.as_ref(),
                     id,
                     Instant::now() + wait,
                     &context.ct,
@@ -197,8 +212,7 @@ impl ParleyMcp {
                 let a: args::AnswersArgs = args::parse(arguments)?;
                 let id = args::debate_id(&a.debate_id)?;
                 let request = a.request()?;
-                let reply = self
-                    .backend
+                let reply = backend
                     .answer(id, request)
                     .await
                     .map_err(Failure::from_api)?;
@@ -218,13 +232,13 @@ impl ParleyMcp {
             "cancel_debate" => {
                 let a: DebateIdArgs = args::parse(arguments)?;
                 let id = args::debate_id(&a.debate_id)?;
-                let reply = self.backend.cancel(id).await.map_err(Failure::from_api)?;
+                let reply = backend.cancel(id).await.map_err(Failure::from_api)?;
                 Ok(json!({"debate_id": id, "reply": reply}))
             }
             "list_debates" => {
                 let a: ListArgs = args::parse(arguments)?;
                 let limit = a.limit()?;
-                let mut items = self.backend.list().await.map_err(Failure::from_api)?;
+                let mut items = backend.list().await.map_err(Failure::from_api)?;
                 items.truncate(limit);
                 Ok(json!({"debates": items}))
             }
@@ -357,10 +371,10 @@ impl ServerHandler for ParleyMcp {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let items = self
-            .backend
+            .backend_for(&context)
             .list()
             .await
             .map_err(|e| ErrorData::internal_error(e.message, None))?;
@@ -413,8 +427,9 @@ impl ServerHandler for ParleyMcp {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        let backend = self.backend_for(&context);
         let uri = request.uri.as_str();
         let (id, what) = parse_uri(uri)?;
         let refuse = |e: ApiError| match e.status {
@@ -424,16 +439,16 @@ impl ServerHandler for ParleyMcp {
         };
         let contents = if what == "state" || what == "record" {
             let v = if what == "state" {
-                self.backend.state(id).await
+                backend.state(id).await
             } else {
-                self.backend.record(id).await
+                backend.record(id).await
             }
             .map_err(refuse)?;
             let text = serde_json::to_string_pretty(&v)
                 .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
             text_contents(uri, "application/json", text)
         } else {
-            let md = self.backend.report(id).await.map_err(refuse)?;
+            let md = backend.report(id).await.map_err(refuse)?;
             text_contents(uri, "text/markdown", md)
         };
         Ok(ReadResourceResult::new(vec![contents]).into())

@@ -32,6 +32,8 @@
 //! - [`steering`]: steering a running debate ([`SteerCommand`]: pause, resume, guide,
 //!   stop, extend), what the state records of it and the `parley.debates.steer` request.
 //! - [`subjects`]: NATS subjects, header names and error replies.
+//! - [`webhook`]: [`WebhookSubscription`], a debate's webhooks (which of the operator's
+//!   endpoints, which events), and [`WebhookEvent`], the moments they are told about.
 //! - [`status`]: the replies of `parley.debates.status`: a summary view, and the full state
 //!   inline or in pages (so no reply outgrows NATS's `max_payload`).
 
@@ -52,6 +54,7 @@ pub mod steering;
 pub mod subjects;
 pub mod submission;
 pub mod task;
+pub mod webhook;
 
 pub use config::*;
 pub use context_files::*;
@@ -68,6 +71,7 @@ pub use status::*;
 pub use steering::*;
 pub use submission::*;
 pub use task::*;
+pub use webhook::{WebhookEvent, WebhookSubscription};
 
 /// Version of every message and checkpoint this build writes. Readers refuse other versions
 /// with a clear error instead of misreading them.

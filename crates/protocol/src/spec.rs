@@ -163,6 +163,11 @@ pub struct DebateSpec {
     /// HTTP API (the CLI and the NATS subjects do not filter by owner).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Where to tell the submitter about the debate's moments (completed, failed, waiting
+    /// for answers, degraded): URLs among the operator's webhook endpoints. The server
+    /// that accepts the submission checks them against its allow-list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<crate::WebhookSubscription>,
 }
 
 /// A spec that cannot run, with the field at fault.
@@ -392,6 +397,9 @@ impl DebateSpec {
         }
         if let Some(owner) = &self.owner {
             c.id("owner", owner);
+        }
+        for e in crate::webhook::webhook_problems(&self.webhooks) {
+            c.push(e.field, e.message);
         }
         if self.agents.len() > MAX_AGENTS_TOTAL {
             c.push(

@@ -664,6 +664,9 @@ pub struct DebateState {
     /// The name of the API key that created the debate (the spec's `owner`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The debate's webhooks (the spec's `webhooks`): where its moments are delivered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<crate::WebhookSubscription>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

@@ -6,7 +6,8 @@
 //! texts) and the debate settings — nothing more. Endpoints, API keys and limits belong to
 //! the operator's configuration, so a submission carrying an endpoint (`baseUrl`, ...) or
 //! anything key-like (`apiKey`, `token`, `authorization`, ...) anywhere is refused with
-//! `invalid_request`, naming the field.
+//! `invalid_request`, naming the field. The one URL a submission names is a webhook's
+//! (`webhooks[i].url`), which only picks one of the operator's endpoints.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -113,7 +114,11 @@ pub fn operator_owned_fields(v: &Value) -> Vec<SpecError> {
                     } else {
                         format!("{path}.{name}")
                     };
-                    if let Some(why) = operator_owned(k) {
+                    // A webhook's `url` is a choice among the operator's endpoints (the
+                    // server checks it against its allow-list): not an endpoint the
+                    // submission sets. Credentials stay refused there too.
+                    let webhook_url = k == "url" && path.starts_with("webhooks[");
+                    if let Some(why) = operator_owned(k).filter(|_| !webhook_url) {
                         out.push(SpecError::new(&here, why));
                     }
                     walk(child, &here, out);

@@ -67,7 +67,7 @@ pub use init::{
 };
 pub use metrics::{
     metrics, DeadLetterReason, DebateStatus, Direction, DropReason, InFlightGuard, Metrics,
-    Outcome, RejectReason, StashRejectReason, TaskKind,
+    Outcome, RejectReason, StashRejectReason, TaskKind, WebhookAttempt, WebhookResult,
 };
 pub use propagation::{
     context_from_traceparent, current_context, current_traceparent, set_parent, traceparent_of,

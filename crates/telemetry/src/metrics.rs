@@ -57,6 +57,10 @@ macro_rules! label_enum {
     };
 }
 
+// After the macro: the module's label enums use it.
+mod webhooks;
+pub use webhooks::{WebhookAttempt, WebhookResult};
+
 label_enum!(
     /// Which worker ran a task.
     TaskKind {
@@ -323,6 +327,7 @@ struct Inner {
     request_errors: Family<RequestErrorLabels, Counter>,
     replies_refused: Family<SubjectLabels, Counter>,
     followers_refused: Family<CapLabels, Counter>,
+    webhooks: webhooks::WebhookFamilies,
 }
 
 /// Parley's metrics; a cheap handle (clones share the same series). Services use the
@@ -494,6 +499,7 @@ impl Metrics {
             "Follow requests refused by a follower cap (total, client, debate)",
             Family::clone(&followers_refused),
         );
+        let webhooks = webhooks::WebhookFamilies::register(&mut registry);
         for reason in DropReason::ALL {
             drop(results_dropped.get_or_create(&DropLabels { reason }));
         }
@@ -549,6 +555,7 @@ impl Metrics {
                 request_errors,
                 replies_refused,
                 followers_refused,
+                webhooks,
             }),
         }
     }

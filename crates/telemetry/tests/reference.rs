@@ -9,7 +9,7 @@
 //!
 //! A family is encoded only once it has a series, so [`populated`] records one sample
 //! through every typed method whose labels are free-form (provider, model, ...); the test
-//! also checks that every `registry.register` of `src/metrics.rs` shows up, so a new metric
+//! also checks that every `registry.register` of `src/metrics.rs` (and its modules) shows up, so a new metric
 //! that nothing here records fails the test instead of missing from the page.
 
 use std::collections::BTreeSet;
@@ -46,6 +46,8 @@ fn populated() -> Metrics {
     m.request_error("submit", "invalid_json");
     m.reply_refused("status");
     m.follower_refused("client");
+    m.webhook_attempt(parley_telemetry::WebhookAttempt::Status);
+    m.webhook_message(parley_telemetry::WebhookResult::Delivered);
     m
 }
 
@@ -147,8 +149,13 @@ fn render(families: &[Family]) -> String {
 fn the_metrics_reference_page_is_current() {
     let text = populated().encode();
     let families = families(&text);
-    let source = include_str!("../src/metrics.rs");
-    let registered = source.matches("registry.register(").count();
+    let registered: usize = [
+        include_str!("../src/metrics.rs"),
+        include_str!("../src/metrics/webhooks.rs"),
+    ]
+    .iter()
+    .map(|source| source.matches("registry.register(").count())
+    .sum();
     assert_eq!(
         families.len(),
         registered,

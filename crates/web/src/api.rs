@@ -86,6 +86,8 @@ pub struct AppState {
     pub idempotency: Arc<IdempotencyStore>,
     /// The OpenAPI document served at `/v1/openapi.json` (`crate::openapi::document`).
     pub openapi: Arc<str>,
+    /// The operator's webhook endpoints (`--webhooks`), which submissions may name.
+    pub webhooks: Option<Arc<parley_webhooks::Endpoints>>,
 }
 
 impl IntoResponse for ApiError {
@@ -128,7 +130,8 @@ fn json_response(status: StatusCode, v: &Value) -> Response {
 }
 
 /// The whole application: assets, API and guards.
-pub fn router(state: AppState) -> Router {
+/// The API's routes (and `mcp`, when given, at `/mcp` behind the same credentials).
+pub fn router(state: AppState, mcp: Option<Router>) -> Router {
     let api = Router::new()
         .route("/config", get(config))
         .route("/debates", get(list).post(create))
@@ -145,14 +148,17 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .route("/openapi.json", get(openapi_document));
-    Router::new()
+    let mut app: Router = Router::new()
         .nest("/v1", api)
         .route("/healthz", get(|| async { "ok" }))
         .merge(assets::routes())
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state.clone());
+    if let Some(mcp) = mcp {
+        app = app.merge(mcp.layer(middleware::from_fn_with_state(state.clone(), authenticate)));
+    }
+    app.layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), guard_origin))
         .layer(middleware::from_fn(assets::security_headers))
-        .with_state(state)
 }
 
 async fn api_not_found(method: Method, uri: Uri) -> ApiError {
@@ -480,6 +486,7 @@ async fn create(
     let mut request: SubmitRequest = json_body(&headers, body)?;
     let header_key = idempotency_header(&headers)?;
     request.validate()?;
+    crate::webhooks::check_submission(s.webhooks.as_deref(), &request)?;
     let key = match (header_key, request.idempotency_key.take()) {
         (Some(h), Some(b)) if h != b => {
             return Err(ApiError::invalid(

@@ -99,9 +99,64 @@ pub struct SubmitRequest {
     /// debate waits in `awaiting_clarifications` for `POST /v1/debates/{id}/answers`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub clarify: bool,
+    /// Where to be told when the debate completes, fails, waits for answers or degrades
+    /// (at most 4): each URL must be one of the server's webhook endpoints
+    /// (`parley serve --webhooks`), or the request is refused with a 400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_items = 4)]
+    pub webhooks: Option<Vec<WebhookRequest>>,
+}
+
+/// One webhook of a debate: one of the server's endpoints and the events it wants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookRequest {
+    /// One of the server's webhook endpoints, as the operator listed it.
+    #[schema(max_length = 2048)]
+    pub url: String,
+    /// At least one, each at most once.
+    #[schema(min_items = 1, max_items = 4)]
+    pub events: Vec<WebhookEventName>,
+}
+
+/// A moment a webhook is told about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WebhookEventName {
+    /// The debate ended with a solution (payload `type`: `debate.completed`).
+    Completed,
+    /// The debate failed (`debate.failed`).
+    Failed,
+    /// The debate waits for answers to its questions (`debate.awaiting_answers`).
+    AwaitingAnswers,
+    /// The budget made the debate give something up (`debate.degraded`).
+    Degraded,
+}
+
+impl From<WebhookEventName> for parley_protocol::WebhookEvent {
+    fn from(e: WebhookEventName) -> Self {
+        match e {
+            WebhookEventName::Completed => Self::Completed,
+            WebhookEventName::Failed => Self::Failed,
+            WebhookEventName::AwaitingAnswers => Self::AwaitingAnswers,
+            WebhookEventName::Degraded => Self::Degraded,
+        }
+    }
 }
 
 impl SubmitRequest {
+    /// The request's webhooks as the spec carries them.
+    pub fn webhook_subscriptions(&self) -> Vec<parley_protocol::WebhookSubscription> {
+        self.webhooks
+            .iter()
+            .flatten()
+            .map(|w| parley_protocol::WebhookSubscription {
+                url: w.url.clone(),
+                events: w.events.iter().map(|&e| e.into()).collect(),
+            })
+            .collect()
+    }
+
     /// Checks the sizes and ranges before anything else looks at the request; reports
     /// every problem with its field.
     pub fn validate(&self) -> Result<(), ApiError> {
@@ -164,6 +219,21 @@ impl SubmitRequest {
                     "rounds: {r} is out of range 1-{}",
                     limits::MAX_ROUNDS
                 ));
+            }
+        }
+        if let Some(hooks) = &self.webhooks {
+            if hooks.len() > parley_protocol::webhook::MAX_WEBHOOKS {
+                problems.push(format!(
+                    "webhooks: {} webhooks, the limit is {}",
+                    hooks.len(),
+                    parley_protocol::webhook::MAX_WEBHOOKS
+                ));
+            } else {
+                problems.extend(
+                    parley_protocol::webhook::webhook_problems(&self.webhook_subscriptions())
+                        .iter()
+                        .map(ToString::to_string),
+                );
             }
         }
         if let Some(k) = &self.idempotency_key {
@@ -549,6 +619,7 @@ mod tests {
             idempotency_key: Some(String::new()),
             clarify: false,
             agents: None,
+            webhooks: None,
         };
         let e = r.validate().unwrap_err();
         assert_eq!(e.status, 400);

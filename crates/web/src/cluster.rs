@@ -236,6 +236,7 @@ impl Backend for ClusterBackend {
         let mut spec = self.specs.build(&request)?;
         spec.idempotency_key = request.idempotency_key.clone();
         spec.owner = owner.map(str::to_string);
+        spec.webhooks = request.webhook_subscriptions();
         let body = serde_json::to_vec(&spec).map_err(|e| ApiError::internal(e.to_string()))?;
         let reply = self.request(subjects::SUBMIT, body).await?;
         let id = reply["debateId"]

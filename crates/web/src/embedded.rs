@@ -101,7 +101,12 @@ struct Inner {
     pricing: parley_engine::Pricing,
     /// Signs the decision record each finished debate gets (`<id>.record.json`).
     record_key: Option<Arc<parley_record::SigningKey>>,
+    /// Told the id of a debate whose event log grew (the webhook outbox).
+    events_hook: std::sync::OnceLock<EventsHook>,
 }
+
+/// What [`EmbeddedBackend::on_new_events`] calls.
+pub type EventsHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// One debate's events and driver.
 struct Live {
@@ -188,6 +193,7 @@ impl EmbeddedBackend {
                 briefs: Mutex::new(HashMap::new()),
                 pricing: Default::default(),
                 record_key: None,
+                events_hook: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -211,24 +217,55 @@ impl EmbeddedBackend {
         self
     }
 
-    /// Continues the debates a previous `serve` left `running` (those with an event log).
-    /// Returns their ids; one that cannot continue (its provider is not configured any
-    /// more) is named in the log and left for `retry`.
-    pub async fn resume_interrupted(&self) -> Vec<String> {
-        let dir = self.inner.store.dir().to_path_buf();
-        let mut resumed = Vec::new();
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return resumed;
+    /// Calls `hook` with a debate's id each time its event log grew (once per batch,
+    /// after the batch is written). Set once; a second hook is ignored.
+    pub fn on_new_events(&self, hook: EventsHook) {
+        if self.inner.events_hook.set(hook).is_err() {
+            tracing::warn!("an events hook is already set; ignored");
+        }
+    }
+
+    /// The folder of the checkpoints and event logs.
+    pub fn dir(&self) -> &Path {
+        self.inner.store.dir()
+    }
+
+    /// The events in debate `id`'s log, in order (reads the file: call it off the async
+    /// threads).
+    pub fn logged_events(&self, id: &str) -> Vec<WireEvent> {
+        read_event_log(&self.inner.events_path(id))
+    }
+
+    /// The debate's webhooks, from its checkpoint (reads the file: off the async threads).
+    pub fn webhooks_of(
+        &self,
+        id: &str,
+    ) -> Result<Vec<parley_protocol::WebhookSubscription>, ApiError> {
+        let (spec, _) = self.inner.load(id)?;
+        Ok(spec.webhooks)
+    }
+
+    /// The debates with an event log (the ones a `serve` ran).
+    pub fn logged_debates(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.inner.store.dir()) else {
+            return Vec::new();
         };
-        let ids: Vec<String> = entries
+        entries
             .flatten()
             .filter_map(|e| {
                 let name = e.file_name().into_string().ok()?;
                 let id = name.strip_suffix(".events.jsonl")?;
                 parley_protocol::is_valid_debate_id(id).then(|| id.to_string())
             })
-            .collect();
-        for id in ids {
+            .collect()
+    }
+
+    /// Continues the debates a previous `serve` left `running` (those with an event log).
+    /// Returns their ids; one that cannot continue (its provider is not configured any
+    /// more) is named in the log and left for `retry`.
+    pub async fn resume_interrupted(&self) -> Vec<String> {
+        let mut resumed = Vec::new();
+        for id in self.logged_debates() {
             let Ok((_, state)) = self.inner.store.load(&id) else {
                 continue;
             };
@@ -523,6 +560,9 @@ impl Inner {
         }
         drop(events);
         live.latest.send_replace(last);
+        if let Some(hook) = self.events_hook.get() {
+            hook(id);
+        }
     }
 
     /// Starts a task driving `machine` from `input` until it ends, the server stops, or
@@ -859,6 +899,7 @@ impl Backend for EmbeddedBackend {
         let inner = &self.inner;
         let mut spec = inner.specs.build(&request)?;
         spec.owner = owner.map(str::to_string);
+        spec.webhooks = request.webhook_subscriptions();
         let runner = inner.runner(&spec).await?;
         let mut machine = Machine::new(new_debate_id(Utc::now()), spec, Utc::now());
         machine.set_pricing(inner.pricing.clone());

@@ -16,6 +16,10 @@
 //!   start-up when the operator gives neither a token nor API keys (unless `--no-auth`).
 //! - [`keys`]: per-user API keys (hashed in the operator's file, re-read while serving).
 //! - [`idempotency`]: idempotency keys of creates.
+//! - [`scoped`]: [`scoped::ScopedBackend`], a backend as one API key sees it (the MCP
+//!   server under `/mcp`).
+//! - [`webhooks`]: the submission's webhook check and the delivery over either backend
+//!   (the event log and a cursor file embedded, a durable consumer in a cluster).
 //! - [`assets`]: the page (HTML, CSS and JavaScript ES modules in `assets/`, compiled in,
 //!   no build step) and the security headers (a strict Content-Security-Policy).
 
@@ -29,13 +33,16 @@ pub mod idempotency;
 pub mod keys;
 pub mod openapi;
 pub mod replies;
+pub mod scoped;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use backend::{
     AgentChoice, Answer, AnswersRequest, ApiError, Backend, DebateListItem, FeedbackRequest,
-    FormDefaults, ProviderView, ReportFn, SpecSource, SubmitRequest,
+    FormDefaults, ProviderView, ReportFn, SpecSource, SubmitRequest, WebhookEventName,
+    WebhookRequest,
 };
 pub use cluster::ClusterBackend;
 pub use embedded::EmbeddedBackend;
@@ -74,6 +81,12 @@ pub struct ServeOptions {
     pub limits: parley_telemetry::ConnectionLimits,
     /// The operator's API key file (see [`keys`]), re-read while the server runs.
     pub api_keys: Option<std::path::PathBuf>,
+    /// The operator's webhook endpoints (`--webhooks`): a submission may name only these.
+    pub webhooks: Option<Arc<parley_webhooks::Endpoints>>,
+    /// Served at `/mcp` behind the same credentials as `/v1` (the MCP server over
+    /// streamable HTTP): each request carries the caller's [`keys::Principal`] in its
+    /// extensions.
+    pub mcp: Option<axum::Router>,
 }
 
 impl ServeOptions {
@@ -85,6 +98,8 @@ impl ServeOptions {
             no_auth: false,
             limits: parley_telemetry::ConnectionLimits::WEB,
             api_keys: None,
+            webhooks: None,
+            mcp: None,
         }
     }
 }
@@ -153,10 +168,11 @@ impl Server {
             stop: stop.clone(),
             idempotency: Default::default(),
             openapi: openapi::document().into(),
+            webhooks: options.webhooks.clone(),
         };
         Ok(Self {
             listener,
-            app: api::router(state),
+            app: api::router(state, options.mcp),
             addr,
             generated,
             limits: options.limits,

@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::backend::{
     AgentChoice, AgentView, Answer, AnswersRequest, DebateListItem, FeedbackRequest, FormDefaults,
-    ProviderView, SteerKind, SteerRequest, SubmitRequest,
+    ProviderView, SteerKind, SteerRequest, SubmitRequest, WebhookEventName, WebhookRequest,
 };
 use crate::replies::{
     CommandReply, ConfigLimits, ConfigReply, CreatedDebate, DebateList, DebateStateDoc,
@@ -73,6 +73,7 @@ impl Modify for BearerAuth {
         ConfigLimits, DebateStateDoc, DecisionRecordDoc, CommandReply, SubmitRequest, AgentChoice, AnswersRequest,
         Answer, FeedbackRequest, DebateListItem, FormDefaults, ProviderView, AgentView,
         SteerRequest, SteerKind,
+        WebhookRequest, WebhookEventName,
     )),
     modifiers(&BearerAuth),
     tags(

@@ -285,6 +285,7 @@ impl Machine {
             steering: Default::default(),
             forked_from: None,
             owner: spec.owner.clone(),
+            webhooks: spec.webhooks.clone(),
             created_at: now,
             updated_at: now,
         };

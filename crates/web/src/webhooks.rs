@@ -1,0 +1,192 @@
+//! Webhooks under `parley serve --webhooks FILE`: the submission check and the delivery
+//! over either backend (the delivery itself is `parley_webhooks`).
+//!
+//! - Embedded: the debate's event log (`<id>.events.jsonl`) is the outbox and
+//!   `<id>.webhooks.cursor` beside it (the sequence number of the last event handled,
+//!   replaced atomically) its cursor; the backend tells the outbox when a log grows, and
+//!   at start every debate whose log was written after its cursor is looked at again
+//!   ([`start_embedded`]).
+//! - Cluster: a durable consumer of the events stream ([`start_cluster`]), the debate's
+//!   subscriptions read from its state through the coordinators.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use parley_protocol::{DebateEvent, WebhookSubscription};
+use parley_webhooks::{Endpoints, EventLog, Outbox, Sender, Subscriptions};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{ApiError, Backend, SubmitRequest};
+use crate::{ClusterBackend, EmbeddedBackend};
+
+/// A submission's webhooks must name the server's endpoints: the 400 otherwise.
+pub fn check_submission(
+    endpoints: Option<&Endpoints>,
+    request: &SubmitRequest,
+) -> Result<(), ApiError> {
+    let hooks = request.webhook_subscriptions();
+    if hooks.is_empty() {
+        return Ok(());
+    }
+    match endpoints {
+        None => Err(ApiError::invalid(
+            "webhooks: this server has no webhook endpoints (the operator lists them with \
+             --webhooks)",
+        )),
+        Some(e) => e.check(&hooks).map_err(ApiError::invalid),
+    }
+}
+
+/// The embedded event log and cursor files.
+struct EmbeddedLog {
+    backend: EmbeddedBackend,
+}
+
+impl EmbeddedLog {
+    fn cursor_path(&self, id: &str) -> PathBuf {
+        self.backend.dir().join(format!("{id}.webhooks.cursor"))
+    }
+
+    /// Whether the debate's log was written after its cursor (or it has no cursor).
+    fn behind(&self, id: &str) -> bool {
+        let modified = |p: PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let log = modified(self.backend.dir().join(format!("{id}.events.jsonl")));
+        let cursor = modified(self.cursor_path(id));
+        match (log, cursor) {
+            (Some(l), Some(c)) => l >= c,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+#[async_trait]
+impl Subscriptions for EmbeddedLog {
+    async fn subscriptions(&self, id: &str) -> Result<Vec<WebhookSubscription>, String> {
+        let (backend, id) = (self.backend.clone(), id.to_string());
+        blocking(move || backend.webhooks_of(&id).map_err(|e| e.message)).await
+    }
+}
+
+#[async_trait]
+impl EventLog for EmbeddedLog {
+    async fn events_after(
+        &self,
+        id: &str,
+        after: u64,
+        max: usize,
+    ) -> Result<Vec<DebateEvent>, String> {
+        let (backend, id) = (self.backend.clone(), id.to_string());
+        blocking(move || {
+            Ok(backend
+                .logged_events(&id)
+                .into_iter()
+                .filter(|e| e.seq > after)
+                .take(max)
+                .filter_map(|e| serde_json::from_str(&e.json).ok())
+                .collect())
+        })
+        .await
+    }
+
+    async fn cursor(&self, id: &str) -> Result<u64, String> {
+        let path = self.cursor_path(id);
+        blocking(move || match std::fs::read_to_string(&path) {
+            Ok(text) => text
+                .trim()
+                .parse()
+                .map_err(|_| format!("{}: not a sequence number", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        })
+        .await
+    }
+
+    async fn set_cursor(&self, id: &str, seq: u64) -> Result<(), String> {
+        let path = self.cursor_path(id);
+        blocking(move || {
+            use std::io::Write as _;
+            let tmp = path.with_extension("cursor.tmp");
+            let mut f = parley_engine::store::private_file()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&tmp)
+                .map_err(|e| format!("{}: {e}", tmp.display()))?;
+            f.write_all(format!("{seq}\n").as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| format!("{}: {e}", tmp.display()))?;
+            std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+        })
+        .await
+    }
+}
+
+/// Delivers the embedded debates' webhooks: hooks the outbox to `backend`'s event logs
+/// and looks again at every debate whose log is past its cursor. Runs until `stop`.
+pub async fn start_embedded(
+    backend: &EmbeddedBackend,
+    endpoints: Arc<Endpoints>,
+    stop: CancellationToken,
+) -> Result<Outbox, String> {
+    let sender = Sender::new()?;
+    let log = Arc::new(EmbeddedLog {
+        backend: backend.clone(),
+    });
+    let outbox = Outbox::new(log.clone(), endpoints, sender, stop);
+    let notify = outbox.clone();
+    backend.on_new_events(Arc::new(move |id: &str| notify.notify(id)));
+    let scan = backend.clone();
+    let behind = tokio::task::spawn_blocking(move || {
+        scan.logged_debates()
+            .into_iter()
+            .filter(|id| log.behind(id))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    for id in behind {
+        outbox.notify(&id);
+    }
+    Ok(outbox)
+}
+
+/// A debate's subscriptions, from its state through the coordinators.
+struct ClusterSubscriptions {
+    backend: Arc<ClusterBackend>,
+}
+
+#[async_trait]
+impl Subscriptions for ClusterSubscriptions {
+    async fn subscriptions(&self, id: &str) -> Result<Vec<WebhookSubscription>, String> {
+        let state = self.backend.state(id).await.map_err(|e| e.message)?;
+        match state.get("webhooks") {
+            None => Ok(Vec::new()),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Delivers the cluster's webhooks from the durable consumer (see
+/// `parley_webhooks::jetstream`) until `stop`.
+pub fn start_cluster(
+    client: async_nats::Client,
+    backend: Arc<ClusterBackend>,
+    endpoints: Arc<Endpoints>,
+    stop: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    let sender = Sender::new()?;
+    let subs = Arc::new(ClusterSubscriptions { backend });
+    Ok(tokio::spawn(parley_webhooks::jetstream::run(
+        client, endpoints, sender, subs, stop,
+    )))
+}
