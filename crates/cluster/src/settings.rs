@@ -96,10 +96,11 @@ fn load_file(path: &Path) -> Result<config::Config, String> {
         .map_err(named)?;
     let table = config::Source::collect(&file).map_err(named)?;
     let known = reference::all_keys();
-    let unknown: Vec<&str> = table
+    // (Quoted and cut: a key may hold anything.)
+    let unknown: Vec<String> = table
         .keys()
         .filter(|k| !known.iter().any(|key| &key.name == *k))
-        .map(String::as_str)
+        .map(|k| format!("{:?}", parley_protocol::preview(k, 64)))
         .collect();
     if !unknown.is_empty() {
         let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();

@@ -209,7 +209,7 @@ pub fn all_keys() -> Vec<Key> {
 
 /// A settings file with every key at its default, by service. Commented out: the keys
 /// without a default value, and those two services share (`drain_secs`, `max_tokens`,
-/// `config`), whose defaults differ: a file sets one value for both.
+/// `config`): each has its own default, a file sets one value for both.
 pub fn sample() -> String {
     let sections = sections();
     let shared = |name: &str| sections.iter().filter(|s| s.keys.iter().any(|k| k.name == name)).count() > 1;
@@ -263,8 +263,8 @@ pub fn page(regenerate: &str) -> String {
     out.push_str(
         "\n## A settings file\n\nEvery key at its default, by service; one file may serve \
          every service, each takes the keys it uses. Commented out: the keys without a \
-         default value, and those two services share with different defaults (a file sets \
-         one value for both):\n\n```toml\n",
+         default value, and those two services share (each has its own default; a file \
+         sets one value for both):\n\n```toml\n",
     );
     out.push_str(&sample());
     out.push_str("```\n");

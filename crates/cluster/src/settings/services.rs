@@ -26,7 +26,10 @@ pub struct CommonSettings {
     #[schemars(extend("x-value" = "URL"))]
     pub nats_url: String,
     /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
-    #[schemars(extend("x-value" = "FILE"))]
+    #[schemars(extend(
+        "x-value" = "FILE",
+        "x-default" = "none: the URL's credentials, if any"
+    ))]
     pub nats_creds: Option<PathBuf>,
     /// Inbox prefix of this service's NATS replies (the only subjects its NATS user may
     /// receive replies on).
