@@ -379,7 +379,12 @@ pub struct BackendArgs {
     /// cluster (the connection fails over between them). From the environment
     /// (`PARLEY_SERVE_NATS_URL` for `serve`, `PARLEY_MCP_NATS_URL` for `mcp`), a URL
     /// holding a password stays out of the process's command line.
-    #[arg(long, hide_env_values = true, value_name = "URL", value_delimiter = ',')]
+    #[arg(
+        long,
+        hide_env_values = true,
+        value_name = "URL",
+        value_delimiter = ','
+    )]
     pub nats_url: Vec<String>,
     /// NATS credentials file for --nats-url: a `.creds` file or an NKey seed file.
     #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]

@@ -523,7 +523,10 @@ mod tests {
         assert_eq!(secs("7d"), Ok(604_800));
         assert!(secs("7w").unwrap_err().contains("unit"));
         assert!(secs("soon").is_err());
-        assert_eq!(format_duration(std::time::Duration::from_secs(604_800)), "7d");
+        assert_eq!(
+            format_duration(std::time::Duration::from_secs(604_800)),
+            "7d"
+        );
         assert_eq!(format_duration(std::time::Duration::from_secs(5)), "5s");
         assert_eq!(
             DurationSetting::Secs(7200).parse(),
@@ -539,7 +542,10 @@ mod tests {
         assert!(e.contains("concurency") && e.contains("parley.toml"), "{e}");
         let bad = write(dir.path(), "concurrency = \"many\"\n");
         let e = load_file(&bad).unwrap_err();
-        assert!(e.contains("concurrency") && e.contains("parley.toml"), "{e}");
+        assert!(
+            e.contains("concurrency") && e.contains("parley.toml"),
+            "{e}"
+        );
         let e = load_file(&dir.path().join("nope.toml")).unwrap_err();
         assert!(e.contains("nope.toml"), "{e}");
         let (r, _, own) = worker(&["--settings", bad.to_str().unwrap()]);

@@ -157,7 +157,11 @@ mod tests {
     fn parse(args: &[&str]) -> Result<CoordinatorConfig, String> {
         let mut argv = vec!["parley-coordinator"];
         argv.extend_from_slice(args);
-        settings(&command().try_get_matches_from(argv).map_err(|e| e.to_string())?)
+        settings(
+            &command()
+                .try_get_matches_from(argv)
+                .map_err(|e| e.to_string())?,
+        )
     }
 
     #[test]

@@ -90,7 +90,6 @@ use requests::Command;
 /// Prefix of the owner-to-owner control subjects.
 pub const CONTROL_PREFIX: &str = "parley.control";
 
-
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
     pub nats_url: String,

@@ -694,7 +694,9 @@ pub fn debate_config_schema() -> Schema {
     schema.insert("title".into(), "Parley debate configuration".into());
     // The dialectic keys the CLI's loader takes before the strict parse (`parley run`,
     // `serve`, `mcp`; see the CLI's `compat` module), so a dialectic config validates too.
-    let defs = schema.get_mut("definitions").and_then(|d| d.as_object_mut());
+    let defs = schema
+        .get_mut("definitions")
+        .and_then(|d| d.as_object_mut());
     if let Some(defs) = defs {
         let mut add = |def: &str, key: &str, property: serde_json::Value| {
             if let Some(props) = defs

@@ -234,7 +234,12 @@ fn check(root: &Value, schema: &Value, value: &Value, at: &str, out: &mut Vec<St
             out.push(format!("{at}: {n} is above {max}"));
         }
     }
-    for all in s.get("allOf").and_then(Value::as_array).into_iter().flatten() {
+    for all in s
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         check(root, all, value, at, out);
     }
     for (key, exactly_one) in [("anyOf", false), ("oneOf", true)] {
@@ -255,7 +260,10 @@ fn check(root: &Value, schema: &Value, value: &Value, at: &str, out: &mut Vec<St
                     || p.starts_with(&format!("{at}: missing"))
                     || p.starts_with(&format!("{at}: unknown key"))
             };
-            match results.iter().find(|p| !p.is_empty() && p.iter().all(inside)) {
+            match results
+                .iter()
+                .find(|p| !p.is_empty() && p.iter().all(inside))
+            {
                 Some(meant) if fits == 0 => out.extend(meant.iter().cloned()),
                 _ if fits == 0 || (exactly_one && fits > 1) => {
                     out.push(format!("{at}: {value} fits {fits} of the {key} options"))
@@ -266,7 +274,12 @@ fn check(root: &Value, schema: &Value, value: &Value, at: &str, out: &mut Vec<St
     }
     if let Value::Object(map) = value {
         let props = s.get("properties").and_then(Value::as_object);
-        for req in s.get("required").and_then(Value::as_array).into_iter().flatten() {
+        for req in s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let req = req.as_str().unwrap();
             if !map.contains_key(req) {
                 out.push(format!("{at}: missing {req:?}"));

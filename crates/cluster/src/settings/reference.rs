@@ -16,7 +16,9 @@ use super::services::{CommonSettings, CoordinatorSettings, WorkerSettings};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A whole number up to `max`.
-    Integer { max: u64 },
+    Integer {
+        max: u64,
+    },
     Number,
     Text,
     /// A file; relative to the settings file when the file sets it.
@@ -212,7 +214,13 @@ pub fn all_keys() -> Vec<Key> {
 /// `config`): each has its own default, a file sets one value for both.
 pub fn sample() -> String {
     let sections = sections();
-    let shared = |name: &str| sections.iter().filter(|s| s.keys.iter().any(|k| k.name == name)).count() > 1;
+    let shared = |name: &str| {
+        sections
+            .iter()
+            .filter(|s| s.keys.iter().any(|k| k.name == name))
+            .count()
+            > 1
+    };
     let mut out = String::new();
     for (i, s) in sections.iter().enumerate() {
         if i > 0 {
