@@ -444,6 +444,33 @@ mod tests {
         (Vec::new(), |_| {})
     }
 
+    /// A config may name its JSON Schema (`"$schema"`, for editors); the loader takes it,
+    /// and the shipped configs load with the same loader the schema is checked against.
+    #[test]
+    fn a_config_with_its_schema_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("debate-config.json");
+        std::fs::write(
+            &path,
+            r#"{"$schema": "./debate-config.schema.json",
+                "agents": [{"id": "a", "name": "A", "role": "architect", "model": "m"}],
+                "debate": {"rounds": 2}}"#,
+        )
+        .unwrap();
+        let loaded = load(Some(&path), &mut |_| {}).unwrap();
+        assert_eq!(loaded.file.debate.unwrap().rounds, 2);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for shipped in [
+            "deploy/config.json",
+            "docs/src/guide/compare-sample/debate-config.json",
+            "docs/src/design/model-choice/debate-smollm2.json",
+            "docs/src/design/model-choice/debate-gemma3.json",
+        ] {
+            load(Some(&root.join(shipped)), &mut |_| {})
+                .unwrap_or_else(|e| panic!("{shipped}: {}", e.message));
+        }
+    }
+
     #[test]
     fn problem_resolution_errors_are_usage_errors() {
         let dir = tempfile::tempdir().unwrap();

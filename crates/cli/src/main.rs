@@ -261,8 +261,8 @@ fn main() -> ExitCode {
         Command::Run(a) | Command::Estimate(a) => Some((a.env_file.as_deref(), a.verbose)),
         Command::Eval(a) => Some((a.env_file.as_deref(), a.verbose)),
         Command::Compare(a) => Some((a.env_file.as_deref(), false)),
-        Command::Serve(a) => Some((a.env_file.as_deref(), false)),
-        Command::Mcp(a) => Some((a.env_file.as_deref(), false)),
+        Command::Serve(a) => Some((a.backend.env_file.as_deref(), false)),
+        Command::Mcp(a) => Some((a.backend.env_file.as_deref(), false)),
         _ => None,
     };
     if let Some((file, verbose)) = env_file {

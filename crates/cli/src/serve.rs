@@ -31,6 +31,10 @@ use crate::config::{self, LoadedConfig, Overrides};
 use crate::{report, run, CliError};
 
 #[derive(clap::Args, Debug)]
+#[command(
+    mut_arg("nats_url", |a| a.env("PARLEY_SERVE_NATS_URL")),
+    mut_arg("max_agents", |a| a.env("PARLEY_SERVE_MAX_AGENTS"))
+)]
 pub struct ServeArgs {
     /// Address to listen on; anything but loopback needs --auth-token or --api-keys.
     #[arg(long, env = "PARLEY_SERVE_LISTEN", default_value = "127.0.0.1:8080")]
@@ -71,51 +75,8 @@ pub struct ServeArgs {
     /// The role of --new-api-key's key: `user` or `admin`.
     #[arg(long, value_name = "ROLE", default_value = "user", value_parser = ["user", "admin"])]
     pub api_key_role: String,
-    /// Front this cluster over NATS instead of running debates in this process. Repeat
-    /// the flag, or separate URLs with commas, to name several servers of one NATS
-    /// cluster (the connection fails over between them). From the environment
-    /// (`PARLEY_SERVE_NATS_URL`), a URL holding a password stays out of the process's
-    /// command line.
-    #[arg(
-        long,
-        env = "PARLEY_SERVE_NATS_URL",
-        hide_env_values = true,
-        value_name = "URL",
-        value_delimiter = ','
-    )]
-    pub nats_url: Vec<String>,
-    /// NATS credentials file for --nats-url: a `.creds` file or an NKey seed file.
-    #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
-    pub nats_creds: Option<PathBuf>,
-    /// Inbox prefix of this server's NATS replies [default: `_INBOX_<user>` for a user in
-    /// the URL, else `_INBOX`].
-    #[arg(long, env = "PARLEY_NATS_INBOX_PREFIX", value_name = "PREFIX")]
-    pub nats_inbox_prefix: Option<String>,
-    /// With --nats-url: debates' event streams followed at once (each is a consumer in the
-    /// cluster); past it a page's stream is refused with a 503 [default: 64].
-    #[arg(long, env = "PARLEY_MAX_EVENT_STREAMS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub max_event_streams: Option<u32>,
-    /// Debate configuration: the form's defaults and the settings of every debate
-    /// (default ./debate-config.json).
-    #[arg(short = 'c', long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Load environment variables (API keys) from this file (default ./.env when present).
-    #[arg(short = 'e', long, value_name = "FILE")]
-    pub env_file: Option<PathBuf>,
-    /// The most agents one debate from the page may have (the form's editor offers 1 to N).
-    #[arg(long, env = "PARLEY_SERVE_MAX_AGENTS", value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=parley_protocol::limits::MAX_AGENTS as i64))]
-    pub max_agents: Option<u32>,
-    /// Embedded: the LiteLLM-format price file calls are charged at (default: the
-    /// config's `prices`); with the config's inline prices. In front of a cluster the
-    /// operator's services price the calls.
-    #[arg(long, value_name = "FILE")]
-    pub prices: Option<PathBuf>,
-    /// Embedded: the key each finished debate's decision record
-    /// (`./debates/<id>.record.json`) is signed with; in front of a cluster the coordinator
-    /// signs.
     #[command(flatten)]
-    pub signing: crate::decisions::SigningArgs,
+    pub backend: BackendArgs,
 }
 
 /// Builds specs from the server's config, as `parley run` does from its flags.
@@ -423,18 +384,58 @@ impl parley_mcp::Estimator for ConfigEstimator {
     }
 }
 
-/// The flags that choose and set up the backend, shared by `serve` and `mcp`.
-pub struct BackendFlags<'a> {
-    /// NATS server URLs: in front of a cluster; none: debates run in this process.
-    pub nats_url: &'a [String],
-    pub nats_creds: Option<&'a std::path::Path>,
-    pub nats_inbox_prefix: Option<&'a str>,
-    pub max_event_streams: Option<u32>,
-    pub config: Option<&'a std::path::Path>,
-    pub max_agents: Option<u32>,
-    pub prices: Option<&'a std::path::Path>,
-    /// Embedded: signs each finished debate's decision record.
-    pub signing: &'a crate::decisions::SigningArgs,
+/// The flags that choose and set up the backend, shared by `serve` and `mcp`. The two
+/// commands differ only in the variables of `--nats-url` and `--max-agents`
+/// (`PARLEY_SERVE_*`, `PARLEY_MCP_*`), which each sets on its own arguments (`mut_arg`).
+#[derive(clap::Args, Debug)]
+pub struct BackendArgs {
+    /// Front this cluster over NATS instead of running debates in this process. Repeat
+    /// the flag, or separate URLs with commas, to name several servers of one NATS
+    /// cluster (the connection fails over between them). From the environment
+    /// (`PARLEY_SERVE_NATS_URL` for `serve`, `PARLEY_MCP_NATS_URL` for `mcp`), a URL
+    /// holding a password stays out of the process's command line.
+    #[arg(
+        long,
+        hide_env_values = true,
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub nats_url: Vec<String>,
+    /// NATS credentials file for --nats-url: a `.creds` file or an NKey seed file.
+    #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+    /// Inbox prefix of this server's NATS replies [default: `_INBOX_<user>` for a user in
+    /// the URL, else `_INBOX`].
+    #[arg(long, env = "PARLEY_NATS_INBOX_PREFIX", value_name = "PREFIX")]
+    pub nats_inbox_prefix: Option<String>,
+    /// With --nats-url: debates' event streams followed at once (each is a consumer in the
+    /// cluster); past it a new stream is refused (a page's with a 503).
+    #[arg(long, env = "PARLEY_MAX_EVENT_STREAMS", value_name = "N",
+          default_value_t = parley_web::cluster::DEFAULT_MAX_EVENT_STREAMS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_event_streams: u32,
+    /// Debate configuration: the settings of every debate (the page's form defaults, the
+    /// debates an MCP tool call starts) (default ./debate-config.json).
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Load environment variables (API keys) from this file (default ./.env when present).
+    #[arg(short = 'e', long, value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
+    /// The most agents one debate may have (the page's editor offers 1 to N).
+    #[arg(long, value_name = "N",
+          default_value_t = parley_protocol::limits::MAX_AGENTS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=parley_protocol::limits::MAX_AGENTS as i64))]
+    pub max_agents: u32,
+    /// Embedded: the LiteLLM-format price file calls are charged at (default: the
+    /// config's `prices`), with the config's inline prices; also the prices of
+    /// `estimate_debate`. In front of a cluster the operator's services price the calls.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
+    /// Embedded: the key each finished debate's decision record
+    /// (`./debates/<id>.record.json`) is signed with; in front of a cluster the coordinator
+    /// signs.
+    #[command(flatten)]
+    pub signing: crate::decisions::SigningArgs,
 }
 
 /// A backend ready to serve, and what its users need beside it.
@@ -452,7 +453,7 @@ pub struct OpenBackend {
 /// process's (resuming the debates a previous run left running; they stop and are saved
 /// when `shutdown` fires). `tickets` carry MCP calls' options to the spec source.
 pub async fn open_backend(
-    flags: BackendFlags<'_>,
+    flags: &BackendArgs,
     shutdown: &CancellationToken,
     tickets: parley_mcp::Tickets,
 ) -> Result<OpenBackend, CliError> {
@@ -461,7 +462,7 @@ pub async fn open_backend(
     let mut warn = |w: String| eprintln!("warning: {w}");
     // The config's endpoints go to the embedded backend's registry (never into a spec); in
     // front of a cluster they are not sent.
-    let (loaded, endpoints, limits) = config::load_as_operator(flags.config, &mut warn)?;
+    let (loaded, endpoints, limits) = config::load_as_operator(flags.config.as_deref(), &mut warn)?;
     // Embedded, this process charges the calls (a bad price file: exit 4, naming it).
     let nats_url = (!flags.nats_url.is_empty()).then(|| flags.nats_url.join(","));
     let (pricing, prices) = match nats_url {
@@ -469,13 +470,13 @@ pub async fn open_backend(
         // price file when it can be read.
         Some(_) => (
             None,
-            config::load_prices(flags.prices, &loaded).unwrap_or_else(|e| {
+            config::load_prices(flags.prices.as_deref(), &loaded).unwrap_or_else(|e| {
                 eprintln!("warning: estimates without prices: {}", e.message);
                 parley_protocol::PriceTable::new()
             }),
         ),
         None => {
-            let prices = config::load_prices(flags.prices, &loaded)?;
+            let prices = config::load_prices(flags.prices.as_deref(), &loaded)?;
             parley_llm::set_prices(prices.clone());
             (
                 Some(parley_engine::Pricing::new(
@@ -491,9 +492,7 @@ pub async fn open_backend(
         base_dir: loaded.base_dir,
         pricing: pricing.clone(),
         providers: limits.clone(),
-        max_agents: flags
-            .max_agents
-            .map_or(parley_protocol::limits::MAX_AGENTS, |n| n as usize),
+        max_agents: flags.max_agents as usize,
         tickets,
     });
     let estimator = Arc::new(ConfigEstimator {
@@ -524,8 +523,8 @@ pub async fn open_backend(
             }
             let endpoint = parley_cluster::NatsEndpoint::client(
                 url.clone(),
-                flags.nats_creds.map(PathBuf::from),
-                flags.nats_inbox_prefix,
+                flags.nats_creds.clone(),
+                flags.nats_inbox_prefix.as_deref(),
             )
             .map_err(|e| CliError::usage(format!("{e:#}")))?;
             let client = parley_cluster::nats::connect_client(&endpoint, Duration::from_secs(10))
@@ -535,11 +534,7 @@ pub async fn open_backend(
                 client.clone(),
                 specs,
                 report::markdown,
-                flags
-                    .max_event_streams
-                    .map_or(parley_web::cluster::DEFAULT_MAX_EVENT_STREAMS, |n| {
-                        n as usize
-                    }),
+                flags.max_event_streams as usize,
             ));
             cluster = Some((client, backend.clone()));
             backend
@@ -627,23 +622,13 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         )),
         None => None,
     };
-    let flags = BackendFlags {
-        nats_url: &args.nats_url,
-        nats_creds: args.nats_creds.as_deref(),
-        nats_inbox_prefix: args.nats_inbox_prefix.as_deref(),
-        max_event_streams: args.max_event_streams,
-        config: args.config.as_deref(),
-        max_agents: args.max_agents,
-        prices: args.prices.as_deref(),
-        signing: &args.signing,
-    };
     let tickets = parley_mcp::Tickets::default();
     let OpenBackend {
         backend,
         embedded,
         cluster,
         estimator,
-    } = open_backend(flags, interrupt, tickets.clone()).await?;
+    } = open_backend(&args.backend, interrupt, tickets.clone()).await?;
     let kind = backend.kind();
     // The MCP server over streamable HTTP at /mcp, behind the API's credentials.
     let mcp = parley_mcp::http_router(

@@ -37,10 +37,6 @@ use serde::{Deserialize, Serialize};
 
 /// A follower consumer nobody pulled from for this long is removed by the server.
 pub const FOLLOWER_INACTIVE: Duration = Duration::from_secs(30);
-/// Default of the coordinator's `max_followers`: follower consumers at once, for the whole
-/// cluster (the `PARLEY` account allows 1,000 consumers; the rest is headroom for the
-/// workers' consumers and the page's list).
-pub const DEFAULT_MAX_FOLLOWERS: usize = 512;
 /// Largest follow request body accepted.
 pub const MAX_FOLLOW_REQUEST_BYTES: usize = 1024;
 /// How long a client waits for the coordinator's answer.

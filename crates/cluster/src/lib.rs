@@ -13,7 +13,9 @@
 //! - [`streams`]: the JetStream streams (with their limits) and durable consumers, created
 //!   if missing.
 //! - [`settings`]: layered service settings (defaults → TOML file → `PARLEY_*` → flags),
-//!   validated once with every problem named by key.
+//!   validated once with every problem named by key; one typed struct per service
+//!   (`settings::services`), from which `settings::reference` makes the flags, the sample
+//!   file and the reference page.
 //! - [`service`]: start-up and shutdown of a service process: connect NATS + Redis, serve
 //!   `/metrics` `/healthz` `/readyz`, cancel a token on SIGTERM / ctrl-c (a second signal
 //!   exits at once), the exit status of a drain ([`DrainIncomplete`], [`exit_service`]).

@@ -3,65 +3,36 @@
 //! `PARLEY_*` environment variables → command-line flags. The result is validated once at
 //! start-up, and every problem is reported at once, each naming its key.
 //!
-//! One settings file serves every service of a deployment; each takes the keys it uses:
+//! Each key is written once, as a field of a typed settings struct ([`services`]): its doc
+//! comment is its reference, its default is in the struct's `Default`. From the structs
+//! [`reference`] makes the flags (each with its `PARLEY_*` variable and `[default: …]`),
+//! the sample file and the reference page (`docs/src/reference/settings.md`). One settings
+//! file serves every service of a deployment; each takes the keys it uses, and a key no
+//! service takes is an error.
 //!
-//! ```toml
-//! nats_url = "nats://nats:4222"        # PARLEY_NATS_URL, --nats-url (may carry user:password@ or token@)
-//! nats_creds = "worker.creds"          # PARLEY_NATS_CREDS, --nats-creds (.creds or NKey seed file)
-//! nats_inbox_prefix = "_INBOX_agent_worker" # PARLEY_NATS_INBOX_PREFIX (default: the role's, see `nats`)
-//! redis_min_replicas = 1               # PARLEY_REDIS_MIN_REPLICAS: checkpoint and result writes wait (WAIT) for this many Redis replicas (default 0)
-//! stream_replicas = 3                  # PARLEY_STREAM_REPLICAS, --stream-replicas: replicas of the JetStream streams and the stash bucket (1 to 5)
-//! redis_url = "redis://redis:6379"     # PARLEY_REDIS_URL, --redis-url; or redis+sentinel://s1:26379,s2:26379/<master>, or redis+cluster://n1:6379,n2:6379 (see `redis_conn`)
-//! metrics_addr = "0.0.0.0:9090"        # PARLEY_METRICS_ADDR, --metrics-addr ("off" disables)
-//! lease_ttl_ms = 10000                 # coordinator
-//! concurrency = 8                      # workers
-//! drain_secs = 20                      # drain deadline; workers (20), coordinator (10)
-//! ack_wait_secs = 30                   # workers
-//! config = "debate-config.json"        # operator config (providers); relative to the settings file
-//! retention = "7d"                     # coordinator: finished debates' Redis keys ("0": forever)
-//! task_deadline_margin_secs = 300      # coordinator: added to each task's timeout
-//! max_tokens = 16384                   # coordinator: cap on a participant's maxTokens; workers: cap on every call
-//! max_pending_requests = 256           # coordinator: requests handled at once
-//! max_followers = 512                  # coordinator: event followers (consumers) open at once
-//! clarification_timeout_secs = 3600    # coordinator: unanswered clarification questions become "NA" (default: a day)
-//! rest_after_secs = 30                 # coordinator: a debate idle this long while it waits goes to rest ("0": never)
-//! max_debate_usd = 5.0                 # coordinator: cap on one debate's spend (and its budget when it sets none)
-//! max_debate_tokens = 2000000          # coordinator: the same in tokens
-//! prices = "model_prices.json"         # PARLEY_PRICES, --prices: LiteLLM-format price file; relative to the settings file
-//! record_signing_key = "record-signing.key" # coordinator: PARLEY_RECORD_SIGNING_KEY, --record-signing-key: Ed25519 key signing decision records; relative to the settings file
-//! ```
-//!
-//! The layers are merged by the `config` crate ([`SettingsFile::layered`]): a service's
-//! defaults, then the file, then its flags. Environment variables and flags are read by
-//! clap (`env` on each flag), so they arrive together as one layer ([`Layer`]) in which a
-//! flag wins over its variable. A service adds a key by giving [`SettingsFile`] a field and
-//! its [`Layer`]s the key's default and flag.
+//! The layers are merged by the `config` crate ([`layered`]): the structs' defaults, then
+//! the file, then the flags. Environment variables and flags are read by clap (`env` on
+//! each flag), so they arrive together as one layer in which a flag wins over its
+//! variable. A service adds a key by giving its struct a field (and its `Default` a value).
+
+pub mod reference;
+pub mod services;
+
+pub use services::{CommonSettings, CoordinatorSettings, WorkerSettings};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
-pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
-pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
-pub const DEFAULT_CONCURRENCY: usize = 8;
-pub const DEFAULT_DRAIN_SECS: u64 = 20;
-pub const DEFAULT_ACK_WAIT_SECS: u64 = 30;
-/// Replicas of each JetStream stream (and the result-stash bucket): 1 on a single
-/// `nats-server`, 3 on a JetStream cluster.
-pub const DEFAULT_STREAM_REPLICAS: usize = 1;
 /// The most replicas JetStream keeps of a stream.
 pub const MAX_STREAM_REPLICAS: usize = 5;
-/// How long a finished debate's keys stay in Redis.
-pub const DEFAULT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
-/// Added to a task's timeout to make its deadline in the coordinator: the time a task may
-/// wait in the queue (a backlog) plus the worker's patience with Redis and NATS.
-pub const DEFAULT_TASK_DEADLINE_MARGIN_SECS: u64 = 300;
 
 /// A duration setting: a number of seconds, or a number with a unit `s`, `m`, `h` or `d`
 /// (`"90s"`, `"12h"`, `"7d"`). `0` means "no limit" where a setting says so.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum DurationSetting {
     Secs(u64),
@@ -112,131 +83,116 @@ pub fn format_duration(d: std::time::Duration) -> String {
     }
 }
 
-/// The settings file: every key any service takes; an unknown key is an error. Also the
-/// merged result of the layers (a key no layer sets is `None`).
-#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SettingsFile {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nats_url: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub redis_url: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub metrics_addr: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lease_ttl_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub drain_secs: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ack_wait_secs: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub config: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retention: Option<DurationSetting>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub task_deadline_margin_secs: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nats_creds: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nats_inbox_prefix: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_pending_requests: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_followers: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub clarification_timeout_secs: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rest_after_secs: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prices: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_debate_usd: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_debate_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stream_replicas: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub redis_min_replicas: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub record_signing_key: Option<PathBuf>,
+/// Reads the settings file at `path` as a layer: every key must be one some service takes,
+/// with a value of its type; relative paths are made relative to the file's folder.
+fn load_file(path: &Path) -> Result<config::Config, String> {
+    let named = |e: config::ConfigError| format!("settings file {}: {e}", path.display());
+    // (Read here, so a missing or unreadable file is named with the OS's reason.)
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("settings file {}: {e}", path.display()))?;
+    let file = config::Config::builder()
+        .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+        .build()
+        .map_err(named)?;
+    let table = config::Source::collect(&file).map_err(named)?;
+    let known = reference::all_keys();
+    // (Quoted and cut: a key may hold anything.)
+    let unknown: Vec<String> = table
+        .keys()
+        .filter(|k| !known.iter().any(|key| &key.name == *k))
+        .map(|k| format!("{:?}", parley_protocol::preview(k, 64)))
+        .collect();
+    if !unknown.is_empty() {
+        let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
+        return Err(format!(
+            "settings file {}: unknown key {} (the keys: {})",
+            path.display(),
+            unknown.join(", "),
+            names.join(", ")
+        ));
+    }
+    // Every service's keys have the type that service reads.
+    file.clone()
+        .try_deserialize::<CommonSettings>()
+        .map_err(named)?;
+    file.clone()
+        .try_deserialize::<CoordinatorSettings>()
+        .map_err(named)?;
+    file.clone()
+        .try_deserialize::<WorkerSettings>()
+        .map_err(named)?;
+    let mut resolved = config::Config::builder().add_source(file);
+    for key in known.iter().filter(|k| k.kind == reference::Kind::Path) {
+        let Some(value) = table.get(&key.name) else {
+            continue;
+        };
+        let given = PathBuf::from(value.clone().into_string().map_err(named)?);
+        if let (true, Some(dir)) = (given.is_relative(), path.parent()) {
+            let path = dir.join(given).to_string_lossy().into_owned();
+            resolved = resolved.set_override(&key.name, path).map_err(named)?;
+        }
+    }
+    resolved.build().map_err(named)
 }
 
-impl SettingsFile {
-    /// Reads `path` (none: an empty layer). Relative `config` paths are made relative to
-    /// the settings file's folder.
-    pub fn load(path: Option<&Path>) -> Result<Self, String> {
-        let Some(path) = path else {
-            return Ok(Self::default());
-        };
-        let named = |e: config::ConfigError| format!("settings file {}: {e}", path.display());
-        // (Read here, so a missing or unreadable file is named with the OS's reason.)
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("settings file {}: {e}", path.display()))?;
-        let mut file: Self = config::Config::builder()
-            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
-            .build()
-            .and_then(config::Config::try_deserialize)
-            .map_err(named)?;
-        for c in [
-            file.config.as_mut(),
-            file.nats_creds.as_mut(),
-            file.prices.as_mut(),
-            file.record_signing_key.as_mut(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if c.is_relative() {
-                if let Some(dir) = path.parent() {
-                    *c = dir.join(&*c);
-                }
+/// The flags of a service whose own keys are `S` (with their `PARLEY_*` variables):
+/// `--settings`, the keys of [`CommonSettings`] and those of `S`, added to `command`.
+pub fn command<S: JsonSchema>(command: clap::Command) -> clap::Command {
+    command
+        .arg(
+            clap::Arg::new("settings")
+                .long("settings")
+                .env("PARLEY_SETTINGS")
+                .value_name("FILE")
+                .value_parser(clap::value_parser!(PathBuf))
+                .help(
+                    "TOML settings file; one file can serve every service (see the settings \
+                     reference of the book)",
+                ),
+        )
+        .args(reference::flags::<CommonSettings>())
+        .args(reference::flags::<S>())
+}
+
+/// The settings of a service whose own keys are `S`, from the flags of [`command`]: the
+/// structs' defaults, then the settings file, then the variables and flags, merged by the
+/// `config` crate. Problems (an unreadable file, an unknown key, a wrong type) are
+/// recorded with their key; the defaults stand in for what could not be read.
+pub fn layered<S>(matches: &clap::ArgMatches, problems: &mut Problems) -> (CommonSettings, S)
+where
+    S: JsonSchema + Serialize + DeserializeOwned + Default,
+{
+    let file = matches
+        .get_one::<PathBuf>("settings")
+        .and_then(|path| match load_file(path) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                problems.push("settings", e);
+                None
+            }
+        });
+    let merged = || -> Result<(CommonSettings, S), config::ConfigError> {
+        let mut b = config::Config::builder()
+            .add_source(config::Config::try_from(&CommonSettings::default())?)
+            .add_source(config::Config::try_from(&S::default())?);
+        if let Some(f) = file {
+            b = b.add_source(f);
+        }
+        let keys = reference::keys::<CommonSettings>()
+            .into_iter()
+            .chain(reference::keys::<S>());
+        for key in keys {
+            if let Some(v) = reference::flag_value(matches, &key) {
+                b = b.set_override(&key.name, v)?;
             }
         }
-        Ok(file)
-    }
-}
-
-/// One layer of settings given in code: a service's defaults, or the values its flags and
-/// `PARLEY_*` variables carry. A key left unset is left to the layers below.
-#[derive(Debug, Default, Clone)]
-pub struct Layer(Vec<(&'static str, config::Value)>);
-
-impl Layer {
-    /// Sets `key` to `value` when there is one.
-    pub fn with<T: Into<config::Value>>(mut self, key: &'static str, value: Option<T>) -> Self {
-        if let Some(v) = value {
-            self.0.push((key, v.into()));
-        }
-        self
-    }
-
-    /// A path's value (settings hold paths as text).
-    pub fn with_path(self, key: &'static str, value: Option<&Path>) -> Self {
-        self.with(key, value.map(|p| p.to_string_lossy().into_owned()))
-    }
-}
-
-impl SettingsFile {
-    /// The layers merged by the `config` crate, lowest first: `defaults`, `file` (a loaded
-    /// settings file, its relative paths already resolved), `flags`.
-    pub fn layered(defaults: &Layer, file: &SettingsFile, flags: &Layer) -> Result<Self, String> {
-        let merge = || -> Result<Self, config::ConfigError> {
-            let mut b = config::Config::builder();
-            for (key, value) in &defaults.0 {
-                b = b.set_default(*key, value.clone())?;
-            }
-            b = b.add_source(config::Config::try_from(file)?);
-            for (key, value) in &flags.0 {
-                b = b.set_override(*key, value.clone())?;
-            }
-            b.build()?.try_deserialize()
-        };
-        merge().map_err(|e| format!("cannot merge the settings layers: {e}"))
-    }
+        let all = b.build()?;
+        Ok((all.clone().try_deserialize()?, all.try_deserialize()?))
+    };
+    merged().unwrap_or_else(|e| {
+        problems.push("settings", format!("cannot merge the settings layers: {e}"));
+        (CommonSettings::default(), S::default())
+    })
 }
 
 /// Collects every problem found while resolving settings.
@@ -258,14 +214,9 @@ impl Problems {
     }
 }
 
-/// The layered value: flag/environment, else file, else default.
-pub fn pick<T>(cli: Option<T>, file: Option<T>, default: T) -> T {
-    cli.or(file).unwrap_or(default)
-}
-
-/// Settings every service shares.
+/// The settings every service shares, checked and resolved.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CommonSettings {
+pub struct ResolvedCommon {
     pub nats_url: String,
     /// NATS credentials file (`.creds` or NKey seed).
     pub nats_creds: Option<PathBuf>,
@@ -285,99 +236,11 @@ pub struct CommonSettings {
     pub prices: parley_protocol::PriceTable,
 }
 
-/// Flags (with their `PARLEY_*` variables) every service takes.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct CommonArgs {
-    /// TOML settings file (see the docs of `parley_cluster::settings`).
-    #[arg(long, env = "PARLEY_SETTINGS", value_name = "FILE")]
-    pub settings: Option<PathBuf>,
-    /// NATS server URL (`nats://`, `tls://`; may carry credentials), or several separated
-    /// by commas (the servers of one cluster: the client fails over between them)
-    /// [default: nats://127.0.0.1:4222].
-    #[arg(long, env = "PARLEY_NATS_URL")]
-    pub nats_url: Option<String>,
-    /// NATS credentials file: a `.creds` file (JWT + seed) or an NKey seed file.
-    #[arg(long, env = "PARLEY_NATS_CREDS", value_name = "FILE")]
-    pub nats_creds: Option<PathBuf>,
-    /// Inbox prefix of this service's NATS replies (the only subjects its NATS user may
-    /// receive replies on) [default: `_INBOX_coordinator`, `_INBOX_agent_worker`,
-    /// `_INBOX_judge_worker`].
-    #[arg(long, env = "PARLEY_NATS_INBOX_PREFIX", value_name = "PREFIX")]
-    pub nats_inbox_prefix: Option<String>,
-    /// Redis URL (`redis://`, `rediss://`; may carry credentials), or the sentinels of a
-    /// replicated Redis: `redis+sentinel://[:password@]host:26379[,host:26379...]/<master
-    /// name>[/db]`, or nodes of a Redis Cluster: `redis+cluster://[:password@]host:6379[,...]`
-    /// (`rediss+cluster://` with TLS) [default: redis://127.0.0.1:6379].
-    #[arg(long, env = "PARLEY_REDIS_URL")]
-    pub redis_url: Option<String>,
-    /// Address of `/metrics`, `/healthz` and `/readyz`, or `off` [default: 0.0.0.0:9090].
-    #[arg(long, env = "PARLEY_METRICS_ADDR")]
-    pub metrics_addr: Option<String>,
-    /// LiteLLM-format price file (`model_prices_and_context_window.json`): what each call
-    /// costs. Without one only `local` has a cost (0); others are "unknown".
-    #[arg(long, env = "PARLEY_PRICES", value_name = "FILE")]
-    pub prices: Option<PathBuf>,
-    /// Replicas of the JetStream streams and the result-stash bucket: 3 on a 3-node
-    /// JetStream cluster (a stream then survives the loss of one node) [default: 1].
-    #[arg(long, env = "PARLEY_STREAM_REPLICAS", value_name = "N")]
-    pub stream_replicas: Option<usize>,
-    /// Redis replicas every checkpoint and result write waits for (`WAIT`, up to 500 ms)
-    /// before it counts as done, so it survives a failover: one replication round trip
-    /// per write [default: 0].
-    #[arg(long, env = "PARLEY_REDIS_MIN_REPLICAS", value_name = "N")]
-    pub redis_min_replicas: Option<usize>,
-}
-
-impl CommonArgs {
-    /// Loads the settings file and resolves the shared settings, recording problems:
-    /// [`CommonArgs::resolve_layered`] without service keys.
-    pub fn resolve(&self, problems: &mut Problems) -> (SettingsFile, CommonSettings) {
-        self.resolve_layered(problems, Layer::default(), Layer::default())
-    }
-
-    /// Loads the settings file and merges the layers (see [`SettingsFile::layered`]): the
-    /// service's `defaults` and `flags` for its own keys, with the shared keys added to
-    /// them here. Returns the merged settings and the shared ones resolved, recording
-    /// every problem with its key.
-    pub fn resolve_layered(
-        &self,
-        problems: &mut Problems,
-        defaults: Layer,
-        flags: Layer,
-    ) -> (SettingsFile, CommonSettings) {
-        let file = match SettingsFile::load(self.settings.as_deref()) {
-            Ok(f) => f,
-            Err(e) => {
-                problems.push("settings", e);
-                SettingsFile::default()
-            }
-        };
-        let defaults = defaults
-            .with("nats_url", Some(DEFAULT_NATS_URL))
-            .with("redis_url", Some(DEFAULT_REDIS_URL))
-            .with("metrics_addr", Some(parley_telemetry::DEFAULT_METRICS_ADDR))
-            .with("stream_replicas", Some(DEFAULT_STREAM_REPLICAS as u64));
-        let flags = flags
-            .with("nats_url", self.nats_url.clone())
-            .with_path("nats_creds", self.nats_creds.as_deref())
-            .with("nats_inbox_prefix", self.nats_inbox_prefix.clone())
-            .with("redis_url", self.redis_url.clone())
-            .with("metrics_addr", self.metrics_addr.clone())
-            .with_path("prices", self.prices.as_deref())
-            .with("stream_replicas", self.stream_replicas.map(|n| n as u64))
-            .with(
-                "redis_min_replicas",
-                self.redis_min_replicas.map(|n| n as u64),
-            );
-        let merged = SettingsFile::layered(&defaults, &file, &flags).unwrap_or_else(|e| {
-            problems.push("settings", e);
-            file.clone()
-        });
-        // (The defaults layer sets these; the fallbacks are the same values.)
-        let nats_url = merged
-            .nats_url
-            .clone()
-            .unwrap_or_else(|| DEFAULT_NATS_URL.into());
+impl CommonSettings {
+    /// Checks the shared settings and resolves them (the metrics address parsed, the price
+    /// file read), recording every problem with its key.
+    pub fn resolve(self, problems: &mut Problems) -> ResolvedCommon {
+        let nats_url = self.nats_url;
         // NATS takes a comma-separated server list, and bare `host:port` entries.
         for server in nats_url.split(',') {
             if server.contains("://") || server.trim().is_empty() {
@@ -389,7 +252,7 @@ impl CommonArgs {
                 );
             }
         }
-        let nats_creds = merged.nats_creds.clone();
+        let nats_creds = self.nats_creds;
         if let Some(path) = &nats_creds {
             if let Err(e) = crate::nats::read_creds(path) {
                 problems.push("nats_creds", format!("{e:#}"));
@@ -404,16 +267,13 @@ impl CommonArgs {
                 );
             }
         }
-        let nats_inbox_prefix = merged.nats_inbox_prefix.clone();
+        let nats_inbox_prefix = self.nats_inbox_prefix;
         if let Some(prefix) = &nats_inbox_prefix {
             if let Err(e) = crate::nats::validate_inbox_prefix(prefix) {
                 problems.push("nats_inbox_prefix", format!("{e:#}"));
             }
         }
-        let redis_url = merged
-            .redis_url
-            .clone()
-            .unwrap_or_else(|| DEFAULT_REDIS_URL.into());
+        let redis_url = self.redis_url;
         check_scheme(
             problems,
             "redis_url",
@@ -431,48 +291,42 @@ impl CommonArgs {
         if let Err(e) = crate::redis_conn::RedisTarget::parse(&redis_url) {
             problems.push("redis_url", e);
         }
-        let stream_replicas = merged.stream_replicas.unwrap_or(DEFAULT_STREAM_REPLICAS);
+        let stream_replicas = self.stream_replicas;
         if !(1..=MAX_STREAM_REPLICAS).contains(&stream_replicas) {
             problems.push(
                 "stream_replicas",
                 format!("{stream_replicas} is not between 1 and {MAX_STREAM_REPLICAS}"),
             );
         }
-        let redis_min_replicas = merged.redis_min_replicas.unwrap_or(0);
+        let redis_min_replicas = self.redis_min_replicas;
         if redis_min_replicas > 16 {
             problems.push(
                 "redis_min_replicas",
                 format!("{redis_min_replicas} is above 16 (replicas a write waits for)"),
             );
         }
-        let metrics = merged
-            .metrics_addr
-            .clone()
-            .unwrap_or_else(|| parley_telemetry::DEFAULT_METRICS_ADDR.into());
-        let metrics_addr = parley_telemetry::parse_metrics_addr(&metrics).unwrap_or_else(|e| {
-            problems.push("metrics_addr", e);
-            None
-        });
-        let prices = match merged.prices.clone() {
+        let metrics_addr =
+            parley_telemetry::parse_metrics_addr(&self.metrics_addr).unwrap_or_else(|e| {
+                problems.push("metrics_addr", e);
+                None
+            });
+        let prices = match self.prices {
             Some(path) => parley_protocol::PriceTable::load(&path).unwrap_or_else(|e| {
                 problems.push("prices", e);
                 Default::default()
             }),
             None => Default::default(),
         };
-        (
-            merged,
-            CommonSettings {
-                nats_url,
-                nats_creds,
-                nats_inbox_prefix,
-                redis_url,
-                stream_replicas,
-                redis_min_replicas,
-                metrics_addr,
-                prices,
-            },
-        )
+        ResolvedCommon {
+            nats_url,
+            nats_creds,
+            nats_inbox_prefix,
+            redis_url,
+            stream_replicas,
+            redis_min_replicas,
+            metrics_addr,
+            prices,
+        }
     }
 }
 
@@ -515,6 +369,27 @@ mod tests {
         p
     }
 
+    /// The settings of a worker started with `args` (no environment variables: the test
+    /// names no flag whose variable the machine might set).
+    fn worker(args: &[&str]) -> (Result<(), String>, CommonSettings, WorkerSettings) {
+        let matches = command::<WorkerSettings>(clap::Command::new("worker"))
+            .try_get_matches_from(std::iter::once("worker").chain(args.iter().copied()))
+            .unwrap();
+        let mut problems = Problems::default();
+        let (common, own) = layered::<WorkerSettings>(&matches, &mut problems);
+        (problems.into_result(), common, own)
+    }
+
+    fn resolve(args: &[&str]) -> Result<ResolvedCommon, String> {
+        let (r, common, _) = worker(args);
+        let mut problems = Problems::default();
+        if let Err(e) = r {
+            problems.push("layers", e);
+        }
+        let resolved = common.resolve(&mut problems);
+        problems.into_result().map(|()| resolved)
+    }
+
     #[test]
     fn flags_beat_the_file_and_the_file_beats_defaults() {
         let dir = tempfile::tempdir().unwrap();
@@ -522,26 +397,23 @@ mod tests {
             dir.path(),
             "nats_url = \"nats://file:4222\"\nredis_url = \"rediss://:pw@file:6380\"\nconfig = \"debate.json\"\n",
         );
-        let args = CommonArgs {
-            settings: Some(path),
-            nats_url: Some("tls://flag:4222".into()),
-            nats_creds: None,
-            nats_inbox_prefix: None,
-            redis_url: None,
-            metrics_addr: Some("off".into()),
-            prices: None,
-            stream_replicas: None,
-            redis_min_replicas: None,
-        };
-        let mut problems = Problems::default();
-        let (file, s) = args.resolve(&mut problems);
-        problems.into_result().unwrap();
+        let s = resolve(&[
+            "--settings",
+            path.to_str().unwrap(),
+            "--nats-url",
+            "tls://flag:4222",
+            "--metrics-addr",
+            "off",
+        ])
+        .unwrap();
         assert_eq!(s.nats_url, "tls://flag:4222");
         assert_eq!(s.redis_url, "rediss://:pw@file:6380");
         assert_eq!(s.metrics_addr, None);
-        assert_eq!(s.stream_replicas, DEFAULT_STREAM_REPLICAS);
-        assert_eq!(file.config, Some(dir.path().join("debate.json")));
-        assert_eq!(pick(None, file.concurrency, DEFAULT_CONCURRENCY), 8);
+        assert_eq!(s.stream_replicas, CommonSettings::default().stream_replicas);
+        let (r, _, own) = worker(&["--settings", path.to_str().unwrap()]);
+        r.unwrap();
+        assert_eq!(own.config, Some(dir.path().join("debate.json")));
+        assert_eq!(own.concurrency, WorkerSettings::default().concurrency);
     }
 
     #[test]
@@ -551,24 +423,20 @@ mod tests {
             dir.path(),
             "concurrency = 3\ndrain_secs = 9\nretention = \"2h\"\nprices = \"p.json\"\n",
         );
-        let file = SettingsFile::load(Some(&path)).unwrap();
-        let defaults = Layer::default()
-            .with("concurrency", Some(8u64))
-            .with("drain_secs", Some(20u64))
-            .with("ack_wait_secs", Some(30u64))
-            .with("retention", Some("7d"));
-        let flags = Layer::default()
-            .with("drain_secs", Some(4u64))
-            .with("ack_wait_secs", None::<u64>)
-            .with_path("config", Some(Path::new("rel/debate.json")));
-        let s = SettingsFile::layered(&defaults, &file, &flags).unwrap();
-        assert_eq!(s.concurrency, Some(3), "the file over the default");
-        assert_eq!(s.drain_secs, Some(4), "a flag over the file");
-        assert_eq!(s.ack_wait_secs, Some(30), "the default when nobody sets it");
-        assert_eq!(s.retention, Some(DurationSetting::Text("2h".into())));
-        assert_eq!(s.max_tokens, None, "a key no layer sets");
+        let (r, common, s) = worker(&[
+            "--settings",
+            path.to_str().unwrap(),
+            "--drain-secs",
+            "4",
+            "--config",
+            "rel/debate.json",
+        ]);
+        r.unwrap();
+        assert_eq!(s.concurrency, 3, "the file over the default");
+        assert_eq!(s.drain_secs, 4, "a flag over the file");
+        assert_eq!(s.ack_wait_secs, 30, "the default when nobody sets it");
         assert_eq!(
-            s.prices,
+            common.prices,
             Some(dir.path().join("p.json")),
             "the file's paths are relative to the file"
         );
@@ -577,19 +445,23 @@ mod tests {
             Some(PathBuf::from("rel/debate.json")),
             "a flag's paths are as given"
         );
+        let (r, _, coordinator) = {
+            let matches = command::<CoordinatorSettings>(clap::Command::new("c"))
+                .try_get_matches_from(["c", "--settings", path.to_str().unwrap()])
+                .unwrap();
+            let mut problems = Problems::default();
+            let (c, s) = layered::<CoordinatorSettings>(&matches, &mut problems);
+            (problems.into_result(), c, s)
+        };
+        r.unwrap();
+        assert_eq!(coordinator.retention, DurationSetting::Text("2h".into()));
+        assert_eq!(coordinator.drain_secs, 9, "one file serves every service");
+        assert_eq!(coordinator.max_debate_usd, None, "a key no layer sets");
     }
 
     #[test]
     fn redis_cluster_urls_are_accepted_and_checked() {
-        let check = |url: &str| {
-            let args = CommonArgs {
-                redis_url: Some(url.into()),
-                ..CommonArgs::default()
-            };
-            let mut problems = Problems::default();
-            let (_, s) = args.resolve(&mut problems);
-            problems.into_result().map(|()| s.redis_url)
-        };
+        let check = |url: &str| resolve(&["--redis-url", url]).map(|s| s.redis_url);
         assert_eq!(
             check("redis+cluster://:pw@n1:7000,n2:7001").unwrap(),
             "redis+cluster://:pw@n1:7000,n2:7001"
@@ -603,34 +475,41 @@ mod tests {
     #[test]
     fn every_problem_is_reported_with_its_key() {
         let dir = tempfile::tempdir().unwrap();
-        let args = CommonArgs {
-            settings: Some(write(dir.path(), "nats_url = \"http://localhost:4222\"\n")),
-            nats_url: None,
-            nats_creds: Some(dir.path().join("missing.creds")),
-            nats_inbox_prefix: Some("_INBOX.>".into()),
-            redis_url: Some("http://:hunter2@x".into()),
-            metrics_addr: Some("nonsense".into()),
-            prices: Some(dir.path().join("prices.json")),
-            stream_replicas: Some(7),
-            redis_min_replicas: None,
-        };
-        let mut problems = Problems::default();
-        args.resolve(&mut problems);
-        at_least(&mut problems, "concurrency", 0usize, 1);
-        let e = problems.into_result().unwrap_err();
+        let settings = write(dir.path(), "nats_url = \"http://localhost:4222\"\n");
+        let creds = dir.path().join("missing.creds");
+        let prices = dir.path().join("prices.json");
+        let e = resolve(&[
+            "--settings",
+            settings.to_str().unwrap(),
+            "--nats-creds",
+            creds.to_str().unwrap(),
+            "--nats-inbox-prefix",
+            "_INBOX.>",
+            "--redis-url",
+            "http://:hunter2@x",
+            "--metrics-addr",
+            "nonsense",
+            "--prices",
+            prices.to_str().unwrap(),
+            "--stream-replicas",
+            "7",
+        ])
+        .unwrap_err();
         for key in [
             "nats_url:",
             "nats_creds:",
             "nats_inbox_prefix:",
             "redis_url:",
             "metrics_addr:",
-            "concurrency:",
             "prices:",
             "stream_replicas:",
         ] {
             assert!(e.contains(key), "{key} missing in {e}");
         }
         assert!(!e.contains("hunter2"), "a password was echoed: {e}");
+        let mut problems = Problems::default();
+        at_least(&mut problems, "concurrency", 0usize, 1);
+        assert!(problems.into_result().unwrap_err().contains("concurrency:"));
     }
 
     #[test]
@@ -644,25 +523,59 @@ mod tests {
         assert_eq!(secs("7d"), Ok(604_800));
         assert!(secs("7w").unwrap_err().contains("unit"));
         assert!(secs("soon").is_err());
-        assert_eq!(format_duration(DEFAULT_RETENTION), "7d");
-        assert_eq!(format_duration(std::time::Duration::from_secs(5)), "5s");
-        let dir = tempfile::tempdir().unwrap();
-        let f = SettingsFile::load(Some(&write(dir.path(), "retention = \"2h\"\n"))).unwrap();
         assert_eq!(
-            f.retention.unwrap().parse(),
+            format_duration(std::time::Duration::from_secs(604_800)),
+            "7d"
+        );
+        assert_eq!(format_duration(std::time::Duration::from_secs(5)), "5s");
+        assert_eq!(
+            DurationSetting::Secs(7200).parse(),
             Ok(std::time::Duration::from_secs(7200))
         );
-        let f = SettingsFile::load(Some(&write(dir.path(), "retention = 0\n"))).unwrap();
-        assert_eq!(f.retention.unwrap().parse(), Ok(std::time::Duration::ZERO));
     }
 
     #[test]
-    fn unknown_keys_and_missing_files_are_named() {
+    fn unknown_keys_wrong_types_and_missing_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let bad = write(dir.path(), "nats_url = \"nats://a:1\"\nconcurency = 4\n");
-        let e = SettingsFile::load(Some(&bad)).unwrap_err();
+        let e = load_file(&bad).unwrap_err();
         assert!(e.contains("concurency") && e.contains("parley.toml"), "{e}");
-        let e = SettingsFile::load(Some(&dir.path().join("nope.toml"))).unwrap_err();
+        let bad = write(dir.path(), "concurrency = \"many\"\n");
+        let e = load_file(&bad).unwrap_err();
+        assert!(
+            e.contains("concurrency") && e.contains("parley.toml"),
+            "{e}"
+        );
+        let e = load_file(&dir.path().join("nope.toml")).unwrap_err();
         assert!(e.contains("nope.toml"), "{e}");
+        let (r, _, own) = worker(&["--settings", bad.to_str().unwrap()]);
+        assert!(r.unwrap_err().contains("settings: "));
+        assert_eq!(own, WorkerSettings::default(), "the defaults stand in");
+    }
+
+    /// Every key has a doc, a flag and a variable named after it, and a default or words
+    /// for its absence; the sample file is one the services read back as the defaults.
+    #[test]
+    fn every_key_is_documented_and_the_sample_reads_back() {
+        for key in reference::all_keys() {
+            assert!(key.doc.len() > 20, "{}: {:?}", key.name, key.doc);
+            assert!(
+                key.default.is_some() || key.default_text.is_some() || key.doc.contains("none"),
+                "{}: no default and nothing said about its absence",
+                key.name
+            );
+            assert_eq!(key.env(), format!("PARLEY_{}", key.name.to_uppercase()));
+        }
+        let help = command::<CoordinatorSettings>(clap::Command::new("c"))
+            .render_help()
+            .to_string();
+        assert!(help.contains("--max-followers <N>"), "{help}");
+        assert!(help.contains("[default: 512]"), "{help}");
+        assert!(help.contains("PARLEY_MAX_FOLLOWERS"), "{help}");
+        let dir = tempfile::tempdir().unwrap();
+        let sample = write(dir.path(), &reference::sample());
+        let (r, common, own) = worker(&["--settings", sample.to_str().unwrap()]);
+        r.unwrap();
+        assert_eq!((common, own), Default::default());
     }
 }

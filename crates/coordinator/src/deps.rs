@@ -32,8 +32,5 @@ pub struct Deps {
     pub record_signing_key: Option<std::sync::Arc<parley_record::SigningKey>>,
 }
 
-/// Default of [`Deps::rest_after`].
-pub const DEFAULT_REST_AFTER: Duration = Duration::from_secs(30);
-
 /// Failed adoptions after which a debate is failed, by default.
 pub const DEFAULT_MAX_ACTOR_FAILURES: u32 = 3;

@@ -95,17 +95,8 @@ use parley_cluster::{start_service, RedisStore};
 mod requests;
 use requests::Command;
 
-/// Default of [`CoordinatorConfig::max_pending_requests`].
-pub const DEFAULT_MAX_PENDING_REQUESTS: usize = 256;
-
 /// Prefix of the owner-to-owner control subjects.
 pub const CONTROL_PREFIX: &str = "parley.control";
-
-/// How long a debate waits for answers to its clarification questions by default (a day):
-/// a debate nobody answers ends its wait instead of holding its keys forever.
-pub const DEFAULT_CLARIFICATION_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-/// Default drain deadline of a coordinator (setting `drain_secs`).
-pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
@@ -157,30 +148,34 @@ pub struct CoordinatorConfig {
 }
 
 impl CoordinatorConfig {
+    /// A configuration with the settings' defaults (see
+    /// `parley_cluster::settings::CoordinatorSettings`) but for the given addresses and
+    /// lease.
     pub fn new(nats_url: String, redis_url: String, lease_ttl: Duration) -> Self {
+        let common = parley_cluster::settings::CommonSettings::default();
+        let d = parley_cluster::settings::CoordinatorSettings::default();
+        let secs = Duration::from_secs;
         Self {
             nats_url,
             nats_creds: None,
             nats_inbox_prefix: None,
             redis_url,
-            stream_replicas: parley_cluster::settings::DEFAULT_STREAM_REPLICAS,
-            redis_min_replicas: 0,
+            stream_replicas: common.stream_replicas,
+            redis_min_replicas: common.redis_min_replicas,
             lease_ttl,
             poll_every: (lease_ttl / 3).min(Duration::from_secs(3)),
-            rest_after: Some(crate::deps::DEFAULT_REST_AFTER),
+            rest_after: (d.rest_after_secs > 0).then(|| secs(d.rest_after_secs)),
             scan_every: Duration::from_secs(2),
             metrics_addr: None,
-            retention: Some(parley_cluster::settings::DEFAULT_RETENTION),
-            task_deadline_margin: Duration::from_secs(
-                parley_cluster::settings::DEFAULT_TASK_DEADLINE_MARGIN_SECS,
-            ),
+            retention: d.retention.parse().ok().filter(|r| !r.is_zero()),
+            task_deadline_margin: secs(d.task_deadline_margin_secs),
             max_actor_failures: crate::deps::DEFAULT_MAX_ACTOR_FAILURES,
-            drain: DEFAULT_DRAIN,
+            drain: secs(d.drain_secs),
             policy: SubmissionPolicy::default(),
             pricing: Default::default(),
-            max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
-            max_followers: parley_cluster::events::DEFAULT_MAX_FOLLOWERS,
-            clarification_timeout: Some(DEFAULT_CLARIFICATION_TIMEOUT),
+            max_pending_requests: d.max_pending_requests,
+            max_followers: d.max_followers,
+            clarification_timeout: Some(secs(d.clarification_timeout_secs)),
             record_signing_key: None,
         }
     }

@@ -2,9 +2,17 @@
 //!
 //! Unknown keys are rejected (`deny_unknown_fields`) so a typo such as `"temprature"` is an
 //! error that names the key instead of a silently ignored setting.
+//!
+//! The types derive `JsonSchema` (schemars): [`debate_config_schema`] is the JSON Schema of
+//! the file, committed as `docs/src/reference/debate-config.schema.json` (a test keeps it
+//! current), which an editor validates a `debate-config.json` with through its `"$schema"`
+//! key. The schema follows serde's attributes, so it names the keys the loader takes; the
+//! checks that span fields (see `validate`) stay with the loader.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 /// Provider names a participant may choose. What each means (endpoint, key, limits) is the
@@ -23,7 +31,7 @@ pub const KNOWN_ROLES: &[&str] = &[
 ];
 
 /// One debating agent (or the judge).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentConfig {
     pub id: String,
@@ -84,7 +92,7 @@ pub const TOOL_NAMES: &[&str] = &["context_search", "file_read", "list_files"];
 pub const DEFAULT_TOOL_CALL_LIMIT: u32 = 10;
 
 /// One entry of an agent's `tools` list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolRef {
     pub name: String,
@@ -137,7 +145,7 @@ impl AgentConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TerminationType {
     Fixed,
@@ -152,7 +160,7 @@ pub enum TerminationType {
     Similarity,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TerminationCondition {
     #[serde(rename = "type")]
@@ -189,7 +197,7 @@ impl TerminationCondition {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SummarizationConfig {
     #[serde(default = "default_true")]
@@ -229,7 +237,7 @@ impl Default for SummarizationConfig {
 }
 
 /// Node-level retry policy for one kind of node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Total attempts including the first.
@@ -281,7 +289,7 @@ impl RetryPolicy {
 }
 
 /// Retry policies per node kind; a kind without an entry uses `default`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetryPolicies {
     #[serde(default)]
@@ -296,14 +304,17 @@ impl RetryPolicies {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DebateSettings {
     #[serde(default = "default_rounds")]
     pub rounds: u32,
     #[serde(default)]
     pub termination_condition: TerminationCondition,
+    /// How the debate's solution is made: `judge`, `merge` or `voting` (see
+    /// [`SYNTHESIS_METHODS`]).
     #[serde(default = "default_synthesis")]
+    #[schemars(extend("enum" = ["judge", "merge", "voting"]))]
     pub synthesis_method: String,
     #[serde(default = "default_true")]
     pub include_full_history: bool,
@@ -345,7 +356,7 @@ pub struct DebateSettings {
 
 /// `debate.embeddings`: the provider and model that embed refinements (`POST
 /// /v1/embeddings`). The local model has no embedding mode.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EmbeddingsConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -368,7 +379,7 @@ impl EmbeddingsConfig {
 /// or `random` (`k` distinct targets per critic, default 1, drawn from a PRNG seeded by the
 /// debate id and the round, so a resume or a takeover plans the same pairs). Whatever the
 /// topology, every agent receives at least one critique a round.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CritiqueConfig {
     #[serde(default)]
@@ -408,6 +419,15 @@ impl TryFrom<String> for DebateMode {
                 crate::preview(&v, 40)
             )),
         }
+    }
+}
+
+impl JsonSchema for DebateMode {
+    fn schema_name() -> Cow<'static, str> {
+        "DebateMode".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_enum(&["debate", "adaptive"])
     }
 }
 
@@ -463,13 +483,28 @@ impl TryFrom<String> for CritiqueTopology {
     }
 }
 
+impl JsonSchema for CritiqueTopology {
+    fn schema_name() -> Cow<'static, str> {
+        "CritiqueTopology".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_enum(CRITIQUE_TOPOLOGIES)
+    }
+}
+
+/// The schema of a string that takes one of `values` (the enums read through
+/// `TryFrom<String>`, whose own schema would be any string).
+fn string_enum(values: &[&str]) -> Schema {
+    schemars::json_schema!({ "type": "string", "enum": values })
+}
+
 /// What happens when a critique's retry budget is spent. A critique is one voice among
 /// N-1 for its target, so by default it is dropped with a warning (recorded in the round's
 /// `dropped` list and the report) and the target refines with the critiques that did
 /// arrive; every agent stays in the debate. `fail` ends the debate at the critique as any
 /// other node does. Proposals, refinements and judge tasks always fail the debate: without
 /// them a round or the synthesis has nothing to work on (`parley retry` continues it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OnAgentFailure {
     #[default]
@@ -522,7 +557,7 @@ impl Default for DebateSettings {
 /// One provider's operator settings (the `providers` section; never from a submission):
 /// request and token limits, and at the provider level also its endpoint and the models
 /// participants may choose.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -626,9 +661,13 @@ pub fn validate_providers(providers: &BTreeMap<String, ProviderLimits>) -> Vec<c
 
 /// The whole `debate-config.json`. Every section is optional; missing ones take the
 /// built-in defaults (the CLI warns about each).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DebateConfigFile {
+    /// The JSON Schema this file follows (`debate-config.schema.json`), for editors; the
+    /// loader takes and ignores it.
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Vec<AgentConfig>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -644,4 +683,57 @@ pub struct DebateConfigFile {
     /// file's folder); `--prices` wins over it. Never sent with a submission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prices: Option<String>,
+}
+
+/// The JSON Schema (draft 7, which editors support best) of `debate-config.json`, generated
+/// from [`DebateConfigFile`] and the types it holds.
+pub fn debate_config_schema() -> Schema {
+    let mut schema = schemars::generate::SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<DebateConfigFile>();
+    schema.insert("title".into(), "Parley debate configuration".into());
+    // The dialectic keys the CLI's loader takes before the strict parse (`parley run`,
+    // `serve`, `mcp`; see the CLI's `compat` module), so a dialectic config validates too.
+    let defs = schema
+        .get_mut("definitions")
+        .and_then(|d| d.as_object_mut());
+    if let Some(defs) = defs {
+        let mut add = |def: &str, key: &str, property: serde_json::Value| {
+            if let Some(props) = defs
+                .get_mut(def)
+                .and_then(|d| d.get_mut("properties"))
+                .and_then(|p| p.as_object_mut())
+            {
+                props.insert(key.into(), property);
+            }
+        };
+        add(
+            "DebateSettings",
+            "orchestratorType",
+            serde_json::json!({
+                "description": "dialectic's orchestrator choice: accepted by the CLI with a \
+                    note and not needed (Parley always runs its own resumable state machine).",
+                "type": "string"
+            }),
+        );
+        add(
+            "DebateSettings",
+            "trace",
+            serde_json::json!({
+                "description": "dialectic's tracing: \"langfuse\" makes the CLI export the \
+                    debate's trace to Langfuse's OTLP endpoint from the LANGFUSE_* variables.",
+                "enum": ["langfuse", null]
+            }),
+        );
+        add(
+            "SummarizationConfig",
+            "promptPath",
+            serde_json::json!({
+                "description": "dialectic's summary prompt file (CLI): the summaryPromptPath of \
+                    every agent without its own (agent level first), relative to this file.",
+                "type": "string"
+            }),
+        );
+    }
+    schema
 }

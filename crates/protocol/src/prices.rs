@@ -26,7 +26,7 @@ pub const MAX_PRICE_ENTRIES: usize = 100_000;
 pub const MAX_PRICE_PER_TOKEN: f64 = 1.0;
 
 /// One model's price (LiteLLM's field names).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPrice {
     /// Dollars per prompt token.

@@ -138,6 +138,19 @@ impl std::borrow::Borrow<str> for SharedText {
     }
 }
 
+/// A string in a schema, as it is on the wire.
+impl schemars::JsonSchema for SharedText {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SharedText".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <String as schemars::JsonSchema>::json_schema(generator)
+    }
+}
+
 impl Default for SharedText {
     fn default() -> Self {
         Self::new("")

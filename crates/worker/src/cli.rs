@@ -1,96 +1,39 @@
 //! Flags of the worker binaries and their `main`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Parser;
 use parley_protocol::WorkerKind;
 use tokio_util::sync::CancellationToken;
 
 use parley_cluster::cancel_on_signal;
-use parley_cluster::settings::{
-    at_least, CommonArgs, Layer, Problems, DEFAULT_ACK_WAIT_SECS, DEFAULT_CONCURRENCY,
-    DEFAULT_DRAIN_SECS,
-};
+use parley_cluster::settings::{self, at_least, Problems, WorkerSettings};
 
 use crate::{TaskExecutor, WorkerConfig};
 
-#[derive(Parser, Debug)]
-#[command(
-    version,
-    long_about = "A Parley worker. Settings are layered: defaults, then the --settings TOML \
-                  file, then PARLEY_* variables, then flags."
-)]
-pub struct WorkerArgs {
-    #[command(flatten)]
-    pub common: CommonArgs,
-    /// The operator's debate configuration JSON: its `baseUrl` (the default
-    /// OpenAI-compatible endpoint) and `providers` (per provider: `baseUrl`,
-    /// `allowedModels`, rate limits shared by every replica).
-    #[arg(long, env = "PARLEY_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Tasks run at once [default: 8].
-    #[arg(long, env = "PARLEY_CONCURRENCY")]
-    pub concurrency: Option<usize>,
-    /// Drain deadline in seconds: after SIGTERM / ctrl-c the worker exits within it,
-    /// letting in-flight tasks finish until shortly before it and handing the rest back
-    /// [default: 20].
-    #[arg(long, env = "PARLEY_DRAIN_SECS")]
-    pub drain_secs: Option<u64>,
-    /// JetStream ack wait of the task consumer in seconds (used when this worker creates
-    /// it): how soon a crashed worker's tasks are redelivered [default: 30].
-    #[arg(long, env = "PARLEY_ACK_WAIT_SECS")]
-    pub ack_wait_secs: Option<u64>,
-    /// The most completion tokens one LLM call may ask for: a task's `maxTokens` above it,
-    /// or none (an evaluation, a participant without one), is sent as this; the
-    /// `providers` section may set lower caps per provider and model [default: 16384].
-    #[arg(long, env = "PARLEY_MAX_TOKENS")]
-    pub max_tokens: Option<u32>,
+/// The flags of a worker binary named `name`: `--settings` and one per key (see
+/// `parley_cluster::settings::WorkerSettings`).
+pub fn command(name: &'static str) -> clap::Command {
+    settings::command::<WorkerSettings>(
+        clap::Command::new(name)
+            .version(env!("CARGO_PKG_VERSION"))
+            .long_about(
+                "A Parley worker. Settings are layered: defaults, then the --settings TOML \
+                 file, then PARLEY_* variables, then flags.",
+            ),
+    )
 }
 
 /// The worker's settings, layered and validated (every problem at once).
-pub fn settings(args: &WorkerArgs, kind: WorkerKind) -> Result<WorkerConfig, String> {
+pub fn settings(matches: &clap::ArgMatches, kind: WorkerKind) -> Result<WorkerConfig, String> {
     let mut problems = Problems::default();
-    let max_tokens_default = parley_protocol::limits::DEFAULT_MAX_TOKENS;
-    let defaults = Layer::default()
-        .with("concurrency", Some(DEFAULT_CONCURRENCY as u64))
-        .with("ack_wait_secs", Some(DEFAULT_ACK_WAIT_SECS))
-        .with("drain_secs", Some(DEFAULT_DRAIN_SECS))
-        .with("max_tokens", Some(u64::from(max_tokens_default)));
-    let flags = Layer::default()
-        .with_path("config", args.config.as_deref())
-        .with("concurrency", args.concurrency.map(|n| n as u64))
-        .with("ack_wait_secs", args.ack_wait_secs)
-        .with("drain_secs", args.drain_secs)
-        .with("max_tokens", args.max_tokens.map(u64::from));
-    let (s, common) = args.common.resolve_layered(&mut problems, defaults, flags);
-    // (The defaults layer sets these keys; the fallbacks are the same values.)
-    let concurrency = at_least(
-        &mut problems,
-        "concurrency",
-        s.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
-        1,
-    );
-    let ack_wait_secs = at_least(
-        &mut problems,
-        "ack_wait_secs",
-        s.ack_wait_secs.unwrap_or(DEFAULT_ACK_WAIT_SECS),
-        1,
-    );
-    let drain_secs = at_least(
-        &mut problems,
-        "drain_secs",
-        s.drain_secs.unwrap_or(DEFAULT_DRAIN_SECS),
-        1,
-    );
-    let max_tokens = at_least(
-        &mut problems,
-        "max_tokens",
-        s.max_tokens.unwrap_or(max_tokens_default),
-        1,
-    );
+    let (common, s) = settings::layered::<WorkerSettings>(matches, &mut problems);
+    let common = common.resolve(&mut problems);
+    let concurrency = at_least(&mut problems, "concurrency", s.concurrency, 1);
+    let ack_wait_secs = at_least(&mut problems, "ack_wait_secs", s.ack_wait_secs, 1);
+    let drain_secs = at_least(&mut problems, "drain_secs", s.drain_secs, 1);
+    let max_tokens = at_least(&mut problems, "max_tokens", s.max_tokens, 1);
     let (base_url, limits) = match s.config {
         Some(p) => provider_settings_from_config(&p).unwrap_or_else(|e| {
             problems.push("config", format!("{e:#}"));
@@ -153,17 +96,16 @@ pub fn provider_settings_from_config(
 /// gave up on something at the drain deadline, 1 on any other error (see
 /// `parley_cluster::exit_service`).
 pub async fn main(kind: WorkerKind, executor: Arc<dyn TaskExecutor>) -> anyhow::Result<()> {
-    let args = WorkerArgs::parse();
-    let config = match settings(&args, kind) {
+    let service = match kind {
+        WorkerKind::Agent => "parley-agent-worker",
+        WorkerKind::Judge => "parley-judge-worker",
+    };
+    let config = match settings(&command(service).get_matches(), kind) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
             std::process::exit(4);
         }
-    };
-    let service = match kind {
-        WorkerKind::Agent => "parley-agent-worker",
-        WorkerKind::Judge => "parley-judge-worker",
     };
     let telemetry = parley_telemetry::init_telemetry(service)?;
     let token = CancellationToken::new();
