@@ -81,7 +81,11 @@ pub fn ends(
         match o.ended {
             None => out.push(Violation {
                 rule: "every accepted submission ends",
-                detail: format!("#{}: {id} still {status} {bound:?} after the last fault", s.k),
+                detail: format!(
+                    "#{}: {id} still {status} {bound:?} after the last fault; engine: {}",
+                    s.k,
+                    o.state["engine"].to_string().chars().take(1500).collect::<String>()
+                ),
                 debate: Some(id.clone()),
                 from: last_fault,
                 to: last_fault + bound,

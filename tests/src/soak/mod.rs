@@ -220,6 +220,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         .iter()
         .map(|v| history.around(v.from, v.to, v.debate.as_deref()))
         .collect();
+    if let Some(dir) = std::env::var_os("PARLEY_SOAK_LOGS") {
+        save_logs(&layout, &history, std::path::Path::new(&dir));
+    }
     let unexpected_exits = *exits.lock().unwrap_or_else(|e| e.into_inner());
     let fault_log = history
         .entries()
@@ -314,15 +317,22 @@ async fn wait_for_ends(
     }
 }
 
-/// Debate `id`'s events, read again a few times when a read fails.
+/// Debate `id`'s events. The status turns final when the checkpoint is written, a moment
+/// before the coordinator publishes the last events: they are read again (and after a
+/// failed read) until the last one is final, for up to 15 s.
 async fn read_events(client: &async_nats::Client, id: &str) -> Vec<parley_protocol::DebateEvent> {
-    for _ in 0..10 {
-        match crate::events(client, &format!("parley.debates.{id}.events")).await {
-            Ok(evs) => return evs,
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+    let until = std::time::Instant::now() + Duration::from_secs(15);
+    let mut last = Vec::new();
+    while std::time::Instant::now() < until {
+        if let Ok(evs) = crate::events(client, &format!("parley.debates.{id}.events")).await {
+            if evs.last().is_some_and(|e| e.is_final()) {
+                return evs;
+            }
+            last = evs;
         }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Vec::new()
+    last
 }
 
 /// Every debate whose spec is in Redis (the master now): (id, problem).
@@ -360,4 +370,15 @@ async fn stored_specs(layout: &Layout) -> anyhow::Result<Vec<(String, String)>> 
         out.push((id, spec["problem"].as_str().unwrap_or_default().to_string()));
     }
     Ok(out)
+}
+
+/// Writes the history and every service's log (all its runs) into `dir`.
+fn save_logs(layout: &Layout, history: &History, dir: &std::path::Path) {
+    let _ = std::fs::create_dir_all(dir);
+    let lines: Vec<String> = history.entries().iter().map(history::line).collect();
+    let _ = std::fs::write(dir.join("history.log"), lines.join("\n"));
+    for i in 0..layout.services.len() {
+        let s = layout.service(i);
+        let _ = std::fs::write(dir.join(format!("{}.log", s.name)), s.log_tail(usize::MAX));
+    }
 }
