@@ -24,6 +24,8 @@ pub const MASTER: &str = "parley-soak";
 pub const LEASE_TTL: Duration = Duration::from_millis(2000);
 /// The workers' JetStream ack wait.
 pub const ACK_WAIT: Duration = Duration::from_secs(3);
+/// The coordinators' task deadline margin (see `Layout::start`).
+pub const TASK_DEADLINE_MARGIN: Duration = Duration::from_secs(15);
 /// How long a sentinel waits for a silent master before it calls it down.
 pub const DOWN_AFTER: Duration = Duration::from_millis(1500);
 
@@ -304,7 +306,16 @@ impl Layout {
             v
         };
         let mut services = Vec::new();
-        let coordinator = common(&[("--lease-ttl-ms", LEASE_TTL.as_millis().to_string())]);
+        let coordinator = common(&[
+            ("--lease-ttl-ms", LEASE_TTL.as_millis().to_string()),
+            // A task message lost with a NATS node (a handed-back message not delivered
+            // again after its consumer's node died) is dispatched again at its deadline: the
+            // task's timeout plus this margin (300 s by default, longer than a soak's bound).
+            (
+                "--task-deadline-margin-secs",
+                TASK_DEADLINE_MARGIN.as_secs().to_string(),
+            ),
+        ]);
         let worker = common(&[
             ("--concurrency", "4".into()),
             ("--ack-wait-secs", ACK_WAIT.as_secs().to_string()),
