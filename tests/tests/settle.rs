@@ -78,7 +78,10 @@ async fn a_debate_checkpointed_as_completed_but_not_settled_gets_its_final_event
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!running, "still in the running set");
-    assert!(store.record(&id).await.unwrap().is_some(), "no decision record");
+    assert!(
+        store.record(&id).await.unwrap().is_some(),
+        "no decision record"
+    );
     let ttl: i64 = redis::cmd("TTL")
         .arg(format!("parley:{{{id}}}:state"))
         .query_async(&mut conn)

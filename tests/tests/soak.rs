@@ -31,16 +31,21 @@ async fn the_cluster_keeps_every_debate_through_a_seeded_nemesis() {
     .await
     .expect("the soak's layout starts (as root, with nats-server and redis-server)");
     eprintln!("{}\n{}", report.fault_log, report.figures());
-    assert!(
-        report.violations.is_empty(),
-        "{}",
-        report.violations_text()
-    );
+    assert!(report.violations.is_empty(), "{}", report.violations_text());
     let faults: usize = report.faults.values().sum();
     assert!(faults >= 30, "only {faults} faults: {:?}", report.faults);
     assert!(report.faults.len() >= 5, "{:?}", report.faults);
-    for kind in ["partition", "redis-failover", "kill-process", "kill-nats-node"] {
-        assert!(report.faults.contains_key(kind), "no {kind}: {:?}", report.faults);
+    for kind in [
+        "partition",
+        "redis-failover",
+        "kill-process",
+        "kill-nats-node",
+    ] {
+        assert!(
+            report.faults.contains_key(kind),
+            "no {kind}: {:?}",
+            report.faults
+        );
     }
     assert!(report.accepted >= 20, "{}", report.figures());
     assert_eq!(report.completed + report.failed, report.accepted);

@@ -40,8 +40,15 @@ pub struct Outcome {
 
 /// Words a failure's reason must contain to count as one that names a fault.
 const FAULT_WORDS: [&str; 9] = [
-    "rate limit", "429", "503", "overloaded", "timed out", "timeout", "unavailable",
-    "server error", "connection",
+    "rate limit",
+    "429",
+    "503",
+    "overloaded",
+    "timed out",
+    "timeout",
+    "unavailable",
+    "server error",
+    "connection",
 ];
 
 /// Submissions: each accepted one ended within `bound` after the last fault healed,
@@ -84,7 +91,11 @@ pub fn ends(
                 detail: format!(
                     "#{}: {id} still {status} {bound:?} after the last fault; engine: {}",
                     s.k,
-                    o.state["engine"].to_string().chars().take(1500).collect::<String>()
+                    o.state["engine"]
+                        .to_string()
+                        .chars()
+                        .take(1500)
+                        .collect::<String>()
                 ),
                 debate: Some(id.clone()),
                 from: last_fault,
@@ -92,7 +103,11 @@ pub fn ends(
             }),
             Some(t) if t > last_fault + bound => out.push(Violation {
                 rule: "every accepted submission ends in time",
-                detail: format!("#{}: {id} ended {:?} after the last fault", s.k, t - last_fault),
+                detail: format!(
+                    "#{}: {id} ended {:?} after the last fault",
+                    s.k,
+                    t - last_fault
+                ),
                 debate: Some(id.clone()),
                 from: last_fault,
                 to: t,
@@ -272,7 +287,10 @@ pub fn budgets(
         if spent > limit || (o.ended.is_some() && reserved != 0) {
             out.push(Violation {
                 rule: "no budget exceeded",
-                detail: format!("#{}: {id} spent {spent} of {limit}, {reserved} reserved: {b}", s.k),
+                detail: format!(
+                    "#{}: {id} spent {spent} of {limit}, {reserved} reserved: {b}",
+                    s.k
+                ),
                 debate: Some(id.clone()),
                 from: Duration::ZERO,
                 to: o.ended.unwrap_or_default(),
@@ -307,14 +325,22 @@ pub fn provenance(
                     ("refinement", _) => &["refine"],
                     _ => &[],
                 };
-                texts.push((c["content"].as_str().unwrap_or_default().to_string(), kinds, model));
+                texts.push((
+                    c["content"].as_str().unwrap_or_default().to_string(),
+                    kinds,
+                    model,
+                ));
             }
         }
         for g in o.state["clarifications"].as_array().into_iter().flatten() {
             let agent = g["agentId"].as_str().unwrap_or_default();
             let model = format!("model-{}", agent.trim_start_matches("agent-"));
             for i in g["items"].as_array().into_iter().flatten() {
-                texts.push((i["question"].as_str().unwrap_or_default().to_string(), &["clarify"], model.clone()));
+                texts.push((
+                    i["question"].as_str().unwrap_or_default().to_string(),
+                    &["clarify"],
+                    model.clone(),
+                ));
             }
         }
         if o.state["status"] == "completed" && !s.shape.voting {

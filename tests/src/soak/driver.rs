@@ -46,8 +46,14 @@ impl Shape {
         let clarify = rng.chance(0.2);
         let voting = !clarify && rng.chance(0.2);
         let adaptive = !voting && rng.chance(0.25);
-        let budget = rng.chance(0.2).then_some(if agents == 4 { 90_000 } else { 60_000 });
-        let rounds = if clarify || voting { 1 } else { 1 + rng.below(2) as u32 };
+        let budget = rng
+            .chance(0.2)
+            .then_some(if agents == 4 { 90_000 } else { 60_000 });
+        let rounds = if clarify || voting {
+            1
+        } else {
+            1 + rng.below(2) as u32
+        };
         Shape {
             agents,
             rounds,
@@ -258,15 +264,24 @@ pub async fn submit_all(
                     Ok(r) if r["debateId"].is_string() => {
                         let id = r["debateId"].as_str().unwrap_or_default().to_string();
                         history.log(What::Accepted { k, id: id.clone() });
-                        if let Some(s) = subs.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&k) {
+                        if let Some(s) = subs.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&k)
+                        {
                             s.id = Some(id);
                         }
                         return;
                     }
-                    Ok(r) if matches!(r["error"]["code"].as_str(), Some("unavailable" | "internal")) => {}
+                    Ok(r)
+                        if matches!(
+                            r["error"]["code"].as_str(),
+                            Some("unavailable" | "internal")
+                        ) => {}
                     Ok(r) => {
-                        history.log(What::Refused { k, reply: r.to_string() });
-                        if let Some(s) = subs.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&k) {
+                        history.log(What::Refused {
+                            k,
+                            reply: r.to_string(),
+                        });
+                        if let Some(s) = subs.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&k)
+                        {
                             s.refused = Some(r.to_string());
                         }
                         return;

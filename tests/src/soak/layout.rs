@@ -66,7 +66,12 @@ impl Service {
         let p = ChildProcess::spawn(cmd, &format!("{}-{}", self.name, self.starts))?;
         let ready = p.wait_for_log_line(self.ready, timeout).is_some();
         self.child = Some(p);
-        anyhow::ensure!(ready, "{} did not log {:?} within {timeout:?}", self.name, self.ready);
+        anyhow::ensure!(
+            ready,
+            "{} did not log {:?} within {timeout:?}",
+            self.name,
+            self.ready
+        );
         Ok(())
     }
 
@@ -235,9 +240,8 @@ impl Layout {
     /// Starts the servers, waits until JetStream has a meta leader and the sentinels know
     /// the replica and each other, then starts the services (each in its namespace).
     pub async fn start() -> anyhow::Result<Arc<Layout>> {
-        let network = Network::create().context(
-            "while creating network namespaces (the soak needs root and iproute2)",
-        )?;
+        let network = Network::create()
+            .context("while creating network namespaces (the soak needs root and iproute2)")?;
         let host = network.host();
         let nats = tokio::task::spawn_blocking(move || NatsCluster::start_on(3, host)).await??;
         let urls = nats.urls();
@@ -278,7 +282,11 @@ impl Layout {
         let replica_url = redis.servers[1].url();
         let ok = poll(Duration::from_secs(30), || {
             let url = replica_url.clone();
-            async move { replication_info(&url).await.contains("master_link_status:up") }
+            async move {
+                replication_info(&url)
+                    .await
+                    .contains("master_link_status:up")
+            }
         })
         .await;
         anyhow::ensure!(ok, "the replica did not sync");
@@ -322,11 +330,36 @@ impl Layout {
             ("--config", config.display().to_string()),
         ]);
         for (name, bin, args, ready) in [
-            ("coordinator-1", "parley-coordinator", &coordinator, "coordinator ready"),
-            ("coordinator-2", "parley-coordinator", &coordinator, "coordinator ready"),
-            ("agent-worker-1", "parley-agent-worker", &worker, "worker ready"),
-            ("agent-worker-2", "parley-agent-worker", &worker, "worker ready"),
-            ("judge-worker-1", "parley-judge-worker", &worker, "worker ready"),
+            (
+                "coordinator-1",
+                "parley-coordinator",
+                &coordinator,
+                "coordinator ready",
+            ),
+            (
+                "coordinator-2",
+                "parley-coordinator",
+                &coordinator,
+                "coordinator ready",
+            ),
+            (
+                "agent-worker-1",
+                "parley-agent-worker",
+                &worker,
+                "worker ready",
+            ),
+            (
+                "agent-worker-2",
+                "parley-agent-worker",
+                &worker,
+                "worker ready",
+            ),
+            (
+                "judge-worker-1",
+                "parley-judge-worker",
+                &worker,
+                "worker ready",
+            ),
         ] {
             let mut s = Service {
                 name: name.into(),
@@ -338,10 +371,9 @@ impl Layout {
                 past: Vec::new(),
                 starts: 0,
             };
-            let s = tokio::task::spawn_blocking(move || {
-                s.start(Duration::from_secs(30)).map(|()| s)
-            })
-            .await??;
+            let s =
+                tokio::task::spawn_blocking(move || s.start(Duration::from_secs(30)).map(|()| s))
+                    .await??;
             services.push(Mutex::new(s));
         }
         let nats_ports = (0..nats.len()).map(|i| nats.node(i).port()).collect();

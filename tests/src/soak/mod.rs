@@ -77,7 +77,11 @@ pub struct Report {
 impl Report {
     /// The figures, one per line (what the benchmarks page publishes).
     pub fn figures(&self) -> String {
-        let kinds: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let kinds: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         format!(
             "seed {}\nduration {:.0} s (faults and quiet)\ndebates submitted {}, accepted {}, \
              completed {}, failed {}\nfaults {} ({})\nprovider calls {} ({} answered), repeated \
@@ -120,7 +124,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         "soak: seed {} ({} faults over {:?}, {} debates/min)",
         config.seed, config.faults, config.duration, config.rate
     );
-    let layout = Layout::start().await.context("while starting the HA layout")?;
+    let layout = Layout::start()
+        .await
+        .context("while starting the HA layout")?;
     let answers = driver::install_responder(&layout);
     layout.fake.set_latency(nemesis::NORMAL_LATENCY);
     let history = History::new(config.echo);
@@ -142,9 +148,16 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         stop.clone(),
     ));
 
-    let count = ((config.duration.as_secs_f64() / 60.0) * config.rate).ceil().max(1.0) as usize;
+    let count = ((config.duration.as_secs_f64() / 60.0) * config.rate)
+        .ceil()
+        .max(1.0) as usize;
     let every = Duration::from_secs_f64(60.0 / config.rate.max(0.01));
-    let plan = nemesis::schedule(config.seed, config.duration, config.faults, layout.services.len());
+    let plan = nemesis::schedule(
+        config.seed,
+        config.duration,
+        config.faults,
+        layout.services.len(),
+    );
     let began = history.now();
     let submitting = tokio::spawn(driver::submit_all(
         layout.clone(),
@@ -290,7 +303,10 @@ async fn wait_for_ends(
     ids: &[String],
     history: &History,
     deadline: Duration,
-) -> (HashMap<String, serde_json::Value>, HashMap<String, Duration>) {
+) -> (
+    HashMap<String, serde_json::Value>,
+    HashMap<String, Duration>,
+) {
     let mut states = HashMap::new();
     let mut ended = HashMap::new();
     loop {
@@ -338,7 +354,10 @@ async fn read_events(client: &async_nats::Client, id: &str) -> Vec<parley_protoc
 /// Every debate whose spec is in Redis (the master now): (id, problem).
 async fn stored_specs(layout: &Layout) -> anyhow::Result<Vec<(String, String)>> {
     let redis = layout.redis.lock().await;
-    let port = redis.master_port().await.context("no sentinel names a master")?;
+    let port = redis
+        .master_port()
+        .await
+        .context("no sentinel names a master")?;
     let url = format!("redis://{}:{port}", layout.network.host());
     drop(redis);
     let mut conn = crate::redis_connection(&url).await;

@@ -129,9 +129,9 @@ impl Kind {
             | Kind::Partition { service, .. } => Target::Service(*service),
             Kind::KillNats { .. } | Kind::PauseNats { .. } => Target::Nats,
             Kind::RedisFailover { .. } => Target::Redis,
-            Kind::RateLimitBurst { .. } | Kind::ServerErrorBurst { .. } | Kind::SlowCalls { .. } => {
-                Target::Provider
-            }
+            Kind::RateLimitBurst { .. }
+            | Kind::ServerErrorBurst { .. }
+            | Kind::SlowCalls { .. } => Target::Provider,
         }
     }
 
@@ -334,7 +334,10 @@ async fn inject(layout: &Arc<Layout>, kind: &Kind, history: &History) -> String 
             layout.service(*service).kill9();
             tokio::time::sleep(*down).await;
             restart_service(layout, *service, history).await;
-            history.log(What::Healed { kind: name, target: target.clone() });
+            history.log(What::Healed {
+                kind: name,
+                target: target.clone(),
+            });
             target
         }
         Kind::KillNats { node, down } => {
@@ -351,11 +354,18 @@ async fn inject(layout: &Arc<Layout>, kind: &Kind, history: &History) -> String 
                 kind: name,
                 target: target.clone(),
             });
-            layout.nats.lock().unwrap_or_else(|e| e.into_inner()).kill(node);
+            layout
+                .nats
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .kill(node);
             tokio::time::sleep(*down).await;
             let l = layout.clone();
             let restarted = tokio::task::spawn_blocking(move || {
-                l.nats.lock().unwrap_or_else(|e| e.into_inner()).restart(node)
+                l.nats
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .restart(node)
             })
             .await;
             if !matches!(restarted, Ok(Ok(()))) {
@@ -363,7 +373,10 @@ async fn inject(layout: &Arc<Layout>, kind: &Kind, history: &History) -> String 
             }
             // Let it catch up before the cluster loses another node.
             tokio::time::sleep(Duration::from_secs(2)).await;
-            history.log(What::Healed { kind: name, target: target.clone() });
+            history.log(What::Healed {
+                kind: name,
+                target: target.clone(),
+            });
             target
         }
         Kind::RedisFailover { down } => redis_failover(layout, *down, history).await,
@@ -381,7 +394,10 @@ async fn inject(layout: &Arc<Layout>, kind: &Kind, history: &History) -> String 
                 tokio::time::sleep(*pause).await;
                 signal(pid, "CONT");
             }
-            history.log(What::Healed { kind: name, target: target.clone() });
+            history.log(What::Healed {
+                kind: name,
+                target: target.clone(),
+            });
             target
         }
         Kind::PauseNats { node, pause } => {
@@ -402,7 +418,10 @@ async fn inject(layout: &Arc<Layout>, kind: &Kind, history: &History) -> String 
                 signal(pid, "CONT");
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
-            history.log(What::Healed { kind: name, target: target.clone() });
+            history.log(What::Healed {
+                kind: name,
+                target: target.clone(),
+            });
             target
         }
         Kind::Partition {
@@ -433,7 +452,10 @@ async fn inject(layout: &Arc<Layout>, kind: &Kind, history: &History) -> String 
             if let Err(e) = layout.network.heal(&ns) {
                 history.note(format!("healing {svc} failed: {e:#}"));
             }
-            history.log(What::Healed { kind: name, target: target.clone() });
+            history.log(What::Healed {
+                kind: name,
+                target: target.clone(),
+            });
             target
         }
         Kind::RateLimitBurst { calls } => {
@@ -449,7 +471,10 @@ async fn inject(layout: &Arc<Layout>, kind: &Kind, history: &History) -> String 
                 times: Some(*calls),
             });
             provider_burst_end(layout, from, *calls, 429).await;
-            history.log(What::Healed { kind: name, target: target.clone() });
+            history.log(What::Healed {
+                kind: name,
+                target: target.clone(),
+            });
             target
         }
         Kind::ServerErrorBurst { calls } => {
@@ -466,11 +491,18 @@ async fn inject(layout: &Arc<Layout>, kind: &Kind, history: &History) -> String 
                 times: Some(*calls),
             });
             provider_burst_end(layout, from, *calls, 503).await;
-            history.log(What::Healed { kind: name, target: target.clone() });
+            history.log(What::Healed {
+                kind: name,
+                target: target.clone(),
+            });
             target
         }
         Kind::SlowCalls { latency, length } => {
-            let target = format!("provider, {} ms for {} ms", latency.as_millis(), length.as_millis());
+            let target = format!(
+                "provider, {} ms for {} ms",
+                latency.as_millis(),
+                length.as_millis()
+            );
             history.log(What::Fault {
                 kind: name,
                 target: target.clone(),
@@ -480,7 +512,10 @@ async fn inject(layout: &Arc<Layout>, kind: &Kind, history: &History) -> String 
             layout.fake.set_latency(NORMAL_LATENCY);
             // Calls that started slow answer up to `latency` later.
             tokio::time::sleep(*latency).await;
-            history.log(What::Healed { kind: name, target: target.clone() });
+            history.log(What::Healed {
+                kind: name,
+                target: target.clone(),
+            });
             target
         }
     }
@@ -522,7 +557,11 @@ pub async fn restart_service(layout: &Arc<Layout>, i: usize, history: &History) 
 async fn redis_failover(layout: &Arc<Layout>, down: Duration, history: &History) -> String {
     let name = "redis-failover";
     let mut redis = layout.redis.lock().await;
-    let Some(old) = redis.master_port().await.and_then(|p| redis.index_of_port(p)) else {
+    let Some(old) = redis
+        .master_port()
+        .await
+        .and_then(|p| redis.index_of_port(p))
+    else {
         history.note("redis-failover: no sentinel names a known master; skipped");
         return "redis (skipped)".into();
     };
@@ -560,7 +599,9 @@ async fn redis_failover(layout: &Arc<Layout>, down: Duration, history: &History)
     })
     .await;
     if !synced {
-        history.note(format!("redis :{old_port} is not a synced replica after 30 s"));
+        history.note(format!(
+            "redis :{old_port} is not a synced replica after 30 s"
+        ));
     }
 
     history.log(What::Healed {

@@ -106,7 +106,14 @@ impl Network {
         ip(&["-n", &name, "route", "add", "default", "via", &gateway])?;
         let blackhole = format!("{}/32", self.host);
         ip(&[
-            "-n", &name, "route", "add", "blackhole", &blackhole, "table", TABLE,
+            "-n",
+            &name,
+            "route",
+            "add",
+            "blackhole",
+            &blackhole,
+            "table",
+            TABLE,
         ])?;
         Ok(name)
     }
