@@ -207,12 +207,12 @@ pub fn events(outcomes: &HashMap<String, Outcome>, out: &mut Vec<Violation>) {
             });
         }
         let status = o.state["status"].as_str().unwrap_or("?");
-        let fits = match (&o.last_event, status) {
-            (Some(EventKind::DebateCompleted { .. }), "completed") => true,
-            (Some(EventKind::DebateFailed { .. }), "failed") => true,
-            (Some(EventKind::DebateCancelled), "cancelled") => true,
-            _ => false,
-        };
+        let fits = matches!(
+            (&o.last_event, status),
+            (Some(EventKind::DebateCompleted { .. }), "completed")
+                | (Some(EventKind::DebateFailed { .. }), "failed")
+                | (Some(EventKind::DebateCancelled), "cancelled")
+        );
         if !fits {
             out.push(Violation {
                 rule: "events end with the final status",
