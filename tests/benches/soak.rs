@@ -2,10 +2,11 @@
 //!
 //! ```sh
 //! cargo build --workspace --bins
-//! cargo bench -p parley-tests --bench soak -- --seed 7 --minutes 30 --rate 12 --faults-per-minute 15
+//! cargo bench -p parley-tests --bench soak --profile dev -- --seed 7 --minutes 30 --rate 10 --faults-per-minute 15
 //! ```
 //!
-//! Prints the history as it happens, then the figures; exits 1 when an invariant broke
+//! (`--profile dev`: the soak starts the dev build's binaries, next to its own.) Prints the
+//! history as it happens, then the figures; exits 1 when an invariant broke
 //! (the violations, with the seed and the history around each, are printed first).
 
 use std::time::Duration;
