@@ -46,9 +46,11 @@ impl Shape {
         let clarify = rng.chance(0.2);
         let voting = !clarify && rng.chance(0.2);
         let adaptive = !voting && rng.chance(0.25);
+        // Above the smallest run's reservation (about 110k tokens for 4 agents), so a
+        // budget is never refused at submit.
         let budget = rng
             .chance(0.2)
-            .then_some(if agents == 4 { 90_000 } else { 60_000 });
+            .then_some(if agents == 4 { 160_000 } else { 130_000 });
         let rounds = if clarify || voting {
             1
         } else {
