@@ -7,7 +7,12 @@
 //! LLM's requests by debate ([`successful_calls_by_problem`]) and the critical path of a
 //! finished debate's task graph ([`critical_path_ms`]), used by the cluster benchmark.
 //!
+//! [`soak`]: the seeded nemesis soak over the HA layout (the short one in
+//! `tests/tests/soak.rs`, the long one in `benches/soak.rs`).
+//!
 //! Build the binaries first: `cargo build --workspace --bins`.
+
+pub mod soak;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use parley_testkit::RedisCluster;
+use parley_tests::soak::layout::sentinel_master;
 use parley_tests::*;
 
 /// Streams whose replicas must follow `stream_replicas`.
@@ -194,22 +195,6 @@ async fn debates_survive_the_loss_of_the_jetstream_stream_leader() {
     );
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["status"], "completed");
-}
-
-/// The fields of `SENTINEL MASTER <name>` asked of the sentinel at `addr`, as a map.
-async fn sentinel_master(addr: &str, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
-    let client = redis::Client::open(format!("redis://{addr}"))?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
-    let flat: Vec<String> = redis::cmd("SENTINEL")
-        .arg("MASTER")
-        .arg(name)
-        .query_async(&mut conn)
-        .await?;
-    Ok(flat
-        .chunks(2)
-        .filter(|kv| kv.len() == 2)
-        .map(|kv| (kv[0].clone(), kv[1].clone()))
-        .collect())
 }
 
 /// Polls until `check` holds, panicking with `what` after `timeout`.

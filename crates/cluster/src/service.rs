@@ -250,7 +250,66 @@ pub async fn start_service(
     metrics_addr: Option<std::net::SocketAddr>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(async_nats::Client, RedisStore)> {
-    let (nats, store) = connect_backends(nats, redis_url).await?;
+    let nats = crate::nats::connect_service(nats).await?;
+    let store = Box::pin(connect_redis(redis_url, shutdown)).await?;
     serve_health(metrics_addr, nats.clone(), store.clone(), shutdown.clone()).await?;
     Ok((nats, store))
+}
+
+/// Connects to the Redis store, waiting while Redis cannot be reached (see
+/// [`wait_for_redis`]).
+pub async fn connect_redis(url: &str, shutdown: &CancellationToken) -> anyhow::Result<RedisStore> {
+    wait_for_redis("Redis", shutdown, || async {
+        RedisStore::connect(url).await.map_err(|e| match e {
+            crate::redis_store::RedisStoreError::Redis(e) => e,
+            other => redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "cannot connect",
+                other.to_string(),
+            )),
+        })
+    })
+    .await
+}
+
+/// Runs `connect` until it succeeds, waiting (backing off up to 2 s) while Redis cannot
+/// be reached — a server starting, a Sentinel-managed master failing over, a network cut —
+/// as the NATS connection waits for NATS: a service started during an outage comes up
+/// when it ends instead of exiting. An error retrying cannot cure (a malformed URL, refused
+/// credentials) fails at once, and so does a shutdown while waiting. `what` names the
+/// connection in the log line (`cannot reach Redis yet; waiting for it`) and errors.
+pub async fn wait_for_redis<T, F, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    mut connect: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = redis::RedisResult<T>>,
+{
+    let mut backoff = Duration::from_millis(200);
+    let mut waiting = false;
+    loop {
+        let e = match connect().await {
+            Ok(v) => {
+                if waiting {
+                    tracing::info!(what, "connected to Redis");
+                }
+                return Ok(v);
+            }
+            Err(e) if !matches!(e.retry_method(), redis::RetryMethod::NoRetry) => e,
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("while connecting {what}"))),
+        };
+        if !waiting {
+            tracing::warn!(what, error = %e, "cannot reach Redis yet; waiting for it");
+            waiting = true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.cancelled() => {
+                return Err(anyhow::anyhow!("stopped while waiting for {what} (last error: {e})"));
+            }
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
 }

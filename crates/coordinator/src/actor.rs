@@ -203,8 +203,10 @@ async fn start(
                     | DebateStatus::AwaitingClarifications
             )
         {
-            // A stale entry of the running set (the debate settled meanwhile).
-            store.unmark_running(&args.id).await?;
+            // A stale entry of the running set: the debate settled meanwhile, or its owner
+            // checkpointed the end and failed before it finished settling (NATS without a
+            // stream leader for its final events, Redis gone): finish that first.
+            finish_settling(&args.deps, &args.id, &spec, &cp.state).await?;
             return Err(ActorError::NotRunning(args.id).into());
         }
         let secret = store.ensure_dispatch_secret(&args.id).await?;
@@ -245,6 +247,35 @@ async fn start(
             secret,
         })
     }
+}
+
+/// What settling a debate does after its final checkpoint, done again for a settled
+/// debate still in the running set: its last transition's events (the checkpoint's
+/// outbox, deduplicated by message id when they went out before), its decision record,
+/// its retention; then it leaves the running set. An error (NATS or Redis unreachable)
+/// leaves it there, for the next scan.
+async fn finish_settling(
+    deps: &Deps,
+    id: &str,
+    spec: &parley_protocol::DebateSpec,
+    state: &parley_protocol::DebateState,
+) -> Result<(), ActorProcessingErr> {
+    let mut acks = Vec::new();
+    for event in &state.engine.outbox {
+        acks.push(publish_event(&deps.js, event).await?);
+    }
+    for ack in acks {
+        ack.await?;
+    }
+    if deps.store.record(id).await?.is_none() {
+        crate::decision_record::store(&deps.store, deps.record_signing_key.as_ref(), spec, state)
+            .await;
+    }
+    if let Some(ttl) = deps.retention {
+        deps.store.expire_debate(id, ttl).await?;
+    }
+    deps.store.unmark_running(id).await?;
+    Ok(())
 }
 
 /// [`DebateActor`]'s `post_stop`: stop the ticks, release the lease.

@@ -11,7 +11,7 @@
 use crate::process::{free_port, kill_and_reap, log_stdio, log_tail};
 use anyhow::{anyhow, Context as _};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,6 +20,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
 /// How many ports `start` tries when another process takes the chosen port first.
 const PORT_ATTEMPTS: usize = 3;
+/// Where servers listen unless started `_on` another address.
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -37,8 +39,15 @@ impl Kind {
         }
     }
 
-    fn args(self, port: u16, data_dir: &Path, config: Option<&Path>) -> Vec<std::ffi::OsString> {
+    fn args(
+        self,
+        host: IpAddr,
+        port: u16,
+        data_dir: &Path,
+        config: Option<&Path>,
+    ) -> Vec<std::ffi::OsString> {
         let port = port.to_string();
+        let host = host.to_string();
         let mut v: Vec<std::ffi::OsString> = Vec::new();
         match (self, config) {
             (Kind::Nats, Some(c)) => {
@@ -55,7 +64,7 @@ impl Kind {
             Kind::Nats => vec![
                 "-js".into(),
                 "-a".into(),
-                "127.0.0.1".into(),
+                host.clone().into(),
                 "-p".into(),
                 port.into(),
                 "-sd".into(),
@@ -65,7 +74,7 @@ impl Kind {
                 "--port".into(),
                 port.into(),
                 "--bind".into(),
-                "127.0.0.1".into(),
+                host.clone().into(),
                 "--dir".into(),
                 data_dir.into(),
                 "--save".into(),
@@ -79,7 +88,7 @@ impl Kind {
                 "--port".into(),
                 port.into(),
                 "--bind".into(),
-                "127.0.0.1".into(),
+                host.into(),
                 "--dir".into(),
                 data_dir.into(),
             ],
@@ -88,8 +97,8 @@ impl Kind {
     }
 
     /// Whether the server on `port` speaks its protocol.
-    fn ready(self, port: u16) -> bool {
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    fn ready(self, host: IpAddr, port: u16) -> bool {
+        let addr = SocketAddr::new(host, port);
         let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(250)) else {
             return false;
         };
@@ -125,6 +134,8 @@ struct LaunchError {
 /// One server process plus its directory; shared by [`NatsServer`] and [`RedisServer`].
 struct ServerProcess {
     kind: Kind,
+    /// The address it listens on (127.0.0.1 unless started `_on` another).
+    host: IpAddr,
     port: u16,
     /// `None` after `kill`.
     child: Option<Child>,
@@ -143,13 +154,14 @@ struct ServerProcess {
 
 impl ServerProcess {
     fn start(kind: Kind, config: Option<(PathBuf, Vec<(String, String)>)>) -> anyhow::Result<Self> {
-        Self::start_with_args(kind, config, Vec::new())
+        Self::start_with_args(kind, config, Vec::new(), LOOPBACK)
     }
 
     fn start_with_args(
         kind: Kind,
         config: Option<(PathBuf, Vec<(String, String)>)>,
         extra_args: Vec<String>,
+        host: IpAddr,
     ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("parley-{}-", kind.program()))
@@ -166,6 +178,7 @@ impl ServerProcess {
         let log_path = dir.path().join(format!("{}.log", kind.program()));
         let mut server = ServerProcess {
             kind,
+            host,
             port: 0,
             child: None,
             data_dir,
@@ -200,7 +213,7 @@ impl ServerProcess {
         let config = self.config.as_ref().map(|(p, _)| p.as_path());
         let env = self.config.iter().flat_map(|(_, env)| env.iter().cloned());
         let spawned = Command::new(program)
-            .args(self.kind.args(self.port, &self.data_dir, config))
+            .args(self.kind.args(self.host, self.port, &self.data_dir, config))
             .args(&self.extra_args)
             .envs(env)
             .stdin(Stdio::null())
@@ -224,19 +237,19 @@ impl ServerProcess {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let exited = child.try_wait().ok().flatten();
-            if exited.is_none() && self.kind.ready(self.port) {
+            if exited.is_none() && self.kind.ready(self.host, self.port) {
                 return Ok(());
             }
             let problem = if let Some(status) = exited {
                 format!(
-                    "{program} exited ({status}) before accepting connections on 127.0.0.1:{}",
-                    self.port
+                    "{program} exited ({status}) before accepting connections on {}:{}",
+                    self.host, self.port
                 )
             } else if Instant::now() >= deadline {
                 kill_and_reap(child);
                 format!(
-                    "{program} did not accept connections on 127.0.0.1:{} within {:?}",
-                    self.port, READY_TIMEOUT
+                    "{program} did not accept connections on {}:{} within {:?}",
+                    self.host, self.port, READY_TIMEOUT
                 )
             } else {
                 std::thread::sleep(POLL);
@@ -269,8 +282,9 @@ impl ServerProcess {
         self.kill();
         self.launch().map_err(|e| e.error).with_context(|| {
             format!(
-                "while restarting {} on 127.0.0.1:{}",
+                "while restarting {} on {}:{}",
                 self.kind.program(),
+                self.host,
                 self.port
             )
         })
@@ -351,14 +365,17 @@ impl NatsServer {
         })
     }
 
-    /// `nats://user:password@127.0.0.1:PORT`.
+    /// `nats://user:password@127.0.0.1:PORT` (the address it listens on).
     pub fn url_as(&self, user: &str, password: &str) -> String {
-        format!("nats://{user}:{password}@127.0.0.1:{}", self.inner.port)
+        format!(
+            "nats://{user}:{password}@{}:{}",
+            self.inner.host, self.inner.port
+        )
     }
 
-    /// `nats://127.0.0.1:PORT`.
+    /// `nats://127.0.0.1:PORT` (the address it listens on).
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.inner.port)
+        format!("nats://{}:{}", self.inner.host, self.inner.port)
     }
 
     /// The client port.
@@ -411,6 +428,12 @@ impl NatsCluster {
     /// only once the nodes have found each other and elected a meta leader: poll for it
     /// (`$JS.API.INFO`) before creating streams.
     pub fn start(size: usize) -> anyhow::Result<Self> {
+        Self::start_on(size, LOOPBACK)
+    }
+
+    /// Like [`NatsCluster::start`], with the client ports listening on `host` (e.g. an
+    /// address processes in another network namespace reach); routes stay on loopback.
+    pub fn start_on(size: usize, host: IpAddr) -> anyhow::Result<Self> {
         anyhow::ensure!(size >= 1, "a NATS cluster needs at least one node");
         let dir = tempfile::Builder::new()
             .prefix("parley-nats-cluster-")
@@ -437,8 +460,16 @@ impl NatsCluster {
                 ),
             )
             .with_context(|| format!("while writing {}", conf.display()))?;
-            let node = NatsServer::start_with_config(&conf, &[])
-                .with_context(|| format!("while starting cluster node {name}"))?;
+            let node = NatsServer {
+                inner: ServerProcess::start_with_args(
+                    Kind::Nats,
+                    Some((conf, Vec::new())),
+                    Vec::new(),
+                    host,
+                )
+                .with_context(|| format!("while starting cluster node {name}"))?,
+                _config_dir: None,
+            };
             nodes.push(node);
             names.push(name);
         }
@@ -514,13 +545,28 @@ impl RedisServer {
     /// values as separate items, e.g. `["--replicaof", "127.0.0.1", "6379"]`); kept across
     /// restarts.
     pub fn start_with_args(args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_on(LOOPBACK, args)
+    }
+
+    /// Like [`RedisServer::start_with_args`], listening on `host` instead of loopback.
+    pub fn start_on(host: IpAddr, args: &[&str]) -> anyhow::Result<Self> {
         Ok(RedisServer {
             inner: ServerProcess::start_with_args(
                 Kind::Redis,
                 None,
                 args.iter().map(|a| a.to_string()).collect(),
+                host,
             )?,
         })
+    }
+
+    /// A replica of `master` listening on `master`'s address (`--replicaof <host> <port>`).
+    pub fn start_replica_on(master: &RedisServer) -> anyhow::Result<Self> {
+        let host = master.inner.host.to_string();
+        Self::start_on(
+            master.inner.host,
+            &["--replicaof", &host, &master.port().to_string()],
+        )
     }
 
     /// A replica of `master` (`--replicaof 127.0.0.1 <port>`).
@@ -533,9 +579,9 @@ impl RedisServer {
         self.inner.child.as_ref().map(std::process::Child::id)
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT` (the address it listens on).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.inner.port)
+        format!("redis://{}:{}", self.inner.host, self.inner.port)
     }
 
     /// The client port.
@@ -584,6 +630,18 @@ impl RedisSentinel {
         quorum: u32,
         down_after: Duration,
     ) -> anyhow::Result<Self> {
+        Self::start_on(LOOPBACK, master_name, master_port, quorum, down_after)
+    }
+
+    /// Like [`RedisSentinel::start`], listening on `host`, with the master at
+    /// `host`:`master_port`.
+    pub fn start_on(
+        host: IpAddr,
+        master_name: &str,
+        master_port: u16,
+        quorum: u32,
+        down_after: Duration,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("parley-sentinel-conf-")
             .tempdir()
@@ -592,7 +650,7 @@ impl RedisSentinel {
         std::fs::write(
             &conf,
             format!(
-                "sentinel monitor {master_name} 127.0.0.1 {master_port} {quorum}\n\
+                "sentinel monitor {master_name} {host} {master_port} {quorum}\n\
                  sentinel down-after-milliseconds {master_name} {}\n\
                  sentinel failover-timeout {master_name} 10000\n\
                  sentinel parallel-syncs {master_name} 1\n",
@@ -601,7 +659,12 @@ impl RedisSentinel {
         )
         .with_context(|| format!("while writing {}", conf.display()))?;
         Ok(RedisSentinel {
-            inner: ServerProcess::start(Kind::Sentinel, Some((conf, Vec::new())))?,
+            inner: ServerProcess::start_with_args(
+                Kind::Sentinel,
+                Some((conf, Vec::new())),
+                Vec::new(),
+                host,
+            )?,
             _config_dir: dir,
         })
     }
@@ -611,14 +674,19 @@ impl RedisSentinel {
         self.inner.port
     }
 
-    /// `127.0.0.1:PORT`.
+    /// `127.0.0.1:PORT` (the address it listens on).
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.inner.port)
+        format!("{}:{}", self.inner.host, self.inner.port)
     }
 
     /// SIGKILL.
     pub fn kill(&mut self) {
         self.inner.kill();
+    }
+
+    /// The process id of the running sentinel.
+    pub fn pid(&self) -> Option<u32> {
+        self.inner.child.as_ref().map(std::process::Child::id)
     }
 }
 

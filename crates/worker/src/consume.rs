@@ -174,7 +174,6 @@ pub(crate) async fn start(
     Registry,
     ResultStash,
 )> {
-    use anyhow::Context as _;
     let endpoint = parley_cluster::NatsEndpoint::new(
         config.nats_url.clone(),
         config.nats_creds.clone(),
@@ -200,10 +199,13 @@ pub(crate) async fn start(
         .await
         .map_err(|e| anyhow::anyhow!("while opening the result stash: {e}"))?;
     // The limiter's scripts are small: the client's usual 500 ms answer time.
-    let limiter_conn =
-        parley_cluster::RedisConnection::connect(&config.redis_url, Duration::from_millis(500))
-            .await
-            .context("while connecting the rate limiter to Redis")?;
+    // Boxed: the waiting loop's future would make the binary's `main` future too deep.
+    let limiter_conn = Box::pin(parley_cluster::service::wait_for_redis(
+        "the rate limiter",
+        shutdown,
+        || parley_cluster::RedisConnection::connect(&config.redis_url, Duration::from_millis(500)),
+    ))
+    .await?;
     let registry = Registry::with_limits(
         ProviderSettings {
             max_tokens: Some(config.max_tokens),

@@ -208,9 +208,15 @@ impl FakeLlm {
 
     /// Like [`FakeLlm::start`], on a given port (0 = ephemeral).
     pub async fn start_on_port(port: u16) -> anyhow::Result<FakeLlm> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], port))).await
+    }
+
+    /// Like [`FakeLlm::start`], listening on `addr` (e.g. an address processes in another
+    /// network namespace reach; port 0 = ephemeral).
+    pub async fn start_on(addr: SocketAddr) -> anyhow::Result<FakeLlm> {
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("while binding the fake LLM to 127.0.0.1:{port}"))?;
+            .with_context(|| format!("while binding the fake LLM to {addr}"))?;
         let addr = listener
             .local_addr()
             .context("while reading the fake LLM's address")?;
@@ -262,6 +268,13 @@ impl FakeLlm {
     /// Every request received so far, in arrival order (failed ones included).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.knobs().requests.clone()
+    }
+
+    /// The statuses answered to the requests from the `from`th on (0-based), in arrival
+    /// order: cheaper than [`FakeLlm::requests`] for polling.
+    pub fn statuses(&self, from: usize) -> Vec<u16> {
+        let k = self.knobs();
+        k.requests.iter().skip(from).map(|r| r.status).collect()
     }
 
     /// How many requests were received so far (failed ones included).
