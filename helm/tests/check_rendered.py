@@ -54,12 +54,19 @@ def _source(path):
 
 
 def _settings_keys():
-    """The keys of the services' TOML settings file: the fields of `SettingsFile`
-    (deny_unknown_fields) in crates/cluster/src/settings.rs."""
-    body = re.search(r"pub struct SettingsFile \{(.*?)\n\}", _source("crates/cluster/src/settings.rs"), re.S)
-    keys = set(re.findall(r"^\s*pub (\w+):", body.group(1), re.M)) if body else set()
+    """The keys of the services' TOML settings file: the fields of the services' settings
+    structs (`CommonSettings`, `CoordinatorSettings`, `WorkerSettings`) in
+    crates/cluster/src/settings/services.rs, less the flattened ones."""
+    src = _source("crates/cluster/src/settings/services.rs")
+    keys = set()
+    for name in ("CommonSettings", "CoordinatorSettings", "WorkerSettings"):
+        body = re.search(r"pub struct " + name + r" \{(.*?)\n\}", src, re.S)
+        if not body:
+            sys.exit(f"cannot read {name}'s fields from crates/cluster/src/settings/services.rs")
+        text = re.sub(r"#\[serde\(flatten\)\]\s*pub \w+:[^\n]*", "", body.group(1))
+        keys |= set(re.findall(r"^\s*pub (\w+):", text, re.M))
     if not keys:
-        sys.exit("cannot read SettingsFile's fields from crates/cluster/src/settings.rs")
+        sys.exit("no settings keys found in crates/cluster/src/settings/services.rs")
     return keys
 
 
