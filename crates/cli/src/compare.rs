@@ -42,7 +42,8 @@ use crate::CliError;
 pub use file::{family_of, load_compare_file, CompareFile, StrategySpec};
 use judging::{judge_pair, rubric_of};
 pub use records::{digest, EvalSpend, FailedRun, PairRecord, Results, RubricRecord, RunRecord};
-use records::{input_digest, read_record, write_record, OutDir};
+use records::{read_record, write_record, OutDir};
+use strategies::input_digest;
 use strategies::{execute, prepare, Prepared};
 
 /// The most samples a self-consistency strategy may draw.

@@ -1,7 +1,7 @@
 //! The judges: the self-consistency pick, the rubric and the pairwise verdicts.
 
 use parley_llm::{Registry, ResponseFormat};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::file::CompareFile;
 use super::problems::Problem;
@@ -12,43 +12,12 @@ use super::strategies::{call, request, Call};
 use crate::eval::{self, DebateInput, Evaluator};
 use crate::CliError;
 
-pub(super) const SELECT_SYSTEM_PROMPT: &str =
-    "You are a strict reviewer of software designs. You are \
-given a problem and several candidate answers, numbered from 1. Pick the single best \
-answer: the one that meets the most requirements with a sound, concrete design. Reply with \
-JSON only: {\"best\": <number>, \"reason\": \"<one sentence>\"}.";
 pub(super) const PAIR_SYSTEM_PROMPT: &str =
     "You are an impartial judge of software designs. You are \
 given a problem, its requirements and two answers, A and B. Decide which answer is better \
 on requirement coverage, soundness and concreteness; answer \"tie\" only if neither is \
 better. The order of the answers is arbitrary and must not influence you. Reply with JSON \
 only: {\"winner\": \"A\" | \"B\" | \"tie\", \"reason\": \"<one sentence>\"}.";
-
-pub(super) fn select_format(n: usize) -> ResponseFormat {
-    ResponseFormat::strict(
-        "best_sample",
-        json!({
-            "type": "object",
-            "properties": {
-                "best": {"type": "integer", "minimum": 1, "maximum": n},
-                "reason": {"type": "string"}
-            },
-            "required": ["best", "reason"],
-            "additionalProperties": false
-        }),
-    )
-}
-
-/// The judge's pick, 0-based, from `{"best": n}` (a number or numeric string, 1..=n).
-pub(super) fn parse_selection(text: &str, n: usize) -> Option<usize> {
-    let reply = eval::parse_reply(text)?;
-    let best = match reply.get("best")? {
-        Value::Number(x) => x.as_u64()?,
-        Value::String(s) => s.trim().parse().ok()?,
-        _ => return None,
-    };
-    (1..=n as u64).contains(&best).then(|| best as usize - 1)
-}
 
 /// The rubric of `parley eval` on one run's answer, by the evaluators not recused.
 pub(super) async fn rubric_of(
@@ -193,6 +162,7 @@ pub(super) async fn judge_pair(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::strategies::parse_selection;
 
     #[test]
     fn verdicts_and_selections_parse() {

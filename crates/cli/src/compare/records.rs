@@ -5,10 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::file::{CompareFile, StrategySpec};
+use super::file::CompareFile;
 use super::problems::Problem;
 use super::stats::{Outcome, Verdict};
-use super::strategies::Prepared;
 use crate::CliError;
 
 /// One run of one strategy on one problem, as persisted in `runs/<problem>__<strategy>.json`.
@@ -33,7 +32,7 @@ pub struct RunRecord {
     /// Self-consistency: which sample (1-based) the judge picked, or why none was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<String>,
-    /// [`input_digest`] of the problem and strategy this run answered: a run made for
+    /// `strategies::input_digest` of the problem and strategy this run answered: a run made for
     /// another problem text or strategy setting is made again, not reused.
     #[serde(default)]
     pub input_digest: String,
@@ -151,18 +150,6 @@ pub fn digest(parts: &[&str]) -> String {
         }
     }
     format!("{h:016x}")
-}
-
-/// What a run depends on: the problem's text and the strategy's settings (for a debate,
-/// its whole spec but the problem: agents, prompts, rounds, endpoints left out).
-pub(super) fn input_digest(problem: &Problem, spec: &StrategySpec, prepared: &Prepared) -> String {
-    let settings = match prepared {
-        Prepared::Calls { system, .. } => format!("{spec:?}\n{system}"),
-        Prepared::Debate { template, .. } => {
-            serde_json::to_string(template.as_ref()).unwrap_or_else(|_| format!("{spec:?}"))
-        }
-    };
-    digest(&[&problem.text, &settings])
 }
 
 /// Reads a persisted record; a missing or unreadable one (an interrupted write) is absent.

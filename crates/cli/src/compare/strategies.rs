@@ -9,16 +9,49 @@ use parley_cli::EmbeddedRunner;
 use parley_engine::{run_debate_until, FileStore, Input, Machine};
 use parley_llm::{ChatMessage, ChatRequest, Registry, ResponseFormat};
 use parley_protocol::{AgentConfig, DebateSpec, DebateState, DebateStatus};
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::file::{ModelRef, StrategySpec};
-use super::judging::{parse_selection, select_format, SELECT_SYSTEM_PROMPT};
 use super::problems::Problem;
 use super::records::{digest, OutDir, RunRecord};
 use super::{CompareArgs, ANSWER_SYSTEM_PROMPT, DEFAULT_CALL_TIMEOUT_MS, LOCAL_CALL_TIMEOUT_MS};
 use crate::config::{self, Overrides};
 use crate::eval;
 use crate::CliError;
+
+/// Best-of-N: the judge picks the best of the samples.
+pub(super) const SELECT_SYSTEM_PROMPT: &str =
+    "You are a strict reviewer of software designs. You are \
+given a problem and several candidate answers, numbered from 1. Pick the single best \
+answer: the one that meets the most requirements with a sound, concrete design. Reply with \
+JSON only: {\"best\": <number>, \"reason\": \"<one sentence>\"}.";
+
+pub(super) fn select_format(n: usize) -> ResponseFormat {
+    ResponseFormat::strict(
+        "best_sample",
+        json!({
+            "type": "object",
+            "properties": {
+                "best": {"type": "integer", "minimum": 1, "maximum": n},
+                "reason": {"type": "string"}
+            },
+            "required": ["best", "reason"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// The judge's pick, 0-based, from `{"best": n}` (a number or numeric string, 1..=n).
+pub(super) fn parse_selection(text: &str, n: usize) -> Option<usize> {
+    let reply = eval::parse_reply(text)?;
+    let best = match reply.get("best")? {
+        Value::Number(x) => x.as_u64()?,
+        Value::String(s) => s.trim().parse().ok()?,
+        _ => return None,
+    };
+    (1..=n as u64).contains(&best).then(|| best as usize - 1)
+}
 
 /// A strategy made ready to run: its agents and the registry they call through.
 pub(super) enum Prepared {
@@ -447,4 +480,16 @@ pub(super) async fn run_embedded_debate(
         return Err(CliError::interrupted("interrupted"));
     }
     Ok(driven.state)
+}
+
+/// What a run depends on: the problem's text and the strategy's settings (for a debate,
+/// its whole spec but the problem: agents, prompts, rounds, endpoints left out).
+pub(super) fn input_digest(problem: &Problem, spec: &StrategySpec, prepared: &Prepared) -> String {
+    let settings = match prepared {
+        Prepared::Calls { system, .. } => format!("{spec:?}\n{system}"),
+        Prepared::Debate { template, .. } => {
+            serde_json::to_string(template.as_ref()).unwrap_or_else(|_| format!("{spec:?}"))
+        }
+    };
+    digest(&[&problem.text, &settings])
 }
