@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::limits;
 use crate::spec::Check;
 use crate::subjects::ErrorCode;
-use crate::{is_valid_debate_id, preview, Rejection};
+use crate::submission::{check_debate_id, decode_request};
+use crate::{preview, Rejection};
 
 /// A participant's settings a fork changes (each one left out keeps the parent's).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -115,33 +115,12 @@ pub struct ForkRequest {
 
 /// Decodes and checks a `parley.debates.fork` request.
 pub fn decode_fork_request(payload: &[u8]) -> Result<ForkRequest, Rejection> {
-    if payload.len() > limits::MAX_STEER_REQUEST_BYTES {
-        return Err(Rejection::new(
-            ErrorCode::PayloadTooLarge,
-            format!(
-                "request is {} bytes, the limit is {}",
-                payload.len(),
-                limits::MAX_STEER_REQUEST_BYTES
-            ),
-        ));
-    }
-    let v: Value = serde_json::from_slice(payload)
-        .map_err(|e| Rejection::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
-    let r: ForkRequest = serde_json::from_value(v).map_err(|e| {
-        Rejection::new(
-            ErrorCode::InvalidRequest,
-            format!("expected {{\"debateId\": ..., \"atRound\": N, \"changes\"?: {{...}}}}: {e}"),
-        )
-    })?;
-    if !is_valid_debate_id(&r.debate_id) {
-        return Err(Rejection::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "debateId: {:?} is not a debate id (deb-YYYYMMDD-HHMMSS-xxxxxx)",
-                preview(&r.debate_id, 64)
-            ),
-        ));
-    }
+    let r: ForkRequest = decode_request(
+        payload,
+        limits::MAX_STEER_REQUEST_BYTES,
+        "{\"debateId\": ..., \"atRound\": N, \"changes\"?: {...}}",
+    )?;
+    check_debate_id(&r.debate_id)?;
     if !(1..=limits::MAX_ROUNDS).contains(&r.at_round) {
         return Err(Rejection::new(
             ErrorCode::InvalidRequest,

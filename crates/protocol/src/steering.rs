@@ -8,11 +8,11 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::limits;
 use crate::subjects::ErrorCode;
-use crate::{is_valid_debate_id, preview, Rejection};
+use crate::submission::{check_debate_id, decode_request};
+use crate::{preview, Rejection};
 
 /// One steering command, as every surface sends it: `{"command": "pause"}`,
 /// `{"command": "guide", "note": "..."}`.
@@ -217,35 +217,8 @@ impl SteerRequest {
 /// Decodes and checks a `parley.debates.steer` request: its size, its debate id, the
 /// command and its note, `by` (a label). Returns the request and its command.
 pub fn decode_steer_request(payload: &[u8]) -> Result<(SteerRequest, SteerCommand), Rejection> {
-    if payload.len() > limits::MAX_STEER_REQUEST_BYTES {
-        return Err(Rejection::new(
-            ErrorCode::PayloadTooLarge,
-            format!(
-                "request is {} bytes, the limit is {}",
-                payload.len(),
-                limits::MAX_STEER_REQUEST_BYTES
-            ),
-        ));
-    }
-    let v: Value = serde_json::from_slice(payload)
-        .map_err(|e| Rejection::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
-    let r: SteerRequest = serde_json::from_value(v).map_err(|e| {
-        Rejection::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "expected {{\"debateId\": ..., \"command\": \"pause\"|\"resume\"|\"guide\"|\"stop\"|\"extend\", \"note\"?: ..., \"by\"?: ...}}: {e}"
-            ),
-        )
-    })?;
-    if !is_valid_debate_id(&r.debate_id) {
-        return Err(Rejection::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "debateId: {:?} is not a debate id (deb-YYYYMMDD-HHMMSS-xxxxxx)",
-                preview(&r.debate_id, 64)
-            ),
-        ));
-    }
+    let r: SteerRequest = decode_request(payload, limits::MAX_STEER_REQUEST_BYTES, "{\"debateId\": ..., \"command\": \"pause\"|\"resume\"|\"guide\"|\"stop\"|\"extend\", \"note\"?: ..., \"by\"?: ...}")?;
+    check_debate_id(&r.debate_id)?;
     if let Some(by) = &r.by {
         check_by(by).map_err(|m| Rejection::new(ErrorCode::InvalidRequest, m))?;
     }

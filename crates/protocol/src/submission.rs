@@ -189,35 +189,50 @@ struct DebateRef {
     debate_id: String,
 }
 
-/// Decodes a `{"debateId": ...}` request (status, retry, cancel).
-pub fn decode_debate_ref(payload: &[u8]) -> Result<String, Rejection> {
-    if payload.len() > limits::MAX_REQUEST_BYTES {
+/// Decodes a request of at most `max_bytes`: JSON (else `invalid_json`) of type `T` (else
+/// `invalid_request` with `expected`, the shape it should have, and serde's reason).
+pub fn decode_request<T: serde::de::DeserializeOwned>(
+    payload: &[u8],
+    max_bytes: usize,
+    expected: &str,
+) -> Result<T, Rejection> {
+    if payload.len() > max_bytes {
         return Err(Rejection::new(
             ErrorCode::PayloadTooLarge,
             format!(
-                "request is {} bytes, the limit is {}",
-                payload.len(),
-                limits::MAX_REQUEST_BYTES
+                "request is {} bytes, the limit is {max_bytes}",
+                payload.len()
             ),
         ));
     }
     let v: Value = serde_json::from_slice(payload)
         .map_err(|e| Rejection::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
-    let r: DebateRef = serde_json::from_value(v).map_err(|e| {
+    serde_json::from_value(v).map_err(|e| {
         Rejection::new(
             ErrorCode::InvalidRequest,
-            format!("expected {{\"debateId\": ...}}: {e}"),
+            format!("expected {expected}: {e}"),
         )
-    })?;
-    if !is_valid_debate_id(&r.debate_id) {
-        return Err(Rejection::new(
-            ErrorCode::InvalidRequest,
-            format!(
-                "debateId: {:?} is not a debate id (deb-YYYYMMDD-HHMMSS-xxxxxx)",
-                preview(&r.debate_id, 64)
-            ),
-        ));
+    })
+}
+
+/// `id` is a debate id, else `invalid_request` naming the `debateId` field.
+pub fn check_debate_id(id: &str) -> Result<(), Rejection> {
+    if is_valid_debate_id(id) {
+        return Ok(());
     }
+    Err(Rejection::new(
+        ErrorCode::InvalidRequest,
+        format!(
+            "debateId: {:?} is not a debate id (deb-YYYYMMDD-HHMMSS-xxxxxx)",
+            preview(id, 64)
+        ),
+    ))
+}
+
+/// Decodes a `{"debateId": ...}` request (status, retry, cancel).
+pub fn decode_debate_ref(payload: &[u8]) -> Result<String, Rejection> {
+    let r: DebateRef = decode_request(payload, limits::MAX_REQUEST_BYTES, "{\"debateId\": ...}")?;
+    check_debate_id(&r.debate_id)?;
     Ok(r.debate_id)
 }
 
