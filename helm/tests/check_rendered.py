@@ -21,7 +21,9 @@ For every file:
 - the web page (`serve`, optional): `parley serve` listening on all addresses of its port,
   in front of NATS (`PARLEY_SERVE_NATS_URL`, never on its command line), its bearer token from the Secret (never a literal), no
   API key, no Redis; probes on /healthz of its `http` port; its Service targets that port;
-  its NetworkPolicy lets in only that port and lets out only DNS and NATS.
+  its NetworkPolicy lets in only that port and lets out only DNS and NATS, plus the
+  webhook egress rule when webhooks are on; API keys and webhook endpoints come from
+  Secret volumes (files the server reads), never from a literal value or a ConfigMap.
 
 Exit status 1 with every problem listed when any check fails.
 """
@@ -271,7 +273,7 @@ class Check:
                 continue
             c = spec["containers"][0]
             if comp == SERVE:
-                self.serve_pod(where, c)
+                self.serve_pod(where, c, spec)
                 continue
             ports = {p.get("name"): p for p in c.get("ports", [])}
             if "metrics" not in ports:
@@ -299,7 +301,7 @@ class Check:
                 if grace <= drain:
                     self.fail(f"{where}: terminationGracePeriodSeconds {grace} <= drain_secs {drain}")
 
-    def serve_pod(self, where, c):
+    def serve_pod(self, where, c, pod):
         """The web page: `parley serve` on 0.0.0.0:<http port> in front of NATS, its token
         from the Secret, /healthz probes (no token needed there), nothing else."""
         ports = {p.get("name"): p for p in c.get("ports", [])}
@@ -328,6 +330,21 @@ class Check:
             self.fail(f"{where}: no PARLEY_SERVE_NATS_URL: the page would not front the cluster")
         for var in sorted((API_KEY_VARS | {"PARLEY_REDIS_URL"}) & env.keys()):
             self.fail(f"{where}: the page gets {var}")
+        # API keys and webhook endpoints: a path into a read-only Secret volume.
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        for var, volume in (("PARLEY_SERVE_API_KEYS", "api-keys"), ("PARLEY_SERVE_WEBHOOKS", "webhooks")):
+            if var not in env:
+                continue
+            path = env[var].get("value") or ""
+            mount = mounts.get(os.path.dirname(path))
+            if not mount or mount.get("name") != volume or not mount.get("readOnly") or mount.get("subPath"):
+                self.fail(f"{where}: {var}={path!r} is not in the read-only directory mount of volume {volume}")
+                continue
+            secret = (volumes.get(volume) or {}).get("secret") or {}
+            items = [i.get("path") for i in secret.get("items") or []]
+            if not secret.get("secretName") or items != [os.path.basename(path)]:
+                self.fail(f"{where}: volume {volume} is not a Secret holding {os.path.basename(path)}: {volumes.get(volume)}")
 
     def selectors(self):
         pods = {self.component(d): d["spec"]["template"]["metadata"]["labels"]
@@ -387,9 +404,19 @@ class Check:
         if in_ports != ["http"]:
             self.fail(f"{where}: ingress ports {in_ports}, expected [http]")
         # Its egress is the coordinator's first two rules (DNS, NATS), nothing more: no
-        # Redis, no OTLP collector, no providers.
+        # Redis, no OTLP collector, no providers; with webhooks, one more rule for their
+        # deliveries.
         coord = [n for n in self.of("NetworkPolicy") if self.component(n) == "coordinator"]
         egress = spec.get("egress") or []
+        webhooks = any(
+            e.get("name") == "PARLEY_SERVE_WEBHOOKS"
+            for d in self.of("Deployment") if self.component(d) == SERVE
+            for c in d["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])
+        )
+        if webhooks:
+            if len(egress) != 3 or not egress[2].get("to") or not egress[2].get("ports"):
+                self.fail(f"{where}: with webhooks, expected a third egress rule with peers and ports: {egress}")
+            egress = egress[:2]
         if len(coord) != 1:
             self.fail(f"{where}: no coordinator NetworkPolicy to compare with")
         elif egress != (coord[0]["spec"].get("egress") or [])[:2]:
