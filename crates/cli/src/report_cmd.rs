@@ -1,6 +1,6 @@
-//! `parley report <debate.json>`: the Markdown report of `run --report`, from any saved
-//! debate — an embedded run's `./debates/<id>.json`, a `run --output x.json`, or the output of
-//! `parley status <id>` (the same DebateState JSON), or a state file dialectic wrote.
+//! `parley report <id|debate.json>`: the Markdown report of `run --report`, from any saved
+//! debate — an embedded run's id (its `./debates/<id>.json`), a `run --output x.json`, the
+//! output of `parley status <id>` (the same DebateState JSON), or a state file dialectic wrote.
 
 use std::path::PathBuf;
 
@@ -11,9 +11,10 @@ use crate::{report, CliError};
 
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
-    /// The saved debate (DebateState JSON).
-    #[arg(value_name = "DEBATE_JSON", required_unless_present = "debate_flag")]
-    pub debate: Option<PathBuf>,
+    /// The saved debate: an embedded debate's id (read from ./debates/) or a DebateState
+    /// JSON file.
+    #[arg(value_name = "ID|DEBATE_JSON", required_unless_present = "debate_flag")]
+    pub debate: Option<String>,
     /// The saved debate, as dialectic's `report --debate F` names it.
     #[arg(long = "debate", value_name = "FILE", conflicts_with = "debate")]
     pub debate_flag: Option<PathBuf>,
@@ -30,20 +31,18 @@ pub struct ReportArgs {
 }
 
 pub fn report(args: ReportArgs) -> Result<(), CliError> {
-    let Some(file) = args.debate.as_ref().or(args.debate_flag.as_ref()) else {
-        return Err(CliError::usage(
-            "name the saved debate: parley report <debate.json>",
-        ));
+    let arg = match (&args.debate, &args.debate_flag) {
+        (Some(a), _) => a.clone(),
+        (None, Some(f)) => f.display().to_string(),
+        (None, None) => {
+            return Err(CliError::usage(
+                "name the saved debate: parley report <id|debate.json>",
+            ))
+        }
     };
-    let path = file.display().to_string();
-    let bytes = std::fs::read(file)
-        .map_err(|e| CliError::usage(format!("cannot read the saved debate {path}: {e}")))?;
-    // Parley's state or dialectic's, converted.
-    let state: DebateState = parley_protocol::parse_saved_state(&bytes).map_err(|e| {
-        CliError::usage(format!(
-            "{path} is not a saved debate (DebateState JSON): {e}"
-        ))
-    })?;
+    // An id in ./debates/ or a file; Parley's state or dialectic's, converted.
+    let saved = crate::decisions::load_saved(&arg)?;
+    let (state, file): (DebateState, PathBuf) = (saved.state, saved.path);
     let spec = match &args.config {
         Some(c) => {
             if !c.is_file() {
@@ -78,7 +77,7 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
     let mut md = report::markdown(spec.as_ref(), &state);
     // The decision record saved next to the state, else the one of the embedded debate in
     // ./debates/ (a `run --output` copy of the state has none beside it).
-    let record = crate::decisions::saved_record(file)
+    let record = crate::decisions::saved_record(&file)
         .or_else(|| {
             parley_protocol::is_valid_debate_id(&state.id).then(|| {
                 crate::decisions::saved_record(

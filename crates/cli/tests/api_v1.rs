@@ -600,6 +600,24 @@ async fn a_finished_debate_s_record_is_served_and_verifies_against_the_served_re
         .get("content-disposition")
         .is_some_and(|v| v.to_str().unwrap().contains(".record.json")));
     assert!(d.join(format!("debates/{id}.record.json")).exists());
+    // The state download names the record: digest and signature status.
+    let digest = h["parley-record-digest"].to_str().unwrap().to_string();
+    let (_, st, sh) = call(
+        base,
+        "GET",
+        &format!("/v1/debates/{id}"),
+        Some(token),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(st["decisionRecord"]["digest"], digest.as_str(), "{st}");
+    assert_eq!(st["decisionRecord"]["signed"], true, "{st}");
+    assert_eq!(
+        st["decisionRecord"]["keyId"], record["signature"]["keyId"],
+        "{st}"
+    );
+    assert_eq!(sh["parley-record-digest"].to_str().unwrap(), digest);
 
     let report = reqwest::Client::new()
         .get(format!("{base}/v1/debates/{id}/report"))

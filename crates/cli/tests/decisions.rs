@@ -127,6 +127,30 @@ async fn a_signed_run_leaves_a_record_that_verifies_and_names_what_was_changed()
     let report = std::fs::read_to_string(d.join("r.md")).unwrap();
     assert!(report.contains("## Decision Record"), "{report}");
     assert!(report.contains("signed (Ed25519, key `"), "{report}");
+    // `parley report <id>` reads ./debates/<id>.json and the record beside it.
+    let by_id = parley(
+        d,
+        &[
+            "report",
+            rec["debateId"].as_str().unwrap(),
+            "-o",
+            "by-id.md",
+        ],
+    )
+    .await;
+    assert_eq!(by_id.status.code(), Some(0), "{}", text(&by_id));
+    let by_id_md = std::fs::read_to_string(d.join("by-id.md")).unwrap();
+    assert!(by_id_md.contains("## Decision Record"), "{by_id_md}");
+    let rec_path = record.to_string_lossy().into_owned();
+    let ok = parley(d, &["verify", &rec_path, "--report", "by-id.md"]).await;
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    let unknown = parley(d, &["report", "deb-20200101-000000-zzzz"]).await;
+    assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown));
+    assert!(
+        text(&unknown).contains("no saved debate deb-20200101-000000-zzzz in ./debates"),
+        "{}",
+        text(&unknown)
+    );
 
     // verify: everything matches.
     let rec_s = record.to_string_lossy().into_owned();

@@ -232,6 +232,13 @@ fn assert_session(seen: &Value, fake: &FakeLlm) {
         !record["entries"].as_array().unwrap().is_empty(),
         "{record}"
     );
+    // The state resource names the record it was written to.
+    assert_eq!(
+        state["decisionRecord"]["entries"],
+        record["entries"].as_array().unwrap().len(),
+        "{state}"
+    );
+    assert!(state["decisionRecord"]["digest"].is_string(), "{state}");
     assert_eq!(state["context"], CONTEXT);
 
     // What crossed the wire: the problem and the context reached the agents, and every

@@ -439,7 +439,9 @@ impl ServerHandler for ParleyMcp {
         };
         let contents = if what == "state" || what == "record" {
             let v = if what == "state" {
-                backend.state(id).await
+                parley_web::backend::state_download(backend.as_ref(), id)
+                    .await
+                    .map(|(state, _)| state)
             } else {
                 backend.record(id).await
             }

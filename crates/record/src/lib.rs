@@ -32,7 +32,7 @@ pub mod verify;
 pub use build::{build, BuildError};
 pub use keys::{key_id, KeyError, PublicKey, SigningKey};
 pub use report::{check_report, ReportCheck};
-pub use schema::{Entry, EntryKind, Record, Signature, Totals};
+pub use schema::{Entry, EntryKind, Record, Signature, Summary, Totals};
 pub use verify::{verify, Evidence, Mismatch, SignatureCheck, Verified};
 
 /// The largest record file read (a record of a 6-agent, 20-round debate is far smaller).

@@ -192,6 +192,25 @@ pub struct Signature {
     pub value: String,
 }
 
+/// A record at a glance ([`Record::summary`]): `decisionRecord` in a finished debate's
+/// state download (`GET /v1/debates/{id}`). The signature is not verified here: `parley
+/// verify` does that with the public key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// The record's digest ([`Record::digest`]).
+    pub digest: String,
+    /// Whether the record carries a signature.
+    pub signed: bool,
+    /// The signing key's id, when signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    /// How many contributions it chains.
+    pub entries: usize,
+    /// The chain's head.
+    pub head: String,
+}
+
 /// The link before the first entry: `sha256("parley.decision-record/v1:" debate id)`.
 pub fn genesis(debate_id: &str) -> String {
     canonical::sha256_hex(format!("{FORMAT}/v{VERSION}:{debate_id}").as_bytes())
@@ -216,6 +235,18 @@ impl Record {
     /// and `parley verify` show).
     pub fn digest(&self) -> String {
         canonical::sha256_hex(&self.signed_bytes())
+    }
+
+    /// What the state download and the page show of the record: its digest and signature
+    /// status, without the entries.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            digest: self.digest(),
+            signed: self.signature.is_some(),
+            key_id: self.signature.as_ref().map(|s| s.key_id.clone()),
+            entries: self.entries.len(),
+            head: self.head.clone(),
+        }
     }
 
     /// The record as pretty JSON (what is written to `<id>.record.json`).

@@ -544,7 +544,8 @@ fn created(id: &str, replayed: bool) -> Response {
 #[utoipa::path(get, path = "/v1/debates/{id}", tag = "debates",
     params(("id" = String, Path, description = "The debate id (deb-YYYYMMDD-HHMMSS-RAND)", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
     responses(
-        (status = 200, description = "The debate's state", body = DebateStateDoc),
+        (status = 200, description = "The debate's state; once it has finished, with `decisionRecord` (its record's digest and signature status)", body = DebateStateDoc,
+            headers(("parley-record-digest" = String, description = "A finished debate's record digest (absent before it finishes)"))),
         (status = 400, description = "Not a debate id", body = ErrorResponse),
         (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
         (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
@@ -556,7 +557,12 @@ async fn debate_state(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = visible(&s, &p, &id).await?;
-    Ok(json_response(StatusCode::OK, &s.backend.state(id).await?))
+    let (state, digest) = crate::backend::state_download(s.backend.as_ref(), id).await?;
+    let mut r = json_response(StatusCode::OK, &state);
+    if let Some(v) = digest.and_then(|d| HeaderValue::from_str(&d).ok()) {
+        r.headers_mut().insert("parley-record-digest", v);
+    }
+    Ok(r)
 }
 
 /// The debate's Markdown report.

@@ -519,6 +519,35 @@ pub trait SpecSource: Send + Sync + 'static {
 /// Renders a debate as a Markdown report (`parley report`'s renderer).
 pub type ReportFn = fn(Option<&DebateSpec>, &DebateState) -> String;
 
+/// The state download (`GET /v1/debates/{id}`, the MCP state resource): the debate's state
+/// and, once it has finished and has a record, `decisionRecord` (the record's
+/// [`parley_record::Summary`]: digest and signature status). Returns the record's digest
+/// too, for a response header.
+pub async fn state_download(
+    backend: &dyn Backend,
+    id: &str,
+) -> Result<(Value, Option<String>), ApiError> {
+    let mut state = backend.state(id).await?;
+    let finished = state
+        .get("status")
+        .and_then(|v| serde_json::from_value::<parley_protocol::DebateStatus>(v.clone()).ok())
+        .is_some_and(|st| st.is_terminal());
+    if !finished {
+        return Ok((state, None));
+    }
+    let record = backend.record(id).await.ok();
+    let Some(r) = record.and_then(|v| serde_json::from_value::<parley_record::Record>(v).ok())
+    else {
+        return Ok((state, None));
+    };
+    let summary = r.summary();
+    let digest = summary.digest.clone();
+    if let (Some(fields), Ok(v)) = (state.as_object_mut(), serde_json::to_value(summary)) {
+        fields.insert("decisionRecord".into(), v);
+    }
+    Ok((state, Some(digest)))
+}
+
 /// Where debates run. Every method is what one API route does.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {

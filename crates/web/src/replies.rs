@@ -87,6 +87,22 @@ impl PartialSchema for DebateStateDoc {
             ))
             .property("id", ObjectBuilder::new().schema_type(Type::String))
             .property("status", ObjectBuilder::new().schema_type(Type::String))
+            .property(
+                "decisionRecord",
+                ObjectBuilder::new()
+                    .description(Some(
+                        "A finished debate's decision record at a glance (the record itself: `GET /v1/debates/{id}/record`)",
+                    ))
+                    .property("digest", ObjectBuilder::new().schema_type(Type::String))
+                    .property("signed", ObjectBuilder::new().schema_type(Type::Boolean))
+                    .property("keyId", ObjectBuilder::new().schema_type(Type::String))
+                    .property("entries", ObjectBuilder::new().schema_type(Type::Integer))
+                    .property("head", ObjectBuilder::new().schema_type(Type::String))
+                    .required("digest")
+                    .required("signed")
+                    .required("entries")
+                    .required("head"),
+            )
             .additional_properties(Some(AdditionalProperties::FreeForm(true)))
             .into()
     }
