@@ -27,18 +27,17 @@ pub async fn mcp(args: McpArgs, interrupt: &CancellationToken) -> Result<(), Cli
     // Ends with the session (or an interrupt): the embedded debates then stop and are
     // saved.
     let session_over = interrupt.child_token();
-    let tickets = parley_mcp::Tickets::default();
     let OpenBackend {
         backend,
         embedded,
         estimator,
         ..
-    } = open_backend(&args.backend, &session_over, tickets.clone()).await?;
+    } = open_backend(&args.backend, &session_over).await?;
     eprintln!(
         "Parley MCP server: {} debates, on standard input and output",
         backend.kind()
     );
-    let server = parley_mcp::ParleyMcp::new(backend, estimator, tickets);
+    let server = parley_mcp::ParleyMcp::new(backend, estimator);
     let served = parley_mcp::serve_stdio(server, session_over.clone()).await;
     session_over.cancel();
     if let Some(e) = embedded {

@@ -91,9 +91,6 @@ struct ConfigSpecs {
     providers: BTreeMap<String, ProviderLimits>,
     /// The most agents one debate may have.
     max_agents: usize,
-    /// The options of MCP tool calls in flight, found by a request's idempotency key
-    /// (see `parley_mcp::options`).
-    tickets: parley_mcp::Tickets,
 }
 
 impl ConfigSpecs {
@@ -238,19 +235,14 @@ impl SpecSource for ConfigSpecs {
     }
 
     fn build(&self, request: &SubmitRequest) -> Result<DebateSpec, ApiError> {
-        let options = self.tickets.options(request.idempotency_key.as_deref());
-        self.build_with(request, options.as_ref())
+        self.build_spec(request)
     }
 }
 
 impl ConfigSpecs {
-    /// The spec of `request` with an MCP call's `options` (termination, mode, budget,
-    /// context) applied before the validation and the budget's admission.
-    fn build_with(
-        &self,
-        request: &SubmitRequest,
-        options: Option<&parley_mcp::DebateOptions>,
-    ) -> Result<DebateSpec, ApiError> {
+    /// The spec of `request`, its options (termination, mode, budget, context) applied
+    /// before the validation and the budget's admission.
+    fn build_spec(&self, request: &SubmitRequest) -> Result<DebateSpec, ApiError> {
         let overrides = Overrides {
             roles: request.roles.clone(),
             rounds: request.rounds,
@@ -280,9 +272,7 @@ impl ConfigSpecs {
                     ApiError::invalid(message)
                 },
             )?;
-        if let Some(o) = options {
-            o.apply(&mut spec);
-        }
+        request.apply_options(&mut spec);
         let active = spec.active_agents().count();
         if active > self.max_agents {
             return Err(ApiError::invalid(format!(
@@ -350,12 +340,8 @@ struct ConfigEstimator {
 }
 
 impl parley_mcp::Estimator for ConfigEstimator {
-    fn estimate(
-        &self,
-        request: &SubmitRequest,
-        options: &parley_mcp::DebateOptions,
-    ) -> Result<serde_json::Value, ApiError> {
-        let spec = self.specs.build_with(request, Some(options))?;
+    fn estimate(&self, request: &SubmitRequest) -> Result<serde_json::Value, ApiError> {
+        let spec = self.specs.build_spec(request)?;
         let mut settings = ProviderSettings::from_env(self.endpoints.base_url.clone());
         settings.agent_base_urls = self.endpoints.per_agent.clone();
         let registry = Registry::with_limits(
@@ -451,11 +437,10 @@ pub struct OpenBackend {
 
 /// Loads the config and opens the backend `flags` name: the cluster's over NATS, or this
 /// process's (resuming the debates a previous run left running; they stop and are saved
-/// when `shutdown` fires). `tickets` carry MCP calls' options to the spec source.
+/// when `shutdown` fires).
 pub async fn open_backend(
     flags: &BackendArgs,
     shutdown: &CancellationToken,
-    tickets: parley_mcp::Tickets,
 ) -> Result<OpenBackend, CliError> {
     // A bad key file stops here (exit 4), before anything runs.
     let record_key = flags.signing.load()?;
@@ -493,7 +478,6 @@ pub async fn open_backend(
         pricing: pricing.clone(),
         providers: limits.clone(),
         max_agents: flags.max_agents as usize,
-        tickets,
     });
     let estimator = Arc::new(ConfigEstimator {
         specs: specs.clone(),
@@ -622,17 +606,16 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
         )),
         None => None,
     };
-    let tickets = parley_mcp::Tickets::default();
     let OpenBackend {
         backend,
         embedded,
         cluster,
         estimator,
-    } = open_backend(&args.backend, interrupt, tickets.clone()).await?;
+    } = open_backend(&args.backend, interrupt).await?;
     let kind = backend.kind();
     // The MCP server over streamable HTTP at /mcp, behind the API's credentials.
     let mcp = parley_mcp::http_router(
-        parley_mcp::ParleyMcp::new(backend.clone(), estimator, tickets),
+        parley_mcp::ParleyMcp::new(backend.clone(), estimator),
         interrupt.child_token(),
     );
     let options = parley_web::ServeOptions {

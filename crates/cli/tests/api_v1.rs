@@ -654,3 +654,115 @@ async fn a_finished_debate_s_record_is_served_and_verifies_against_the_served_re
     let seed = secret.lines().last().unwrap();
     assert!(!report.contains(seed) && !record.to_string().contains(seed));
 }
+
+/// A submission's termination, mode, budget and context reach the debate: the context is
+/// in the prompts on the wire, the budget is the state's, `quality` at a threshold the
+/// fake judge's confidence meets stops after round 1 of 3; bad options are each named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_chooses_its_termination_mode_budget_and_context() {
+    let fake = FakeLlm::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut cfg = parley_tests::spec_config(Some(&fake.base_url()));
+    cfg["debate"]["rounds"] = json!(3);
+    parley_tests::write_json(d.join("debate-config.json"), &cfg);
+    let token = "a-token-of-sixteen-chars";
+    let (_proc, base) = serve(d, &["--auth-token", token]);
+    let base = base.as_str();
+
+    let (s, v, _) = create(
+        base,
+        token,
+        json!({
+            "problem": "Design a cache",
+            "termination": "fixed",
+            "threshold": 101,
+            "budget": {"usd": -1, "tokens": 0},
+            "context": "x".repeat(200_001),
+            "mode": "sometimes",
+        }),
+        None,
+    )
+    .await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v, _) = create(
+        base,
+        token,
+        json!({
+            "problem": "Design a cache",
+            "termination": "fixed",
+            "threshold": 101,
+            "budget": {"usd": -1, "tokens": 0},
+            "context": "x".repeat(200_001),
+        }),
+        None,
+    )
+    .await;
+    assert_eq!(s, 400, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    for named in [
+        "threshold: 101 is out of range",
+        "threshold: applies to termination",
+        "budget.usd: -1",
+        "budget.tokens: 0",
+        "context: 200001 characters",
+    ] {
+        assert!(message.contains(named), "{message} lacks {named}");
+    }
+    assert_eq!(
+        fake.request_count(),
+        0,
+        "a refused submission calls nothing"
+    );
+
+    let (s, v, _) = create(
+        base,
+        token,
+        json!({
+            "problem": "Design a cache",
+            "termination": "quality",
+            "threshold": 1,
+            "budget": {"tokens": 900000},
+            "context": "The cache runs on ARM boards with 512 MB of memory.",
+        }),
+        None,
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    let id = v["debateId"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let state = loop {
+        let (_, st, _) = call(
+            base,
+            "GET",
+            &format!("/v1/debates/{id}"),
+            Some(token),
+            None,
+            &[],
+        )
+        .await;
+        if st["status"] == "completed" || st["status"] == "failed" || Instant::now() > deadline {
+            break st;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(state["budget"]["limit"]["tokens"], 900000, "{state}");
+    assert!(
+        state["rounds"].as_array().unwrap().len() < 3,
+        "quality at threshold 1 stops early: {state}"
+    );
+    let requests = fake.requests();
+    assert!(!requests.is_empty());
+    let proposals: Vec<_> = requests
+        .iter()
+        .filter(|r| parley_testkit::fake_llm::script::kind_of(&r.prompt_text()) == "propose")
+        .collect();
+    assert_eq!(proposals.len(), 3, "one round of three agents");
+    assert!(
+        proposals
+            .iter()
+            .all(|r| r.prompt_text().contains("ARM boards with 512 MB")),
+        "a proposal's prompt lacks the context"
+    );
+}

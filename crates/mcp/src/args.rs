@@ -4,14 +4,15 @@
 
 use std::time::Duration;
 
-use parley_protocol::{limits, Budget, DebateMode, TerminationCondition, TerminationType};
-use parley_web::{AgentChoice, Answer, AnswersRequest, SubmitRequest};
+use parley_web::submit_options::FieldNames;
+use parley_web::{
+    AgentChoice, Answer, AnswersRequest, BudgetRequest, ModeChoice, SubmitRequest,
+    TerminationChoice,
+};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-
-use crate::options::DebateOptions;
 
 /// How long `debate_result` waits when the call does not say.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(25);
@@ -150,10 +151,9 @@ pub struct DebateArgs {
 }
 
 impl DebateArgs {
-    /// The form's request and the options beside it, or every problem at once, each
-    /// named by its argument.
-    pub fn into_parts(self) -> Result<(SubmitRequest, DebateOptions), ArgError> {
-        let mut problems = Vec::new();
+    /// The submission (the HTTP API's request, with the termination, mode, budget and
+    /// context), or every problem at once, each named by its argument.
+    pub fn into_request(self) -> Result<SubmitRequest, ArgError> {
         let request = SubmitRequest {
             problem: self.problem,
             roles: self.roles,
@@ -171,72 +171,38 @@ impl DebateArgs {
             }),
             rounds: self.rounds,
             clarify: self.clarify.unwrap_or(false),
+            termination: self.termination.map(|t| match t {
+                Termination::Fixed => TerminationChoice::Fixed,
+                Termination::Convergence => TerminationChoice::Convergence,
+                Termination::Quality => TerminationChoice::Quality,
+            }),
+            threshold: self.threshold,
+            mode: self.mode.map(|m| match m {
+                Mode::Debate => ModeChoice::Debate,
+                Mode::Adaptive => ModeChoice::Adaptive,
+            }),
+            budget: (self.budget_usd.is_some() || self.budget_tokens.is_some()).then_some(
+                BudgetRequest {
+                    usd: self.budget_usd,
+                    tokens: self.budget_tokens,
+                },
+            ),
+            context: self.context,
             ..Default::default()
         };
-        if let Err(e) = request.validate() {
-            problems.push(e.message);
-        }
-        if let Some(t) = self.threshold {
-            if !(0.0..=100.0).contains(&t) {
-                problems.push(format!("threshold: {t} is out of range 0-100"));
-            }
-            if self.termination.is_none_or(|t| t == Termination::Fixed) {
-                problems.push(
-                    "threshold: applies to termination `convergence` or `quality` only".into(),
-                );
-            }
-        }
-        if let Some(usd) = self.budget_usd {
-            if !(usd > 0.0 && usd <= parley_protocol::MAX_BUDGET_USD) {
-                problems.push(format!(
-                    "budget_usd: {usd} is out of range (more than 0, at most {})",
-                    parley_protocol::MAX_BUDGET_USD
-                ));
-            }
-        }
-        if let Some(tokens) = self.budget_tokens {
-            if !(1..=parley_protocol::MAX_BUDGET_TOKENS).contains(&tokens) {
-                problems.push(format!(
-                    "budget_tokens: {tokens} is out of range 1-{}",
-                    parley_protocol::MAX_BUDGET_TOKENS
-                ));
-            }
-        }
-        if let Some(c) = &self.context {
-            let n = c.chars().count();
-            if n > limits::MAX_CONTEXT_CHARS {
-                problems.push(format!(
-                    "context: {n} characters, the limit is {}",
-                    limits::MAX_CONTEXT_CHARS
-                ));
-            }
-        }
-        if !problems.is_empty() {
-            return Err(ArgError(problems.join("; ")));
-        }
-        let options = DebateOptions {
-            termination: self.termination.map(|t| TerminationCondition {
-                kind: match t {
-                    Termination::Fixed => TerminationType::Fixed,
-                    Termination::Convergence => TerminationType::Convergence,
-                    Termination::Quality => TerminationType::Quality,
-                },
-                threshold: self.threshold,
-                max_rounds: None,
-            }),
-            mode: self.mode.map(|m| match m {
-                Mode::Debate => DebateMode::Debate,
-                Mode::Adaptive => DebateMode::Adaptive,
-            }),
-            budget: (self.budget_usd.is_some() || self.budget_tokens.is_some()).then_some(Budget {
-                usd: self.budget_usd,
-                tokens: self.budget_tokens,
-            }),
-            context: self.context.filter(|c| !c.trim().is_empty()),
-        };
-        Ok((request, options))
+        // The request's own checks, naming this tool's arguments.
+        request
+            .validate_named(TOOL_NAMES)
+            .map_err(|e| ArgError(e.message))?;
+        Ok(request)
     }
 }
+
+/// The budget's arguments as this tool names them.
+const TOOL_NAMES: FieldNames = FieldNames {
+    budget_usd: "budget_usd",
+    budget_tokens: "budget_tokens",
+};
 
 /// A debate, by id.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -362,6 +328,7 @@ pub fn debate_id(id: &str) -> Result<&str, ArgError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parley_protocol::limits;
     use serde_json::json;
 
     fn args(v: Value) -> Option<Map<String, Value>> {
@@ -400,7 +367,7 @@ mod tests {
         ] {
             let a: DebateArgs =
                 parse(args(json!({"problem": "Design a cache", "rounds": rounds}))).unwrap();
-            let r = a.into_parts();
+            let r = a.into_request();
             assert_eq!(r.is_ok(), ok, "rounds {rounds}: {r:?}");
             if let Err(e) = r {
                 assert!(e.0.starts_with("rounds: "), "{e}");
@@ -414,7 +381,7 @@ mod tests {
             "context": "x".repeat(limits::MAX_CONTEXT_CHARS + 1),
         })))
         .unwrap();
-        let e = a.into_parts().unwrap_err();
+        let e = a.into_request().unwrap_err();
         for name in [
             "problem:",
             "threshold:",
@@ -428,11 +395,11 @@ mod tests {
             json!({"problem": "p".repeat(limits::MAX_PROBLEM_CHARS + 1)}),
         ))
         .unwrap();
-        assert!(too_long.into_parts().unwrap_err().0.contains("problem: "));
+        assert!(too_long.into_request().unwrap_err().0.contains("problem: "));
     }
 
     #[test]
-    fn good_arguments_become_a_request_and_options() {
+    fn good_arguments_become_a_request_with_its_options() {
         let a: DebateArgs = parse(args(json!({
             "problem": "Design a cache",
             "roles": ["architect", "security"],
@@ -445,17 +412,16 @@ mod tests {
             "clarify": true,
         })))
         .unwrap();
-        let (req, opts) = a.into_parts().unwrap();
+        let req = a.into_request().unwrap();
         assert_eq!(req.problem, "Design a cache");
         assert_eq!(req.rounds, Some(2));
         assert!(req.clarify);
         assert_eq!(req.idempotency_key, None);
-        let t = opts.termination.unwrap();
-        assert_eq!(t.kind, TerminationType::Convergence);
-        assert_eq!(t.threshold, Some(75.0));
-        assert_eq!(opts.mode, Some(DebateMode::Adaptive));
-        assert_eq!(opts.budget.unwrap().usd, Some(0.25));
-        assert_eq!(opts.context.as_deref(), Some("Runs on one node"));
+        assert_eq!(req.termination, Some(TerminationChoice::Convergence));
+        assert_eq!(req.threshold, Some(75.0));
+        assert_eq!(req.mode, Some(ModeChoice::Adaptive));
+        assert_eq!(req.budget.unwrap().usd, Some(0.25));
+        assert_eq!(req.context.as_deref(), Some("Runs on one node"));
     }
 
     #[test]

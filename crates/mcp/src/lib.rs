@@ -14,8 +14,6 @@
 //!   `parley://debates/<id>/record`) and their errors.
 //! - [`args`]: the tools' arguments, their JSON Schemas and their validation (every
 //!   problem named by its argument).
-//! - [`options`]: what a tool call chooses beyond the page's form (termination, mode,
-//!   budget, context) and the one-time tickets that carry it to the spec source.
 //! - [`follow`]: a debate's latest progress and the bounded wait for it to come to rest.
 //! - [`view`]: the replies, read from the state's JSON.
 //!
@@ -25,11 +23,9 @@
 
 pub mod args;
 pub mod follow;
-pub mod options;
 pub mod server;
 pub mod view;
 
-pub use options::{DebateOptions, Ticket, Tickets};
 pub use server::{Estimator, ParleyMcp};
 
 use rmcp::ServiceExt;

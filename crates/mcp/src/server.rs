@@ -25,16 +25,14 @@ use tokio::time::Instant;
 
 use crate::args::{self, ArgError, DebateArgs, DebateIdArgs, ListArgs, ResultArgs};
 use crate::follow::{self, ProgressSink};
-use crate::options::{DebateOptions, Tickets};
 use crate::view;
 
 /// What a debate would cost, without starting it (the CLI implements it with `parley
 /// estimate`'s simulation of the debate).
 pub trait Estimator: Send + Sync + 'static {
-    /// The estimate of the debate `request` and `options` would start, as JSON; a bad
-    /// request is an [`ApiError`] naming the field.
-    fn estimate(&self, request: &SubmitRequest, options: &DebateOptions)
-        -> Result<Value, ApiError>;
+    /// The estimate of the debate `request` would start, as JSON; a bad request is an
+    /// [`ApiError`] naming the field.
+    fn estimate(&self, request: &SubmitRequest) -> Result<Value, ApiError>;
 }
 
 /// Parley's MCP server. Cheap to clone: one per connection shares the backend.
@@ -42,8 +40,6 @@ pub trait Estimator: Send + Sync + 'static {
 pub struct ParleyMcp {
     backend: Arc<dyn Backend>,
     estimator: Arc<dyn Estimator>,
-    /// The options of `start_debate` calls in flight; the spec source reads them.
-    tickets: Tickets,
 }
 
 const INSTRUCTIONS: &str = "Parley runs multi-agent design debates: several expert agents \
@@ -55,14 +51,9 @@ asks clarification questions (clarify: true), answer them with answer_questions.
 estimate_debate says what a debate will cost before it starts.";
 
 impl ParleyMcp {
-    /// A server over `backend`; `tickets` must be the ones the backend's spec source reads
-    /// (see [`crate::options`]).
-    pub fn new(backend: Arc<dyn Backend>, estimator: Arc<dyn Estimator>, tickets: Tickets) -> Self {
-        Self {
-            backend,
-            estimator,
-            tickets,
-        }
+    /// A server over `backend`.
+    pub fn new(backend: Arc<dyn Backend>, estimator: Arc<dyn Estimator>) -> Self {
+        Self { backend, estimator }
     }
 
     /// The backend as the caller sees it: over HTTP (`/mcp` under `parley serve`), the
@@ -155,19 +146,16 @@ impl ParleyMcp {
         let backend = self.backend_for(context);
         match name {
             "estimate_debate" => {
-                let (request, options) = args::parse::<DebateArgs>(arguments)?.into_parts()?;
+                let request = args::parse::<DebateArgs>(arguments)?.into_request()?;
                 let estimator = self.estimator.clone();
-                tokio::task::spawn_blocking(move || estimator.estimate(&request, &options))
+                tokio::task::spawn_blocking(move || estimator.estimate(&request))
                     .await
                     .map_err(|e| Failure::Tool(format!("the estimate stopped: {e}")))?
                     .map_err(Failure::from_api)
             }
             "start_debate" => {
-                let (mut request, options) = args::parse::<DebateArgs>(arguments)?.into_parts()?;
-                let ticket = self.tickets.issue(options);
-                request.idempotency_key = Some(ticket.key().to_string());
+                let request = args::parse::<DebateArgs>(arguments)?.into_request()?;
                 let id = backend.submit(request).await.map_err(Failure::from_api)?;
-                drop(ticket);
                 tracing::info!(debate = %id, "started over MCP");
                 Ok(json!({
                     "debate_id": id,

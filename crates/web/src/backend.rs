@@ -105,6 +105,23 @@ pub struct SubmitRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_items = 4)]
     pub webhooks: Option<Vec<WebhookRequest>>,
+    /// When to stop before the last round; default: the server's configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<crate::submit_options::TerminationChoice>,
+    /// 0–100: the judge's confidence at which `convergence` or `quality` stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 100)]
+    pub threshold: Option<f64>,
+    /// `debate` or `adaptive`; default: the server's configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::submit_options::ModeChoice>,
+    /// The most the debate may spend; default: the server's configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::submit_options::BudgetRequest>,
+    /// Background every prompt carries (the code, constraints, prior decisions); at most
+    /// 200,000 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 /// One webhook of a debate: one of the server's endpoints and the events it wants.
@@ -160,6 +177,12 @@ impl SubmitRequest {
     /// Checks the sizes and ranges before anything else looks at the request; reports
     /// every problem with its field.
     pub fn validate(&self) -> Result<(), ApiError> {
+        self.validate_named(crate::submit_options::FieldNames::API)
+    }
+
+    /// [`SubmitRequest::validate`], naming the budget's fields with `names` (an MCP tool's
+    /// arguments).
+    pub fn validate_named(&self, names: crate::submit_options::FieldNames) -> Result<(), ApiError> {
         use parley_protocol::limits;
         let mut problems = Vec::new();
         if self.problem.trim().is_empty() {
@@ -236,6 +259,7 @@ impl SubmitRequest {
                 );
             }
         }
+        problems.extend(crate::submit_options::option_problems(self, names));
         if let Some(k) = &self.idempotency_key {
             if k.is_empty() || k.len() > limits::MAX_IDEMPOTENCY_KEY_BYTES {
                 problems.push(format!(
@@ -647,8 +671,7 @@ mod tests {
             rounds: Some(21),
             idempotency_key: Some(String::new()),
             clarify: false,
-            agents: None,
-            webhooks: None,
+            ..Default::default()
         };
         let e = r.validate().unwrap_err();
         assert_eq!(e.status, 400);

@@ -16,6 +16,8 @@
 //!   start-up when the operator gives neither a token nor API keys (unless `--no-auth`).
 //! - [`keys`]: per-user API keys (hashed in the operator's file, re-read while serving).
 //! - [`idempotency`]: idempotency keys of creates.
+//! - [`submit_options`]: a submission's termination, mode, budget and context: their
+//!   checks and how they go into the spec.
 //! - [`scoped`]: [`scoped::ScopedBackend`], a backend as one API key sees it (the MCP
 //!   server under `/mcp`).
 //! - [`webhooks`]: the submission's webhook check and the delivery over either backend
@@ -34,6 +36,7 @@ pub mod keys;
 pub mod openapi;
 pub mod replies;
 pub mod scoped;
+pub mod submit_options;
 pub mod webhooks;
 
 use std::net::SocketAddr;
@@ -46,6 +49,7 @@ pub use backend::{
 };
 pub use cluster::ClusterBackend;
 pub use embedded::EmbeddedBackend;
+pub use submit_options::{BudgetRequest, ModeChoice, TerminationChoice};
 use tokio_util::sync::CancellationToken;
 
 /// Why the server cannot start.

@@ -17,6 +17,7 @@ use crate::replies::{
     CommandReply, ConfigLimits, ConfigReply, CreatedDebate, DebateList, DebateStateDoc,
     DecisionRecordDoc, ErrorCodeDoc, ErrorDetail, ErrorResponse,
 };
+use crate::submit_options::{BudgetRequest, ModeChoice, TerminationChoice};
 
 /// Every route needs `Authorization: Bearer <token or API key>` (unless the server runs
 /// with `--no-auth` on loopback).
@@ -71,6 +72,7 @@ impl Modify for BearerAuth {
     components(schemas(
         ErrorResponse, ErrorDetail, ErrorCodeDoc, CreatedDebate, DebateList, ConfigReply,
         ConfigLimits, DebateStateDoc, DecisionRecordDoc, CommandReply, SubmitRequest, AgentChoice, AnswersRequest,
+        TerminationChoice, ModeChoice, BudgetRequest,
         Answer, FeedbackRequest, DebateListItem, FormDefaults, ProviderView, AgentView,
         SteerRequest, SteerKind,
         WebhookRequest, WebhookEventName,
