@@ -19,7 +19,9 @@ pub mod tools;
 pub mod vote;
 
 use parley_llm::{call_for_task, task_result, ChatMessage, LlmError, Provider};
-use parley_protocol::{ContextFiles, Task, TaskKind, TaskOutput, TaskResult};
+use parley_protocol::{
+    ContextFiles, PromptError, Task, TaskKind, TaskOutput, TaskResult, WorkerKind,
+};
 
 pub use clarify::{parse_questions, questions_schema};
 pub use roles::{role_prompts, RolePrompts};
@@ -45,11 +47,11 @@ async fn run(
     provider: &dyn Provider,
     files: Option<&ContextFiles>,
 ) -> Result<TaskOutput, LlmError> {
-    let mut messages = build_messages(task).map_err(|m| {
+    let mut messages = build_messages(task).map_err(|e| {
         LlmError::new(
             parley_protocol::ErrorKind::InvalidRequest,
             provider.name(),
-            m,
+            e.to_string(),
         )
     })?;
     let mut warnings = Vec::new();
@@ -131,7 +133,7 @@ const TOOLS_NOTE: &str = "\n\nYou may call the tools you are given to consult th
      context directory the user provided and the debate so far; cite what you found.";
 
 /// The chat messages for an agent task; an error names what the task lacks.
-pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
+pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, PromptError> {
     let prompts = role_prompts(&task.agent.role);
     let system = task
         .agent
@@ -165,21 +167,21 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
             let p = i
                 .proposal
                 .as_ref()
-                .ok_or("critique task without the proposal to critique")?;
+                .ok_or(PromptError::missing("critique", "the proposal to critique"))?;
             roles::critique(prompts, problem, p, i.history.as_deref())
         }
         TaskKind::Refine => {
             let p = i
                 .proposal
                 .as_ref()
-                .ok_or("refine task without the agent's proposal")?;
+                .ok_or(PromptError::missing("refine", "the agent's proposal"))?;
             roles::refine(prompts, problem, p, &i.critiques, i.history.as_deref())
         }
         TaskKind::Summarize => {
             let t = i
                 .transcript
                 .as_deref()
-                .ok_or("summarize task without history")?;
+                .ok_or(PromptError::missing("summarize", "history"))?;
             let max = i.max_length.unwrap_or(2500);
             match task
                 .agent
@@ -193,11 +195,16 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
         }
         TaskKind::Vote => {
             if i.candidates.is_empty() {
-                return Err("vote task without candidates".into());
+                return Err(PromptError::missing("vote", "candidates"));
             }
             vote::prompt(problem, i.proposal.as_ref(), &i.candidates)
         }
-        other => return Err(format!("{} is not an agent task", other.as_str())),
+        other => {
+            return Err(PromptError::NotThisWorker {
+                kind: other,
+                worker: WorkerKind::Agent,
+            })
+        }
     };
     Ok(vec![ChatMessage::system(system), ChatMessage::user(user)])
 }

@@ -724,16 +724,47 @@ pub fn highest_number(dir: &Path) -> std::io::Result<u32> {
     Ok(max)
 }
 
+/// Why the next ADR was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum AdrWriteError {
+    #[error("cannot create the ADR folder {}: {source}", dir.display())]
+    CreateFolder {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read the ADR folder {}: {source}", dir.display())]
+    ReadFolder {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A thousand numbers after the highest were all taken meanwhile.
+    #[error("no free ADR number in {}", dir.display())]
+    NoFreeNumber { dir: PathBuf },
+}
+
 /// Writes `markdown` as the next ADR in `dir` (created when missing): never over an
 /// existing file; a number taken meanwhile moves it to the next.
-pub fn write_next(dir: &Path, title: &str, markdown: &str) -> Result<PathBuf, String> {
+pub fn write_next(dir: &Path, title: &str, markdown: &str) -> Result<PathBuf, AdrWriteError> {
     use std::io::Write as _;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create the ADR folder {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|source| AdrWriteError::CreateFolder {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     let slug = slug(title);
-    let mut n = highest_number(dir)
-        .map_err(|e| format!("cannot read the ADR folder {}: {e}", dir.display()))?
-        + 1;
+    let mut n = highest_number(dir).map_err(|source| AdrWriteError::ReadFolder {
+        dir: dir.to_path_buf(),
+        source,
+    })? + 1;
     for _ in 0..1000 {
         let path = dir.join(format!("{n:04}-{slug}.md"));
         match std::fs::OpenOptions::new()
@@ -742,16 +773,18 @@ pub fn write_next(dir: &Path, title: &str, markdown: &str) -> Result<PathBuf, St
             .open(&path)
         {
             Ok(mut f) => {
-                f.write_all(markdown.as_bytes())
-                    .and_then(|()| f.sync_all())
-                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                return Ok(path);
+                return match f.write_all(markdown.as_bytes()).and_then(|()| f.sync_all()) {
+                    Ok(()) => Ok(path),
+                    Err(source) => Err(AdrWriteError::Write { path, source }),
+                };
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
-            Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+            Err(source) => return Err(AdrWriteError::Create { path, source }),
         }
     }
-    Err(format!("no free ADR number in {}", dir.display()))
+    Err(AdrWriteError::NoFreeNumber {
+        dir: dir.to_path_buf(),
+    })
 }
 
 /// `target` relative to the folder `from` (both made absolute first), with `/`.

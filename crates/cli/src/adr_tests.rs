@@ -294,6 +294,17 @@ fn numbering_continues_the_folder_and_never_overwrites() {
     let c = write_next(&fresh, "Ünïcode & stuff!", &md).unwrap();
     assert_eq!(c.file_name().unwrap(), "0001-n-code-stuff.md");
     assert_eq!(slug("???"), "decision");
+    // A folder that cannot be made (a file stands where it would be) is named.
+    let blocked = dir.path().join("README.md").join("adr");
+    let e = write_next(&blocked, "x", &md).unwrap_err();
+    assert!(
+        matches!(&e, AdrWriteError::CreateFolder { dir, .. } if dir == &blocked),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().starts_with("cannot create the ADR folder"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -26,16 +26,75 @@ use crate::CliError;
 /// Directories never taken.
 const SKIPPED_DIRS: &[&str] = &[".git"];
 
-/// Snapshots `dir` (see the module doc); errors are usage errors naming the problem.
-pub fn snapshot(dir: &Path) -> Result<ContextFiles, CliError> {
-    let err = |m: String| CliError::usage(format!("--context {}: {m}", dir.display()));
-    let meta = std::fs::metadata(dir).map_err(|e| err(format!("cannot read it: {e}")))?;
+/// Why `--context DIR` was refused (a usage error: exit 2), naming the directory.
+#[derive(Debug, thiserror::Error)]
+#[error("--context {}: {problem}", dir.display())]
+pub struct ContextDirError {
+    pub dir: PathBuf,
+    pub problem: ContextProblem,
+}
+
+impl From<ContextDirError> for CliError {
+    fn from(e: ContextDirError) -> Self {
+        CliError::usage(e.to_string())
+    }
+}
+
+/// What is wrong with the context directory or a file in it (`path`: relative to it,
+/// `/`-separated).
+#[derive(Debug, thiserror::Error)]
+pub enum ContextProblem {
+    #[error("cannot read it: {0}")]
+    Unreadable(#[source] std::io::Error),
+    #[error("not a directory")]
+    NotADirectory,
+    #[error("cannot resolve it: {0}")]
+    Unresolvable(#[source] std::io::Error),
+    #[error("cannot list {}: {source}", dir.display())]
+    List {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is a symbolic link that cannot be resolved: {source}")]
+    BrokenLink {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is a symbolic link to {}, outside the context directory; links out of the \
+         directory are refused",
+        target.display()
+    )]
+    LinkOutside { path: String, target: PathBuf },
+    /// A path a snapshot cannot carry ([`snapshot_path_problem`]).
+    #[error("the path {path:?} cannot be taken: {problem}")]
+    BadPath { path: String, problem: String },
+    #[error("{} is outside the context directory", path.display())]
+    Outside { path: PathBuf },
+    #[error("{} has a name that is not UTF-8", path.display())]
+    NotUtf8Name { path: PathBuf },
+    #[error("{} is not a plain relative path", path.display())]
+    NotPlain { path: PathBuf },
+}
+
+/// Snapshots `dir` (see the module doc); the error names the directory and the problem.
+pub fn snapshot(dir: &Path) -> Result<ContextFiles, ContextDirError> {
+    let err = |problem| ContextDirError {
+        dir: dir.to_path_buf(),
+        problem,
+    };
+    let meta = std::fs::metadata(dir).map_err(|e| err(ContextProblem::Unreadable(e)))?;
     if !meta.is_dir() {
-        return Err(err("not a directory".into()));
+        return Err(err(ContextProblem::NotADirectory));
     }
     let root = dir
         .canonicalize()
-        .map_err(|e| err(format!("cannot resolve it: {e}")))?;
+        .map_err(|e| err(ContextProblem::Unresolvable(e)))?;
     let mut taken = Taken::default();
     walk(&root, &root, &mut taken).map_err(err)?;
     if !taken.left_out.is_empty() {
@@ -118,35 +177,45 @@ fn left_out_reason(rel: &str) -> Option<&'static str> {
     }
 }
 
-fn walk(root: &Path, dir: &Path, taken: &mut Taken) -> Result<(), String> {
+fn walk(root: &Path, dir: &Path, taken: &mut Taken) -> Result<(), ContextProblem> {
+    let list = |source| ContextProblem::List {
+        dir: dir.to_path_buf(),
+        source,
+    };
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+        .map_err(list)?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        .map_err(list)?;
     entries.sort();
     for path in entries {
         let rel = relative(root, &path)?;
+        let read = |source| ContextProblem::Read {
+            path: rel.clone(),
+            source,
+        };
         let link = std::fs::symlink_metadata(&path)
-            .map_err(|e| format!("cannot read {rel}: {e}"))?
+            .map_err(read)?
             .file_type()
             .is_symlink();
         let target = if link {
             let t = path
                 .canonicalize()
-                .map_err(|e| format!("{rel} is a symbolic link that cannot be resolved: {e}"))?;
+                .map_err(|source| ContextProblem::BrokenLink {
+                    path: rel.clone(),
+                    source,
+                })?;
             if !t.starts_with(root) {
-                return Err(format!(
-                    "{rel} is a symbolic link to {}, outside the context directory; \
-                     links out of the directory are refused",
-                    t.display()
-                ));
+                return Err(ContextProblem::LinkOutside {
+                    path: rel,
+                    target: t,
+                });
             }
             t
         } else {
             path.clone()
         };
-        let meta = std::fs::metadata(&target).map_err(|e| format!("cannot read {rel}: {e}"))?;
+        let meta = std::fs::metadata(&target).map_err(read)?;
         if meta.is_dir() {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if !link && !SKIPPED_DIRS.contains(&name) {
@@ -179,12 +248,12 @@ fn walk(root: &Path, dir: &Path, taken: &mut Taken) -> Result<(), String> {
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(
             &mut std::io::Read::take(
-                std::fs::File::open(&target).map_err(|e| format!("cannot read {rel}: {e}"))?,
+                std::fs::File::open(&target).map_err(read)?,
                 limits::MAX_CONTEXT_FILE_BYTES as u64 + 1,
             ),
             &mut bytes,
         )
-        .map_err(|e| format!("cannot read {rel}: {e}"))?;
+        .map_err(read)?;
         if bytes.len() > limits::MAX_CONTEXT_FILE_BYTES {
             taken
                 .cut
@@ -198,7 +267,10 @@ fn walk(root: &Path, dir: &Path, taken: &mut Taken) -> Result<(), String> {
             continue;
         };
         if let Some(p) = snapshot_path_problem(&rel) {
-            return Err(format!("the path {rel:?} cannot be taken: {p}"));
+            return Err(ContextProblem::BadPath {
+                path: rel,
+                problem: p,
+            });
         }
         if taken.total + content.len() > limits::MAX_CONTEXT_TOTAL_BYTES {
             taken.cut.push(format!("{rel} (the total cap was reached)"));
@@ -211,19 +283,27 @@ fn walk(root: &Path, dir: &Path, taken: &mut Taken) -> Result<(), String> {
 }
 
 /// `path` relative to `root`, `/`-separated; an error for a name that is not UTF-8.
-fn relative(root: &Path, path: &Path) -> Result<String, String> {
+fn relative(root: &Path, path: &Path) -> Result<String, ContextProblem> {
     let rel = path
         .strip_prefix(root)
-        .map_err(|_| format!("{} is outside the context directory", path.display()))?;
+        .map_err(|_| ContextProblem::Outside {
+            path: path.to_path_buf(),
+        })?;
     let mut parts = Vec::new();
     for c in rel.components() {
         match c {
             Component::Normal(s) => parts.push(
                 s.to_str()
-                    .ok_or_else(|| format!("{} has a name that is not UTF-8", path.display()))?
+                    .ok_or_else(|| ContextProblem::NotUtf8Name {
+                        path: path.to_path_buf(),
+                    })?
                     .to_string(),
             ),
-            _ => return Err(format!("{} is not a plain relative path", rel.display())),
+            _ => {
+                return Err(ContextProblem::NotPlain {
+                    path: rel.to_path_buf(),
+                })
+            }
         }
     }
     Ok(parts.join("/"))
@@ -260,6 +340,11 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret.txt"), d.path().join("x")).unwrap();
         let e = snapshot(d.path()).unwrap_err();
+        assert!(
+            matches!(&e.problem, ContextProblem::LinkOutside { path, .. } if path == "x"),
+            "{e}"
+        );
+        let e = CliError::from(e);
         assert_eq!(e.code, 2);
         assert!(e.message.contains("--context") && e.message.contains("x is a symbolic link"));
         assert!(
@@ -270,7 +355,11 @@ mod tests {
         // A linked directory out of it too.
         let d = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), d.path().join("out")).unwrap();
-        assert!(snapshot(d.path()).unwrap_err().message.contains("outside"));
+        let e = snapshot(d.path()).unwrap_err();
+        assert!(
+            matches!(&e.problem, ContextProblem::LinkOutside { path, .. } if path == "out"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -337,7 +426,8 @@ mod tests {
         let total: usize = s.files.iter().map(|f| f.content.len()).sum();
         assert!(total <= limits::MAX_CONTEXT_TOTAL_BYTES);
         let e = snapshot(&d.path().join("f0.txt")).unwrap_err();
-        assert!(e.message.contains("not a directory"), "{}", e.message);
+        assert!(matches!(e.problem, ContextProblem::NotADirectory), "{e}");
+        assert!(e.to_string().contains("not a directory"), "{e}");
         assert_eq!(
             named(&["a".into(), "b".into(), "c".into()], 2),
             "a, b and 1 more"

@@ -159,7 +159,7 @@ pub fn write_adr(
         record: link,
     };
     let md = adr::render(&input).map_err(|e| CliError::usage(e.0))?;
-    adr::write_next(dir, &adr::title(state), &md).map_err(CliError::general)
+    adr::write_next(dir, &adr::title(state), &md).map_err(|e| CliError::general(e.to_string()))
 }
 
 /// `parley adr`.

@@ -165,8 +165,8 @@ const MAX_SIMULATED_TASKS: usize = 200_000;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EstimateError {
     /// A worker's prompt builder refused a task the machine made (what it lacks).
-    #[error("{0}")]
-    Prompt(String),
+    #[error(transparent)]
+    Prompt(#[from] parley_protocol::PromptError),
     /// The simulated debate did not end within [`MAX_SIMULATED_TASKS`] calls.
     #[error("the debate did not end within {max} simulated calls", max = MAX_SIMULATED_TASKS)]
     NoEnd,

@@ -102,6 +102,23 @@ pub struct EvalArgs {
     pub nats_inbox_prefix: Option<String>,
 }
 
+/// Why an evaluator has no reply to score (the debate's `skipped` says `call failed: ...`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum CallError {
+    /// The call made from this machine failed (classified by the provider client).
+    #[error(transparent)]
+    Provider(#[from] parley_llm::LlmError),
+    /// A worker reported the call's failure.
+    #[error("{0}")]
+    Worker(String),
+    /// The workers' reply has no result for the evaluator.
+    #[error("no result in the workers' reply")]
+    Missing,
+    /// A worker's result with neither a text nor an error.
+    #[error("an empty result")]
+    Empty,
+}
+
 /// One evaluator call's reply, wherever it ran.
 pub(crate) struct Reply {
     pub(crate) text: String,
@@ -318,7 +335,7 @@ async fn eval_on_cluster(
             .iter()
             .map(|e| {
                 let Some(o) = reply.results.iter().find(|o| o.id == e.agent.id) else {
-                    return Err("no result in the workers' reply".to_string());
+                    return Err(CallError::Missing);
                 };
                 match (&o.text, &o.error) {
                     (Some(text), _) => Ok(Reply {
@@ -327,8 +344,8 @@ async fn eval_on_cluster(
                         prompt_tokens: o.prompt_tokens,
                         completion_tokens: o.completion_tokens,
                     }),
-                    (None, Some(err)) => Err(err.clone()),
-                    (None, None) => Err("an empty result".to_string()),
+                    (None, Some(err)) => Err(CallError::Worker(err.clone())),
+                    (None, None) => Err(CallError::Empty),
                 }
             })
             .collect();

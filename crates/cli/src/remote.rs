@@ -469,10 +469,10 @@ pub async fn command(args: DebateArgs, subject: &str) -> Result<(), CliError> {
 pub async fn steer(args: SteerArgs) -> Result<(), CliError> {
     let id = args.debate.debate_id.as_str();
     id_request(id)?;
-    let command =
-        parley_protocol::SteerCommand::parse(&args.command, args.note).map_err(CliError::usage)?;
+    let command = parley_protocol::SteerCommand::parse(&args.command, args.note)
+        .map_err(|e| CliError::usage(e.to_string()))?;
     if let Some(by) = &args.by {
-        parley_protocol::check_by(by).map_err(CliError::usage)?;
+        parley_protocol::check_by(by).map_err(|e| CliError::usage(e.to_string()))?;
     }
     let body = parley_protocol::SteerRequest::new(id, &command, args.by);
     let body = serde_json::to_vec(&body).map_err(|e| CliError::general(e.to_string()))?;

@@ -446,9 +446,20 @@ fn verdict_text(v: &parley_protocol::Verdict) -> String {
     out
 }
 
+/// A report that could not be written, with the path tried (`.md` appended).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the report {}: {source}", path.display())]
+pub struct ReportWriteError {
+    pub path: std::path::PathBuf,
+    pub source: std::io::Error,
+}
+
 /// Writes a report to `path` as dialectic does: `.md` appended when the name has no
 /// extension, missing folders created. Returns where it went; the error names the path.
-pub fn write_report(path: &std::path::Path, md: &str) -> Result<std::path::PathBuf, String> {
+pub fn write_report(
+    path: &std::path::Path,
+    md: &str,
+) -> Result<std::path::PathBuf, ReportWriteError> {
     let path = if path.extension().is_none() {
         let mut p = path.as_os_str().to_owned();
         p.push(".md");
@@ -456,13 +467,14 @@ pub fn write_report(path: &std::path::Path, md: &str) -> Result<std::path::PathB
     } else {
         path.to_path_buf()
     };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot write the report {}: {e}", path.display()))?;
+    let written = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, md)),
+        None => std::fs::write(&path, md),
+    };
+    match written {
+        Ok(()) => Ok(path),
+        Err(source) => Err(ReportWriteError { path, source }),
     }
-    std::fs::write(&path, md)
-        .map_err(|e| format!("cannot write the report {}: {e}", path.display()))?;
-    Ok(path)
 }
 
 /// Per-round latency and tokens, and each agent's prompt source (`--verbose`).
@@ -514,4 +526,21 @@ pub fn verbose_summary(spec: &DebateSpec, state: &DebateState) -> String {
     );
     out.push_str(&spend_lines(state, "  "));
     out
+}
+
+#[cfg(test)]
+mod write_tests {
+    use super::*;
+
+    #[test]
+    fn a_report_gets_md_and_its_folders_and_a_failure_names_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_report(&dir.path().join("out/report"), "# r\n").unwrap();
+        assert_eq!(written, dir.path().join("out/report.md"));
+        assert_eq!(std::fs::read_to_string(&written).unwrap(), "# r\n");
+        // A folder where a file stands: the error names the report's path.
+        let e = write_report(&written.join("inner.md"), "x").unwrap_err();
+        assert_eq!(e.path, written.join("inner.md"));
+        assert!(e.to_string().starts_with("cannot write the report "), "{e}");
+    }
 }

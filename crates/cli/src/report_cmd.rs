@@ -92,7 +92,8 @@ pub fn report(args: ReportArgs) -> Result<(), CliError> {
     }
     match &args.output {
         Some(out) => {
-            let out = report::write_report(out, &md).map_err(CliError::general)?;
+            let out =
+                report::write_report(out, &md).map_err(|e| CliError::general(e.to_string()))?;
             if args.verbose {
                 eprintln!(
                     "Wrote the report of debate {} to {}",

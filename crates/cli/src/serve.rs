@@ -634,12 +634,12 @@ pub async fn serve(args: ServeArgs, interrupt: &CancellationToken) -> Result<(),
             outbox = Some(
                 parley_web::webhooks::start_embedded(e, endpoints, interrupt.clone())
                     .await
-                    .map_err(CliError::general)?,
+                    .map_err(|e| CliError::general(e.to_string()))?,
             );
         } else if let Some((client, backend)) = cluster {
             consumer = Some(
                 parley_web::webhooks::start_cluster(client, backend, endpoints, interrupt.clone())
-                    .map_err(CliError::general)?,
+                    .map_err(|e| CliError::general(e.to_string()))?,
             );
         }
     }

@@ -33,7 +33,12 @@ pub async fn serve_health(
     };
     let redis: Readiness = Arc::new(move || {
         let store = store.clone();
-        Box::pin(async move { store.ping().await.map_err(|e| format!("redis: {e}")) })
+        Box::pin(async move {
+            store
+                .ping()
+                .await
+                .map_err(|e| parley_telemetry::NotReady::dependency("redis", e))
+        })
     });
     let ready = parley_telemetry::all_ready(vec![parley_telemetry::nats_ready(nats), redis]);
     let bound = parley_telemetry::serve_http(addr, ready, async move {

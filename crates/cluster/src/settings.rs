@@ -39,8 +39,20 @@ pub enum DurationSetting {
     Text(String),
 }
 
+/// Why a duration setting is not a duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("{text:?} is not a duration (e.g. 30s, 15m, 12h, 7d, or 0)")]
+    NotADuration { text: String },
+    #[error("{text:?}: unknown unit {unit:?} (use s, m, h or d)")]
+    UnknownUnit { text: String, unit: String },
+    /// More seconds than a `u64` holds.
+    #[error("{text:?} is too long")]
+    TooLong { text: String },
+}
+
 impl DurationSetting {
-    pub fn parse(&self) -> Result<std::time::Duration, String> {
+    pub fn parse(&self) -> Result<std::time::Duration, DurationError> {
         match self {
             Self::Secs(n) => Ok(std::time::Duration::from_secs(*n)),
             Self::Text(t) => parse_duration(t),
@@ -49,26 +61,29 @@ impl DurationSetting {
 }
 
 /// Parses `"0"`, `"45"` (seconds), `"90s"`, `"15m"`, `"12h"`, `"7d"`.
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, DurationError> {
     let t = text.trim();
     let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 30s, 15m, 12h, 7d, or 0)"))?;
+    let n: u64 = digits.parse().map_err(|_| DurationError::NotADuration {
+        text: text.to_string(),
+    })?;
     let per = match unit.trim() {
         "" | "s" => 1,
         "m" => 60,
         "h" => 3600,
         "d" => 24 * 3600,
         other => {
-            return Err(format!(
-                "{text:?}: unknown unit {other:?} (use s, m, h or d)"
-            ))
+            return Err(DurationError::UnknownUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            })
         }
     };
     n.checked_mul(per)
         .map(std::time::Duration::from_secs)
-        .ok_or_else(|| format!("{text:?} is too long"))
+        .ok_or_else(|| DurationError::TooLong {
+            text: text.to_string(),
+        })
 }
 
 /// A duration as the settings write it: `7d`, `12h`, `15m`, `30s`, `0`.
@@ -83,13 +98,47 @@ pub fn format_duration(d: std::time::Duration) -> String {
     }
 }
 
+/// Why the settings file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsFileError {
+    #[error("settings file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Not TOML, or a value not of its key's type.
+    #[error("settings file {}: {source}", path.display())]
+    Invalid {
+        path: PathBuf,
+        source: config::ConfigError,
+    },
+    /// Keys no service takes (quoted and cut: a key may hold anything), with the keys
+    /// there are.
+    #[error(
+        "settings file {}: unknown key {} (the keys: {})",
+        path.display(),
+        unknown.join(", "),
+        known.join(", ")
+    )]
+    UnknownKeys {
+        path: PathBuf,
+        unknown: Vec<String>,
+        known: Vec<String>,
+    },
+}
+
 /// Reads the settings file at `path` as a layer: every key must be one some service takes,
 /// with a value of its type; relative paths are made relative to the file's folder.
-fn load_file(path: &Path) -> Result<config::Config, String> {
-    let named = |e: config::ConfigError| format!("settings file {}: {e}", path.display());
+fn load_file(path: &Path) -> Result<config::Config, SettingsFileError> {
+    let named = |source: config::ConfigError| SettingsFileError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    };
     // (Read here, so a missing or unreadable file is named with the OS's reason.)
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("settings file {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| SettingsFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let file = config::Config::builder()
         .add_source(config::File::from_str(&text, config::FileFormat::Toml))
         .build()
@@ -103,13 +152,11 @@ fn load_file(path: &Path) -> Result<config::Config, String> {
         .map(|k| format!("{:?}", parley_protocol::preview(k, 64)))
         .collect();
     if !unknown.is_empty() {
-        let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
-        return Err(format!(
-            "settings file {}: unknown key {} (the keys: {})",
-            path.display(),
-            unknown.join(", "),
-            names.join(", ")
-        ));
+        return Err(SettingsFileError::UnknownKeys {
+            path: path.to_path_buf(),
+            unknown,
+            known: known.iter().map(|k| k.name.clone()).collect(),
+        });
     }
     // Every service's keys have the type that service reads.
     file.clone()
@@ -195,21 +242,53 @@ where
     })
 }
 
+/// One problem of a service's settings: the key and what is wrong with its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {problem}")]
+pub struct Problem {
+    /// The settings key (`redis_url`), or `settings` for the file and the layering.
+    pub key: String,
+    pub problem: String,
+}
+
+/// Why a service's settings were refused: every problem, each with its key (one line
+/// each).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid settings:\n  {}", lines(.problems))]
+pub struct SettingsError {
+    pub problems: Vec<Problem>,
+}
+
+impl SettingsError {
+    /// Whether a problem names `key`.
+    pub fn names(&self, key: &str) -> bool {
+        self.problems.iter().any(|p| p.key == key)
+    }
+}
+
+fn lines(problems: &[Problem]) -> String {
+    let texts: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    texts.join("\n  ")
+}
+
 /// Collects every problem found while resolving settings.
 #[derive(Debug, Default)]
-pub struct Problems(Vec<String>);
+pub struct Problems(Vec<Problem>);
 
 impl Problems {
     pub fn push(&mut self, key: &str, problem: impl std::fmt::Display) {
-        self.0.push(format!("{key}: {problem}"));
+        self.0.push(Problem {
+            key: key.to_string(),
+            problem: problem.to_string(),
+        });
     }
 
-    /// `Err` with one line per problem, or `Ok` when there are none.
-    pub fn into_result(self) -> Result<(), String> {
+    /// `Err` with every problem, or `Ok` when there are none.
+    pub fn into_result(self) -> Result<(), SettingsError> {
         if self.0.is_empty() {
             Ok(())
         } else {
-            Err(format!("invalid settings:\n  {}", self.0.join("\n  ")))
+            Err(SettingsError { problems: self.0 })
         }
     }
 }
@@ -371,7 +450,7 @@ mod tests {
 
     /// The settings of a worker started with `args` (no environment variables: the test
     /// names no flag whose variable the machine might set).
-    fn worker(args: &[&str]) -> (Result<(), String>, CommonSettings, WorkerSettings) {
+    fn worker(args: &[&str]) -> (Result<(), SettingsError>, CommonSettings, WorkerSettings) {
         let matches = command::<WorkerSettings>(clap::Command::new("worker"))
             .try_get_matches_from(std::iter::once("worker").chain(args.iter().copied()))
             .unwrap();
@@ -380,7 +459,7 @@ mod tests {
         (problems.into_result(), common, own)
     }
 
-    fn resolve(args: &[&str]) -> Result<ResolvedCommon, String> {
+    fn resolve(args: &[&str]) -> Result<ResolvedCommon, SettingsError> {
         let (r, common, _) = worker(args);
         let mut problems = Problems::default();
         if let Err(e) = r {
@@ -468,6 +547,8 @@ mod tests {
         );
         check("rediss+cluster://n1:6379").unwrap();
         let e = check("redis+cluster://:hunter2@n1").unwrap_err();
+        assert!(e.names("redis_url"), "{e}");
+        let e = e.to_string();
         assert!(e.contains("redis_url:") && e.contains("host:port"), "{e}");
         assert!(!e.contains("hunter2"), "{e}");
     }
@@ -496,20 +577,32 @@ mod tests {
         ])
         .unwrap_err();
         for key in [
-            "nats_url:",
-            "nats_creds:",
-            "nats_inbox_prefix:",
-            "redis_url:",
-            "metrics_addr:",
-            "prices:",
-            "stream_replicas:",
+            "nats_url",
+            "nats_creds",
+            "nats_inbox_prefix",
+            "redis_url",
+            "metrics_addr",
+            "prices",
+            "stream_replicas",
         ] {
+            assert!(e.names(key), "{key} missing in {e}");
+        }
+        let e = e.to_string();
+        for key in ["nats_url:", "redis_url:", "stream_replicas:"] {
             assert!(e.contains(key), "{key} missing in {e}");
         }
         assert!(!e.contains("hunter2"), "a password was echoed: {e}");
         let mut problems = Problems::default();
         at_least(&mut problems, "concurrency", 0usize, 1);
-        assert!(problems.into_result().unwrap_err().contains("concurrency:"));
+        let e = problems.into_result().unwrap_err();
+        assert_eq!(
+            e.problems,
+            [Problem {
+                key: "concurrency".into(),
+                problem: "0 is below the minimum 1".into()
+            }]
+        );
+        assert!(e.to_string().contains("concurrency:"), "{e}");
     }
 
     #[test]
@@ -521,8 +614,26 @@ mod tests {
         assert_eq!(secs("15m"), Ok(900));
         assert_eq!(secs("12h"), Ok(43_200));
         assert_eq!(secs("7d"), Ok(604_800));
-        assert!(secs("7w").unwrap_err().contains("unit"));
-        assert!(secs("soon").is_err());
+        assert_eq!(
+            secs("7w"),
+            Err(DurationError::UnknownUnit {
+                text: "7w".into(),
+                unit: "w".into()
+            })
+        );
+        assert!(secs("7w").unwrap_err().to_string().contains("unit"));
+        assert!(matches!(
+            secs("soon"),
+            Err(DurationError::NotADuration { .. })
+        ));
+        assert!(matches!(
+            secs("99999999999999999999d"),
+            Err(DurationError::NotADuration { .. })
+        ));
+        assert!(matches!(
+            secs("999999999999999999d"),
+            Err(DurationError::TooLong { .. })
+        ));
         assert_eq!(
             format_duration(std::time::Duration::from_secs(604_800)),
             "7d"
@@ -539,17 +650,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bad = write(dir.path(), "nats_url = \"nats://a:1\"\nconcurency = 4\n");
         let e = load_file(&bad).unwrap_err();
+        assert!(
+            matches!(&e, SettingsFileError::UnknownKeys { unknown, .. } if unknown == &["\"concurency\""]),
+            "{e}"
+        );
+        let e = e.to_string();
         assert!(e.contains("concurency") && e.contains("parley.toml"), "{e}");
         let bad = write(dir.path(), "concurrency = \"many\"\n");
         let e = load_file(&bad).unwrap_err();
+        assert!(matches!(e, SettingsFileError::Invalid { .. }), "{e}");
+        let e = e.to_string();
         assert!(
             e.contains("concurrency") && e.contains("parley.toml"),
             "{e}"
         );
         let e = load_file(&dir.path().join("nope.toml")).unwrap_err();
-        assert!(e.contains("nope.toml"), "{e}");
+        assert!(matches!(e, SettingsFileError::Read { .. }), "{e}");
+        assert!(e.to_string().contains("nope.toml"), "{e}");
         let (r, _, own) = worker(&["--settings", bad.to_str().unwrap()]);
-        assert!(r.unwrap_err().contains("settings: "));
+        let r = r.unwrap_err();
+        assert!(r.names("settings"), "{r}");
+        assert!(r.to_string().contains("settings: "));
         assert_eq!(own, WorkerSettings::default(), "the defaults stand in");
     }
 

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use parley_cluster::settings::{self, at_least, CoordinatorSettings, Problems};
+use parley_cluster::settings::{self, at_least, CoordinatorSettings, Problems, SettingsError};
 use parley_coordinator::service::{run, CoordinatorConfig};
 use parley_protocol::SubmissionPolicy;
 use tokio_util::sync::CancellationToken;
@@ -26,7 +26,7 @@ fn command() -> clap::Command {
 }
 
 /// The coordinator's settings, layered and validated (every problem at once).
-fn settings(matches: &clap::ArgMatches) -> Result<CoordinatorConfig, String> {
+fn settings(matches: &clap::ArgMatches) -> Result<CoordinatorConfig, SettingsError> {
     let mut problems = Problems::default();
     let (common, s) = settings::layered::<CoordinatorSettings>(matches, &mut problems);
     let common = common.resolve(&mut problems);
@@ -154,14 +154,10 @@ async fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<CoordinatorConfig, String> {
+    fn parse(args: &[&str]) -> Result<CoordinatorConfig, SettingsError> {
         let mut argv = vec!["parley-coordinator"];
         argv.extend_from_slice(args);
-        settings(
-            &command()
-                .try_get_matches_from(argv)
-                .map_err(|e| e.to_string())?,
-        )
+        settings(&command().try_get_matches_from(argv).unwrap())
     }
 
     #[test]
@@ -197,10 +193,14 @@ mod tests {
         };
         std::fs::write(&file, "retention = 3600\ntask_deadline_margin_secs = 0\n").unwrap();
         let e = parse_file().unwrap_err();
-        assert!(e.contains("task_deadline_margin_secs"), "{e}");
+        assert!(e.names("task_deadline_margin_secs"), "{e}");
         std::fs::write(&file, "retention = \"a week\"\n").unwrap();
         let e = parse_file().unwrap_err();
-        assert!(e.contains("retention"), "{e}");
+        assert!(e.names("retention"), "{e}");
+        assert!(
+            e.to_string().contains("\"a week\" is not a duration"),
+            "{e}"
+        );
         std::fs::write(&file, "retention = 3600\n").unwrap();
         let c = parse_file().unwrap();
         assert_eq!(c.retention, Some(Duration::from_secs(3600)));
@@ -216,7 +216,7 @@ mod tests {
         );
         std::fs::write(&file, "clarification_timeout_secs = 0\n").unwrap();
         let e = parse_file().unwrap_err();
-        assert!(e.contains("clarification_timeout_secs"), "{e}");
+        assert!(e.names("clarification_timeout_secs"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

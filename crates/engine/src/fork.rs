@@ -50,7 +50,9 @@ pub fn fork(
     id: String,
     now: DateTime<Utc>,
 ) -> Result<(DebateSpec, DebateState), ForkError> {
-    changes.validate().map_err(ForkError::Invalid)?;
+    changes
+        .validate()
+        .map_err(|e| ForkError::Invalid(e.to_string()))?;
     let rounds = state.rounds.len() as u32;
     if at == 0 || at > rounds {
         return Err(ForkError::NoSuchRound {

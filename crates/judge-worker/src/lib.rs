@@ -22,7 +22,9 @@ use parley_llm::{
     add_usage, call_for_task, call_for_task_structured, cosine, embed_for_task, task_result,
     ChatMessage, LlmError, Provider,
 };
-use parley_protocol::{ErrorKind, Solution, Task, TaskKind, TaskOutput, TaskResult};
+use parley_protocol::{
+    ErrorKind, PromptError, Solution, Task, TaskKind, TaskOutput, TaskResult, WorkerKind,
+};
 
 /// Runs one judge task.
 pub async fn execute(task: &Task, provider: &dyn Provider, worker: &str) -> TaskResult {
@@ -40,12 +42,12 @@ fn system(task: &Task) -> String {
 
 /// The chat messages of a judge task (system prompt, then the task's prompt); an error
 /// names what the task lacks. `parley estimate` builds the same messages to count tokens.
-pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
+pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, PromptError> {
     let transcript = task
         .input
         .transcript
         .as_deref()
-        .ok_or("judge task without a transcript")?;
+        .ok_or(PromptError::missing("judge", "a transcript"))?;
     // The judge sees the answered clarifications and the guide notes with the problem.
     let problem = parley_protocol::problem_for_prompt(&task.problem, &task.input);
     let problem = problem.as_ref();
@@ -73,7 +75,12 @@ pub fn build_messages(task: &Task) -> Result<Vec<ChatMessage>, String> {
                 None => prompts::summarize(problem, transcript, max),
             }
         }
-        other => return Err(format!("{} is not a judge task", other.as_str())),
+        other => {
+            return Err(PromptError::NotThisWorker {
+                kind: other,
+                worker: WorkerKind::Judge,
+            })
+        }
     };
     Ok(vec![
         ChatMessage::system(system(task)),
@@ -148,7 +155,7 @@ async fn run(task: &Task, provider: &dyn Provider) -> Result<TaskOutput, LlmErro
         return run_embed(task, provider).await;
     }
     let messages = build_messages(task)
-        .map_err(|m| LlmError::new(ErrorKind::InvalidRequest, provider.name(), m))?;
+        .map_err(|e| LlmError::new(ErrorKind::InvalidRequest, provider.name(), e.to_string()))?;
     let format = match task.kind {
         TaskKind::Synthesize => schema::synthesis_for(
             task.input.vote_result.is_some(),

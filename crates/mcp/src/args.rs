@@ -290,7 +290,8 @@ pub struct SteerArgs {
 
 impl SteerArgs {
     pub fn command(&self) -> Result<parley_protocol::SteerCommand, ArgError> {
-        parley_protocol::SteerCommand::parse(&self.command, self.note.clone()).map_err(ArgError)
+        parley_protocol::SteerCommand::parse(&self.command, self.note.clone())
+            .map_err(|e| ArgError(e.to_string()))
     }
 }
 

@@ -399,6 +399,32 @@ impl CritiqueConfig {
     }
 }
 
+/// A value of a field that takes one of a few words (`debate.mode`,
+/// `debate.critique.topology`) that is none of them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: unknown value {value:?} (expected one of: {})", expected.join(", "))]
+pub struct UnknownValue {
+    /// The field's path (`debate.mode`).
+    pub field: &'static str,
+    /// The value given, clipped to 40 characters.
+    pub value: String,
+    /// The values the field takes.
+    pub expected: &'static [&'static str],
+}
+
+impl UnknownValue {
+    fn new(field: &'static str, value: &str, expected: &'static [&'static str]) -> Self {
+        Self {
+            field,
+            value: crate::preview(value, 40),
+            expected,
+        }
+    }
+}
+
+/// The allowed values of `debate.mode`.
+pub const DEBATE_MODES: &[&str] = &["debate", "adaptive"];
+
 /// `debate.mode`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", try_from = "String")]
@@ -409,15 +435,12 @@ pub enum DebateMode {
 }
 
 impl TryFrom<String> for DebateMode {
-    type Error = String;
-    fn try_from(v: String) -> Result<Self, String> {
+    type Error = UnknownValue;
+    fn try_from(v: String) -> Result<Self, UnknownValue> {
         match v.as_str() {
             "debate" => Ok(Self::Debate),
             "adaptive" => Ok(Self::Adaptive),
-            _ => Err(format!(
-                "debate.mode: unknown value {:?} (expected one of: debate, adaptive)",
-                crate::preview(&v, 40)
-            )),
+            _ => Err(UnknownValue::new("debate.mode", &v, DEBATE_MODES)),
         }
     }
 }
@@ -427,7 +450,7 @@ impl JsonSchema for DebateMode {
         "DebateMode".into()
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        string_enum(&["debate", "adaptive"])
+        string_enum(DEBATE_MODES)
     }
 }
 
@@ -468,16 +491,16 @@ pub enum CritiqueTopology {
 }
 
 impl TryFrom<String> for CritiqueTopology {
-    type Error = String;
-    fn try_from(v: String) -> Result<Self, String> {
+    type Error = UnknownValue;
+    fn try_from(v: String) -> Result<Self, UnknownValue> {
         match v.as_str() {
             "all" => Ok(Self::All),
             "ring" => Ok(Self::Ring),
             "random" => Ok(Self::Random),
-            _ => Err(format!(
-                "debate.critique.topology: unknown value {:?} (expected one of: {})",
-                crate::preview(&v, 40),
-                CRITIQUE_TOPOLOGIES.join(", ")
+            _ => Err(UnknownValue::new(
+                "debate.critique.topology",
+                &v,
+                CRITIQUE_TOPOLOGIES,
             )),
         }
     }
@@ -736,4 +759,39 @@ pub fn debate_config_schema() -> Schema {
         );
     }
     schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_mode_or_topology_names_its_field_and_the_values() {
+        let e = DebateMode::try_from("fast".to_string()).unwrap_err();
+        assert_eq!(
+            e,
+            UnknownValue {
+                field: "debate.mode",
+                value: "fast".into(),
+                expected: DEBATE_MODES
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "debate.mode: unknown value \"fast\" (expected one of: debate, adaptive)"
+        );
+        let e = CritiqueTopology::try_from("x".repeat(100)).unwrap_err();
+        assert_eq!(e.field, "debate.critique.topology");
+        assert!(e.value.len() < 100, "{e}");
+        assert!(e
+            .to_string()
+            .ends_with("(expected one of: all, ring, random)"));
+        // serde reports it as the field's error.
+        let e = serde_json::from_str::<DebateMode>("\"fast\"").unwrap_err();
+        assert!(e.to_string().contains("debate.mode: unknown value"), "{e}");
+        assert_eq!(
+            DebateMode::try_from("adaptive".to_string()),
+            Ok(DebateMode::Adaptive)
+        );
+    }
 }

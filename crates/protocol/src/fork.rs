@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::limits;
-use crate::spec::Check;
+use crate::spec::{Check, SpecErrors};
 use crate::subjects::ErrorCode;
 use crate::submission::{check_debate_id, decode_request};
 use crate::{preview, Rejection};
@@ -48,7 +48,7 @@ impl ForkChanges {
     /// Sizes and shapes, every problem with its field (whether an agent exists and the
     /// rounds fit the fork point is the engine's check; models against the operator's
     /// allow-lists the submission's).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SpecErrors> {
         let mut c = Check::default();
         if self.agents.len() > limits::MAX_AGENTS {
             c.push(
@@ -95,10 +95,10 @@ impl ForkChanges {
         }
         if let Some(note) = &self.guide {
             if let Err(e) = (crate::SteerCommand::Guide { note: note.clone() }).validate() {
-                c.push("guide", e.trim_start_matches("note: ").to_string());
+                c.push("guide", e.note_problem());
             }
         }
-        c.into_result().map_err(|e| e.to_string())
+        c.into_result()
     }
 }
 
@@ -148,6 +148,14 @@ mod tests {
         )
         .unwrap();
         let e = c.validate().unwrap_err();
+        let fields: Vec<&str> = e.0.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["agents.a.model", "agents.a.temperature", "rounds", "guide"]
+        );
+        let guide = &e.0[3].message;
+        assert!(guide.starts_with("control character U+0000"), "{guide}");
+        let e = e.to_string();
         for part in ["agents.a.model", "agents.a.temperature", "rounds", "guide"] {
             assert!(e.contains(part), "{e} lacks {part}");
         }

@@ -14,6 +14,50 @@ use crate::subjects::ErrorCode;
 use crate::submission::{check_debate_id, decode_request};
 use crate::{preview, Rejection};
 
+/// Why a steering command, its note or its sender's label (`by`) is not well formed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SteerRequestError {
+    #[error("guide: a note is required")]
+    NoteRequired,
+    /// A command other than `guide` was given a note.
+    #[error("{0}: takes no note (only guide does)")]
+    NoteNotTaken(&'static str),
+    /// Not a command's name (clipped to 40 characters).
+    #[error("{0:?} is not a steering command (pause, resume, guide, stop, extend)")]
+    UnknownCommand(String),
+    #[error("note: must not be empty")]
+    EmptyNote,
+    #[error(
+        "note: {chars} characters, the limit is {}",
+        limits::MAX_GUIDE_NOTE_CHARS
+    )]
+    NoteTooLong { chars: usize },
+    /// A control character other than newline and tab, at a character index.
+    #[error(
+        "note: control character U+{:04X} at character {at} (only newlines and tabs are allowed)",
+        u32::from(*character)
+    )]
+    ControlCharacter { character: char, at: usize },
+    /// `by` is not a label (clipped to 40 characters).
+    #[error(
+        "by: {0:?} is not a name (1-{max} bytes, no control characters)",
+        max = limits::MAX_LABEL_BYTES
+    )]
+    BadBy(String),
+}
+
+impl SteerRequestError {
+    /// What is wrong with a note, without the `note: ` of its field (for a note that
+    /// arrives under another name, e.g. a fork's `guide`).
+    pub fn note_problem(&self) -> String {
+        let text = self.to_string();
+        match text.strip_prefix("note: ") {
+            Some(rest) => rest.to_string(),
+            None => text,
+        }
+    }
+}
+
 /// One steering command, as every surface sends it: `{"command": "pause"}`,
 /// `{"command": "guide", "note": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,53 +91,44 @@ impl SteerCommand {
 
     /// A command from its name and, for `guide`, its note (the CLI's and the MCP tool's
     /// arguments); checked with [`SteerCommand::validate`].
-    pub fn parse(name: &str, note: Option<String>) -> Result<Self, String> {
-        let cmd = match (name, note) {
-            ("pause", None) => Self::Pause,
-            ("resume", None) => Self::Resume,
-            ("stop", None) => Self::Stop,
-            ("extend", None) => Self::Extend,
-            ("guide", Some(note)) => Self::Guide { note },
-            ("guide", None) => return Err("guide: a note is required".into()),
-            ("pause" | "resume" | "stop" | "extend", Some(_)) => {
-                return Err(format!("{name}: takes no note (only guide does)"))
-            }
-            (other, _) => {
-                return Err(format!(
-                    "{:?} is not a steering command (pause, resume, guide, stop, extend)",
-                    preview(other, 40)
-                ))
-            }
+    pub fn parse(name: &str, note: Option<String>) -> Result<Self, SteerRequestError> {
+        let mut note = note;
+        let cmd = match name {
+            "pause" => Self::Pause,
+            "resume" => Self::Resume,
+            "stop" => Self::Stop,
+            "extend" => Self::Extend,
+            "guide" => Self::Guide {
+                note: note.take().ok_or(SteerRequestError::NoteRequired)?,
+            },
+            other => return Err(SteerRequestError::UnknownCommand(preview(other, 40))),
         };
+        if note.is_some() {
+            return Err(SteerRequestError::NoteNotTaken(cmd.as_str()));
+        }
         cmd.validate()?;
         Ok(cmd)
     }
 
     /// A guide note is 1 to [`limits::MAX_GUIDE_NOTE_CHARS`] characters with no control
     /// character but newline and tab; the other commands are always well formed.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SteerRequestError> {
         let Self::Guide { note } = self else {
             return Ok(());
         };
         if note.trim().is_empty() {
-            return Err("note: must not be empty".into());
+            return Err(SteerRequestError::EmptyNote);
         }
-        let n = note.chars().count();
-        if n > limits::MAX_GUIDE_NOTE_CHARS {
-            return Err(format!(
-                "note: {n} characters, the limit is {}",
-                limits::MAX_GUIDE_NOTE_CHARS
-            ));
+        let chars = note.chars().count();
+        if chars > limits::MAX_GUIDE_NOTE_CHARS {
+            return Err(SteerRequestError::NoteTooLong { chars });
         }
-        if let Some((i, c)) = note
+        if let Some((at, character)) = note
             .chars()
             .enumerate()
             .find(|(_, c)| c.is_control() && *c != '\n' && *c != '\t')
         {
-            return Err(format!(
-                "note: control character U+{:04X} at character {i} (only newlines and tabs are allowed)",
-                c as u32
-            ));
+            return Err(SteerRequestError::ControlCharacter { character, at });
         }
         Ok(())
     }
@@ -209,7 +244,7 @@ impl SteerRequest {
     }
 
     /// The command it names, checked ([`SteerCommand::parse`]).
-    pub fn steer_command(&self) -> Result<SteerCommand, String> {
+    pub fn steer_command(&self) -> Result<SteerCommand, SteerRequestError> {
         SteerCommand::parse(&self.command, self.note.clone())
     }
 }
@@ -220,22 +255,18 @@ pub fn decode_steer_request(payload: &[u8]) -> Result<(SteerRequest, SteerComman
     let r: SteerRequest = decode_request(payload, limits::MAX_STEER_REQUEST_BYTES, "{\"debateId\": ..., \"command\": \"pause\"|\"resume\"|\"guide\"|\"stop\"|\"extend\", \"note\"?: ..., \"by\"?: ...}")?;
     check_debate_id(&r.debate_id)?;
     if let Some(by) = &r.by {
-        check_by(by).map_err(|m| Rejection::new(ErrorCode::InvalidRequest, m))?;
+        check_by(by).map_err(|e| Rejection::new(ErrorCode::InvalidRequest, e.to_string()))?;
     }
     let command = r
         .steer_command()
-        .map_err(|m| Rejection::new(ErrorCode::InvalidRequest, m))?;
+        .map_err(|e| Rejection::new(ErrorCode::InvalidRequest, e.to_string()))?;
     Ok((r, command))
 }
 
 /// `by` is a label: 1 to [`limits::MAX_LABEL_BYTES`] bytes, no control characters.
-pub fn check_by(by: &str) -> Result<(), String> {
+pub fn check_by(by: &str) -> Result<(), SteerRequestError> {
     if by.is_empty() || by.len() > limits::MAX_LABEL_BYTES || by.chars().any(char::is_control) {
-        return Err(format!(
-            "by: {:?} is not a name (1-{} bytes, no control characters)",
-            preview(by, 40),
-            limits::MAX_LABEL_BYTES
-        ));
+        return Err(SteerRequestError::BadBy(preview(by, 40)));
     }
     Ok(())
 }
@@ -272,24 +303,63 @@ mod tests {
         let long = SteerCommand::Guide {
             note: "x".repeat(limits::MAX_GUIDE_NOTE_CHARS + 1),
         };
-        assert!(long.validate().unwrap_err().contains("the limit is"));
+        assert_eq!(
+            long.validate(),
+            Err(SteerRequestError::NoteTooLong {
+                chars: limits::MAX_GUIDE_NOTE_CHARS + 1
+            })
+        );
+        assert!(long
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("the limit is"));
         let ctl = SteerCommand::Guide {
             note: "ok\u{1b}[2J".into(),
         };
-        assert!(ctl.validate().unwrap_err().contains("U+001B"));
+        let e = ctl.validate().unwrap_err();
+        assert_eq!(
+            e,
+            SteerRequestError::ControlCharacter {
+                character: '\u{1b}',
+                at: 2
+            }
+        );
+        assert!(e.to_string().contains("U+001B at character 2"), "{e}");
+        assert_eq!(
+            e.note_problem(),
+            "control character U+001B at character 2 (only newlines and tabs are allowed)"
+        );
         let nul = SteerCommand::Guide {
             note: "a\0b".into(),
         };
-        assert!(nul.validate().unwrap_err().contains("control character"));
+        assert!(nul
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("control character"));
         let fine = SteerCommand::Guide {
             note: "line one\n\tline two".into(),
         };
         assert!(fine.validate().is_ok());
-        assert!(SteerCommand::parse("guide", Some("  ".into())).is_err());
-        assert!(SteerCommand::parse("explode", None)
-            .unwrap_err()
-            .contains("not a steering command"));
-        assert!(SteerCommand::parse("pause", Some("x".into())).is_err());
+        assert_eq!(
+            SteerCommand::parse("guide", Some("  ".into())),
+            Err(SteerRequestError::EmptyNote)
+        );
+        assert_eq!(
+            SteerCommand::parse("guide", None),
+            Err(SteerRequestError::NoteRequired)
+        );
+        let e = SteerCommand::parse("explode", None).unwrap_err();
+        assert_eq!(e, SteerRequestError::UnknownCommand("explode".into()));
+        assert!(e.to_string().contains("not a steering command"), "{e}");
+        let e = SteerCommand::parse("pause", Some("x".into())).unwrap_err();
+        assert_eq!(e, SteerRequestError::NoteNotTaken("pause"));
+        assert_eq!(e.to_string(), "pause: takes no note (only guide does)");
+        assert!(matches!(
+            check_by("a\u{7}"),
+            Err(SteerRequestError::BadBy(_))
+        ));
         let big = format!(
             r#"{{"debateId":"deb-20260101-000000-abc123","command":"guide","note":"{}"}}"#,
             "x".repeat(10 * 1024 * 1024)

@@ -96,6 +96,33 @@ impl WorkerKind {
     }
 }
 
+/// Why a worker cannot build a task's prompt: a malformed task (the coordinator never
+/// makes one), refused as an invalid request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PromptError {
+    /// The task lacks an input its kind needs (`critique task without the proposal to
+    /// critique`): the task as the worker names it, and what is missing.
+    #[error("{task} task without {missing}")]
+    MissingInput {
+        task: &'static str,
+        missing: &'static str,
+    },
+    /// The task is not one this worker runs (`vote is not a judge task`).
+    #[error(
+        "{} is not {} task",
+        kind.as_str(),
+        match worker { WorkerKind::Agent => "an agent", WorkerKind::Judge => "a judge" }
+    )]
+    NotThisWorker { kind: TaskKind, worker: WorkerKind },
+}
+
+impl PromptError {
+    /// The task lacks `missing`.
+    pub fn missing(task: &'static str, missing: &'static str) -> Self {
+        Self::MissingInput { task, missing }
+    }
+}
+
 impl TaskKind {
     pub fn node(self) -> Node {
         match self {

@@ -10,8 +10,8 @@
 //! #[arg(long, env = "PARLEY_METRICS_ADDR", default_value = "0.0.0.0:9090")]
 //! metrics_addr: String,
 //! ...
-//! let metrics_addr = parley_telemetry::parse_metrics_addr(&args.metrics_addr)
-//!     .map_err(anyhow::Error::msg)?;   // the message names the bad value
+//! let metrics_addr = parley_telemetry::parse_metrics_addr(&args.metrics_addr)?;
+//! // (a `MetricsAddrError`, whose message names the bad value)
 //! ```
 
 use crate::metrics::{metrics, Metrics, CONTENT_TYPE};
@@ -35,10 +35,42 @@ pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9090";
 /// How long `/readyz` waits for the readiness check before answering 503.
 const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Why a service is not ready: the `/readyz` 503 body (no secrets in it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The NATS client is not connected; its connection state (`pending`, `disconnected`).
+    #[error("NATS connection is {0}")]
+    Nats(String),
+    /// A dependency's check failed: its name (`redis`) and why.
+    #[error("{dependency}: {reason}")]
+    Dependency { dependency: String, reason: String },
+    /// The check took longer than its 2 s.
+    #[error("readiness check timed out")]
+    TimedOut,
+    /// Several checks failed ([`all_ready`]), each once, in the order given.
+    #[error("{}", join(.0))]
+    All(Vec<NotReady>),
+}
+
+impl NotReady {
+    /// A dependency's failed check.
+    pub fn dependency(dependency: &str, reason: impl std::fmt::Display) -> Self {
+        Self::Dependency {
+            dependency: dependency.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+fn join(reasons: &[NotReady]) -> String {
+    let texts: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+    texts.join("; ")
+}
+
 /// A readiness check: resolves to `Ok(())` when the service can do its work, or to the
-/// reason it cannot (shown in the `/readyz` 503 body; no secrets in it). Called at most
-/// once per [`READINESS_CACHE`], one call at a time; it is given 2 s.
-pub type Readiness = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+/// reason it cannot. Called at most once per [`READINESS_CACHE`], one call at a time; it
+/// is given 2 s.
+pub type Readiness = Arc<dyn Fn() -> BoxFuture<'static, Result<(), NotReady>> + Send + Sync>;
 
 /// Always ready.
 pub fn always_ready() -> Readiness {
@@ -53,36 +85,48 @@ pub fn nats_ready(client: async_nats::Client) -> Readiness {
         Box::pin(async move {
             match state {
                 async_nats::connection::State::Connected => Ok(()),
-                other => Err(format!("NATS connection is {other}")),
+                other => Err(NotReady::Nats(other.to_string())),
             }
         })
     })
 }
 
-/// Ready when every check is; otherwise the reasons of those that are not, joined by `; `.
-/// The checks run concurrently.
+/// Ready when every check is; otherwise the reason of the one that is not, or
+/// [`NotReady::All`] with the reasons of those that are not (shown joined by `; `). The
+/// checks run concurrently.
 pub fn all_ready(checks: Vec<Readiness>) -> Readiness {
     Arc::new(move || {
         let pending: Vec<_> = checks.iter().map(|check| check()).collect();
         Box::pin(async move {
-            let reasons: Vec<String> = futures::future::join_all(pending)
+            let mut reasons: Vec<NotReady> = futures::future::join_all(pending)
                 .await
                 .into_iter()
                 .filter_map(Result::err)
                 .collect();
-            if reasons.is_empty() {
-                Ok(())
-            } else {
-                Err(reasons.join("; "))
+            match reasons.len() {
+                0 => Ok(()),
+                1 => Err(reasons.remove(0)),
+                _ => Err(NotReady::All(reasons)),
             }
         })
     })
+}
+
+/// Why a `--metrics-addr` value is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "metrics address {value:?}: {source}; expected an IP and port such as 0.0.0.0:9090, or `off`"
+)]
+pub struct MetricsAddrError {
+    /// The value given (trimmed).
+    pub value: String,
+    source: std::net::AddrParseError,
 }
 
 /// Parses a `--metrics-addr` / `PARLEY_METRICS_ADDR` value: `host:port` (IP literal, e.g.
 /// `0.0.0.0:9090`, `[::]:9090`, `127.0.0.1:0`), `:port` (all IPv4 interfaces), or `off`
 /// (`Ok(None)`: no HTTP endpoints).
-pub fn parse_metrics_addr(value: &str) -> Result<Option<SocketAddr>, String> {
+pub fn parse_metrics_addr(value: &str) -> Result<Option<SocketAddr>, MetricsAddrError> {
     let value = value.trim();
     if value.eq_ignore_ascii_case("off") {
         return Ok(None);
@@ -94,9 +138,13 @@ pub fn parse_metrics_addr(value: &str) -> Result<Option<SocketAddr>, String> {
     } else {
         value
     };
-    candidate.parse::<SocketAddr>().map(Some).map_err(|e| {
-        format!("metrics address {value:?}: {e}; expected an IP and port such as 0.0.0.0:9090, or `off`")
-    })
+    candidate
+        .parse::<SocketAddr>()
+        .map(Some)
+        .map_err(|source| MetricsAddrError {
+            value: value.to_string(),
+            source,
+        })
 }
 
 /// Binds `addr` and serves, on a spawned task until `shutdown` resolves:
@@ -176,7 +224,7 @@ struct CachedReadiness {
     check: Readiness,
     /// The last answer and when it was computed; the lock also makes concurrent requests
     /// wait for one check instead of each starting its own.
-    last: tokio::sync::Mutex<Option<(tokio::time::Instant, Result<(), String>)>>,
+    last: tokio::sync::Mutex<Option<(tokio::time::Instant, Result<(), NotReady>)>>,
 }
 
 impl CachedReadiness {
@@ -187,7 +235,7 @@ impl CachedReadiness {
         }
     }
 
-    async fn get(&self) -> Result<(), String> {
+    async fn get(&self) -> Result<(), NotReady> {
         let mut last = self.last.lock().await;
         if let Some((at, result)) = last.as_ref() {
             if at.elapsed() < READINESS_CACHE {
@@ -196,7 +244,7 @@ impl CachedReadiness {
         }
         let result = match tokio::time::timeout(READINESS_TIMEOUT, (self.check)()).await {
             Ok(r) => r,
-            Err(_) => Err("readiness check timed out".to_string()),
+            Err(_) => Err(NotReady::TimedOut),
         };
         *last = Some((tokio::time::Instant::now(), result.clone()));
         result
@@ -219,7 +267,7 @@ async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
 async fn readyz_handler(State(state): State<AppState>) -> impl IntoResponse {
     match state.readiness.get().await {
         Ok(()) => (StatusCode::OK, "ready".to_string()),
-        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason.to_string()),
     }
 }
 
@@ -245,7 +293,8 @@ mod tests {
             Ok(Some("[::1]:0".parse().unwrap()))
         );
         let err = parse_metrics_addr("localhost").unwrap_err();
-        assert!(err.contains("\"localhost\""), "{err}");
+        assert_eq!(err.value, "localhost");
+        assert!(err.to_string().contains("\"localhost\""), "{err}");
         assert!(parse_metrics_addr("").is_err());
     }
 
@@ -259,7 +308,7 @@ mod tests {
                 if ok {
                     Ok(())
                 } else {
-                    Err("NATS connection is pending".into())
+                    Err(NotReady::Nats("pending".into()))
                 }
             })
         });
@@ -432,17 +481,29 @@ mod tests {
             .await
             .unwrap();
         let err = nats_ready(client)().await.unwrap_err();
-        assert!(err.starts_with("NATS connection is "), "{err}");
-        assert!(!err.ends_with("connected"), "{err}");
+        let NotReady::Nats(state) = &err else {
+            panic!("{err:?}");
+        };
+        assert_ne!(state, "connected");
+        assert!(err.to_string().starts_with("NATS connection is "), "{err}");
 
-        let failing: Readiness = Arc::new(|| Box::pin(async { Err("redis is down".to_string()) }));
+        let down = || NotReady::dependency("redis", "connection refused");
+        let failing: Readiness = Arc::new(move || Box::pin(async move { Err(down()) }));
         assert_eq!(
             all_ready(vec![always_ready(), always_ready()])().await,
             Ok(())
         );
         assert_eq!(
-            all_ready(vec![failing.clone(), always_ready(), failing])().await,
-            Err("redis is down; redis is down".to_string())
+            all_ready(vec![failing.clone(), always_ready()])().await,
+            Err(down())
+        );
+        let both = all_ready(vec![failing.clone(), always_ready(), failing])()
+            .await
+            .unwrap_err();
+        assert_eq!(both, NotReady::All(vec![down(), down()]));
+        assert_eq!(
+            both.to_string(),
+            "redis: connection refused; redis: connection refused"
         );
     }
 

@@ -39,7 +39,7 @@
 //! let _telemetry = parley_telemetry::init_telemetry("parley-coordinator")?;
 //! let nats = async_nats::connect("127.0.0.1:4222").await?;
 //! let shutdown = async { let _ = tokio::signal::ctrl_c().await; };
-//! if let Some(addr) = parley_telemetry::parse_metrics_addr("0.0.0.0:9090").map_err(anyhow::Error::msg)? {
+//! if let Some(addr) = parley_telemetry::parse_metrics_addr("0.0.0.0:9090")? {
 //!     let bound = parley_telemetry::serve_http(addr, parley_telemetry::nats_ready(nats.clone()), shutdown).await?;
 //!     tracing::info!(%bound, "serving /metrics, /healthz, /readyz");
 //! }
@@ -58,8 +58,8 @@ mod spans;
 #[cfg(feature = "nats")]
 pub use http::nats_ready;
 pub use http::{
-    all_ready, always_ready, parse_metrics_addr, serve_http, Readiness, DEFAULT_METRICS_ADDR,
-    METRICS_ADDR_ENV,
+    all_ready, always_ready, parse_metrics_addr, serve_http, MetricsAddrError, NotReady, Readiness,
+    DEFAULT_METRICS_ADDR, METRICS_ADDR_ENV,
 };
 pub use init::{
     init_telemetry, LogFormat, OtlpExport, OtlpProtocol, TelemetryGuard, TelemetryOptions,

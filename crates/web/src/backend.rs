@@ -424,7 +424,8 @@ impl SteerRequest {
             SteerKind::Stop => "stop",
             SteerKind::Extend => "extend",
         };
-        parley_protocol::SteerCommand::parse(name, self.note).map_err(ApiError::invalid)
+        parley_protocol::SteerCommand::parse(name, self.note)
+            .map_err(|e| ApiError::invalid(e.to_string()))
     }
 }
 

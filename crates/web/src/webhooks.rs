@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parley_protocol::{DebateEvent, WebhookSubscription};
-use parley_webhooks::{Endpoints, EventLog, Outbox, Sender, Subscriptions};
+use parley_webhooks::{
+    ClientError, Endpoints, EventLog, Outbox, Sender, StoreError, Subscriptions,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{ApiError, Backend, SubmitRequest};
@@ -34,8 +36,33 @@ pub fn check_submission(
             "webhooks: this server has no webhook endpoints (the operator lists them with \
              --webhooks)",
         )),
-        Some(e) => e.check(&hooks).map_err(ApiError::invalid),
+        Some(e) => e
+            .check(&hooks)
+            .map_err(|e| ApiError::invalid(e.to_string())),
     }
+}
+
+/// Why the embedded outbox's cursor file (`<id>.webhooks.cursor`) could not be read or
+/// written (the source of the outbox's [`StoreError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CursorError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a sequence number", path.display())]
+    NotASequence { path: PathBuf },
+}
+
+/// Why the deliveries did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The scan for debates whose log is past its cursor panicked.
+    #[error("webhooks: the scan of the event logs failed: {0}")]
+    Scan(#[from] tokio::task::JoinError),
 }
 
 /// The embedded event log and cursor files.
@@ -61,19 +88,26 @@ impl EmbeddedLog {
     }
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| e.to_string())?
+async fn blocking<T: Send + 'static, E: Into<StoreError> + Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(Into::into),
+        Err(e) => Err(StoreError::new(e)),
+    }
+}
+
+impl From<CursorError> for StoreError {
+    fn from(e: CursorError) -> Self {
+        StoreError::new(e)
+    }
 }
 
 #[async_trait]
 impl Subscriptions for EmbeddedLog {
-    async fn subscriptions(&self, id: &str) -> Result<Vec<WebhookSubscription>, String> {
+    async fn subscriptions(&self, id: &str) -> Result<Vec<WebhookSubscription>, StoreError> {
         let (backend, id) = (self.backend.clone(), id.to_string());
-        blocking(move || backend.webhooks_of(&id).map_err(|e| e.message)).await
+        blocking(move || backend.webhooks_of(&id).map_err(StoreError::new)).await
     }
 }
 
@@ -84,48 +118,54 @@ impl EventLog for EmbeddedLog {
         id: &str,
         after: u64,
         max: usize,
-    ) -> Result<Vec<DebateEvent>, String> {
+    ) -> Result<Vec<DebateEvent>, StoreError> {
         let (backend, id) = (self.backend.clone(), id.to_string());
         blocking(move || {
-            Ok(backend
-                .logged_events(&id)
-                .into_iter()
-                .filter(|e| e.seq > after)
-                .take(max)
-                .filter_map(|e| serde_json::from_str(&e.json).ok())
-                .collect())
+            Ok::<_, StoreError>(
+                backend
+                    .logged_events(&id)
+                    .into_iter()
+                    .filter(|e| e.seq > after)
+                    .take(max)
+                    .filter_map(|e| serde_json::from_str(&e.json).ok())
+                    .collect(),
+            )
         })
         .await
     }
 
-    async fn cursor(&self, id: &str) -> Result<u64, String> {
+    async fn cursor(&self, id: &str) -> Result<u64, StoreError> {
         let path = self.cursor_path(id);
         blocking(move || match std::fs::read_to_string(&path) {
             Ok(text) => text
                 .trim()
                 .parse()
-                .map_err(|_| format!("{}: not a sequence number", path.display())),
+                .map_err(|_| CursorError::NotASequence { path }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(source) => Err(CursorError::Io { path, source }),
         })
         .await
     }
 
-    async fn set_cursor(&self, id: &str, seq: u64) -> Result<(), String> {
+    async fn set_cursor(&self, id: &str, seq: u64) -> Result<(), StoreError> {
         let path = self.cursor_path(id);
         blocking(move || {
             use std::io::Write as _;
             let tmp = path.with_extension("cursor.tmp");
+            let io = |path: &PathBuf| {
+                let path = path.clone();
+                move |source| CursorError::Io { path, source }
+            };
             let mut f = parley_engine::store::private_file()
                 .create(true)
                 .write(true)
                 .truncate(true)
                 .open(&tmp)
-                .map_err(|e| format!("{}: {e}", tmp.display()))?;
+                .map_err(io(&tmp))?;
             f.write_all(format!("{seq}\n").as_bytes())
                 .and_then(|()| f.sync_all())
-                .map_err(|e| format!("{}: {e}", tmp.display()))?;
-            std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+                .map_err(io(&tmp))?;
+            std::fs::rename(&tmp, &path).map_err(io(&path))
         })
         .await
     }
@@ -137,7 +177,7 @@ pub async fn start_embedded(
     backend: &EmbeddedBackend,
     endpoints: Arc<Endpoints>,
     stop: CancellationToken,
-) -> Result<Outbox, String> {
+) -> Result<Outbox, StartError> {
     let sender = Sender::new()?;
     let log = Arc::new(EmbeddedLog {
         backend: backend.clone(),
@@ -152,8 +192,7 @@ pub async fn start_embedded(
             .filter(|id| log.behind(id))
             .collect::<Vec<_>>()
     })
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     for id in behind {
         outbox.notify(&id);
     }
@@ -167,11 +206,11 @@ struct ClusterSubscriptions {
 
 #[async_trait]
 impl Subscriptions for ClusterSubscriptions {
-    async fn subscriptions(&self, id: &str) -> Result<Vec<WebhookSubscription>, String> {
-        let state = self.backend.state(id).await.map_err(|e| e.message)?;
+    async fn subscriptions(&self, id: &str) -> Result<Vec<WebhookSubscription>, StoreError> {
+        let state = self.backend.state(id).await.map_err(StoreError::new)?;
         match state.get("webhooks") {
             None => Ok(Vec::new()),
-            Some(v) => serde_json::from_value(v.clone()).map_err(|e| e.to_string()),
+            Some(v) => serde_json::from_value(v.clone()).map_err(StoreError::new),
         }
     }
 }
@@ -183,7 +222,7 @@ pub fn start_cluster(
     backend: Arc<ClusterBackend>,
     endpoints: Arc<Endpoints>,
     stop: CancellationToken,
-) -> Result<tokio::task::JoinHandle<()>, String> {
+) -> Result<tokio::task::JoinHandle<()>, ClientError> {
     let sender = Sender::new()?;
     let subs = Arc::new(ClusterSubscriptions { backend });
     Ok(tokio::spawn(parley_webhooks::jetstream::run(

@@ -66,16 +66,8 @@ fn is_global_v6(ip: Ipv6Addr) -> bool {
         || s[0..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible (deprecated)
 }
 
-/// The refusal of a non-global address.
-pub fn refusal(host: &str, ip: IpAddr) -> String {
-    format!(
-        "{host} is {ip}, a loopback, private, link-local or otherwise non-global address: \
-         list the endpoint with private_network = true to allow it"
-    )
-}
-
 /// A URL's host, when it is an IP address, checked like a resolved one.
-pub fn check_literal(url: &reqwest::Url, private_network: bool) -> Result<(), String> {
+pub fn check_literal(url: &reqwest::Url, private_network: bool) -> Result<(), Refused> {
     // The parser writes an address host in its canonical form (IPv6 in brackets).
     let host = url.host_str().unwrap_or_default();
     let Ok(ip) = host
@@ -88,7 +80,10 @@ pub fn check_literal(url: &reqwest::Url, private_network: bool) -> Result<(), St
     if private_network || is_global(ip) {
         Ok(())
     } else {
-        Err(refusal(&ip.to_string(), ip))
+        Err(Refused::NonGlobal {
+            host: ip.to_string(),
+            ip,
+        })
     }
 }
 
@@ -101,10 +96,20 @@ pub struct Guarded {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The error a name that resolves only to refused addresses gives.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
+/// Why a delivery may not connect to a host: the error of [`check_literal`], and the
+/// resolver's error for a name that resolves only to refused addresses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// `host` is (or resolves to) `ip`, which is not global, and the endpoint is not
+    /// listed with `private_network`.
+    #[error(
+        "{host} is {ip}, a loopback, private, link-local or otherwise non-global address: \
+         list the endpoint with private_network = true to allow it"
+    )]
+    NonGlobal { host: String, ip: IpAddr },
+    #[error("{host} resolves to no address")]
+    NoAddress { host: String },
+}
 
 impl Resolve for Guarded {
     fn resolve(&self, name: Name) -> Resolving {
@@ -122,8 +127,8 @@ impl Resolve for Guarded {
                 .collect();
             if allowed.is_empty() {
                 let refused = match all.first() {
-                    Some(a) => Refused(refusal(&host, a.ip())),
-                    None => Refused(format!("{host} resolves to no address")),
+                    Some(a) => Refused::NonGlobal { host, ip: a.ip() },
+                    None => Refused::NoAddress { host },
                 };
                 return Err(Box::new(refused) as BoxError);
             }
@@ -179,7 +184,14 @@ mod tests {
     fn literal_hosts_are_checked_unless_private_networks_are_allowed() {
         let url = reqwest::Url::parse("http://127.0.0.1:9/x").unwrap();
         let err = check_literal(&url, false).unwrap_err();
-        assert!(err.contains("private_network"), "{err}");
+        assert_eq!(
+            err,
+            Refused::NonGlobal {
+                host: "127.0.0.1".into(),
+                ip: IpAddr::from([127, 0, 0, 1])
+            }
+        );
+        assert!(err.to_string().contains("private_network"), "{err}");
         assert!(check_literal(&url, true).is_ok());
         let v6 = reqwest::Url::parse("http://[::1]:9/").unwrap();
         assert!(check_literal(&v6, false).is_err());

@@ -20,7 +20,7 @@ use parley_telemetry::{metrics, WebhookAttempt, WebhookResult};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::address::{check_literal, Guarded};
+use crate::address::{check_literal, Guarded, Refused};
 use crate::endpoints::Endpoint;
 
 /// How long connecting may take.
@@ -74,10 +74,15 @@ pub enum AttemptError {
     #[error("answered {0}")]
     Status(u16),
     #[error("refused: {0}")]
-    Refused(String),
+    Refused(#[from] Refused),
     #[error("{0}")]
     Network(String),
 }
+
+/// The delivery HTTP client could not be built (the TLS backend did not start).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the webhook HTTP client: {0}")]
+pub struct ClientError(#[source] reqwest::Error);
 
 /// The HTTP clients of deliveries (one that connects only to global addresses, one that
 /// may connect anywhere, for endpoints listed with `private_network`).
@@ -88,7 +93,7 @@ pub struct Sender {
 }
 
 impl Sender {
-    pub fn new() -> Result<Self, String> {
+    pub fn new() -> Result<Self, ClientError> {
         let build = |private_network: bool| {
             reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
@@ -98,7 +103,7 @@ impl Sender {
                 .user_agent("parley-webhooks")
                 .dns_resolver(std::sync::Arc::new(Guarded { private_network }))
                 .build()
-                .map_err(|e| format!("cannot build the webhook HTTP client: {e}"))
+                .map_err(ClientError)
         };
         Ok(Self {
             strict: build(false)?,
@@ -123,7 +128,7 @@ impl Sender {
     }
 
     async fn post(&self, endpoint: &Endpoint, message: &Message) -> Result<(), AttemptError> {
-        check_literal(&endpoint.url, endpoint.private_network).map_err(AttemptError::Refused)?;
+        check_literal(&endpoint.url, endpoint.private_network)?;
         let client = if endpoint.private_network {
             &self.open
         } else {
@@ -144,8 +149,8 @@ impl Sender {
                 // The resolver's refusal travels as the error's source.
                 let mut source: Option<&dyn std::error::Error> = Some(&e);
                 while let Some(s) = source {
-                    if let Some(r) = s.downcast_ref::<crate::address::Refused>() {
-                        return AttemptError::Refused(r.0.clone());
+                    if let Some(r) = s.downcast_ref::<Refused>() {
+                        return AttemptError::Refused(r.clone());
                     }
                     source = s.source();
                 }

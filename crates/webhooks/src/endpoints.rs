@@ -20,13 +20,13 @@
 //! file stops the start with every problem named.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use parley_protocol::{WebhookEvent, WebhookSubscription};
 use reqwest::Url;
 use serde::Deserialize;
 
-use crate::sign::Secret;
+use crate::sign::{Secret, SecretError};
 
 /// Bytes in the file, at most.
 pub const MAX_FILE_BYTES: u64 = 256 * 1024;
@@ -34,6 +34,87 @@ pub const MAX_FILE_BYTES: u64 = 256 * 1024;
 pub const MAX_ENDPOINTS: usize = 256;
 /// The default retry window of a message.
 pub const DEFAULT_RETRY_FOR_SECS: u64 = 24 * 3600;
+/// The longest retry window of a message (a week).
+pub const MAX_RETRY_FOR_SECS: u64 = 7 * 24 * 3600;
+
+/// Why a text is not a webhook URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    /// The URL parser's complaint.
+    #[error("not a URL: {0}")]
+    NotAUrl(String),
+    #[error("scheme {0:?}: http or https only")]
+    Scheme(String),
+    #[error("no host")]
+    NoHost,
+    #[error("must not carry credentials")]
+    Credentials,
+    #[error("must not have a #fragment")]
+    Fragment,
+}
+
+/// Why the endpoint file was not loaded: every problem, with its entry
+/// (`endpoint[2].secret: ...`), never a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointsError {
+    /// The file cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {size} bytes, the limit is {MAX_FILE_BYTES}", path.display())]
+    TooLarge { path: PathBuf, size: u64 },
+    /// Not TOML of the file's shape: the parser's message and where (a byte offset), never
+    /// the text there (the file holds secrets).
+    #[error(
+        "not a webhook endpoint file{}: {message}",
+        at.map(|b| format!(" (at byte {b})")).unwrap_or_default()
+    )]
+    NotAnEndpointFile { at: Option<usize>, message: String },
+    #[error("{0} endpoints, the limit is {MAX_ENDPOINTS}")]
+    TooManyEndpoints(usize),
+    /// The entries' problems, one each, in the file's order.
+    #[error("{}", join(.0))]
+    BadEntries(Vec<EntryProblem>),
+    /// A problem of the file at `path`.
+    #[error("{}: {problem}", path.display())]
+    InFile {
+        path: PathBuf,
+        problem: Box<EndpointsError>,
+    },
+}
+
+/// One problem of an endpoint file's entries.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryProblem {
+    #[error("endpoint[{index}].url: {source}")]
+    Url { index: usize, source: UrlError },
+    #[error("endpoint[{index}].url: {url} is listed twice")]
+    Duplicate { index: usize, url: Url },
+    #[error("endpoint[{index}].secret: {source}")]
+    Secret { index: usize, source: SecretError },
+    #[error("retry_for_secs: {0} is out of range 1-{MAX_RETRY_FOR_SECS}")]
+    RetryFor(u64),
+}
+
+fn join(problems: &[EntryProblem]) -> String {
+    let texts: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    texts.join("; ")
+}
+
+/// A debate's webhook names a URL the operator did not list (a submission's 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "webhooks[{index}].url: {url:?} is not one of this server's webhook endpoints \
+     (the operator lists them with --webhooks)"
+)]
+pub struct NotListed {
+    /// The subscription's index in the debate's `webhooks`.
+    pub index: usize,
+    /// The URL as given, clipped to 120 characters.
+    pub url: String,
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,54 +165,53 @@ pub struct Endpoints {
 }
 
 /// `text` as a webhook URL: `http`/`https`, a host, no credentials, no fragment.
-pub fn normalise(text: &str) -> Result<Url, String> {
-    let url = Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+pub fn normalise(text: &str) -> Result<Url, UrlError> {
+    let url = Url::parse(text).map_err(|e| UrlError::NotAUrl(e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("scheme {:?}: http or https only", url.scheme()));
+        return Err(UrlError::Scheme(url.scheme().to_string()));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err("no host".into());
+        return Err(UrlError::NoHost);
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err("must not carry credentials".into());
+        return Err(UrlError::Credentials);
     }
     if url.fragment().is_some() {
-        return Err("must not have a #fragment".into());
+        return Err(UrlError::Fragment);
     }
     Ok(url)
 }
 
 impl Endpoints {
     /// Reads the file; every problem is named with its entry.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Self, EndpointsError> {
+        let read = |source| EndpointsError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(read)?;
         if meta.len() > MAX_FILE_BYTES {
-            return Err(format!(
-                "{}: {} bytes, the limit is {MAX_FILE_BYTES}",
-                path.display(),
-                meta.len()
-            ));
+            return Err(EndpointsError::TooLarge {
+                path: path.to_path_buf(),
+                size: meta.len(),
+            });
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        Self::parse(&text).map_err(|problem| EndpointsError::InFile {
+            path: path.to_path_buf(),
+            problem: Box::new(problem),
+        })
     }
 
     /// Parses the file's text.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, EndpointsError> {
         // The parser's message may quote the file, which holds secrets: say where, not what.
-        let file: File = toml::from_str(text).map_err(|e| match e.span() {
-            Some(span) => format!(
-                "not a webhook endpoint file (at byte {}): {}",
-                span.start,
-                e.message()
-            ),
-            None => format!("not a webhook endpoint file: {}", e.message()),
+        let file: File = toml::from_str(text).map_err(|e| EndpointsError::NotAnEndpointFile {
+            at: e.span().map(|span| span.start),
+            message: e.message().to_string(),
         })?;
         if file.endpoint.len() > MAX_ENDPOINTS {
-            return Err(format!(
-                "{} endpoints, the limit is {MAX_ENDPOINTS}",
-                file.endpoint.len()
-            ));
+            return Err(EndpointsError::TooManyEndpoints(file.endpoint.len()));
         }
         let mut problems = Vec::new();
         let mut endpoints = Vec::new();
@@ -139,13 +219,16 @@ impl Endpoints {
         for (i, e) in file.endpoint.into_iter().enumerate() {
             let url = match normalise(&e.url) {
                 Ok(u) => u,
-                Err(why) => {
-                    problems.push(format!("endpoint[{i}].url: {why}"));
+                Err(source) => {
+                    problems.push(EntryProblem::Url { index: i, source });
                     continue;
                 }
             };
             if !seen.insert(url.to_string()) {
-                problems.push(format!("endpoint[{i}].url: {url} is listed twice"));
+                problems.push(EntryProblem::Duplicate {
+                    index: i,
+                    url: url.clone(),
+                });
             }
             match Secret::parse(&e.secret) {
                 Ok(secret) => endpoints.push(Endpoint {
@@ -154,17 +237,15 @@ impl Endpoints {
                     all_debates: e.all_debates.into_iter().collect(),
                     private_network: e.private_network,
                 }),
-                Err(why) => problems.push(format!("endpoint[{i}].secret: {why}")),
+                Err(source) => problems.push(EntryProblem::Secret { index: i, source }),
             }
         }
         let retry_for = file.retry_for_secs.unwrap_or(DEFAULT_RETRY_FOR_SECS);
-        if !(1..=7 * 24 * 3600).contains(&retry_for) {
-            problems.push(format!(
-                "retry_for_secs: {retry_for} is out of range 1-604800"
-            ));
+        if !(1..=MAX_RETRY_FOR_SECS).contains(&retry_for) {
+            problems.push(EntryProblem::RetryFor(retry_for));
         }
         if !problems.is_empty() {
-            return Err(problems.join("; "));
+            return Err(EndpointsError::BadEntries(problems));
         }
         Ok(Self {
             endpoints,
@@ -180,14 +261,13 @@ impl Endpoints {
 
     /// Whether a debate's subscriptions name only listed endpoints; the error names the
     /// first that is not (a submission's 400).
-    pub fn check(&self, hooks: &[WebhookSubscription]) -> Result<(), String> {
+    pub fn check(&self, hooks: &[WebhookSubscription]) -> Result<(), NotListed> {
         for (i, h) in hooks.iter().enumerate() {
             if self.find(&h.url).is_none() {
-                return Err(format!(
-                    "webhooks[{i}].url: {:?} is not one of this server's webhook endpoints \
-                     (the operator lists them with --webhooks)",
-                    parley_protocol::preview(&h.url, 120)
-                ));
+                return Err(NotListed {
+                    index: i,
+                    url: parley_protocol::preview(&h.url, 120),
+                });
             }
         }
         Ok(())
@@ -247,7 +327,8 @@ mod tests {
             events: vec![WebhookEvent::Completed],
         };
         let err = e.check(&[sub, off]).unwrap_err();
-        assert!(err.starts_with("webhooks[1].url:"), "{err}");
+        assert_eq!(err.index, 1);
+        assert!(err.to_string().starts_with("webhooks[1].url:"), "{err}");
         assert_eq!(e.retry_for.as_secs(), DEFAULT_RETRY_FOR_SECS);
     }
 
@@ -258,6 +339,28 @@ mod tests {
              [[endpoint]]\nurl = \"https://u:p@x.example/\"\nsecret = \"s\"\n\
              [[endpoint]]\nurl = \"https://y.example/\"\nsecret = \"whsec_c2hvcnQ=\"\n";
         let err = Endpoints::parse(text).unwrap_err();
+        let EndpointsError::BadEntries(problems) = &err else {
+            panic!("{err}");
+        };
+        assert!(matches!(
+            problems[..],
+            [
+                EntryProblem::Url {
+                    index: 0,
+                    source: UrlError::Scheme(_)
+                },
+                EntryProblem::Url {
+                    index: 1,
+                    source: UrlError::Credentials
+                },
+                EntryProblem::Secret {
+                    index: 2,
+                    source: SecretError::Length { .. }
+                },
+                EntryProblem::RetryFor(0),
+            ]
+        ));
+        let err = err.to_string();
         for needle in [
             "endpoint[0].url",
             "endpoint[1].url",
@@ -271,6 +374,10 @@ mod tests {
             "[[endpoint]]\nurl = \"https://x/\"\nsecret = \"whsec_secretvalue\"\nprivate = true\n",
         )
         .unwrap_err();
-        assert!(!typo.contains("secretvalue"), "{typo}");
+        assert!(
+            matches!(typo, EndpointsError::NotAnEndpointFile { at: Some(_), .. }),
+            "{typo}"
+        );
+        assert!(!typo.to_string().contains("secretvalue"), "{typo}");
     }
 }

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::deliver::{Message, Sender};
 use crate::endpoints::Endpoints;
-use crate::Subscriptions;
+use crate::{StoreError, Subscriptions};
 
 /// The durable consumer's name.
 pub const CONSUMER: &str = "parley-webhooks";
@@ -155,7 +155,7 @@ async fn cached(
     cache: &mut HashMap<String, Vec<WebhookSubscription>>,
     subs: &dyn Subscriptions,
     id: &str,
-) -> Result<Vec<WebhookSubscription>, String> {
+) -> Result<Vec<WebhookSubscription>, StoreError> {
     if let Some(h) = cache.get(id) {
         return Ok(h.clone());
     }

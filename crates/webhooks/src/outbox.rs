@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::deliver::{Message, Sender};
 use crate::endpoints::Endpoints;
-use crate::Subscriptions;
+use crate::{StoreError, Subscriptions};
 
 /// Debates delivering at once, at most.
 pub const MAX_WORKERS: usize = 64;
@@ -38,11 +38,11 @@ pub trait EventLog: Subscriptions {
         id: &str,
         after: u64,
         max: usize,
-    ) -> Result<Vec<DebateEvent>, String>;
+    ) -> Result<Vec<DebateEvent>, StoreError>;
     /// The sequence number of the last event handled (0: none).
-    async fn cursor(&self, id: &str) -> Result<u64, String>;
+    async fn cursor(&self, id: &str) -> Result<u64, StoreError>;
     /// Records that every event up to `seq` is handled (durably, before it returns).
-    async fn set_cursor(&self, id: &str, seq: u64) -> Result<(), String>;
+    async fn set_cursor(&self, id: &str, seq: u64) -> Result<(), StoreError>;
 }
 
 /// One debate's worker.

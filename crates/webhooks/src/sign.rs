@@ -15,6 +15,18 @@ pub const SECRET_PREFIX: &str = "whsec_";
 /// Key bytes of a secret, at least and at most.
 pub const SECRET_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
 
+/// Why a written secret is not one; names the problem, never the secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("must start with {SECRET_PREFIX}")]
+    NoPrefix,
+    #[error("is not {SECRET_PREFIX} followed by base64")]
+    NotBase64,
+    /// The decoded key is shorter or longer than [`SECRET_BYTES`].
+    #[error("holds {bytes} bytes, a secret holds {}-{}", SECRET_BYTES.start(), SECRET_BYTES.end())]
+    Length { bytes: usize },
+}
+
 /// An endpoint's signing key. Its `Debug` never shows the key.
 #[derive(Clone)]
 pub struct Secret(hmac::Key);
@@ -27,20 +39,13 @@ impl std::fmt::Debug for Secret {
 
 impl Secret {
     /// Reads `whsec_<base64>`; the error names the problem, never the secret.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, SecretError> {
         let Some(b64) = text.strip_prefix(SECRET_PREFIX) else {
-            return Err(format!("must start with {SECRET_PREFIX}"));
+            return Err(SecretError::NoPrefix);
         };
-        let bytes = STANDARD
-            .decode(b64)
-            .map_err(|_| format!("is not {SECRET_PREFIX} followed by base64"))?;
+        let bytes = STANDARD.decode(b64).map_err(|_| SecretError::NotBase64)?;
         if !SECRET_BYTES.contains(&bytes.len()) {
-            return Err(format!(
-                "holds {} bytes, a secret holds {}-{}",
-                bytes.len(),
-                SECRET_BYTES.start(),
-                SECRET_BYTES.end()
-            ));
+            return Err(SecretError::Length { bytes: bytes.len() });
         }
         Ok(Self(hmac::Key::new(hmac::HMAC_SHA256, &bytes)))
     }
@@ -110,13 +115,14 @@ mod tests {
 
     #[test]
     fn bad_secrets_are_named_without_being_shown() {
-        for bad in [
-            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            "whsec_!!",
-            "whsec_c2hvcnQ=",
+        for (bad, why) in [
+            ("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", SecretError::NoPrefix),
+            ("whsec_!!", SecretError::NotBase64),
+            ("whsec_c2hvcnQ=", SecretError::Length { bytes: 5 }),
         ] {
             let e = Secret::parse(bad).unwrap_err();
-            assert!(!e.contains(bad), "{e}");
+            assert_eq!(e, why);
+            assert!(!e.to_string().contains(bad), "{e}");
         }
         let made = Secret::generate();
         assert!(Secret::parse(&made).is_ok());

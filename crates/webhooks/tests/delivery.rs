@@ -10,7 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parley_protocol::{DebateEvent, WebhookEvent, WebhookSubscription};
 use parley_webhooks::deliver::AttemptError;
-use parley_webhooks::{Endpoints, EventLog, Message, Outbox, Secret, Sender, Subscriptions};
+use parley_webhooks::{
+    Endpoints, EventLog, Message, Outbox, Refused, Secret, Sender, StoreError, Subscriptions,
+};
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
@@ -145,7 +147,7 @@ struct MemoryLog {
 
 #[async_trait]
 impl Subscriptions for MemoryLog {
-    async fn subscriptions(&self, _id: &str) -> Result<Vec<WebhookSubscription>, String> {
+    async fn subscriptions(&self, _id: &str) -> Result<Vec<WebhookSubscription>, StoreError> {
         Ok(self.subs.clone())
     }
 }
@@ -157,7 +159,7 @@ impl EventLog for MemoryLog {
         _id: &str,
         after: u64,
         max: usize,
-    ) -> Result<Vec<DebateEvent>, String> {
+    ) -> Result<Vec<DebateEvent>, StoreError> {
         Ok(self
             .events
             .iter()
@@ -166,10 +168,10 @@ impl EventLog for MemoryLog {
             .cloned()
             .collect())
     }
-    async fn cursor(&self, id: &str) -> Result<u64, String> {
+    async fn cursor(&self, id: &str) -> Result<u64, StoreError> {
         Ok(self.cursor.lock().unwrap().get(id).copied().unwrap_or(0))
     }
-    async fn set_cursor(&self, id: &str, seq: u64) -> Result<(), String> {
+    async fn set_cursor(&self, id: &str, seq: u64) -> Result<(), StoreError> {
         self.cursor.lock().unwrap().insert(id.to_string(), seq);
         Ok(())
     }
@@ -242,7 +244,11 @@ async fn non_global_targets_are_not_called_and_redirects_are_not_followed() {
     for url in [rx.url(), format!("http://localhost:{}/hook", rx.port)] {
         let list = endpoints(&url, false, 1);
         match sender.attempt(&list.endpoints[0], &message).await {
-            Err(AttemptError::Refused(why)) => assert!(why.contains("non-global"), "{why}"),
+            // The name is refused when it resolves: the resolver's error is typed too.
+            Err(AttemptError::Refused(why @ Refused::NonGlobal { ip, .. })) => {
+                assert!(ip.is_loopback(), "{ip}");
+                assert!(why.to_string().contains("non-global"), "{why}");
+            }
             other => panic!("{url}: {other:?}"),
         }
     }

@@ -8,7 +8,7 @@ use parley_protocol::WorkerKind;
 use tokio_util::sync::CancellationToken;
 
 use parley_cluster::cancel_on_signal;
-use parley_cluster::settings::{self, at_least, Problems, WorkerSettings};
+use parley_cluster::settings::{self, at_least, Problems, SettingsError, WorkerSettings};
 
 use crate::{TaskExecutor, WorkerConfig};
 
@@ -26,7 +26,10 @@ pub fn command(name: &'static str) -> clap::Command {
 }
 
 /// The worker's settings, layered and validated (every problem at once).
-pub fn settings(matches: &clap::ArgMatches, kind: WorkerKind) -> Result<WorkerConfig, String> {
+pub fn settings(
+    matches: &clap::ArgMatches,
+    kind: WorkerKind,
+) -> Result<WorkerConfig, SettingsError> {
     let mut problems = Problems::default();
     let (common, s) = settings::layered::<WorkerSettings>(matches, &mut problems);
     let common = common.resolve(&mut problems);

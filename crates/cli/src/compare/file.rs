@@ -10,6 +10,23 @@ use super::problems;
 use super::MAX_SAMPLES;
 use crate::CliError;
 
+/// A problem of the strategy file at a key (`strategies[1].samples`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct KeyProblem {
+    pub key: String,
+    pub message: String,
+}
+
+impl KeyProblem {
+    fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// The strategy file.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -173,7 +190,7 @@ pub fn load_compare_file(path: &Path) -> Result<CompareFile, CliError> {
         .into_iter()
         .enumerate()
         .map(|(i, v)| strategy_of(i, v))
-        .collect::<Result<_, String>>()
+        .collect::<Result<_, KeyProblem>>()
         .map_err(|e| CliError::config(format!("strategy file {shown}: {e}")))?;
     let mut problems = Vec::new();
     if file.strategies.is_empty() {
@@ -235,31 +252,37 @@ pub fn load_compare_file(path: &Path) -> Result<CompareFile, CliError> {
 }
 
 /// Reads `strategies[i]` by its `type`; an error names the key.
-fn strategy_of(i: usize, v: Value) -> Result<StrategySpec, String> {
+fn strategy_of(i: usize, v: Value) -> Result<StrategySpec, KeyProblem> {
     let at = format!("strategies[{i}]");
     let Value::Object(mut map) = v else {
-        return Err(format!("{at}: expected an object with a type"));
+        return Err(KeyProblem::new(at, "expected an object with a type"));
     };
     let kind = match map.remove("type") {
         Some(Value::String(t)) => t,
-        Some(other) => return Err(format!("{at}.type: expected a string, not {other}")),
+        Some(other) => {
+            return Err(KeyProblem::new(
+                format!("{at}.type"),
+                format!("expected a string, not {other}"),
+            ))
+        }
         None => {
-            return Err(format!(
-                "{at}.type: missing (single, self-consistency or debate)"
+            return Err(KeyProblem::new(
+                format!("{at}.type"),
+                "missing (single, self-consistency or debate)",
             ))
         }
     };
     fn read<T: for<'de> Deserialize<'de>>(
         at: &str,
         map: serde_json::Map<String, Value>,
-    ) -> Result<T, String> {
+    ) -> Result<T, KeyProblem> {
         serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
             let key = e.path().to_string();
-            let inner = e.into_inner();
+            let inner = e.into_inner().to_string();
             if key == "." || key.is_empty() {
-                format!("{at}: {inner}")
+                KeyProblem::new(at, inner)
             } else {
-                format!("{at}.{key}: {inner}")
+                KeyProblem::new(format!("{at}.{key}"), inner)
             }
         })
     }
@@ -267,8 +290,9 @@ fn strategy_of(i: usize, v: Value) -> Result<StrategySpec, String> {
         "single" => read(&at, map).map(StrategySpec::Single),
         "self-consistency" => read(&at, map).map(StrategySpec::SelfConsistency),
         "debate" => read(&at, map).map(StrategySpec::Debate),
-        other => Err(format!(
-            "{at}.type: unknown strategy type {other:?} (single, self-consistency or debate)"
+        other => Err(KeyProblem::new(
+            format!("{at}.type"),
+            format!("unknown strategy type {other:?} (single, self-consistency or debate)"),
         )),
     }
 }

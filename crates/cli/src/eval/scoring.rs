@@ -5,7 +5,7 @@ use parley_protocol::{rubric_schema, RUBRIC_SCHEMA_NAME};
 use serde_json::{json, Map, Value};
 use tracing::Instrument as _;
 
-use super::{DebateInput, DebateResult, Evaluator, Reply, EVAL_TEMPERATURE, METRICS};
+use super::{CallError, DebateInput, DebateResult, Evaluator, Reply, EVAL_TEMPERATURE, METRICS};
 
 /// The user prompt: the template with the placeholders filled in.
 pub fn render_user_prompt(template: &str, d: &DebateInput) -> String {
@@ -62,7 +62,7 @@ pub(crate) async fn call_locally(
     registry: &Registry,
     evaluators: &[Evaluator],
     d: &DebateInput,
-) -> Vec<Result<Reply, String>> {
+) -> Vec<Result<Reply, CallError>> {
     let calls = evaluators.iter().map(|e| {
         let req = ChatRequest {
             model: e.agent.model.clone(),
@@ -99,7 +99,7 @@ pub(crate) async fn call_locally(
                 prompt_tokens: r.prompt_tokens,
                 completion_tokens: r.completion_tokens,
             })
-            .map_err(|e| e.to_string())
+            .map_err(CallError::from)
         })
         .collect()
 }
@@ -108,7 +108,7 @@ pub(crate) async fn call_locally(
 pub(crate) fn score(
     evaluators: &[Evaluator],
     d: &DebateInput,
-    replies: Vec<Result<Reply, String>>,
+    replies: Vec<Result<Reply, CallError>>,
     verbose: bool,
 ) -> DebateResult {
     let mut sums: Vec<Vec<f64>> = vec![Vec::new(); METRICS.len()];

@@ -67,9 +67,10 @@ impl Machine {
     /// Whether `steer` applies to this debate now; an error says why not (and the command
     /// changes nothing). [`Input::Steer`](super::Input::Steer) checks it again.
     pub fn check_steer(&self, steer: &Steer) -> Result<(), SteerError> {
-        steer.command.validate().map_err(SteerError::Invalid)?;
+        let invalid = |e: parley_protocol::SteerRequestError| SteerError::Invalid(e.to_string());
+        steer.command.validate().map_err(invalid)?;
         if let Some(by) = &steer.by {
-            parley_protocol::check_by(by).map_err(SteerError::Invalid)?;
+            parley_protocol::check_by(by).map_err(invalid)?;
         }
         let s = &self.state.steering;
         match self.state.status {
