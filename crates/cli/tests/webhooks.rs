@@ -515,3 +515,86 @@ async fn cluster_webhooks_survive_a_kill_9_of_the_delivering_replica() {
         &["debate.awaiting_answers", "debate.completed"],
     );
 }
+
+/// The cluster's deliveries go one message at a time through one durable consumer: the
+/// events of a debate whose state is gone (purged, or never stored) must be passed over,
+/// not retried for ever in front of every other debate's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_webhooks_pass_over_the_events_of_an_unknown_debate() {
+    use parley_protocol::{DebateEvent, DebateStatus, EventKind, Node, Progress};
+    let c = Cluster::start_with_roles(json!({})).await;
+    let _coord = c.coordinator();
+    let _agent = c.worker("agent");
+    let _judge = c.worker("judge");
+    let dir = tempfile::tempdir().unwrap();
+    parley_tests::write_json(
+        dir.path().join("debate-config.json"),
+        &parley_tests::spec_config(None),
+    );
+    let rx = Receiver::start(200).await;
+    let secret = new_secret();
+    let file = endpoint_file(dir.path(), &[(rx.url("/c"), secret.clone(), true)], 600);
+    let url = c.nats_url_for("serve");
+    let (first, base) = serve(dir.path(), &["--nats-url", &url, "--webhooks", &file]);
+    assert!(
+        first
+            .wait_for_log_line(
+                "delivering from the durable consumer",
+                Duration::from_secs(30)
+            )
+            .is_some(),
+        "{}",
+        first.log()
+    );
+    // A final event of a debate no coordinator knows, first in the consumer's way.
+    let ghost = "deb-20200101-000000-zzzzzz";
+    let event = DebateEvent {
+        schema_version: 1,
+        debate_id: ghost.into(),
+        seq: 1,
+        at: chrono::Utc::now(),
+        status: DebateStatus::Failed,
+        progress: Progress::default(),
+        kind: EventKind::DebateFailed {
+            node: Node::Proposal,
+            round: 1,
+            message: "gone".into(),
+        },
+    };
+    let (nc, _) = parley_tests::connect_watching(&c.nats_url_for("coordinator")).await;
+    async_nats::jetstream::new(nc)
+        .publish(
+            parley_protocol::subjects::events_subject(ghost),
+            serde_json::to_vec(&event).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let (s, v) = call(
+        &base,
+        "POST",
+        "/v1/debates",
+        Some(json!({
+            "problem": "Design a billing ledger", "rounds": 1,
+            "webhooks": [{"url": rx.url("/c"), "events": ["completed"]}]
+        })),
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    let id = v["debateId"].as_str().unwrap().to_string();
+    eventually(Duration::from_secs(90), "the completion's message", || {
+        rx.got()
+            .iter()
+            .any(|r| String::from_utf8_lossy(&r.body).contains("debate.completed"))
+    })
+    .await;
+    assert!(
+        rx.got()
+            .iter()
+            .all(|r| !String::from_utf8_lossy(&r.body).contains(ghost)),
+        "the unknown debate had no webhooks to call"
+    );
+    assert_delivered_in_order(&rx.got(), &secret, &id, &["debate.completed"]);
+}

@@ -207,7 +207,16 @@ struct ClusterSubscriptions {
 #[async_trait]
 impl Subscriptions for ClusterSubscriptions {
     async fn subscriptions(&self, id: &str) -> Result<Vec<WebhookSubscription>, StoreError> {
-        let state = self.backend.state(id).await.map_err(StoreError::new)?;
+        let state = match self.backend.state(id).await {
+            Ok(s) => s,
+            // No such debate (purged by retention, or never stored): it has no webhooks.
+            // Its events are acknowledged, not retried, so they never hold up the
+            // consumer's other debates.
+            Err(e) if e.code == parley_protocol::subjects::ErrorCode::NotFound => {
+                return Ok(Vec::new())
+            }
+            Err(e) => return Err(StoreError::new(e)),
+        };
         match state.get("webhooks") {
             None => Ok(Vec::new()),
             Some(v) => serde_json::from_value(v.clone()).map_err(StoreError::new),
