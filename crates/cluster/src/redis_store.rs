@@ -59,7 +59,10 @@ mod checkpoint;
 pub mod followers;
 mod leases;
 pub mod lifecycle;
-pub use checkpoint::{CHECKPOINT_FORMAT, FINAL_FACTOR, LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};
+pub use checkpoint::{
+    CheckpointWrite, CheckpointWriter, PreparedCheckpoint, CHECKPOINT_FORMAT, FINAL_FACTOR, LOG_FACTOR,
+    MAX_DELTAS, SHAPE_IDLE,
+};
 pub use leases::{LeaseCheck, LEASES};
 pub use lifecycle::{Stored, TaskLookup, DEAD_LETTERS_KEPT, DEBATE_KEYS};
 
@@ -154,7 +157,7 @@ pub struct RedisStore {
     /// Until when (Unix ms) writes do not wait for replicas: a `WAIT` came back short.
     replicas_short_until: Arc<AtomicU64>,
     /// The shapes of the checkpoints this process wrote last (for deltas).
-    shapes: Arc<checkpoint::Shapes>,
+    shapes: Arc<checkpoint::CheckpointWriter>,
 }
 
 impl std::fmt::Debug for RedisStore {

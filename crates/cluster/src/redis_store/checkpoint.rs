@@ -136,15 +136,52 @@ struct Written {
     used: Instant,
 }
 
-/// The shapes of the checkpoints this process wrote last, by debate (shared by clones).
+/// The shapes of the checkpoints this process wrote last, by debate (shared by clones of
+/// the store): the CPU side of a checkpoint write, without I/O.
 #[derive(Default)]
-pub(super) struct Shapes {
+pub struct CheckpointWriter {
     shaper: Shaper,
     last: Mutex<HashMap<String, Written>>,
     writes: std::sync::atomic::AtomicU64,
 }
 
-impl Shapes {
+/// A checkpoint write made ready (see [`CheckpointWriter::prepare`]): what the store's
+/// compare-and-set script is given, and what the writer remembers once it went in.
+pub struct PreparedCheckpoint {
+    /// The version it writes.
+    pub next: u64,
+    pub write: CheckpointWrite,
+    /// What the writer keeps once the write is in (`None`: a settled debate's).
+    keep: Option<Written>,
+}
+
+/// The record a checkpoint write stores.
+pub enum CheckpointWrite {
+    /// A delta appended after the record whose link is `expected_nonce`.
+    Delta {
+        expected_nonce: String,
+        nonce: String,
+        record: Vec<u8>,
+    },
+    /// The whole state.
+    Snapshot { json: String, nonce: String },
+}
+
+impl PreparedCheckpoint {
+    /// The bytes the write stores (the delta's record or the snapshot's JSON).
+    pub fn stored_bytes(&self) -> usize {
+        match &self.write {
+            CheckpointWrite::Delta { record, .. } => record.len(),
+            CheckpointWrite::Snapshot { json, .. } => json.len(),
+        }
+    }
+}
+
+impl CheckpointWriter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     fn take(&self, id: &str) -> Option<Written> {
         self.last.lock().ok()?.remove(id)
     }
@@ -174,6 +211,103 @@ impl Shapes {
                     .sum(),
             )
         })
+    }
+
+    /// The write of `state` as version `expected + 1`: a delta against `expected` when
+    /// this writer wrote it, else a snapshot (see the module docs). The writer forgets
+    /// the debate's last write until [`CheckpointWriter::written`] says this one went in.
+    pub fn prepare(
+        &self,
+        state: &DebateState,
+        expected: u64,
+    ) -> serde_json::Result<PreparedCheckpoint> {
+        let next = expected + 1;
+        let prev = self
+            .take(&state.id)
+            .filter(|w| w.version == expected && expected > 0);
+        let Some(prev) = prev else {
+            return self.snapshot(state, expected, None);
+        };
+        let value = serde_json::to_value(state)?;
+        let (delta, shape, size) = self.shaper.diff(&prev.shape, &value);
+        let stored = pack(&delta.json, &prev.dict);
+        let log = prev.log_bytes + LINK_LEN + 1 + stored.len();
+        let log_json = prev.log_json + delta.json.len();
+        // A finished debate keeps its deltas when they are small next to its state
+        // (see the module docs).
+        let fits = log_json <= LOG_FACTOR * size
+            && (!terminal(state.status) || log <= FINAL_FACTOR * size);
+        if !(prev.deltas < MAX_DELTAS && fits && delta.json.len() < size) {
+            // Time for a snapshot (see the module docs).
+            return self.snapshot(state, expected, Some(shape));
+        }
+        let mut record = Vec::with_capacity(LINK_LEN + 1 + stored.len());
+        record.extend_from_slice(prev.nonce.as_bytes());
+        record.push(b' ');
+        record.extend_from_slice(&stored);
+        let nonce = link(&record);
+        let keep = (!settled(state.status)).then(|| Written {
+            version: next,
+            nonce: nonce.clone(),
+            shape,
+            log_bytes: log,
+            log_json,
+            deltas: prev.deltas + 1,
+            dict: dict_of(delta.json.as_bytes()).to_vec(),
+            used: Instant::now(),
+        });
+        Ok(PreparedCheckpoint {
+            next,
+            write: CheckpointWrite::Delta {
+                expected_nonce: prev.nonce,
+                nonce,
+                record,
+            },
+            keep,
+        })
+    }
+
+    /// The write of `state` whole as version `expected + 1` (`known`: its shape, if made).
+    fn snapshot(
+        &self,
+        state: &DebateState,
+        expected: u64,
+        known: Option<Shape>,
+    ) -> serde_json::Result<PreparedCheckpoint> {
+        let next = expected + 1;
+        let json = serde_json::to_string(state)?;
+        let nonce = link(json.as_bytes());
+        let keep = if settled(state.status) {
+            None
+        } else {
+            let shape = match known {
+                Some(shape) => shape,
+                None => self.shaper.shape(&serde_json::to_value(state)?).0,
+            };
+            Some(Written {
+                version: next,
+                nonce: nonce.clone(),
+                shape,
+                log_bytes: 0,
+                log_json: 0,
+                deltas: 0,
+                dict: Vec::new(),
+                used: Instant::now(),
+            })
+        };
+        Ok(PreparedCheckpoint {
+            next,
+            write: CheckpointWrite::Snapshot { json, nonce },
+            keep,
+        })
+    }
+
+    /// `prepared` went in (the script said so): the writer remembers it (unless the
+    /// debate is settled), and the debate's next write can be a delta against it.
+    pub fn written(&self, id: &str, prepared: PreparedCheckpoint) {
+        if let Some(w) = prepared.keep {
+            self.put(id, w);
+        }
     }
 }
 
@@ -315,114 +449,54 @@ impl RedisStore {
     /// snapshot (see the module docs). Returns the new version, or `None` when someone
     /// else wrote.
     pub async fn save_state(&self, state: &DebateState, expected: u64) -> Result<Option<u64>> {
-        let next = expected + 1;
         let id = state.id.as_str();
-        let prev = self
-            .shapes
-            .take(id)
-            .filter(|w| w.version == expected && expected > 0);
-        if let Some(prev) = prev {
-            let value = serde_json::to_value(state)?;
-            let (delta, shape, size) = self.shapes.shaper.diff(&prev.shape, &value);
-            let stored = pack(&delta.json, &prev.dict);
-            let log = prev.log_bytes + LINK_LEN + 1 + stored.len();
-            let log_json = prev.log_json + delta.json.len();
-            // A finished debate keeps its deltas when they are small next to its state
-            // (see the module docs).
-            let fits = log_json <= LOG_FACTOR * size
-                && (!terminal(state.status) || log <= FINAL_FACTOR * size);
-            if prev.deltas < MAX_DELTAS && fits && delta.json.len() < size {
-                let mut record = Vec::with_capacity(LINK_LEN + 1 + stored.len());
-                record.extend_from_slice(prev.nonce.as_bytes());
-                record.push(b' ');
-                record.extend_from_slice(&stored);
-                let nonce = link(&record);
-                let r: i64 = SAVE_DELTA
-                    .get_or_init(|| Script::new(SAVE_DELTA_SCRIPT))
-                    .key(key(id, "state"))
-                    .arg(expected)
-                    .arg(next)
-                    .arg(&prev.nonce)
-                    .arg(&nonce)
-                    .arg(&record)
-                    .invoke_async(&mut self.conn())
-                    .await?;
-                match r {
-                    1 => {
-                        if !settled(state.status) {
-                            self.shapes.put(
-                                id,
-                                Written {
-                                    version: next,
-                                    nonce,
-                                    shape,
-                                    log_bytes: log,
-                                    log_json,
-                                    deltas: prev.deltas + 1,
-                                    dict: dict_of(delta.json.as_bytes()).to_vec(),
-                                    used: Instant::now(),
-                                },
-                            );
-                        }
-                        self.replicate("checkpoint", id).await?;
-                        return Ok(Some(next));
-                    }
-                    0 => return Ok(None),
-                    _ => {}
-                }
-            }
-            // Time for a snapshot (see the module docs), or another write's link.
-            return self.save_snapshot(state, expected, Some(shape)).await;
-        }
-        self.save_snapshot(state, expected, None).await
-    }
-
-    /// Writes `state` whole as version `expected + 1` (compare-and-set); remembers its
-    /// shape unless the debate is settled.
-    async fn save_snapshot(
-        &self,
-        state: &DebateState,
-        expected: u64,
-        known: Option<Shape>,
-    ) -> Result<Option<u64>> {
-        let next = expected + 1;
-        let id = state.id.as_str();
-        let json = serde_json::to_string(state)?;
-        let nonce = link(json.as_bytes());
-        let ok: i64 = SAVE_FULL
-            .get_or_init(|| Script::new(SAVE_FULL_SCRIPT))
-            .key(key(id, "state"))
-            .arg(expected)
-            .arg(next)
-            .arg(&nonce)
-            .arg(&json)
-            .arg(CHECKPOINT_FORMAT)
-            .invoke_async(&mut self.conn())
-            .await?;
-        if ok != 1 {
-            return Ok(None);
-        }
-        if !settled(state.status) {
-            let shape = match known {
-                Some(shape) => shape,
-                None => self.shapes.shaper.shape(&serde_json::to_value(state)?).0,
-            };
-            self.shapes.put(
-                id,
-                Written {
-                    version: next,
+        let mut prepared = self.shapes.prepare(state, expected)?;
+        loop {
+            let r: i64 = match &prepared.write {
+                CheckpointWrite::Delta {
+                    expected_nonce,
                     nonce,
-                    shape,
-                    log_bytes: 0,
-                    log_json: 0,
-                    deltas: 0,
-                    dict: Vec::new(),
-                    used: Instant::now(),
-                },
-            );
+                    record,
+                } => {
+                    SAVE_DELTA
+                        .get_or_init(|| Script::new(SAVE_DELTA_SCRIPT))
+                        .key(key(id, "state"))
+                        .arg(expected)
+                        .arg(prepared.next)
+                        .arg(expected_nonce)
+                        .arg(nonce)
+                        .arg(record)
+                        .invoke_async(&mut self.conn())
+                        .await?
+                }
+                CheckpointWrite::Snapshot { json, nonce } => {
+                    SAVE_FULL
+                        .get_or_init(|| Script::new(SAVE_FULL_SCRIPT))
+                        .key(key(id, "state"))
+                        .arg(expected)
+                        .arg(prepared.next)
+                        .arg(nonce)
+                        .arg(json)
+                        .arg(CHECKPOINT_FORMAT)
+                        .invoke_async(&mut self.conn())
+                        .await?
+                }
+            };
+            match r {
+                1 => {
+                    let next = prepared.next;
+                    self.shapes.written(id, prepared);
+                    self.replicate("checkpoint", id).await?;
+                    return Ok(Some(next));
+                }
+                // The delta's version was current, but not written by the write this
+                // delta was made against: a snapshot instead.
+                2 if matches!(prepared.write, CheckpointWrite::Delta { .. }) => {
+                    prepared = self.shapes.snapshot(state, expected, prepared.keep.map(|w| w.shape))?;
+                }
+                _ => return Ok(None),
+            }
         }
-        self.replicate("checkpoint", id).await?;
-        Ok(Some(next))
     }
 
     /// How many checkpoint shapes this store keeps, and their approximate bytes.
