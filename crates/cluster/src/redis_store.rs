@@ -288,10 +288,18 @@ impl RedisStore {
         task_id: &str,
         attempt: u32,
     ) -> Result<Option<TaskResult>> {
-        if let Some(r) = self.field(debate_id, task_id).await? {
-            return Ok(Some(r));
+        // Both fields in one round trip.
+        let failed = format!("{task_id}#{attempt}");
+        let (ok, err): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(key(debate_id, "results"))
+            .arg(task_id)
+            .arg(&failed)
+            .query_async(&mut self.conn())
+            .await?;
+        match ok {
+            Some(raw) => decode(Some(raw), || format!("result {task_id}")),
+            None => decode(err, || format!("result {failed}")),
         }
-        self.field(debate_id, &format!("{task_id}#{attempt}")).await
     }
 
     async fn field(&self, debate_id: &str, field: &str) -> Result<Option<TaskResult>> {

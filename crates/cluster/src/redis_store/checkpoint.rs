@@ -95,8 +95,10 @@ const SWEEP_EVERY: u64 = 1024;
 static SAVE_FULL: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
 static SAVE_DELTA: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
 
-/// KEYS: state. ARGV: expected version, next version, nonce, state JSON, format. 1: written;
-/// 0: the version was not `expected`. Drops the deltas of the previous snapshot.
+/// KEYS: state, task bodies. ARGV: expected version, next version, nonce, state JSON,
+/// format, then task body fields and values. 1: written; 0: the version was not
+/// `expected`. Drops the deltas of the previous snapshot; stores the task bodies with the
+/// checkpoint (the transition's dispatches), in the same step.
 const SAVE_FULL_SCRIPT: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'version')
 if not cur then cur = '0' end
@@ -105,12 +107,15 @@ local last = tonumber(cur) or 0
 local base = tonumber(redis.call('HGET', KEYS[1], 'base') or cur) or last
 for v = base + 1, last do redis.call('HDEL', KEYS[1], 'd:' .. v) end
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'base', ARGV[2], 'nonce', ARGV[3], 'state', ARGV[4], 'format', ARGV[5])
+for i = 6, #ARGV - 1, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 return 1
 ";
 
-/// KEYS: state. ARGV: expected version, next version, expected nonce (the link of the
-/// record the delta was made against), new nonce (the delta's link), delta field. 1: appended; 0: the version was not `expected`; 2: it was, but not written by
-/// the write this delta was made against (the caller writes a snapshot instead).
+/// KEYS: state, task bodies. ARGV: expected version, next version, expected nonce (the
+/// link of the record the delta was made against), new nonce (the delta's link), delta
+/// field, then task body fields and values. 1: appended (and the bodies stored); 0: the
+/// version was not `expected`; 2: it was, but not written by the write this delta was
+/// made against (the caller writes a snapshot instead).
 const SAVE_DELTA_SCRIPT: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'version')
 if not cur then cur = '0' end
@@ -118,6 +123,7 @@ if cur ~= ARGV[1] then return 0 end
 if not redis.call('HGET', KEYS[1], 'base') then return 2 end
 if redis.call('HGET', KEYS[1], 'nonce') ~= ARGV[3] then return 2 end
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'nonce', ARGV[4], 'd:' .. ARGV[2], ARGV[5])
+for i = 6, #ARGV - 1, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 return 1
 ";
 
@@ -228,8 +234,7 @@ impl CheckpointWriter {
         let Some(prev) = prev else {
             return self.snapshot(state, expected, None);
         };
-        let value = serde_json::to_value(state)?;
-        let (delta, shape, size) = self.shaper.diff(&prev.shape, &value);
+        let (delta, shape, size) = self.shaper.diff_of(&prev.shape, state)?;
         let stored = pack(&delta.json, &prev.dict);
         let log = prev.log_bytes + LINK_LEN + 1 + stored.len();
         let log_json = prev.log_json + delta.json.len();
@@ -282,7 +287,7 @@ impl CheckpointWriter {
         } else {
             let shape = match known {
                 Some(shape) => shape,
-                None => self.shaper.shape(&serde_json::to_value(state)?).0,
+                None => self.shaper.shape_of(state)?.0,
             };
             Some(Written {
                 version: next,
@@ -449,39 +454,55 @@ impl RedisStore {
     /// snapshot (see the module docs). Returns the new version, or `None` when someone
     /// else wrote.
     pub async fn save_state(&self, state: &DebateState, expected: u64) -> Result<Option<u64>> {
+        self.save_transition(state, expected, &[]).await
+    }
+
+    /// [`RedisStore::save_state`] with the transition's task bodies (`<task id>#<attempt>`
+    /// → the task's JSON, see `put_task_bodies`), stored by the same script only when the
+    /// checkpoint is: one round trip for the transition's writes.
+    pub async fn save_transition(
+        &self,
+        state: &DebateState,
+        expected: u64,
+        bodies: &[(String, String)],
+    ) -> Result<Option<u64>> {
         let id = state.id.as_str();
         let mut prepared = self.shapes.prepare(state, expected)?;
         loop {
-            let r: i64 = match &prepared.write {
+            let mut script = match &prepared.write {
                 CheckpointWrite::Delta {
                     expected_nonce,
                     nonce,
                     record,
                 } => {
-                    SAVE_DELTA
+                    let mut s = SAVE_DELTA
                         .get_or_init(|| Script::new(SAVE_DELTA_SCRIPT))
-                        .key(key(id, "state"))
+                        .key(key(id, "state"));
+                    s.key(key(id, "tasks"))
                         .arg(expected)
                         .arg(prepared.next)
                         .arg(expected_nonce)
                         .arg(nonce)
-                        .arg(record)
-                        .invoke_async(&mut self.conn())
-                        .await?
+                        .arg(record);
+                    s
                 }
                 CheckpointWrite::Snapshot { json, nonce } => {
-                    SAVE_FULL
+                    let mut s = SAVE_FULL
                         .get_or_init(|| Script::new(SAVE_FULL_SCRIPT))
-                        .key(key(id, "state"))
+                        .key(key(id, "state"));
+                    s.key(key(id, "tasks"))
                         .arg(expected)
                         .arg(prepared.next)
                         .arg(nonce)
                         .arg(json)
-                        .arg(CHECKPOINT_FORMAT)
-                        .invoke_async(&mut self.conn())
-                        .await?
+                        .arg(CHECKPOINT_FORMAT);
+                    s
                 }
             };
+            for (field, json) in bodies {
+                script.arg(field).arg(json);
+            }
+            let r: i64 = script.invoke_async(&mut self.conn()).await?;
             match r {
                 1 => {
                     let next = prepared.next;
