@@ -50,13 +50,13 @@
 //! [`MAX_DELTA_BYTES`]) and that the block unpacks to exactly it; JSON never starts with
 //! [`PACKED`], so a delta stored as JSON reads as itself.
 
-use std::collections::hash_map::RandomState;
 use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 mod hashed;
+mod sip;
 use hashed::{Cx, Kind, Node, NotBuilt};
 
 /// Objects and arrays whose JSON is shorter than this are summarised by their hash alone:
@@ -109,9 +109,17 @@ pub struct Delta {
 }
 
 /// Builds shapes and deltas with one process's hash keys.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Shaper {
-    keys: RandomState,
+    keys: sip::Keys,
+}
+
+impl Default for Shaper {
+    fn default() -> Self {
+        Self {
+            keys: sip::Keys::random(),
+        }
+    }
 }
 
 impl Shaper {
@@ -120,7 +128,7 @@ impl Shaper {
     }
 
     fn hash_key(&self, k: &str) -> u64 {
-        self.keys.hash_one(k)
+        self.keys.str(8, k)
     }
 
     /// The shape a writer keeps of `v`, and the approximate length of its JSON.

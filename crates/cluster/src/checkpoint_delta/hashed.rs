@@ -10,12 +10,12 @@
 //! writer hashes the same type every time).
 
 use std::borrow::Cow;
-use std::hash::{BuildHasher, Hash, Hasher};
 
 use serde::ser::{self, Serialize};
 use serde_json::{Map, Number, Value};
 
-use super::{Shape, Shaper, KEPT_TREES, LEAF_BYTES};
+use super::sip::Sip;
+use super::{Shape, Shaper, LEAF_BYTES};
 
 /// A serialized value: its hash, the approximate length of its JSON, and its content where
 /// it was built.
@@ -96,10 +96,10 @@ impl<'s> Cx<'s> {
         h
     }
 
-    fn scalar(&self, tag: u8, f: impl FnOnce(&mut std::hash::DefaultHasher)) -> u64 {
-        let mut h = self.shaper.keys.build_hasher();
-        tag.hash(&mut h);
-        f(&mut h);
+    /// The hash of a scalar given as a tag and one word.
+    fn scalar(&self, tag: u64, w: u64) -> u64 {
+        let mut h = self.shaper.keys.hasher(tag);
+        h.word(w);
         h.finish()
     }
 }
@@ -155,9 +155,8 @@ pub(super) fn node<T: Serialize + ?Sized>(
     v.serialize(Ser { cx, old, opaque })
 }
 
-impl Ser<'_, '_, '_> {
-    fn scalar(self, tag: u8, size: usize, f: impl FnOnce(&mut std::hash::DefaultHasher), v: impl FnOnce() -> Value) -> Node {
-        let hash = self.cx.scalar(tag, f);
+impl<'c, 's, 'o> Ser<'c, 's, 'o> {
+    fn leaf(self, hash: u64, size: usize, v: impl FnOnce() -> Value) -> Node {
         Node {
             hash,
             size,
@@ -170,34 +169,42 @@ impl Ser<'_, '_, '_> {
     }
 
     fn null(self) -> Node {
-        self.scalar(0, 4, |_| {}, || Value::Null)
+        let h = self.cx.scalar(0, 0);
+        self.leaf(h, 4, || Value::Null)
     }
 
     fn u64(self, n: u64) -> Node {
-        self.scalar(2, 8, |h| n.hash(h), || Value::Number(n.into()))
+        let h = self.cx.scalar(2, n);
+        self.leaf(h, 8, || Value::Number(n.into()))
     }
 
     fn i64(self, n: i64) -> Node {
         match u64::try_from(n) {
             Ok(u) => self.u64(u),
-            Err(_) => self.scalar(6, 8, |h| n.hash(h), || Value::Number(n.into())),
+            Err(_) => {
+                let h = self.cx.scalar(6, n as u64);
+                self.leaf(h, 8, || Value::Number(n.into()))
+            }
         }
     }
 
     fn f64(self, f: f64) -> Node {
         match Number::from_f64(f) {
-            Some(n) => self.scalar(7, 8, |h| f.to_bits().hash(h), || Value::Number(n)),
+            Some(n) => {
+                let h = self.cx.scalar(7, f.to_bits());
+                self.leaf(h, 8, || Value::Number(n))
+            }
             None => self.null(),
         }
     }
 
     fn str(self, s: &str) -> Node {
-        self.scalar(3, s.len() + 2, |h| s.hash(h), || Value::String(s.to_string()))
+        let h = self.cx.shaper.keys.str(3, s);
+        self.leaf(h, s.len() + 2, || Value::String(s.to_string()))
     }
 
-    fn compound(self, kind: u8, len: Option<usize>) -> Compound<'_, '_, '_> {
-        let mut hasher = self.cx.shaper.keys.build_hasher();
-        kind.hash(&mut hasher);
+    fn compound(self, kind: u64, len: Option<usize>) -> Compound<'c, 's, 'o> {
+        let hasher = self.cx.shaper.keys.hasher(kind);
         let (fields, elems) = match (self.opaque, kind) {
             (true, _) => (Vec::new(), Vec::new()),
             (false, OBJ) => (Vec::with_capacity(len.unwrap_or(0)), Vec::new()),
@@ -209,7 +216,6 @@ impl Ser<'_, '_, '_> {
             opaque: self.opaque,
             hasher,
             kind,
-            len,
             count: 0,
             size: 2,
             fields,
@@ -220,19 +226,16 @@ impl Ser<'_, '_, '_> {
     }
 }
 
-const ARR: u8 = 4;
-const OBJ: u8 = 5;
+const ARR: u64 = 4;
+const OBJ: u64 = 5;
 
 /// An array or object being serialized.
 pub(super) struct Compound<'c, 's, 'o> {
     cx: &'c mut Cx<'s>,
     old: Option<&'o Shape>,
     opaque: bool,
-    hasher: std::hash::DefaultHasher,
-    kind: u8,
-    /// The number of elements, when known before (an array's elements before its last
-    /// [`KEPT_TREES`] are kept as hashes).
-    len: Option<usize>,
+    hasher: Sip,
+    kind: u64,
     count: usize,
     size: usize,
     fields: Vec<(Cow<'static, str>, u64, Node)>,
@@ -243,15 +246,15 @@ pub(super) struct Compound<'c, 's, 'o> {
     variant: Option<&'static str>,
 }
 
-impl Compound<'_, '_, '_> {
-    fn old_elem(&self, i: usize) -> Option<&Shape> {
+impl<'o> Compound<'_, '_, 'o> {
+    fn old_elem(&self, i: usize) -> Option<&'o Shape> {
         match self.old {
             Some(Shape::Arr(_, e)) => e.get(i),
             _ => None,
         }
     }
 
-    fn old_field(&self, kh: u64) -> Option<&Shape> {
+    fn old_field(&self, kh: u64) -> Option<&'o Shape> {
         match self.old {
             Some(Shape::Obj(_, f, _)) => f
                 .binary_search_by_key(&kh, |(h, _)| *h)
@@ -266,12 +269,8 @@ impl Compound<'_, '_, '_> {
         let old = self.old_elem(i);
         // An element the next shape keeps as a hash alone is hashed alone unless it
         // changed: built only if the last shape had it as a tree.
-        let old = match (old, self.len) {
-            (None, Some(n)) if i + KEPT_TREES < n && !self.opaque => None,
-            (o, _) => o,
-        };
         let n = node(self.cx, v, old, self.opaque)?;
-        n.hash.hash(&mut self.hasher);
+        self.hasher.word(n.hash);
         self.size += n.size + 1;
         self.count += 1;
         if !self.opaque {
@@ -288,8 +287,8 @@ impl Compound<'_, '_, '_> {
     ) -> Result<(), Error> {
         let old = self.old_field(kh);
         let n = node(self.cx, v, old, self.opaque)?;
-        kh.hash(&mut self.hasher);
-        n.hash.hash(&mut self.hasher);
+        self.hasher.word(kh);
+        self.hasher.word(n.hash);
         self.size += k.len() + 4 + n.size;
         self.count += 1;
         if !self.opaque {
@@ -299,7 +298,7 @@ impl Compound<'_, '_, '_> {
     }
 
     fn end(mut self) -> Result<Node, Error> {
-        self.count.hash(&mut self.hasher);
+        self.hasher.word(self.count as u64);
         let hash = self.hasher.finish();
         let kind = if self.opaque {
             Kind::Opaque
@@ -323,11 +322,10 @@ impl Compound<'_, '_, '_> {
 /// `{"name": node}` (an enum variant with content).
 fn wrap(cx: &mut Cx<'_>, name: &'static str, node: Node, opaque: bool) -> Node {
     let kh = cx.static_key(name);
-    let mut h = cx.shaper.keys.build_hasher();
-    OBJ.hash(&mut h);
-    kh.hash(&mut h);
-    node.hash.hash(&mut h);
-    1usize.hash(&mut h);
+    let mut h = cx.shaper.keys.hasher(OBJ);
+    h.word(kh);
+    h.word(node.hash);
+    h.word(1);
     let size = 2 + name.len() + 4 + node.size;
     Node {
         hash: h.finish(),
@@ -352,7 +350,8 @@ impl<'c, 's, 'o> ser::Serializer for Ser<'c, 's, 'o> {
     type SerializeStructVariant = Compound<'c, 's, 'o>;
 
     fn serialize_bool(self, b: bool) -> Result<Node, Error> {
-        Ok(self.scalar(1, 5, |h| b.hash(h), || Value::Bool(b)))
+        let h = self.cx.scalar(1, u64::from(b));
+        Ok(self.leaf(h, 5, || Value::Bool(b)))
     }
     fn serialize_i8(self, v: i8) -> Result<Node, Error> {
         Ok(self.i64(v.into()))
