@@ -58,9 +58,9 @@ fn spec(agents: usize, rounds: u32) -> DebateSpec {
 
 /// About `bytes` of words that do not repeat (a simple generator seeded by the task).
 fn prose(task: &str, bytes: usize) -> String {
-    let mut x = task
-        .bytes()
-        .fold(0x9e37_79b9_7f4a_7c15u64, |h, b| h.wrapping_mul(31) ^ u64::from(b));
+    let mut x = task.bytes().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| {
+        h.wrapping_mul(31) ^ u64::from(b)
+    });
     let mut out = String::with_capacity(bytes + 12);
     while out.len() < bytes {
         x ^= x << 13;
@@ -213,7 +213,10 @@ fn run(case: &Case, transitions: usize, repeat: usize) {
     transition(&mut a, &writer, None);
     // Up to the target size, unmeasured.
     while state_bytes(&a) < case.target_bytes {
-        let task = a.queue.pop_front().expect("the debate ended before its target size");
+        let task = a
+            .queue
+            .pop_front()
+            .expect("the debate ended before its target size");
         let json = stored_result(&task, case.reply_bytes);
         transition(&mut a, &writer, Some(&json));
     }
@@ -225,7 +228,11 @@ fn run(case: &Case, transitions: usize, repeat: usize) {
         let mut b = a.clone();
         let writer = CheckpointWriter::new();
         let warm = b.queue.pop_front().expect("a task to answer");
-        transition(&mut b, &writer, Some(&stored_result(&warm, case.reply_bytes)));
+        transition(
+            &mut b,
+            &writer,
+            Some(&stored_result(&warm, case.reply_bytes)),
+        );
         (sizes, stored, messages, measured) = (0, 0, 0, 0);
         let mut spent = Duration::ZERO;
         for _ in 0..transitions {
@@ -255,7 +262,10 @@ fn run(case: &Case, transitions: usize, repeat: usize) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let callgrind = std::env::var_os("CALLGRIND").is_some();
     let env = |k: &str, d: usize| {
         std::env::var(k)

@@ -4,8 +4,11 @@
 //! A writer keeps a [`Shape`] of the state it last wrote: the hash of every part of the
 //! JSON, with the structure below it only where it can still change in place cheaply (the
 //! fields of an object, the last elements of an array; earlier array elements and small
-//! values are kept as a hash alone). [`Shaper::diff`] compares the next state with it and
-//! writes the edits ([`Delta`]); [`apply`] replays them on the JSON of the earlier state.
+//! values are kept as a hash alone). [`Shaper::diff_of`] serializes the next state through
+//! a serializer that hashes as it goes, guided by that shape (`hashed`): a part the shape
+//! kept as a hash alone is hashed without building its JSON, and built only when its hash
+//! changed; the edits ([`Delta`]) are written from what was built. [`apply`] replays them
+//! on the JSON of the earlier state.
 //! The big parts of a debate's state are arrays that only grow (rounds, contributions), so
 //! a transition's delta is mostly the contribution it added.
 //!
@@ -38,8 +41,8 @@
 //! with a [`DeltaError`] instead of producing a state that was never written. An empty
 //! object is "no change".
 //!
-//! The hashes are keyed per process ([`Shaper::new`]): they never leave it, and content a
-//! user controls cannot be chosen to collide.
+//! The hashes are SipHash-1-3 over words (`sip`), keyed per process ([`Shaper::new`]):
+//! they never leave it, and content a user controls cannot be chosen to collide.
 //!
 //! # Stored form
 //! [`pack`] stores a delta as its JSON or, when shorter, as the byte [`PACKED`], the JSON's
@@ -203,7 +206,9 @@ impl Shaper {
                     .enumerate()
                     .map(|(i, (_, kh, c))| {
                         let o = old_fields.and_then(|(of, _)| {
-                            of.binary_search_by_key(kh, |(h, _)| *h).ok().map(|j| &of[j].1)
+                            of.binary_search_by_key(kh, |(h, _)| *h)
+                                .ok()
+                                .map(|j| &of[j].1)
                         });
                         (*kh, self.tree(c, o, prune), i)
                     })
@@ -223,7 +228,11 @@ impl Shaper {
                         Arc::from(names)
                     }),
                 };
-                Shape::Obj(n.hash, f.into_iter().map(|(k, s, _)| (k, s)).collect(), names)
+                Shape::Obj(
+                    n.hash,
+                    f.into_iter().map(|(k, s, _)| (k, s)).collect(),
+                    names,
+                )
             }
             Kind::Arr(elems) => {
                 let len = elems.len();
@@ -298,8 +307,10 @@ impl Shaper {
                         op("-", [Value::Array(gone), Value::Object(edits)])
                     }
                     _ => {
-                        let keys: Vec<Value> =
-                            nf.iter().map(|(k, _, _)| Value::String(k.to_string())).collect();
+                        let keys: Vec<Value> = nf
+                            .iter()
+                            .map(|(k, _, _)| Value::String(k.to_string()))
+                            .collect();
                         op("k", [Value::Array(keys), Value::Object(edits)])
                     }
                 }))
@@ -342,8 +353,8 @@ impl Shaper {
                 };
                 // Elements kept as a hash alone were rewritten whole in place: as a splice,
                 // each is an edit of the one before it, which may be shorter.
-                let rewritten = (p..p + om.min(nm))
-                    .any(|i| matches!(oe[i], Shape::Leaf(_)) && ne[i].is_tree());
+                let rewritten =
+                    (p..p + om.min(nm)).any(|i| matches!(oe[i], Shape::Leaf(_)) && ne[i].is_tree());
                 if rewritten {
                     let items = self.items(ne, p, p + nm, &trees(oe, p, om))?;
                     let splice = op("x", [ol.into(), p.into(), om.into(), items]);

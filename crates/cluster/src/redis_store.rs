@@ -31,8 +31,9 @@
 //!
 //! Kept finite by [`lifecycle`]:
 //! - `parley:{<id>}:tasks`: a hash of task bodies, `<task id>#<attempt>` → the [`Task`]
-//!   JSON the coordinator stores before it publishes the (small) task message; dropped
-//!   when that attempt is answered.
+//!   JSON the coordinator stores with the transition's checkpoint (in its script, see
+//!   [`RedisStore::save_transition`]) before it publishes the (small) task message;
+//!   dropped when that attempt is answered.
 //! - `parley:{<id>}:record`: the debate's decision record (JSON, `parley_record`), written
 //!   by the coordinator when the debate settles (signed with its key when it has one).
 //! - `parley:{<id>}:cancel`: set once a user cancelled the debate; workers skip its tasks.
@@ -60,8 +61,8 @@ pub mod followers;
 mod leases;
 pub mod lifecycle;
 pub use checkpoint::{
-    CheckpointWrite, CheckpointWriter, PreparedCheckpoint, CHECKPOINT_FORMAT, FINAL_FACTOR, LOG_FACTOR,
-    MAX_DELTAS, SHAPE_IDLE,
+    CheckpointWrite, CheckpointWriter, PreparedCheckpoint, CHECKPOINT_FORMAT, FINAL_FACTOR,
+    LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE,
 };
 pub use leases::{LeaseCheck, LEASES};
 pub use lifecycle::{Stored, TaskLookup, DEAD_LETTERS_KEPT, DEBATE_KEYS};

@@ -409,10 +409,19 @@ impl<'c, 's, 'o> ser::Serializer for Ser<'c, 's, 'o> {
     fn serialize_unit_struct(self, _: &'static str) -> Result<Node, Error> {
         Ok(self.null())
     }
-    fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Result<Node, Error> {
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+    ) -> Result<Node, Error> {
         Ok(self.str(variant))
     }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, v: &T) -> Result<Node, Error> {
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<Node, Error> {
         v.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -436,7 +445,11 @@ impl<'c, 's, 'o> ser::Serializer for Ser<'c, 's, 'o> {
     fn serialize_tuple(self, len: usize) -> Result<Compound<'c, 's, 'o>, Error> {
         Ok(self.compound(ARR, Some(len)))
     }
-    fn serialize_tuple_struct(self, _: &'static str, len: usize) -> Result<Compound<'c, 's, 'o>, Error> {
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> Result<Compound<'c, 's, 'o>, Error> {
         Ok(self.compound(ARR, Some(len)))
     }
     fn serialize_tuple_variant(
@@ -544,7 +557,11 @@ impl ser::SerializeMap for Compound<'_, '_, '_> {
 impl ser::SerializeStruct for Compound<'_, '_, '_> {
     type Ok = Node;
     type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, k: &'static str, v: &T) -> Result<(), Error> {
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        k: &'static str,
+        v: &T,
+    ) -> Result<(), Error> {
         let kh = self.cx.static_key(k);
         self.field(Cow::Borrowed(k), kh, v)
     }
@@ -556,7 +573,11 @@ impl ser::SerializeStruct for Compound<'_, '_, '_> {
 impl ser::SerializeStructVariant for Compound<'_, '_, '_> {
     type Ok = Node;
     type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, k: &'static str, v: &T) -> Result<(), Error> {
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        k: &'static str,
+        v: &T,
+    ) -> Result<(), Error> {
         let kh = self.cx.static_key(k);
         self.field(Cow::Borrowed(k), kh, v)
     }
@@ -637,10 +658,19 @@ impl ser::Serializer for KeySer {
     fn serialize_unit_struct(self, _: &'static str) -> Result<String, Error> {
         Err(key_error())
     }
-    fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Result<String, Error> {
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+    ) -> Result<String, Error> {
         Ok(variant.to_string())
     }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, v: &T) -> Result<String, Error> {
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<String, Error> {
         v.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -658,7 +688,11 @@ impl ser::Serializer for KeySer {
     fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Error> {
         Err(key_error())
     }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeTupleStruct, Error> {
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, Error> {
         Err(key_error())
     }
     fn serialize_tuple_variant(

@@ -513,7 +513,9 @@ impl RedisStore {
                 // The delta's version was current, but not written by the write this
                 // delta was made against: a snapshot instead.
                 2 if matches!(prepared.write, CheckpointWrite::Delta { .. }) => {
-                    prepared = self.shapes.snapshot(state, expected, prepared.keep.map(|w| w.shape))?;
+                    prepared =
+                        self.shapes
+                            .snapshot(state, expected, prepared.keep.map(|w| w.shape))?;
                 }
                 _ => return Ok(None),
             }
