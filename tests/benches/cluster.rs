@@ -1218,7 +1218,8 @@ struct RedisWrites {
     checkpoints: (usize, usize),
     /// The snapshots among them: count, bytes.
     snapshots: (usize, usize),
-    /// Task bodies (`HSET` of the tasks hash): count, body bytes.
+    /// Task bodies (in the checkpoint script, or an `HSET` of the tasks hash): count, body
+    /// bytes.
     bodies: (usize, usize),
     /// Results (the result script): count, result bytes.
     results: (usize, usize),
@@ -1242,20 +1243,28 @@ impl RedisWrites {
                 if !key(3).ends_with(":state") {
                     return;
                 }
-                match (numkeys, argv.len()) {
-                    // A snapshot: expected, next, link, state JSON.
-                    (1, 4) => {
+                match numkeys {
+                    // A checkpoint (KEYS: state, task bodies): a snapshot (expected, next,
+                    // link, state JSON, format) or a delta (expected, next, expected
+                    // link, link, delta), then the transition's task bodies (field, JSON).
+                    1 | 2 if argv.len() >= 5 => {
+                        let bytes = if argv[3].1.starts_with('{') {
+                            self.snapshots.0 += 1;
+                            self.snapshots.1 += argv[3].0;
+                            argv[3].0
+                        } else {
+                            argv[4].0
+                        };
                         self.checkpoints.0 += 1;
-                        self.checkpoints.1 += argv[3].0;
-                        self.snapshots.0 += 1;
-                        self.snapshots.1 += argv[3].0;
+                        self.checkpoints.1 += bytes;
+                        for pair in argv[5..].chunks(2) {
+                            if let [_, (n, _)] = pair {
+                                self.bodies.0 += 1;
+                                self.bodies.1 += n;
+                            }
+                        }
                     }
-                    // A delta: expected, next, expected link, link, delta.
-                    (1, 5) => {
-                        self.checkpoints.0 += 1;
-                        self.checkpoints.1 += argv[4].0;
-                    }
-                    (3, 5) => {
+                    3 if argv.len() >= 2 => {
                         self.results.0 += 1;
                         self.results.1 += argv[1].0;
                     }

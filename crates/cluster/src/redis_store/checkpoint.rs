@@ -33,7 +33,10 @@
 //! itself (it keeps a [`Shape`] of it, a few hashes, not the state, and the end of the
 //! last delta to pack the next against); otherwise, and by the rule below, it writes a
 //! snapshot, which drops the deltas. Both are one Lua script that checks the version first
-//! (compare-and-set, as before), the delta script the nonce too.
+//! (compare-and-set, as before), the delta script the nonce too, and that stores the
+//! transition's task bodies once the checkpoint is in ([`RedisStore::save_transition`]).
+//! The CPU side (the delta against the last shape, packing, links) is
+//! [`CheckpointWriter::prepare`], without I/O.
 //!
 //! A snapshot is written
 //! - when the writer has no shape of the expected version (the debate's first write, the
