@@ -12,7 +12,11 @@
 //! - `RUNS` (makespan, default 5): debates measured, one at a time.
 //! - `DURATION` (ratelimit, default 60): seconds of the measured window.
 //! - `SCALE_DEBATES` (scaleout, default 100): debates submitted at once per coordinator
-//!   count; `RAW_OPS` (default 2000): raw operations of each kind.
+//!   count; `RAW_OPS` (default 2000): raw operations of each kind; `SCALE_COORDINATORS`
+//!   (default `1,2,4`): the coordinator counts run; `SCALE_COORDINATOR_BIN` (default the
+//!   workspace's): the coordinator binary, e.g. an older build's; `TRANSITION_BENCH_BIN`:
+//!   the `transition` bench of `parley-cluster` run under callgrind at the end (default the
+//!   newest one built in this profile).
 //! - `LIVE_DEBATES` (memory, default 100000): debates submitted and left live;
 //!   `MEMORY_COORDINATORS` (default 4); `MEMORY_PROMPTS` (default 1; 0: no prompt texts in
 //!   the specs); `STATUS_SAMPLE` (default 200) status requests; `SUBMIT_CONCURRENCY`
@@ -52,7 +56,11 @@
 //!   the same clients on fresh servers: a JetStream publish + pull + ack of a task-sized
 //!   message, and one task's Redis commands (claim, result, claim release, result read,
 //!   checkpoint) — CPU per op of this process (the client) and of each server; the
-//!   components' CPU per task is then printed as a multiple of those.
+//!   components' CPU per task is then printed as a multiple of those. Last, the
+//!   instructions per coordinator transition (machine, checkpoint delta, messages' JSON;
+//!   no I/O) on a 10 KB and a 400 KB state, from callgrind (`valgrind`) running the
+//!   `transition` bench of `parley-cluster` (build it first: `cargo bench -p
+//!   parley-cluster --bench transition --no-run`).
 //! - `memory`: `MEMORY_COORDINATORS` coordinators (default lease TTL, as in production),
 //!   no workers, so every debate stays live (`running`, its round-1 tasks queued in
 //!   JetStream). `LIVE_DEBATES` 3-agent debates submitted through `parley.debates.submit`
@@ -788,7 +796,12 @@ async fn scaleout_run(n: usize, debates: usize, ticks: f64) -> ScaleRun {
     let c = Cluster::start().await;
     let conc = "16";
     let flags = ["--concurrency", conc, "--ack-wait-secs", "30"];
-    let coordinators: Vec<ChildProcess> = (0..n).map(|_| c.coordinator()).collect();
+    let coordinators: Vec<ChildProcess> = (0..n)
+        .map(|_| match std::env::var_os("SCALE_COORDINATOR_BIN") {
+            Some(bin) => c.coordinator_from(std::path::Path::new(&bin), &[]),
+            None => c.coordinator(),
+        })
+        .collect();
     let agents: Vec<ChildProcess> = (0..2)
         .map(|_| c.worker_with("agent", &flags, &[]))
         .collect();
@@ -961,11 +974,12 @@ struct TaskSizes {
 }
 
 /// `ops` times the Redis commands one task causes, with the same keys, commands and
-/// script logic as the store: the coordinator's body write (`HSET`), the worker's lookup
-/// (pipeline of 3 `HGET` + 2 `EXISTS`), claim (`SET NX PX`), result write (script:
-/// `EXISTS`, `HSETNX`, `HDEL` of the body, `PTTL`) and claim release (script), the
-/// coordinator's result read (`HMGET`) and checkpoint (version-checked script). 16 tasks in
-/// flight on one multiplexed connection, 22 tasks per debate.
+/// script logic as the store: the worker's lookup (pipeline of 3 `HGET` + 2 `EXISTS`),
+/// claim (`SET NX PX`), result write (script: `EXISTS`, `HSETNX`, `HDEL` of the body,
+/// `PTTL`) and claim release (script), the coordinator's result read (`HMGET` of the
+/// success and the attempt's failure) and checkpoint (version-checked script, which stores
+/// the next task's body too, as the store's does). 16 tasks in flight on one multiplexed
+/// connection, 22 tasks per debate.
 async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> RawCost {
     use futures::StreamExt;
     let conn = redis_connection(&c.redis.url()).await;
@@ -979,13 +993,15 @@ async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> Ra
     let release = redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
     );
-    // The store's delta checkpoint (version and link checked, one field appended).
+    // The store's delta checkpoint (version and link checked, one field appended), with
+    // the transition's task body.
     let cas = redis::Script::new(
         "local cur = redis.call('HGET', KEYS[1], 'version') if not cur then cur = '0' end \
          if cur ~= ARGV[1] then return 0 end \
          if not redis.call('HGET', KEYS[1], 'base') then return 2 end \
          if redis.call('HGET', KEYS[1], 'nonce') ~= ARGV[3] then return 2 end \
          redis.call('HSET', KEYS[1], 'version', ARGV[2], 'nonce', ARGV[4], 'd:' .. ARGV[2], ARGV[5]) \
+         for i = 6, #ARGV - 1, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end \
          return 1",
     );
     let (body, result, state) = (
@@ -1022,16 +1038,18 @@ async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> Ra
             async move {
                 let k = |part: &str| format!("parley:{{raw-{d}}}:{part}");
                 let tasks = (d * 22..((d + 1) * 22).min(ops)).len();
+                // The first task's body goes in with the debate's first checkpoint; each
+                // later one with the checkpoint of the transition before it.
+                let _: i64 = redis::cmd("HSET")
+                    .arg(k("tasks"))
+                    .arg(format!("raw-{d}/task-0#1"))
+                    .arg(body)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("HSET body");
                 for t in 0..tasks {
                     let task = format!("raw-{d}/task-{t}");
                     let field = format!("{task}#1");
-                    let _: i64 = redis::cmd("HSET")
-                        .arg(k("tasks"))
-                        .arg(&field)
-                        .arg(body)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("HSET body");
                     let (_, _, _, exists, got): (
                         Option<String>,
                         Option<String>,
@@ -1090,16 +1108,20 @@ async fn raw_redis(c: &Cluster, ops: usize, sizes: &TaskSizes, ticks: f64) -> Ra
                     let _: Vec<Option<String>> = redis::cmd("HMGET")
                         .arg(k("results"))
                         .arg(&task)
+                        .arg(&field)
                         .query_async(&mut conn)
                         .await
                         .expect("HMGET result");
                     let saved: i64 = cas
                         .key(k("state"))
+                        .key(k("tasks"))
                         .arg(t)
                         .arg(t + 1)
                         .arg(t)
                         .arg(t + 1)
                         .arg(state)
+                        .arg(format!("raw-{d}/task-{}#1", t + 1))
+                        .arg(body)
                         .invoke_async(&mut conn)
                         .await
                         .expect("checkpoint");
@@ -1196,7 +1218,8 @@ struct RedisWrites {
     checkpoints: (usize, usize),
     /// The snapshots among them: count, bytes.
     snapshots: (usize, usize),
-    /// Task bodies (`HSET` of the tasks hash): count, body bytes.
+    /// Task bodies (in the checkpoint script, or an `HSET` of the tasks hash): count, body
+    /// bytes.
     bodies: (usize, usize),
     /// Results (the result script): count, result bytes.
     results: (usize, usize),
@@ -1220,20 +1243,28 @@ impl RedisWrites {
                 if !key(3).ends_with(":state") {
                     return;
                 }
-                match (numkeys, argv.len()) {
-                    // A snapshot: expected, next, link, state JSON.
-                    (1, 4) => {
+                match numkeys {
+                    // A checkpoint (KEYS: state, task bodies): a snapshot (expected, next,
+                    // link, state JSON, format) or a delta (expected, next, expected
+                    // link, link, delta), then the transition's task bodies (field, JSON).
+                    1 | 2 if argv.len() >= 5 => {
+                        let bytes = if argv[3].1.starts_with('{') {
+                            self.snapshots.0 += 1;
+                            self.snapshots.1 += argv[3].0;
+                            argv[3].0
+                        } else {
+                            argv[4].0
+                        };
                         self.checkpoints.0 += 1;
-                        self.checkpoints.1 += argv[3].0;
-                        self.snapshots.0 += 1;
-                        self.snapshots.1 += argv[3].0;
+                        self.checkpoints.1 += bytes;
+                        for pair in argv[5..].chunks(2) {
+                            if let [_, (n, _)] = pair {
+                                self.bodies.0 += 1;
+                                self.bodies.1 += n;
+                            }
+                        }
                     }
-                    // A delta: expected, next, expected link, link, delta.
-                    (1, 5) => {
-                        self.checkpoints.0 += 1;
-                        self.checkpoints.1 += argv[4].0;
-                    }
-                    (3, 5) => {
+                    3 if argv.len() >= 2 => {
                         self.results.0 += 1;
                         self.results.1 += argv[1].0;
                     }
@@ -1429,8 +1460,14 @@ async fn scaleout(rows: &mut Vec<Row>) {
         "== scaleout: 1, 2, 4 coordinators; 2 agent workers + 1 judge worker (concurrency 16); {debates} debates at once; zero LLM latency; load {}",
         load_average()
     );
+    let counts: Vec<usize> = std::env::var("SCALE_COORDINATORS")
+        .unwrap_or_else(|_| "1,2,4".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .filter(|n| *n > 0)
+        .collect();
     let mut runs = Vec::new();
-    for n in [1, 2, 4] {
+    for n in counts {
         let r = scaleout_run(n, debates, ticks).await;
         println!(
             "  {n} coordinator(s): {} tasks, {:.0} tasks/s, overhead p50 {:.1} / p99 {:.1} ms; CPU ms/task: {}",
@@ -1512,6 +1549,98 @@ async fn scaleout(rows: &mut Vec<Row>) {
         });
     }
     println!("  x raw: coordinator and workers (agent + judge) CPU per task over the client CPU of one raw JetStream op + one task's raw Redis commands ({raw_client_ms:.3} ms); nats-server over its CPU per raw JetStream op; redis-server over its CPU per task's raw Redis commands");
+    for (size, instructions) in transition_instructions() {
+        println!("  {size}");
+        rows.push(Row {
+            mode: "scaleout",
+            metric: "instructions per transition (callgrind)".into(),
+            value: instructions,
+            target: "-".into(),
+            ok: None,
+        });
+    }
+}
+
+/// Instructions per coordinator transition (the `transition` bench of `parley-cluster`,
+/// under callgrind: stable on a shared machine), for its small and large state: (the
+/// line it printed, the figure). Needs `valgrind` and the bench built
+/// (`cargo bench -p parley-cluster --bench transition --no-run`); `TRANSITION_BENCH_BIN`
+/// names its binary (default: the newest `transition-*` of this profile's `deps`).
+fn transition_instructions() -> Vec<(String, String)> {
+    let bin = std::env::var_os("TRANSITION_BENCH_BIN")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            let deps = std::env::current_exe().ok()?.parent()?.to_path_buf();
+            std::fs::read_dir(&deps)
+                .ok()?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("transition-") && !n.contains('.'))
+                })
+                .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        });
+    let Some(bin) = bin else {
+        println!("  instructions per transition: build `cargo bench -p parley-cluster --bench transition --no-run` (and install valgrind) to measure them here");
+        return Vec::new();
+    };
+    let transitions = 10;
+    let mut out = Vec::new();
+    for case in ["small", "large"] {
+        let run = std::process::Command::new("valgrind")
+            .args([
+                "--tool=callgrind",
+                "--toggle-collect=*measured_transition*",
+                "--callgrind-out-file=/dev/null",
+            ])
+            .arg(&bin)
+            .arg(case)
+            .env("CALLGRIND", "1")
+            .env("TRANSITIONS", transitions.to_string())
+            .output();
+        let Ok(run) = run else {
+            println!("  instructions per transition: valgrind did not start");
+            return out;
+        };
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let collected = text
+            .lines()
+            .find_map(|l| l.split("Collected :").nth(1))
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(case))
+            .unwrap_or_default();
+        let measured = line
+            .split(": ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .filter(|n| *n > 0);
+        let state = line
+            .split("on a ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or("?");
+        match (collected, measured) {
+            (Some(c), Some(m)) => out.push((
+                format!(
+                    "instructions per transition, {case} state ({state} B): {} (callgrind, {m} transitions, {})",
+                    c / m,
+                    bin.display()
+                ),
+                format!("{case} ({state} B): {}", c / m),
+            )),
+            _ => println!("  instructions per transition ({case}): no figure from {}", bin.display()),
+        }
+    }
+    out
 }
 
 // ---- memory: live debates per coordinator ----

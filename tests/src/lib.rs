@@ -235,7 +235,13 @@ impl Cluster {
 
     /// A coordinator with extra environment variables.
     pub fn coordinator_with(&self, env: &[(&str, String)]) -> ChildProcess {
-        let mut cmd = Command::new(workspace_bin("parley-coordinator"));
+        self.coordinator_from(&workspace_bin("parley-coordinator"), env)
+    }
+
+    /// A coordinator from the binary `bin` (another build's, for a bench's comparison),
+    /// with extra environment variables.
+    pub fn coordinator_from(&self, bin: &std::path::Path, env: &[(&str, String)]) -> ChildProcess {
+        let mut cmd = Command::new(bin);
         cmd.args([
             "--nats-url",
             &self.nats_url_for("coordinator"),

@@ -4,8 +4,11 @@
 //! A writer keeps a [`Shape`] of the state it last wrote: the hash of every part of the
 //! JSON, with the structure below it only where it can still change in place cheaply (the
 //! fields of an object, the last elements of an array; earlier array elements and small
-//! values are kept as a hash alone). [`Shaper::diff`] compares the next state with it and
-//! writes the edits ([`Delta`]); [`apply`] replays them on the JSON of the earlier state.
+//! values are kept as a hash alone). [`Shaper::diff_of`] serializes the next state through
+//! a serializer that hashes as it goes, guided by that shape (`hashed`): a part the shape
+//! kept as a hash alone is hashed without building its JSON, and built only when its hash
+//! changed; the edits ([`Delta`]) are written from what was built. [`apply`] replays them
+//! on the JSON of the earlier state.
 //! The big parts of a debate's state are arrays that only grow (rounds, contributions), so
 //! a transition's delta is mostly the contribution it added.
 //!
@@ -38,8 +41,8 @@
 //! with a [`DeltaError`] instead of producing a state that was never written. An empty
 //! object is "no change".
 //!
-//! The hashes are keyed per process ([`Shaper::new`]): they never leave it, and content a
-//! user controls cannot be chosen to collide.
+//! The hashes are SipHash-1-3 over words (`sip`), keyed per process ([`Shaper::new`]):
+//! they never leave it, and content a user controls cannot be chosen to collide.
 //!
 //! # Stored form
 //! [`pack`] stores a delta as its JSON or, when shorter, as the byte [`PACKED`], the JSON's
@@ -50,10 +53,14 @@
 //! [`MAX_DELTA_BYTES`]) and that the block unpacks to exactly it; JSON never starts with
 //! [`PACKED`], so a delta stored as JSON reads as itself.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
 
+use serde::Serialize;
 use serde_json::{Map, Value};
+
+mod hashed;
+mod sip;
+use hashed::{Cx, Kind, Node, NotBuilt};
 
 /// Objects and arrays whose JSON is shorter than this are summarised by their hash alone:
 /// a change rewrites them whole (no shorter than the paths of edits inside them).
@@ -72,7 +79,7 @@ pub enum Shape {
     /// An object: its hash, its fields as (hash of the key, shape) by key hash, and their
     /// keys in that order, each followed by a NUL (`None` if a key holds a NUL): a later
     /// delta names the keys it removes.
-    Obj(u64, Vec<(u64, Shape)>, Option<Box<str>>),
+    Obj(u64, Vec<(u64, Shape)>, Option<Arc<str>>),
     /// An array: its hash and its elements (all but the last as leaves once pruned).
     Arr(u64, Vec<Shape>),
 }
@@ -96,35 +103,6 @@ impl Shape {
             Shape::Arr(_, e) => e.iter().map(Shape::heap_bytes).sum::<usize>(),
         }
     }
-
-    /// The shape as kept between checkpoints: an array's elements before the last
-    /// [`KEPT_TREES`] become leaves (they rarely change; one that does is rewritten whole).
-    fn prune(self) -> Shape {
-        match self {
-            Shape::Leaf(_) => self,
-            Shape::Obj(h, f, names) => Shape::Obj(
-                h,
-                f.into_iter().map(|(k, s)| (k, s.prune())).collect(),
-                names,
-            ),
-            Shape::Arr(h, e) => {
-                let n = e.len();
-                Shape::Arr(
-                    h,
-                    e.into_iter()
-                        .enumerate()
-                        .map(|(i, s)| {
-                            if i + KEPT_TREES < n {
-                                Shape::Leaf(s.hash())
-                            } else {
-                                s.prune()
-                            }
-                        })
-                        .collect(),
-                )
-            }
-        }
-    }
 }
 
 /// A delta's JSON (see the module docs).
@@ -134,9 +112,17 @@ pub struct Delta {
 }
 
 /// Builds shapes and deltas with one process's hash keys.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Shaper {
-    keys: RandomState,
+    keys: sip::Keys,
+}
+
+impl Default for Shaper {
+    fn default() -> Self {
+        Self {
+            keys: sip::Keys::random(),
+        }
+    }
 }
 
 impl Shaper {
@@ -145,132 +131,167 @@ impl Shaper {
     }
 
     fn hash_key(&self, k: &str) -> u64 {
-        self.keys.hash_one(k)
-    }
-
-    /// The shape of `v` (unpruned) and the approximate length of its JSON.
-    fn full_shape(&self, v: &Value) -> (Shape, usize) {
-        let mut h = self.keys.build_hasher();
-        match v {
-            Value::Null => {
-                0u8.hash(&mut h);
-                (Shape::Leaf(h.finish()), 4)
-            }
-            Value::Bool(b) => {
-                1u8.hash(&mut h);
-                b.hash(&mut h);
-                (Shape::Leaf(h.finish()), 5)
-            }
-            Value::Number(n) => {
-                2u8.hash(&mut h);
-                n.hash(&mut h);
-                (Shape::Leaf(h.finish()), 8)
-            }
-            Value::String(s) => {
-                3u8.hash(&mut h);
-                s.hash(&mut h);
-                (Shape::Leaf(h.finish()), s.len() + 2)
-            }
-            Value::Array(a) => {
-                4u8.hash(&mut h);
-                a.len().hash(&mut h);
-                let mut size = 2;
-                let mut elems = Vec::with_capacity(a.len());
-                for e in a {
-                    let (s, n) = self.full_shape(e);
-                    s.hash().hash(&mut h);
-                    size += n + 1;
-                    elems.push(s);
-                }
-                let hash = h.finish();
-                if size < LEAF_BYTES {
-                    (Shape::Leaf(hash), size)
-                } else {
-                    (Shape::Arr(hash, elems), size)
-                }
-            }
-            Value::Object(m) => {
-                5u8.hash(&mut h);
-                m.len().hash(&mut h);
-                let mut size = 2;
-                let mut fields = Vec::with_capacity(m.len());
-                for (i, (k, e)) in m.iter().enumerate() {
-                    let kh = self.hash_key(k);
-                    let (s, n) = self.full_shape(e);
-                    kh.hash(&mut h);
-                    s.hash().hash(&mut h);
-                    size += k.len() + 4 + n;
-                    fields.push((kh, s, i));
-                }
-                let hash = h.finish();
-                if size < LEAF_BYTES {
-                    (Shape::Leaf(hash), size)
-                } else {
-                    fields.sort_unstable_by_key(|(k, _, _)| *k);
-                    let keys: Vec<&String> = m.keys().collect();
-                    let names = (!keys.iter().any(|k| k.contains('\0'))).then(|| {
-                        let mut names = String::new();
-                        for (_, _, i) in &fields {
-                            names.push_str(keys[*i]);
-                            names.push('\0');
-                        }
-                        names.into_boxed_str()
-                    });
-                    let fields = fields.into_iter().map(|(k, s, _)| (k, s)).collect();
-                    (Shape::Obj(hash, fields, names), size)
-                }
-            }
-        }
+        self.keys.str(8, k)
     }
 
     /// The shape a writer keeps of `v`, and the approximate length of its JSON.
+    pub fn shape_of<T: Serialize + ?Sized>(&self, v: &T) -> serde_json::Result<(Shape, usize)> {
+        let node = hashed::node(&mut Cx::new(self), v, None, false).map_err(ser_error)?;
+        Ok((self.kept(&node, None), node.size))
+    }
+
+    /// The delta from the document `old` describes to `new` (serialized as JSON), the
+    /// shape to keep of `new` and the approximate length of its JSON. Only the parts of
+    /// `new` whose hash changed are built as JSON values (see `hashed`).
+    pub fn diff_of<T: Serialize + ?Sized>(
+        &self,
+        old: &Shape,
+        new: &T,
+    ) -> serde_json::Result<(Delta, Shape, usize)> {
+        let mut cx = Cx::new(self);
+        let guided = hashed::node(&mut cx, new, Some(old), false).map_err(ser_error)?;
+        let (node, edit) = match self.diff_at(old, &guided) {
+            Ok(edit) => (guided, edit),
+            // A part it needs was hashed alone (an earlier element changed in place, a
+            // splice over equal elements): everything built.
+            Err(NotBuilt) => {
+                let full = hashed::node(&mut cx, new, None, false).map_err(ser_error)?;
+                let edit = self
+                    .diff_at(old, &full)
+                    .map_err(|_| ser_error("a part of the state was not built"))?;
+                (full, edit)
+            }
+        };
+        let edit = edit.unwrap_or_else(|| Value::Object(Map::new()));
+        let json = serde_json::to_string(&edit)?;
+        Ok((Delta { json }, self.kept(&node, Some(old)), node.size))
+    }
+
+    /// [`Shaper::shape_of`] a JSON value.
     pub fn shape(&self, v: &Value) -> (Shape, usize) {
-        let (s, n) = self.full_shape(v);
-        (s.prune(), n)
+        // A JSON value always serializes (its keys are strings).
+        self.shape_of(v).unwrap_or((Shape::Leaf(0), 0))
     }
 
-    /// The delta from the document `old` describes to `new`, the shape to keep of `new`
-    /// and the approximate length of `new`'s JSON.
+    /// [`Shaper::diff_of`] a JSON value.
     pub fn diff(&self, old: &Shape, new: &Value) -> (Delta, Shape, usize) {
-        let (full, size) = self.full_shape(new);
-        let edit = self
-            .diff_at(old, new, &full)
-            .unwrap_or_else(|| Value::Object(Map::new()));
-        let json = serde_json::to_string(&edit).unwrap_or_default();
-        (Delta { json }, full.prune(), size)
+        self.diff_of(old, new).unwrap_or_else(|_| {
+            // Unreachable for a JSON value; still a delta that holds: the document whole.
+            let json = serde_json::to_string(&set_value(new)).unwrap_or_default();
+            (Delta { json }, Shape::Leaf(0), usize::MAX / 2)
+        })
     }
 
-    /// The edit that turns what `old` describes into `new_v` (`new` its full shape);
-    /// `None` when they are the same.
-    fn diff_at(&self, old: &Shape, new_v: &Value, new: &Shape) -> Option<Value> {
-        if old.hash() == new.hash() {
-            return None;
+    /// The shape kept of a node: an array's elements before the last [`KEPT_TREES`] and
+    /// small values as hashes alone (`old`: the last shape of it, whose key names are
+    /// shared when the keys did not change).
+    fn kept(&self, n: &Node, old: Option<&Shape>) -> Shape {
+        self.tree(n, old, true)
+    }
+
+    /// The shape of a node, its arrays pruned (`prune`) or whole.
+    fn tree(&self, n: &Node, old: Option<&Shape>, prune: bool) -> Shape {
+        if n.size < LEAF_BYTES {
+            return Shape::Leaf(n.hash);
         }
-        match (old, new_v, new) {
-            (Shape::Obj(_, of, names), Value::Object(m), Shape::Obj(_, nf, _)) => {
+        match &n.kind {
+            Kind::Scalar(_) | Kind::Opaque => Shape::Leaf(n.hash),
+            Kind::Obj(fields) => {
+                let old_fields = match old {
+                    Some(Shape::Obj(_, f, names)) => Some((f, names)),
+                    _ => None,
+                };
+                let mut f: Vec<(u64, Shape, usize)> = fields
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, kh, c))| {
+                        let o = old_fields.and_then(|(of, _)| {
+                            of.binary_search_by_key(kh, |(h, _)| *h)
+                                .ok()
+                                .map(|j| &of[j].1)
+                        });
+                        (*kh, self.tree(c, o, prune), i)
+                    })
+                    .collect();
+                f.sort_unstable_by_key(|(k, _, _)| *k);
+                let same_keys = old_fields.is_some_and(|(of, _)| {
+                    of.len() == f.len() && of.iter().zip(&f).all(|((a, _), (b, _, _))| a == b)
+                });
+                let names = match old_fields {
+                    Some((_, names)) if same_keys => names.clone(),
+                    _ => (!fields.iter().any(|(k, _, _)| k.contains('\0'))).then(|| {
+                        let mut names = String::new();
+                        for (_, _, i) in &f {
+                            names.push_str(&fields[*i].0);
+                            names.push('\0');
+                        }
+                        Arc::from(names)
+                    }),
+                };
+                Shape::Obj(
+                    n.hash,
+                    f.into_iter().map(|(k, s, _)| (k, s)).collect(),
+                    names,
+                )
+            }
+            Kind::Arr(elems) => {
+                let len = elems.len();
+                let old_elems = match old {
+                    Some(Shape::Arr(_, e)) => Some(e),
+                    _ => None,
+                };
+                Shape::Arr(
+                    n.hash,
+                    elems
+                        .iter()
+                        .enumerate()
+                        .map(|(i, e)| {
+                            if prune && i + KEPT_TREES < len {
+                                Shape::Leaf(e.hash)
+                            } else {
+                                self.tree(e, old_elems.and_then(|o| o.get(i)), prune)
+                            }
+                        })
+                        .collect(),
+                )
+            }
+        }
+    }
+
+    /// The edit that turns what `old` describes into `new`; `None` when they are the
+    /// same; [`NotBuilt`] when it needs a part of `new` that was hashed alone.
+    fn diff_at(&self, old: &Shape, new: &Node) -> Result<Option<Value>, NotBuilt> {
+        if old.hash() == new.hash {
+            return Ok(None);
+        }
+        if !new.is_tree() {
+            return set(new).map(Some);
+        }
+        match (old, &new.kind) {
+            (Shape::Obj(_, of, names), Kind::Obj(nf)) => {
                 let at = |f: &[(u64, Shape)], k: u64| -> Option<usize> {
                     f.binary_search_by_key(&k, |(h, _)| *h).ok()
                 };
                 let mut edits = Map::new();
-                for (k, v) in m {
-                    let kh = self.hash_key(k);
-                    let Some(n) = at(nf, kh) else { continue };
-                    match at(of, kh) {
+                for (k, kh, v) in nf {
+                    match at(of, *kh) {
                         Some(o) => {
-                            if let Some(e) = self.diff_at(&of[o].1, v, &nf[n].1) {
-                                edits.insert(k.clone(), e);
+                            if let Some(e) = self.diff_at(&of[o].1, v)? {
+                                edits.insert(k.to_string(), e);
                             }
                         }
                         None => {
-                            edits.insert(k.clone(), set(v));
+                            edits.insert(k.to_string(), set(v)?);
                         }
                     }
                 }
+                let mut new_keys: Vec<u64> = nf.iter().map(|(_, kh, _)| *kh).collect();
+                new_keys.sort_unstable();
                 let removed: Vec<usize> = (0..of.len())
-                    .filter(|i| at(nf, of[*i].0).is_none())
+                    .filter(|i| new_keys.binary_search(&of[*i].0).is_err())
                     .collect();
                 if removed.is_empty() {
-                    return Some(Value::Object(edits));
+                    return Ok(Some(Value::Object(edits)));
                 }
                 // The keys removed, by name; or, without their names, the keys kept.
                 let gone: Option<Vec<Value>> = names.as_ref().map(|names| {
@@ -281,42 +302,45 @@ impl Shaper {
                         .map(|k| Value::String((*k).to_string()))
                         .collect()
                 });
-                Some(match gone {
+                Ok(Some(match gone {
                     Some(gone) if gone.len() == removed.len() => {
                         op("-", [Value::Array(gone), Value::Object(edits)])
                     }
                     _ => {
-                        let keys: Vec<Value> = m.keys().map(|k| Value::String(k.clone())).collect();
+                        let keys: Vec<Value> = nf
+                            .iter()
+                            .map(|(k, _, _)| Value::String(k.to_string()))
+                            .collect();
                         op("k", [Value::Array(keys), Value::Object(edits)])
                     }
-                })
+                }))
             }
-            (Shape::Arr(_, oe), Value::Array(a), Shape::Arr(_, ne)) => {
+            (Shape::Arr(_, oe), Kind::Arr(ne)) => {
                 // The unchanged ends, then what lies between them: changed in place
                 // (element by element) then grown or cut at the end, or spliced.
                 let (ol, nl) = (oe.len(), ne.len());
                 let mut p = 0;
-                while p < ol && p < nl && oe[p].hash() == ne[p].hash() {
+                while p < ol && p < nl && oe[p].hash() == ne[p].hash {
                     p += 1;
                 }
                 let mut q = 0;
-                while q < ol - p && q < nl - p && oe[ol - 1 - q].hash() == ne[nl - 1 - q].hash() {
+                while q < ol - p && q < nl - p && oe[ol - 1 - q].hash() == ne[nl - 1 - q].hash {
                     q += 1;
                 }
                 let (om, nm) = (ol - p - q, nl - p - q);
                 if om != nm && q > 0 {
                     // Inserted or removed before an unchanged end.
-                    let items = self.items(a, ne, p, p + nm, &trees(oe, p, om));
-                    return Some(op("x", [ol.into(), p.into(), om.into(), items]));
+                    let items = self.items(ne, p, p + nm, &trees(oe, p, om))?;
+                    return Ok(Some(op("x", [ol.into(), p.into(), om.into(), items])));
                 }
                 let mut edits = Map::new();
                 for i in p..p + om.min(nm) {
-                    if let Some(e) = self.diff_at(&oe[i], &a[i], &ne[i]) {
+                    if let Some(e) = self.diff_at(&oe[i], &ne[i])? {
                         edits.insert(i.to_string(), e);
                     }
                 }
                 let end = if nl > ol {
-                    Some(op("a", [ol.into(), self.items(a, ne, ol, nl, &[])]))
+                    Some(op("a", [ol.into(), self.items(ne, ol, nl, &[])?]))
                 } else if nl < ol {
                     Some(op("t", [nl.into()]))
                 } else {
@@ -329,65 +353,65 @@ impl Shaper {
                 };
                 // Elements kept as a hash alone were rewritten whole in place: as a splice,
                 // each is an edit of the one before it, which may be shorter.
-                let rewritten = (p..p + om.min(nm))
-                    .any(|i| matches!(oe[i], Shape::Leaf(_)) && !matches!(ne[i], Shape::Leaf(_)));
+                let rewritten =
+                    (p..p + om.min(nm)).any(|i| matches!(oe[i], Shape::Leaf(_)) && ne[i].is_tree());
                 if rewritten {
-                    let items = self.items(a, ne, p, p + nm, &trees(oe, p, om));
+                    let items = self.items(ne, p, p + nm, &trees(oe, p, om))?;
                     let splice = op("x", [ol.into(), p.into(), om.into(), items]);
                     if json_len(&splice) < json_len(&in_place) {
-                        return Some(splice);
+                        return Ok(Some(splice));
                     }
                 }
-                Some(in_place)
+                Ok(Some(in_place))
             }
-            _ => Some(set(new_v)),
+            _ => set(new).map(Some),
         }
     }
-}
 
-impl Shaper {
-    /// The elements `from..to` of the array `a` (`ne` their full shapes) as items of an
-    /// append or splice: each the edit of a copy of the element before it (elements next
-    /// to each other — events, contributions — share most of their fields), or of one of
-    /// the elements the splice removes (`removed`: their index among them and shape;
+    /// The elements `from..to` of the new array `ne` as items of an append or splice:
+    /// each the edit of a copy of the element before it (elements next to each other —
+    /// events, contributions — share most of their fields), or of one of the elements
+    /// the splice removes (`removed`: their index among them and shape;
     /// `["r", index, edit]`), or the element whole, whichever is shortest.
     fn items(
         &self,
-        a: &[Value],
-        ne: &[Shape],
+        ne: &[Node],
         from: usize,
         to: usize,
         removed: &[(usize, &Shape)],
-    ) -> Value {
-        Value::Array(
-            (from..to)
-                .map(|i| {
-                    let mut best = set(&a[i]);
-                    let mut best_len = json_len(&best);
-                    let mut consider = |e: Value| {
-                        let n = json_len(&e);
-                        if n < best_len {
-                            best = e;
-                            best_len = n;
-                        }
-                    };
-                    if i > 0 {
-                        consider(
-                            self.diff_at(&ne[i - 1], &a[i], &ne[i])
-                                .unwrap_or_else(|| Value::Object(Map::new())),
-                        );
-                    }
-                    for (k, shape) in removed {
-                        let e = self
-                            .diff_at(shape, &a[i], &ne[i])
-                            .unwrap_or_else(|| Value::Object(Map::new()));
-                        consider(op("r", [(*k).into(), e]));
-                    }
-                    best
-                })
-                .collect(),
-        )
+    ) -> Result<Value, NotBuilt> {
+        let mut out = Vec::with_capacity(to - from);
+        for i in from..to {
+            let mut best = set(&ne[i])?;
+            let mut best_len = json_len(&best);
+            let mut consider = |e: Value| {
+                let n = json_len(&e);
+                if n < best_len {
+                    best = e;
+                    best_len = n;
+                }
+            };
+            if i > 0 {
+                let before = self.tree(&ne[i - 1], None, false);
+                consider(
+                    self.diff_at(&before, &ne[i])?
+                        .unwrap_or_else(|| Value::Object(Map::new())),
+                );
+            }
+            for (k, shape) in removed {
+                let e = self
+                    .diff_at(shape, &ne[i])?
+                    .unwrap_or_else(|| Value::Object(Map::new()));
+                consider(op("r", [(*k).into(), e]));
+            }
+            out.push(best);
+        }
+        Ok(Value::Array(out))
     }
+}
+
+fn ser_error(e: impl std::fmt::Display) -> serde_json::Error {
+    <serde_json::Error as serde::ser::Error>::custom(e)
 }
 
 /// Applies the items of an append or splice (see [`Shaper::items`]) into `a` from index
@@ -454,8 +478,16 @@ fn json_len(v: &Value) -> usize {
     serde_json::to_writer(&mut c, v).map_or(usize::MAX, |()| c.0)
 }
 
+/// The edit that sets the value of `n`.
+fn set(n: &Node) -> Result<Value, NotBuilt> {
+    Ok(match &n.kind {
+        Kind::Scalar(v) => v.clone(),
+        _ => op("s", [n.value()?]),
+    })
+}
+
 /// The edit that sets `v`.
-fn set(v: &Value) -> Value {
+fn set_value(v: &Value) -> Value {
     match v {
         Value::Object(_) | Value::Array(_) => op("s", [v.clone()]),
         scalar => scalar.clone(),

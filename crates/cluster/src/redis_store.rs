@@ -31,8 +31,9 @@
 //!
 //! Kept finite by [`lifecycle`]:
 //! - `parley:{<id>}:tasks`: a hash of task bodies, `<task id>#<attempt>` → the [`Task`]
-//!   JSON the coordinator stores before it publishes the (small) task message; dropped
-//!   when that attempt is answered.
+//!   JSON the coordinator stores with the transition's checkpoint (in its script, see
+//!   [`RedisStore::save_transition`]) before it publishes the (small) task message;
+//!   dropped when that attempt is answered.
 //! - `parley:{<id>}:record`: the debate's decision record (JSON, `parley_record`), written
 //!   by the coordinator when the debate settles (signed with its key when it has one).
 //! - `parley:{<id>}:cancel`: set once a user cancelled the debate; workers skip its tasks.
@@ -59,7 +60,10 @@ mod checkpoint;
 pub mod followers;
 mod leases;
 pub mod lifecycle;
-pub use checkpoint::{CHECKPOINT_FORMAT, FINAL_FACTOR, LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE};
+pub use checkpoint::{
+    CheckpointWrite, CheckpointWriter, PreparedCheckpoint, CHECKPOINT_FORMAT, FINAL_FACTOR,
+    LOG_FACTOR, MAX_DELTAS, SHAPE_IDLE,
+};
 pub use leases::{LeaseCheck, LEASES};
 pub use lifecycle::{Stored, TaskLookup, DEAD_LETTERS_KEPT, DEBATE_KEYS};
 
@@ -154,7 +158,7 @@ pub struct RedisStore {
     /// Until when (Unix ms) writes do not wait for replicas: a `WAIT` came back short.
     replicas_short_until: Arc<AtomicU64>,
     /// The shapes of the checkpoints this process wrote last (for deltas).
-    shapes: Arc<checkpoint::Shapes>,
+    shapes: Arc<checkpoint::CheckpointWriter>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -285,10 +289,18 @@ impl RedisStore {
         task_id: &str,
         attempt: u32,
     ) -> Result<Option<TaskResult>> {
-        if let Some(r) = self.field(debate_id, task_id).await? {
-            return Ok(Some(r));
+        // Both fields in one round trip.
+        let failed = format!("{task_id}#{attempt}");
+        let (ok, err): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(key(debate_id, "results"))
+            .arg(task_id)
+            .arg(&failed)
+            .query_async(&mut self.conn())
+            .await?;
+        match ok {
+            Some(raw) => decode(Some(raw), || format!("result {task_id}")),
+            None => decode(err, || format!("result {failed}")),
         }
-        self.field(debate_id, &format!("{task_id}#{attempt}")).await
     }
 
     async fn field(&self, debate_id: &str, field: &str) -> Result<Option<TaskResult>> {

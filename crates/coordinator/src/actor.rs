@@ -800,18 +800,6 @@ impl DebateActorState {
                 })
                 .collect(),
         );
-        match self
-            .deps
-            .store
-            .save_state(self.machine.state(), self.version)
-            .await?
-        {
-            Some(v) => self.version = v,
-            None => {
-                myself.stop(Some("lost the checkpoint compare-and-set".into()));
-                return Err(ActorError::LostCas(id).into());
-            }
-        }
         // Every dispatch carries its token (see `parley_cluster::dispatch`): the stored body
         // and the reference that goes on the stream alike.
         let mut effects = effects;
@@ -825,7 +813,8 @@ impl DebateActorState {
                 ));
             }
         }
-        // Claim check: the task bodies go to Redis first, their messages carry references.
+        // Claim check: the task bodies go to Redis with the checkpoint (one script, only
+        // if the compare-and-set holds), before their messages, which carry references.
         let bodies = effects
             .iter()
             .filter_map(|e| match e {
@@ -833,7 +822,18 @@ impl DebateActorState {
                 _ => None,
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.deps.store.put_task_bodies(&id, &bodies).await?;
+        match self
+            .deps
+            .store
+            .save_transition(self.machine.state(), self.version, &bodies)
+            .await?
+        {
+            Some(v) => self.version = v,
+            None => {
+                myself.stop(Some("lost the checkpoint compare-and-set".into()));
+                return Err(ActorError::LostCas(id).into());
+            }
+        }
         let mut acks = Vec::new();
         for effect in effects {
             match effect {

@@ -33,7 +33,10 @@
 //! itself (it keeps a [`Shape`] of it, a few hashes, not the state, and the end of the
 //! last delta to pack the next against); otherwise, and by the rule below, it writes a
 //! snapshot, which drops the deltas. Both are one Lua script that checks the version first
-//! (compare-and-set, as before), the delta script the nonce too.
+//! (compare-and-set, as before), the delta script the nonce too, and that stores the
+//! transition's task bodies once the checkpoint is in ([`RedisStore::save_transition`]).
+//! The CPU side (the delta against the last shape, packing, links) is
+//! [`CheckpointWriter::prepare`], without I/O.
 //!
 //! A snapshot is written
 //! - when the writer has no shape of the expected version (the debate's first write, the
@@ -95,8 +98,10 @@ const SWEEP_EVERY: u64 = 1024;
 static SAVE_FULL: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
 static SAVE_DELTA: std::sync::OnceLock<Script> = std::sync::OnceLock::new();
 
-/// KEYS: state. ARGV: expected version, next version, nonce, state JSON, format. 1: written;
-/// 0: the version was not `expected`. Drops the deltas of the previous snapshot.
+/// KEYS: state, task bodies. ARGV: expected version, next version, nonce, state JSON,
+/// format, then task body fields and values. 1: written; 0: the version was not
+/// `expected`. Drops the deltas of the previous snapshot; stores the task bodies with the
+/// checkpoint (the transition's dispatches), in the same step.
 const SAVE_FULL_SCRIPT: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'version')
 if not cur then cur = '0' end
@@ -105,12 +110,15 @@ local last = tonumber(cur) or 0
 local base = tonumber(redis.call('HGET', KEYS[1], 'base') or cur) or last
 for v = base + 1, last do redis.call('HDEL', KEYS[1], 'd:' .. v) end
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'base', ARGV[2], 'nonce', ARGV[3], 'state', ARGV[4], 'format', ARGV[5])
+for i = 6, #ARGV - 1, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 return 1
 ";
 
-/// KEYS: state. ARGV: expected version, next version, expected nonce (the link of the
-/// record the delta was made against), new nonce (the delta's link), delta field. 1: appended; 0: the version was not `expected`; 2: it was, but not written by
-/// the write this delta was made against (the caller writes a snapshot instead).
+/// KEYS: state, task bodies. ARGV: expected version, next version, expected nonce (the
+/// link of the record the delta was made against), new nonce (the delta's link), delta
+/// field, then task body fields and values. 1: appended (and the bodies stored); 0: the
+/// version was not `expected`; 2: it was, but not written by the write this delta was
+/// made against (the caller writes a snapshot instead).
 const SAVE_DELTA_SCRIPT: &str = r"
 local cur = redis.call('HGET', KEYS[1], 'version')
 if not cur then cur = '0' end
@@ -118,6 +126,7 @@ if cur ~= ARGV[1] then return 0 end
 if not redis.call('HGET', KEYS[1], 'base') then return 2 end
 if redis.call('HGET', KEYS[1], 'nonce') ~= ARGV[3] then return 2 end
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'nonce', ARGV[4], 'd:' .. ARGV[2], ARGV[5])
+for i = 6, #ARGV - 1, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 return 1
 ";
 
@@ -136,15 +145,52 @@ struct Written {
     used: Instant,
 }
 
-/// The shapes of the checkpoints this process wrote last, by debate (shared by clones).
+/// The shapes of the checkpoints this process wrote last, by debate (shared by clones of
+/// the store): the CPU side of a checkpoint write, without I/O.
 #[derive(Default)]
-pub(super) struct Shapes {
+pub struct CheckpointWriter {
     shaper: Shaper,
     last: Mutex<HashMap<String, Written>>,
     writes: std::sync::atomic::AtomicU64,
 }
 
-impl Shapes {
+/// A checkpoint write made ready (see [`CheckpointWriter::prepare`]): what the store's
+/// compare-and-set script is given, and what the writer remembers once it went in.
+pub struct PreparedCheckpoint {
+    /// The version it writes.
+    pub next: u64,
+    pub write: CheckpointWrite,
+    /// What the writer keeps once the write is in (`None`: a settled debate's).
+    keep: Option<Written>,
+}
+
+/// The record a checkpoint write stores.
+pub enum CheckpointWrite {
+    /// A delta appended after the record whose link is `expected_nonce`.
+    Delta {
+        expected_nonce: String,
+        nonce: String,
+        record: Vec<u8>,
+    },
+    /// The whole state.
+    Snapshot { json: String, nonce: String },
+}
+
+impl PreparedCheckpoint {
+    /// The bytes the write stores (the delta's record or the snapshot's JSON).
+    pub fn stored_bytes(&self) -> usize {
+        match &self.write {
+            CheckpointWrite::Delta { record, .. } => record.len(),
+            CheckpointWrite::Snapshot { json, .. } => json.len(),
+        }
+    }
+}
+
+impl CheckpointWriter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     fn take(&self, id: &str) -> Option<Written> {
         self.last.lock().ok()?.remove(id)
     }
@@ -174,6 +220,102 @@ impl Shapes {
                     .sum(),
             )
         })
+    }
+
+    /// The write of `state` as version `expected + 1`: a delta against `expected` when
+    /// this writer wrote it, else a snapshot (see the module docs). The writer forgets
+    /// the debate's last write until [`CheckpointWriter::written`] says this one went in.
+    pub fn prepare(
+        &self,
+        state: &DebateState,
+        expected: u64,
+    ) -> serde_json::Result<PreparedCheckpoint> {
+        let next = expected + 1;
+        let prev = self
+            .take(&state.id)
+            .filter(|w| w.version == expected && expected > 0);
+        let Some(prev) = prev else {
+            return self.snapshot(state, expected, None);
+        };
+        let (delta, shape, size) = self.shaper.diff_of(&prev.shape, state)?;
+        let stored = pack(&delta.json, &prev.dict);
+        let log = prev.log_bytes + LINK_LEN + 1 + stored.len();
+        let log_json = prev.log_json + delta.json.len();
+        // A finished debate keeps its deltas when they are small next to its state
+        // (see the module docs).
+        let fits = log_json <= LOG_FACTOR * size
+            && (!terminal(state.status) || log <= FINAL_FACTOR * size);
+        if !(prev.deltas < MAX_DELTAS && fits && delta.json.len() < size) {
+            // Time for a snapshot (see the module docs).
+            return self.snapshot(state, expected, Some(shape));
+        }
+        let mut record = Vec::with_capacity(LINK_LEN + 1 + stored.len());
+        record.extend_from_slice(prev.nonce.as_bytes());
+        record.push(b' ');
+        record.extend_from_slice(&stored);
+        let nonce = link(&record);
+        let keep = (!settled(state.status)).then(|| Written {
+            version: next,
+            nonce: nonce.clone(),
+            shape,
+            log_bytes: log,
+            log_json,
+            deltas: prev.deltas + 1,
+            dict: dict_of(delta.json.as_bytes()).to_vec(),
+            used: Instant::now(),
+        });
+        Ok(PreparedCheckpoint {
+            next,
+            write: CheckpointWrite::Delta {
+                expected_nonce: prev.nonce,
+                nonce,
+                record,
+            },
+            keep,
+        })
+    }
+
+    /// The write of `state` whole as version `expected + 1` (`known`: its shape, if made).
+    fn snapshot(
+        &self,
+        state: &DebateState,
+        expected: u64,
+        known: Option<Shape>,
+    ) -> serde_json::Result<PreparedCheckpoint> {
+        let next = expected + 1;
+        let json = serde_json::to_string(state)?;
+        let nonce = link(json.as_bytes());
+        let keep = if settled(state.status) {
+            None
+        } else {
+            let shape = match known {
+                Some(shape) => shape,
+                None => self.shaper.shape_of(state)?.0,
+            };
+            Some(Written {
+                version: next,
+                nonce: nonce.clone(),
+                shape,
+                log_bytes: 0,
+                log_json: 0,
+                deltas: 0,
+                dict: Vec::new(),
+                used: Instant::now(),
+            })
+        };
+        Ok(PreparedCheckpoint {
+            next,
+            write: CheckpointWrite::Snapshot { json, nonce },
+            keep,
+        })
+    }
+
+    /// `prepared` went in (the script said so): the writer remembers it (unless the
+    /// debate is settled), and the debate's next write can be a delta against it.
+    pub fn written(&self, id: &str, prepared: PreparedCheckpoint) {
+        if let Some(w) = prepared.keep {
+            self.put(id, w);
+        }
     }
 }
 
@@ -315,114 +457,72 @@ impl RedisStore {
     /// snapshot (see the module docs). Returns the new version, or `None` when someone
     /// else wrote.
     pub async fn save_state(&self, state: &DebateState, expected: u64) -> Result<Option<u64>> {
-        let next = expected + 1;
-        let id = state.id.as_str();
-        let prev = self
-            .shapes
-            .take(id)
-            .filter(|w| w.version == expected && expected > 0);
-        if let Some(prev) = prev {
-            let value = serde_json::to_value(state)?;
-            let (delta, shape, size) = self.shapes.shaper.diff(&prev.shape, &value);
-            let stored = pack(&delta.json, &prev.dict);
-            let log = prev.log_bytes + LINK_LEN + 1 + stored.len();
-            let log_json = prev.log_json + delta.json.len();
-            // A finished debate keeps its deltas when they are small next to its state
-            // (see the module docs).
-            let fits = log_json <= LOG_FACTOR * size
-                && (!terminal(state.status) || log <= FINAL_FACTOR * size);
-            if prev.deltas < MAX_DELTAS && fits && delta.json.len() < size {
-                let mut record = Vec::with_capacity(LINK_LEN + 1 + stored.len());
-                record.extend_from_slice(prev.nonce.as_bytes());
-                record.push(b' ');
-                record.extend_from_slice(&stored);
-                let nonce = link(&record);
-                let r: i64 = SAVE_DELTA
-                    .get_or_init(|| Script::new(SAVE_DELTA_SCRIPT))
-                    .key(key(id, "state"))
-                    .arg(expected)
-                    .arg(next)
-                    .arg(&prev.nonce)
-                    .arg(&nonce)
-                    .arg(&record)
-                    .invoke_async(&mut self.conn())
-                    .await?;
-                match r {
-                    1 => {
-                        if !settled(state.status) {
-                            self.shapes.put(
-                                id,
-                                Written {
-                                    version: next,
-                                    nonce,
-                                    shape,
-                                    log_bytes: log,
-                                    log_json,
-                                    deltas: prev.deltas + 1,
-                                    dict: dict_of(delta.json.as_bytes()).to_vec(),
-                                    used: Instant::now(),
-                                },
-                            );
-                        }
-                        self.replicate("checkpoint", id).await?;
-                        return Ok(Some(next));
-                    }
-                    0 => return Ok(None),
-                    _ => {}
-                }
-            }
-            // Time for a snapshot (see the module docs), or another write's link.
-            return self.save_snapshot(state, expected, Some(shape)).await;
-        }
-        self.save_snapshot(state, expected, None).await
+        self.save_transition(state, expected, &[]).await
     }
 
-    /// Writes `state` whole as version `expected + 1` (compare-and-set); remembers its
-    /// shape unless the debate is settled.
-    async fn save_snapshot(
+    /// [`RedisStore::save_state`] with the transition's task bodies (`<task id>#<attempt>`
+    /// → the task's JSON, see `put_task_bodies`), stored by the same script only when the
+    /// checkpoint is: one round trip for the transition's writes.
+    pub async fn save_transition(
         &self,
         state: &DebateState,
         expected: u64,
-        known: Option<Shape>,
+        bodies: &[(String, String)],
     ) -> Result<Option<u64>> {
-        let next = expected + 1;
         let id = state.id.as_str();
-        let json = serde_json::to_string(state)?;
-        let nonce = link(json.as_bytes());
-        let ok: i64 = SAVE_FULL
-            .get_or_init(|| Script::new(SAVE_FULL_SCRIPT))
-            .key(key(id, "state"))
-            .arg(expected)
-            .arg(next)
-            .arg(&nonce)
-            .arg(&json)
-            .arg(CHECKPOINT_FORMAT)
-            .invoke_async(&mut self.conn())
-            .await?;
-        if ok != 1 {
-            return Ok(None);
-        }
-        if !settled(state.status) {
-            let shape = match known {
-                Some(shape) => shape,
-                None => self.shapes.shaper.shape(&serde_json::to_value(state)?).0,
-            };
-            self.shapes.put(
-                id,
-                Written {
-                    version: next,
+        let mut prepared = self.shapes.prepare(state, expected)?;
+        loop {
+            let mut script = match &prepared.write {
+                CheckpointWrite::Delta {
+                    expected_nonce,
                     nonce,
-                    shape,
-                    log_bytes: 0,
-                    log_json: 0,
-                    deltas: 0,
-                    dict: Vec::new(),
-                    used: Instant::now(),
-                },
-            );
+                    record,
+                } => {
+                    let mut s = SAVE_DELTA
+                        .get_or_init(|| Script::new(SAVE_DELTA_SCRIPT))
+                        .key(key(id, "state"));
+                    s.key(key(id, "tasks"))
+                        .arg(expected)
+                        .arg(prepared.next)
+                        .arg(expected_nonce)
+                        .arg(nonce)
+                        .arg(record);
+                    s
+                }
+                CheckpointWrite::Snapshot { json, nonce } => {
+                    let mut s = SAVE_FULL
+                        .get_or_init(|| Script::new(SAVE_FULL_SCRIPT))
+                        .key(key(id, "state"));
+                    s.key(key(id, "tasks"))
+                        .arg(expected)
+                        .arg(prepared.next)
+                        .arg(nonce)
+                        .arg(json)
+                        .arg(CHECKPOINT_FORMAT);
+                    s
+                }
+            };
+            for (field, json) in bodies {
+                script.arg(field).arg(json);
+            }
+            let r: i64 = script.invoke_async(&mut self.conn()).await?;
+            match r {
+                1 => {
+                    let next = prepared.next;
+                    self.shapes.written(id, prepared);
+                    self.replicate("checkpoint", id).await?;
+                    return Ok(Some(next));
+                }
+                // The delta's version was current, but not written by the write this
+                // delta was made against: a snapshot instead.
+                2 if matches!(prepared.write, CheckpointWrite::Delta { .. }) => {
+                    prepared =
+                        self.shapes
+                            .snapshot(state, expected, prepared.keep.map(|w| w.shape))?;
+                }
+                _ => return Ok(None),
+            }
         }
-        self.replicate("checkpoint", id).await?;
-        Ok(Some(next))
     }
 
     /// How many checkpoint shapes this store keeps, and their approximate bytes.

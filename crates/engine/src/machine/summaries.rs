@@ -53,15 +53,33 @@ impl Machine {
     /// Agent i's perspective history before round r: its proposals, the critiques it
     /// received and its refinements, starting from its newest summary.
     pub(super) fn history(&self, i: usize, r: u32) -> String {
-        let id = &self.agents[i].id;
         let mut out = String::new();
+        self.write_history(i, r, &mut out);
+        out
+    }
+
+    /// The length of [`Machine::history`] in chars, counted without building it (the plan
+    /// asks on every transition whether an agent's history needs a summary).
+    pub(super) fn history_chars(&self, i: usize, r: u32) -> usize {
+        /// Counts the chars written to it.
+        struct Chars(usize);
+        impl std::fmt::Write for Chars {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                self.0 += s.chars().count();
+                Ok(())
+            }
+        }
+        let mut n = Chars(0);
+        self.write_history(i, r, &mut n);
+        n.0
+    }
+
+    fn write_history(&self, i: usize, r: u32, out: &mut impl std::fmt::Write) {
+        let id = &self.agents[i].id;
         let mut from = 1;
         for k in (1..=r).rev() {
             if let Some(s) = self.round(k).and_then(|rd| rd.summaries.get(id)) {
-                out.push_str(&format!(
-                    "Summary of your earlier rounds:\n{}\n\n",
-                    s.summary
-                ));
+                let _ = write!(out, "Summary of your earlier rounds:\n{}\n\n", s.summary);
                 from = k;
                 break;
             }
@@ -69,25 +87,21 @@ impl Machine {
         for k in from..r {
             let Some(rd) = self.round(k) else { continue };
             if let Some(p) = rd.find(ContributionType::Proposal, id, None) {
-                out.push_str(&format!("Round {k} - your proposal:\n{}\n\n", p.content));
+                let _ = write!(out, "Round {k} - your proposal:\n{}\n\n", p.content);
             }
             for c in rd.contributions.iter().filter(|c| {
                 c.kind == ContributionType::Critique && c.target_agent_id.as_deref() == Some(id)
             }) {
-                out.push_str(&format!(
+                let _ = write!(
+                    out,
                     "Round {k} - critique from {} ({}):\n{}\n\n",
                     c.agent_id, c.agent_role, c.content
-                ));
+                );
             }
             if let Some(p) = rd.find(ContributionType::Refinement, id, None) {
-                out.push_str(&format!("Round {k} - your refinement:\n{}\n\n", p.content));
+                let _ = write!(out, "Round {k} - your refinement:\n{}\n\n", p.content);
             }
         }
-        out
-    }
-
-    pub(super) fn history_chars(&self, i: usize, r: u32) -> usize {
-        self.history(i, r).chars().count()
     }
 
     pub(super) fn history_input(&self, i: usize, r: u32) -> Option<String> {

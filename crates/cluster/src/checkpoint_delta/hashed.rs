@@ -1,0 +1,722 @@
+//! A typed value hashed as it is serialized ([`Node`]), guided by the [`Shape`] of the
+//! document it is diffed against: a part whose last shape is a hash alone is hashed
+//! without building its JSON value, and built only when its hash changed. So a
+//! transition costs one hashing pass over the state (no copy of it, no allocation in the
+//! parts it did not change) and the JSON values of what it changed.
+//!
+//! The hashes are those of the values' JSON, whatever the type that serializes them: a
+//! [`serde_json::Value`] and the typed value it came from hash the same, except for the
+//! order of an object's members (a hash follows the order they are serialized in; a
+//! writer hashes the same type every time).
+
+use std::borrow::Cow;
+
+use serde::ser::{self, Serialize};
+use serde_json::{Map, Number, Value};
+
+use super::sip::Sip;
+use super::{Shape, Shaper, LEAF_BYTES};
+
+/// A serialized value: its hash, the approximate length of its JSON, and its content where
+/// it was built.
+#[derive(Debug)]
+pub(super) struct Node {
+    pub hash: u64,
+    pub size: usize,
+    pub kind: Kind,
+}
+
+#[derive(Debug)]
+pub(super) enum Kind {
+    Scalar(Value),
+    /// Hashed only: the same hash as the part of the last shape it stands for.
+    Opaque,
+    /// Members in serialization order: key, hash of the key, value.
+    Obj(Vec<(Cow<'static, str>, u64, Node)>),
+    Arr(Vec<Node>),
+}
+
+/// A part of the new document a diff needs and that was not built (see [`Node::value`]).
+#[derive(Debug)]
+pub(super) struct NotBuilt;
+
+impl Node {
+    /// Its JSON value.
+    pub fn value(&self) -> Result<Value, NotBuilt> {
+        Ok(match &self.kind {
+            Kind::Scalar(v) => v.clone(),
+            Kind::Opaque => return Err(NotBuilt),
+            Kind::Obj(fields) => {
+                let mut m = Map::new();
+                for (k, _, n) in fields {
+                    m.insert(k.to_string(), n.value()?);
+                }
+                Value::Object(m)
+            }
+            Kind::Arr(elems) => {
+                Value::Array(elems.iter().map(Node::value).collect::<Result<_, _>>()?)
+            }
+        })
+    }
+
+    /// Whether its unpruned shape keeps its structure (an object or array of
+    /// [`LEAF_BYTES`] or more).
+    pub fn is_tree(&self) -> bool {
+        matches!(self.kind, Kind::Obj(_) | Kind::Arr(_)) && self.size >= LEAF_BYTES
+    }
+}
+
+/// Hash and size of a scalar's parts, and the context of one serialization.
+pub(super) struct Cx<'s> {
+    shaper: &'s Shaper,
+    /// Hashes of struct field names by address (they are `'static`: an address always
+    /// holds the same text).
+    names: Vec<(usize, usize, u64)>,
+}
+
+const NAME_SLOTS: usize = 256;
+
+impl<'s> Cx<'s> {
+    pub fn new(shaper: &'s Shaper) -> Self {
+        Self {
+            shaper,
+            names: vec![(0, 0, 0); NAME_SLOTS],
+        }
+    }
+
+    fn static_key(&mut self, k: &'static str) -> u64 {
+        let addr = k.as_ptr() as usize;
+        let slot = (addr >> 3) % NAME_SLOTS;
+        let e = self.names[slot];
+        if e.0 == addr && e.1 == k.len() && addr != 0 {
+            return e.2;
+        }
+        let h = self.shaper.hash_key(k);
+        self.names[slot] = (addr, k.len(), h);
+        h
+    }
+
+    /// The hash of a scalar given as a tag and one word.
+    fn scalar(&self, tag: u64, w: u64) -> u64 {
+        let mut h = self.shaper.keys.hasher(tag);
+        h.word(w);
+        h.finish()
+    }
+}
+
+/// Serializes one value (`old`: its part of the last shape, if any; `opaque`: build
+/// nothing, only hash).
+pub(super) struct Ser<'c, 's, 'o> {
+    pub cx: &'c mut Cx<'s>,
+    pub old: Option<&'o Shape>,
+    pub opaque: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct Error(String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Error {}
+impl ser::Error for Error {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Error(msg.to_string())
+    }
+}
+
+/// The node of `v` under `old` (its part of the last shape): hashed alone first when the
+/// last shape kept only a hash of it, and built only if that hash changed.
+pub(super) fn node<T: Serialize + ?Sized>(
+    cx: &mut Cx<'_>,
+    v: &T,
+    old: Option<&Shape>,
+    opaque: bool,
+) -> Result<Node, Error> {
+    if !opaque {
+        if let Some(Shape::Leaf(h)) = old {
+            let n = v.serialize(Ser {
+                cx: &mut *cx,
+                old: None,
+                opaque: true,
+            })?;
+            if n.hash == *h {
+                return Ok(n);
+            }
+            return v.serialize(Ser {
+                cx,
+                old: None,
+                opaque: false,
+            });
+        }
+    }
+    v.serialize(Ser { cx, old, opaque })
+}
+
+impl<'c, 's, 'o> Ser<'c, 's, 'o> {
+    fn leaf(self, hash: u64, size: usize, v: impl FnOnce() -> Value) -> Node {
+        Node {
+            hash,
+            size,
+            kind: if self.opaque {
+                Kind::Opaque
+            } else {
+                Kind::Scalar(v())
+            },
+        }
+    }
+
+    fn null(self) -> Node {
+        let h = self.cx.scalar(0, 0);
+        self.leaf(h, 4, || Value::Null)
+    }
+
+    fn u64(self, n: u64) -> Node {
+        let h = self.cx.scalar(2, n);
+        self.leaf(h, 8, || Value::Number(n.into()))
+    }
+
+    fn i64(self, n: i64) -> Node {
+        match u64::try_from(n) {
+            Ok(u) => self.u64(u),
+            Err(_) => {
+                let h = self.cx.scalar(6, n as u64);
+                self.leaf(h, 8, || Value::Number(n.into()))
+            }
+        }
+    }
+
+    fn f64(self, f: f64) -> Node {
+        match Number::from_f64(f) {
+            Some(n) => {
+                let h = self.cx.scalar(7, f.to_bits());
+                self.leaf(h, 8, || Value::Number(n))
+            }
+            None => self.null(),
+        }
+    }
+
+    fn str(self, s: &str) -> Node {
+        let h = self.cx.shaper.keys.str(3, s);
+        self.leaf(h, s.len() + 2, || Value::String(s.to_string()))
+    }
+
+    fn compound(self, kind: u64, len: Option<usize>) -> Compound<'c, 's, 'o> {
+        let hasher = self.cx.shaper.keys.hasher(kind);
+        let (fields, elems) = match (self.opaque, kind) {
+            (true, _) => (Vec::new(), Vec::new()),
+            (false, OBJ) => (Vec::with_capacity(len.unwrap_or(0)), Vec::new()),
+            (false, _) => (Vec::new(), Vec::with_capacity(len.unwrap_or(0))),
+        };
+        Compound {
+            cx: self.cx,
+            old: self.old,
+            opaque: self.opaque,
+            hasher,
+            kind,
+            count: 0,
+            size: 2,
+            fields,
+            elems,
+            key: None,
+            variant: None,
+        }
+    }
+}
+
+const ARR: u64 = 4;
+const OBJ: u64 = 5;
+
+/// An array or object being serialized.
+pub(super) struct Compound<'c, 's, 'o> {
+    cx: &'c mut Cx<'s>,
+    old: Option<&'o Shape>,
+    opaque: bool,
+    hasher: Sip,
+    kind: u64,
+    count: usize,
+    size: usize,
+    fields: Vec<(Cow<'static, str>, u64, Node)>,
+    elems: Vec<Node>,
+    /// A map's key, between `serialize_key` and `serialize_value`.
+    key: Option<Cow<'static, str>>,
+    /// An enum variant's name wrapped around this compound (`{"Variant": ...}`).
+    variant: Option<&'static str>,
+}
+
+impl<'o> Compound<'_, '_, 'o> {
+    fn old_elem(&self, i: usize) -> Option<&'o Shape> {
+        match self.old {
+            Some(Shape::Arr(_, e)) => e.get(i),
+            _ => None,
+        }
+    }
+
+    fn old_field(&self, kh: u64) -> Option<&'o Shape> {
+        match self.old {
+            Some(Shape::Obj(_, f, _)) => f
+                .binary_search_by_key(&kh, |(h, _)| *h)
+                .ok()
+                .map(|i| &f[i].1),
+            _ => None,
+        }
+    }
+
+    fn element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
+        let i = self.count;
+        let old = self.old_elem(i);
+        // An element the next shape keeps as a hash alone is hashed alone unless it
+        // changed: built only if the last shape had it as a tree.
+        let n = node(self.cx, v, old, self.opaque)?;
+        self.hasher.word(n.hash);
+        self.size += n.size + 1;
+        self.count += 1;
+        if !self.opaque {
+            self.elems.push(n);
+        }
+        Ok(())
+    }
+
+    fn field<T: Serialize + ?Sized>(
+        &mut self,
+        k: Cow<'static, str>,
+        kh: u64,
+        v: &T,
+    ) -> Result<(), Error> {
+        let old = self.old_field(kh);
+        let n = node(self.cx, v, old, self.opaque)?;
+        self.hasher.word(kh);
+        self.hasher.word(n.hash);
+        self.size += k.len() + 4 + n.size;
+        self.count += 1;
+        if !self.opaque {
+            self.fields.push((k, kh, n));
+        }
+        Ok(())
+    }
+
+    fn end(mut self) -> Result<Node, Error> {
+        self.hasher.word(self.count as u64);
+        let hash = self.hasher.finish();
+        let kind = if self.opaque {
+            Kind::Opaque
+        } else if self.kind == OBJ {
+            Kind::Obj(self.fields)
+        } else {
+            Kind::Arr(self.elems)
+        };
+        let node = Node {
+            hash,
+            size: self.size,
+            kind,
+        };
+        match self.variant {
+            None => Ok(node),
+            Some(name) => Ok(wrap(self.cx, name, node, self.opaque)),
+        }
+    }
+}
+
+/// `{"name": node}` (an enum variant with content).
+fn wrap(cx: &mut Cx<'_>, name: &'static str, node: Node, opaque: bool) -> Node {
+    let kh = cx.static_key(name);
+    let mut h = cx.shaper.keys.hasher(OBJ);
+    h.word(kh);
+    h.word(node.hash);
+    h.word(1);
+    let size = 2 + name.len() + 4 + node.size;
+    Node {
+        hash: h.finish(),
+        size,
+        kind: if opaque {
+            Kind::Opaque
+        } else {
+            Kind::Obj(vec![(Cow::Borrowed(name), kh, node)])
+        },
+    }
+}
+
+impl<'c, 's, 'o> ser::Serializer for Ser<'c, 's, 'o> {
+    type Ok = Node;
+    type Error = Error;
+    type SerializeSeq = Compound<'c, 's, 'o>;
+    type SerializeTuple = Compound<'c, 's, 'o>;
+    type SerializeTupleStruct = Compound<'c, 's, 'o>;
+    type SerializeTupleVariant = Compound<'c, 's, 'o>;
+    type SerializeMap = Compound<'c, 's, 'o>;
+    type SerializeStruct = Compound<'c, 's, 'o>;
+    type SerializeStructVariant = Compound<'c, 's, 'o>;
+
+    fn serialize_bool(self, b: bool) -> Result<Node, Error> {
+        let h = self.cx.scalar(1, u64::from(b));
+        Ok(self.leaf(h, 5, || Value::Bool(b)))
+    }
+    fn serialize_i8(self, v: i8) -> Result<Node, Error> {
+        Ok(self.i64(v.into()))
+    }
+    fn serialize_i16(self, v: i16) -> Result<Node, Error> {
+        Ok(self.i64(v.into()))
+    }
+    fn serialize_i32(self, v: i32) -> Result<Node, Error> {
+        Ok(self.i64(v.into()))
+    }
+    fn serialize_i64(self, v: i64) -> Result<Node, Error> {
+        Ok(self.i64(v))
+    }
+    fn serialize_u8(self, v: u8) -> Result<Node, Error> {
+        Ok(self.u64(v.into()))
+    }
+    fn serialize_u16(self, v: u16) -> Result<Node, Error> {
+        Ok(self.u64(v.into()))
+    }
+    fn serialize_u32(self, v: u32) -> Result<Node, Error> {
+        Ok(self.u64(v.into()))
+    }
+    fn serialize_u64(self, v: u64) -> Result<Node, Error> {
+        Ok(self.u64(v))
+    }
+    fn serialize_f32(self, v: f32) -> Result<Node, Error> {
+        Ok(self.f64(v.into()))
+    }
+    fn serialize_f64(self, v: f64) -> Result<Node, Error> {
+        Ok(self.f64(v))
+    }
+    fn serialize_char(self, c: char) -> Result<Node, Error> {
+        Ok(self.str(c.encode_utf8(&mut [0; 4])))
+    }
+    fn serialize_str(self, s: &str) -> Result<Node, Error> {
+        Ok(self.str(s))
+    }
+    fn serialize_bytes(self, b: &[u8]) -> Result<Node, Error> {
+        use ser::SerializeSeq;
+        let mut seq = self.serialize_seq(Some(b.len()))?;
+        for x in b {
+            seq.serialize_element(x)?;
+        }
+        seq.end()
+    }
+    fn serialize_none(self) -> Result<Node, Error> {
+        Ok(self.null())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<Node, Error> {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<Node, Error> {
+        Ok(self.null())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<Node, Error> {
+        Ok(self.null())
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+    ) -> Result<Node, Error> {
+        Ok(self.str(variant))
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<Node, Error> {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Result<Node, Error> {
+        let inner_old = match self.old {
+            Some(Shape::Obj(_, f, _)) if f.len() == 1 => Some(&f[0].1),
+            _ => None,
+        };
+        let opaque = self.opaque;
+        let n = node(self.cx, v, inner_old, opaque)?;
+        Ok(wrap(self.cx, variant, n, opaque))
+    }
+    fn serialize_seq(self, len: Option<usize>) -> Result<Compound<'c, 's, 'o>, Error> {
+        Ok(self.compound(ARR, len))
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Compound<'c, 's, 'o>, Error> {
+        Ok(self.compound(ARR, Some(len)))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> Result<Compound<'c, 's, 'o>, Error> {
+        Ok(self.compound(ARR, Some(len)))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Compound<'c, 's, 'o>, Error> {
+        let old = match self.old {
+            Some(Shape::Obj(_, f, _)) if f.len() == 1 => Some(&f[0].1),
+            _ => None,
+        };
+        let mut c = Ser { old, ..self }.compound(ARR, Some(len));
+        c.variant = Some(variant);
+        Ok(c)
+    }
+    fn serialize_map(self, len: Option<usize>) -> Result<Compound<'c, 's, 'o>, Error> {
+        Ok(self.compound(OBJ, len))
+    }
+    fn serialize_struct(self, _: &'static str, len: usize) -> Result<Compound<'c, 's, 'o>, Error> {
+        Ok(self.compound(OBJ, Some(len)))
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Compound<'c, 's, 'o>, Error> {
+        let old = match self.old {
+            Some(Shape::Obj(_, f, _)) if f.len() == 1 => Some(&f[0].1),
+            _ => None,
+        };
+        let mut c = Ser { old, ..self }.compound(OBJ, Some(len));
+        c.variant = Some(variant);
+        Ok(c)
+    }
+}
+
+impl ser::SerializeSeq for Compound<'_, '_, '_> {
+    type Ok = Node;
+    type Error = Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
+        self.element(v)
+    }
+    fn end(self) -> Result<Node, Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeTuple for Compound<'_, '_, '_> {
+    type Ok = Node;
+    type Error = Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
+        self.element(v)
+    }
+    fn end(self) -> Result<Node, Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeTupleStruct for Compound<'_, '_, '_> {
+    type Ok = Node;
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
+        self.element(v)
+    }
+    fn end(self) -> Result<Node, Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeTupleVariant for Compound<'_, '_, '_> {
+    type Ok = Node;
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
+        self.element(v)
+    }
+    fn end(self) -> Result<Node, Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeMap for Compound<'_, '_, '_> {
+    type Ok = Node;
+    type Error = Error;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> Result<(), Error> {
+        self.key = Some(Cow::Owned(k.serialize(KeySer)?));
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
+        let k = self
+            .key
+            .take()
+            .ok_or_else(|| Error("a map value without its key".into()))?;
+        let kh = self.cx.shaper.hash_key(&k);
+        self.field(k, kh, v)
+    }
+    fn end(self) -> Result<Node, Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeStruct for Compound<'_, '_, '_> {
+    type Ok = Node;
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        k: &'static str,
+        v: &T,
+    ) -> Result<(), Error> {
+        let kh = self.cx.static_key(k);
+        self.field(Cow::Borrowed(k), kh, v)
+    }
+    fn end(self) -> Result<Node, Error> {
+        Compound::end(self)
+    }
+}
+
+impl ser::SerializeStructVariant for Compound<'_, '_, '_> {
+    type Ok = Node;
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        k: &'static str,
+        v: &T,
+    ) -> Result<(), Error> {
+        let kh = self.cx.static_key(k);
+        self.field(Cow::Borrowed(k), kh, v)
+    }
+    fn end(self) -> Result<Node, Error> {
+        Compound::end(self)
+    }
+}
+
+/// A map key as JSON writes it: strings, and numbers and booleans as their text.
+struct KeySer;
+
+fn key_error() -> Error {
+    Error("a map key that is not a string".into())
+}
+
+impl ser::Serializer for KeySer {
+    type Ok = String;
+    type Error = Error;
+    type SerializeSeq = ser::Impossible<String, Error>;
+    type SerializeTuple = ser::Impossible<String, Error>;
+    type SerializeTupleStruct = ser::Impossible<String, Error>;
+    type SerializeTupleVariant = ser::Impossible<String, Error>;
+    type SerializeMap = ser::Impossible<String, Error>;
+    type SerializeStruct = ser::Impossible<String, Error>;
+    type SerializeStructVariant = ser::Impossible<String, Error>;
+
+    fn serialize_bool(self, v: bool) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_i8(self, v: i8) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_i16(self, v: i16) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_i32(self, v: i32) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_i64(self, v: i64) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_u8(self, v: u8) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_u16(self, v: u16) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_u32(self, v: u32) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_u64(self, v: u64) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_f32(self, _: f32) -> Result<String, Error> {
+        Err(key_error())
+    }
+    fn serialize_f64(self, _: f64) -> Result<String, Error> {
+        Err(key_error())
+    }
+    fn serialize_char(self, v: char) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_str(self, v: &str) -> Result<String, Error> {
+        Ok(v.to_string())
+    }
+    fn serialize_bytes(self, _: &[u8]) -> Result<String, Error> {
+        Err(key_error())
+    }
+    fn serialize_none(self) -> Result<String, Error> {
+        Err(key_error())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<String, Error> {
+        Err(key_error())
+    }
+    fn serialize_unit(self) -> Result<String, Error> {
+        Err(key_error())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<String, Error> {
+        Err(key_error())
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+    ) -> Result<String, Error> {
+        Ok(variant.to_string())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<String, Error> {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &T,
+    ) -> Result<String, Error> {
+        Err(key_error())
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Error> {
+        Err(key_error())
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Error> {
+        Err(key_error())
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, Error> {
+        Err(key_error())
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, Error> {
+        Err(key_error())
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, Error> {
+        Err(key_error())
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, Error> {
+        Err(key_error())
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, Error> {
+        Err(key_error())
+    }
+}
