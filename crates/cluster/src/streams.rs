@@ -185,13 +185,14 @@ pub fn tasks_subject(kind: WorkerKind) -> &'static str {
     }
 }
 
-/// Whether a JetStream setup error is one waiting cannot cure: the server answered the
-/// request with a 4xx code (a name or configuration it refuses). Everything else — `503`
-/// (no stream or meta leader while a node restarts or an election runs), timeouts, no
-/// responders, a lost connection — is an outage to wait out.
+/// Whether a JetStream setup error is one waiting cannot cure: the server refused the
+/// request itself (`400`: a name or configuration it will never accept). Everything else —
+/// `503` (no stream or meta leader while a node restarts or an election runs), a stream not
+/// found during an election, timeouts, no responders, a lost connection — is an outage to
+/// wait out.
 pub fn is_permanent(e: &Error) -> bool {
     // `async_nats::jetstream::Error` displays as `<description> (code <code>, error code <n>)`.
-    e.to_string().contains("(code 4")
+    e.to_string().contains("(code 400")
 }
 
 /// Runs `f` until it succeeds, waiting (backing off up to 5 s) while JetStream cannot do
@@ -199,7 +200,7 @@ pub fn is_permanent(e: &Error) -> bool {
 /// service started while Redis is down waits for Redis ([`crate::service::wait_for_redis`]):
 /// a service started during an outage comes up when it ends instead of exiting. The first
 /// failure is logged as a warning (`JetStream cannot set up <what> yet; waiting for it`),
-/// then one in every 10 tries. An error the server gives for the request itself (a 4xx,
+/// then one in every 10 tries. An error the server gives for the request itself (a 400,
 /// see [`is_permanent`]) fails at once; a shutdown while waiting answers `None`.
 pub async fn wait_for_jetstream<T, F, Fut>(
     what: &str,
@@ -223,7 +224,7 @@ where
             Err(e) if is_permanent(&e) => return Err(e),
             Err(e) => e,
         };
-        if tries % 10 == 0 {
+        if tries.is_multiple_of(10) {
             tracing::warn!(what, tries = tries + 1, error = %e, "JetStream cannot set up {what} yet; waiting for it");
         }
         tries += 1;
