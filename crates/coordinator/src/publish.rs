@@ -24,18 +24,33 @@ pub async fn publish_event(
         .await?)
 }
 
+/// Why the last stored event of a debate could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LastEventError {
+    /// JetStream did not answer (no stream leader during an election, no responders, a
+    /// timeout): an outage to wait out, never the debate's fault.
+    #[error("cannot read the debate's last stored event: JetStream unavailable: {0}")]
+    Unavailable(String),
+    /// The stored event does not decode.
+    #[error("the debate's last stored event does not decode: {0}")]
+    Undecodable(#[from] serde_json::Error),
+}
+
 /// The sequence number of the last event of debate `id` the events stream holds (0 when
 /// it holds none), read from the stream leader.
-pub async fn last_stored_seq(js: &jetstream::Context, id: &str) -> Result<u64, ActorProcessingErr> {
+pub async fn last_stored_seq(js: &jetstream::Context, id: &str) -> Result<u64, LastEventError> {
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
-    let stream = js.get_stream_no_info(subjects::EVENTS_STREAM).await?;
+    let stream = js
+        .get_stream_no_info(subjects::EVENTS_STREAM)
+        .await
+        .map_err(|e| LastEventError::Unavailable(e.to_string()))?;
     match stream
         .get_last_raw_message_by_subject(&subjects::events_subject(id))
         .await
     {
         Ok(m) => Ok(serde_json::from_slice::<parley_protocol::DebateEvent>(&m.payload)?.seq),
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(LastEventError::Unavailable(e.to_string())),
     }
 }
 
@@ -52,7 +67,7 @@ pub async fn unpublished(
     js: &jetstream::Context,
     id: &str,
     outbox: &[parley_protocol::DebateEvent],
-) -> Result<Vec<parley_protocol::DebateEvent>, ActorProcessingErr> {
+) -> Result<Vec<parley_protocol::DebateEvent>, LastEventError> {
     if outbox.is_empty() {
         return Ok(Vec::new());
     }
