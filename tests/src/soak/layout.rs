@@ -24,8 +24,18 @@ pub const MASTER: &str = "parley-soak";
 pub const LEASE_TTL: Duration = Duration::from_millis(2000);
 /// The workers' JetStream ack wait.
 pub const ACK_WAIT: Duration = Duration::from_secs(3);
-/// The coordinators' task deadline margin (see `Layout::start`).
+/// The coordinators' task deadline margin (see `Layout::start`), unless
+/// `PARLEY_SOAK_TASK_DEADLINE_MARGIN_SECS` sets another (e.g. 300, the coordinators' default,
+/// to see whether a run needs the short one).
 pub const TASK_DEADLINE_MARGIN: Duration = Duration::from_secs(15);
+
+/// [`TASK_DEADLINE_MARGIN`], or the seconds `PARLEY_SOAK_TASK_DEADLINE_MARGIN_SECS` names.
+pub fn task_deadline_margin() -> Duration {
+    std::env::var("PARLEY_SOAK_TASK_DEADLINE_MARGIN_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(TASK_DEADLINE_MARGIN, Duration::from_secs)
+}
 /// How long a sentinel waits for a silent master before it calls it down.
 pub const DOWN_AFTER: Duration = Duration::from_millis(1500);
 
@@ -321,7 +331,7 @@ impl Layout {
             // task's timeout plus this margin (300 s by default, longer than a soak's bound).
             (
                 "--task-deadline-margin-secs",
-                TASK_DEADLINE_MARGIN.as_secs().to_string(),
+                task_deadline_margin().as_secs().to_string(),
             ),
         ]);
         let worker = common(&[
