@@ -326,9 +326,10 @@ impl Layout {
         let mut services = Vec::new();
         let coordinator = common(&[
             ("--lease-ttl-ms", LEASE_TTL.as_millis().to_string()),
-            // A task message lost with a NATS node (a handed-back message not delivered
-            // again after its consumer's node died) is dispatched again at its deadline: the
-            // task's timeout plus this margin (300 s by default, longer than a soak's bound).
+            // A task attempt whose message never reaches a worker (seen in bursts around
+            // NATS node kills and pauses; see the benchmarks page) is dispatched again at
+            // its deadline: the task's timeout plus this margin (300 s by default, longer
+            // than a soak's bound). The soak counts them (`Report::deadline_losses`).
             (
                 "--task-deadline-margin-secs",
                 task_deadline_margin().as_secs().to_string(),
