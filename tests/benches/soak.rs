@@ -66,6 +66,9 @@ fn main() {
         }
     };
     print!("{}", report.violations_text());
+    for loss in &report.deadline_losses {
+        println!("task attempt lost, dispatched again at its deadline: {loss}");
+    }
     println!("{}", report.figures());
     if !report.violations.is_empty() {
         std::process::exit(1);

@@ -185,34 +185,94 @@ pub fn tasks_subject(kind: WorkerKind) -> &'static str {
     }
 }
 
-/// The durable pull consumer of one worker kind. `ack_wait` applies when this call creates
-/// the consumer (the first worker to start decides).
-pub async fn task_consumer(
+/// Whether a JetStream setup error is one waiting cannot cure: the server refused the
+/// request itself (`400`: a name or configuration it will never accept). Everything else —
+/// `503` (no stream or meta leader while a node restarts or an election runs), a stream not
+/// found during an election, timeouts, no responders, a lost connection — is an outage to
+/// wait out.
+pub fn is_permanent(e: &Error) -> bool {
+    // `async_nats::jetstream::Error` displays as `<description> (code <code>, error code <n>)`.
+    e.to_string().contains("(code 400")
+}
+
+/// Runs `f` until it succeeds, waiting (backing off up to 5 s) while JetStream cannot do
+/// it — a stream or meta leader being elected, a node restarting, NATS unreachable — as a
+/// service started while Redis is down waits for Redis ([`crate::service::wait_for_redis`]):
+/// a service started during an outage comes up when it ends instead of exiting. The first
+/// failure is logged as a warning (`JetStream cannot set up <what> yet; waiting for it`),
+/// then one in every 10 tries. An error the server gives for the request itself (a 400,
+/// see [`is_permanent`]) fails at once; a shutdown while waiting answers `None`.
+pub async fn wait_for_jetstream<T, F, Fut>(
+    what: &str,
+    shutdown: &tokio_util::sync::CancellationToken,
+    mut f: F,
+) -> Result<Option<T>, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut backoff = Duration::from_millis(200);
+    let mut tries = 0u64;
+    loop {
+        let e = match f().await {
+            Ok(v) => {
+                if tries > 0 {
+                    tracing::info!(what, tries = tries + 1, "JetStream set up {what}");
+                }
+                return Ok(Some(v));
+            }
+            Err(e) if is_permanent(&e) => return Err(e),
+            Err(e) => e,
+        };
+        if tries.is_multiple_of(10) {
+            tracing::warn!(what, tries = tries + 1, error = %e, "JetStream cannot set up {what} yet; waiting for it");
+        }
+        tries += 1;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.cancelled() => return Ok(None),
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// The durable pull consumer of one worker kind, created if missing; waits while
+/// JetStream cannot answer (see [`wait_for_jetstream`]); `None` after `shutdown`.
+/// `ack_wait` applies when this call creates the consumer (the first worker to start
+/// decides).
+pub async fn wait_for_task_consumer(
+    js: &jetstream::Context,
+    kind: WorkerKind,
+    ack_wait: Duration,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<Option<consumer::PullConsumer>, Error> {
+    wait_for_jetstream("the task consumer", shutdown, || {
+        task_consumer_once(js, kind, ack_wait)
+    })
+    .await
+}
+
+/// One try at [`wait_for_task_consumer`].
+async fn task_consumer_once(
     js: &jetstream::Context,
     kind: WorkerKind,
     ack_wait: Duration,
 ) -> Result<consumer::PullConsumer, Error> {
-    let stream = retry("the tasks stream", || async {
-        Ok(js.get_stream(subjects::TASKS_STREAM).await?)
-    })
-    .await?;
+    let stream = js.get_stream(subjects::TASKS_STREAM).await?;
     let name = consumer_name(kind);
-    retry("the task consumer", || async {
-        Ok(stream
-            .get_or_create_consumer(
-                name,
-                consumer::pull::Config {
-                    durable_name: Some(name.into()),
-                    filter_subject: tasks_subject(kind).into(),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait,
-                    max_deliver: MAX_DELIVER,
-                    ..Default::default()
-                },
-            )
-            .await?)
-    })
-    .await
+    Ok(stream
+        .get_or_create_consumer(
+            name,
+            consumer::pull::Config {
+                durable_name: Some(name.into()),
+                filter_subject: tasks_subject(kind).into(),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait,
+                max_deliver: MAX_DELIVER,
+                ..Default::default()
+            },
+        )
+        .await?)
 }
 
 /// Waits until the stream `name` exists (a worker started before any coordinator), or
@@ -237,5 +297,63 @@ pub async fn wait_for_stream(
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = shutdown.cancelled() => return false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use tokio_util::sync::CancellationToken;
+
+    /// What a JetStream without a meta leader answers a consumer create (as
+    /// `async_nats::jetstream::Error` displays it).
+    const UNAVAILABLE: &str =
+        "JetStream error: JetStream system temporarily unavailable (code 503, error code 10008)";
+
+    #[tokio::test(start_paused = true)]
+    async fn a_jetstream_503_at_start_up_is_waited_out_past_any_number_of_tries() {
+        // The worker used to give up after 5 tries; 20 failures in a row (over a minute of
+        // backing off) must still end in the consumer.
+        let tries = AtomicU32::new(0);
+        let got = wait_for_jetstream("the task consumer", &CancellationToken::new(), || async {
+            if tries.fetch_add(1, Ordering::SeqCst) < 20 {
+                Err::<u32, Error>(UNAVAILABLE.into())
+            } else {
+                Ok(7)
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(got, Some(7));
+        assert_eq!(tries.load(Ordering::SeqCst), 21);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_request_fails_at_once_and_a_shutdown_stops_the_wait() {
+        let tries = AtomicU32::new(0);
+        let refused = "JetStream error: consumer name in subject does not match durable name \
+                       in request (code 400, error code 10017)";
+        let e = wait_for_jetstream("the task consumer", &CancellationToken::new(), || async {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Err::<u32, Error>(refused.into())
+        })
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("code 400"), "{e}");
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            stop.cancel();
+        });
+        let got = wait_for_jetstream("the task consumer", &shutdown, || async {
+            Err::<u32, Error>("timed out".into())
+        })
+        .await
+        .unwrap();
+        assert_eq!(got, None);
     }
 }

@@ -84,7 +84,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use crate::deps::Deps;
 use crate::failures::ActorError;
 use crate::messages::{AnswerRefusal, DebateMsg, Rest, SteerRefusal, SupervisorMsg, RELEASING};
-use crate::publish::{headers, publish_event};
+use crate::publish::{headers, publish_event, unpublished};
 use parley_cluster::redis_store::LeaseCheck;
 use parley_engine::{Effect, Expectation, Input, Machine};
 use parley_protocol::EventKind;
@@ -251,7 +251,7 @@ async fn start(
 
 /// What settling a debate does after its final checkpoint, done again for a settled
 /// debate still in the running set: its last transition's events (the checkpoint's
-/// outbox, deduplicated by message id when they went out before), its decision record,
+/// outbox, those the stream does not hold yet), its decision record,
 /// its retention; then it leaves the running set. An error (NATS or Redis unreachable)
 /// leaves it there, for the next scan.
 async fn finish_settling(
@@ -261,7 +261,7 @@ async fn finish_settling(
     state: &parley_protocol::DebateState,
 ) -> Result<(), ActorProcessingErr> {
     let mut acks = Vec::new();
-    for event in &state.engine.outbox {
+    for event in &unpublished(&deps.js, id, &state.engine.outbox).await? {
         acks.push(publish_event(&deps.js, event).await?);
     }
     for ack in acks {
@@ -698,10 +698,12 @@ impl DebateActorState {
         }
     }
 
-    /// Publishes the checkpoint's outbox again (see `EngineRecord::outbox`).
+    /// Publishes the events of the checkpoint's outbox the stream does not hold yet (see
+    /// `EngineRecord::outbox` and [`unpublished`]).
     async fn publish_outbox(&self) -> Result<(), ActorProcessingErr> {
+        let state = self.machine.state();
         let mut acks = Vec::new();
-        for event in &self.machine.state().engine.outbox {
+        for event in &unpublished(&self.deps.js, &state.id, &state.engine.outbox).await? {
             acks.push(self.publish_event(event).await?);
         }
         for ack in acks {

@@ -40,6 +40,13 @@ pub fn fault_reason(err: &(dyn std::error::Error + 'static)) -> Option<String> {
             return None;
         }
     }
+    // The events stream without a leader while a takeover looks for the previous owner's
+    // unpublished events: an outage.
+    if let Some(crate::publish::LastEventError::Unavailable(_)) =
+        err.downcast_ref::<crate::publish::LastEventError>()
+    {
+        return None;
+    }
     // An outage, or a checkpoint of a newer build (a coordinator of that build runs it):
     // not the debate's fault.
     if let Some(
@@ -89,6 +96,23 @@ mod tests {
 
     /// A checkpoint of a newer build is nobody's fault here: an adoption that meets one is not
     /// counted towards failing the debate.
+    /// A takeover that cannot read the debate's last stored event (the events stream has no
+    /// leader: a 503) is not counted towards failing the debate; the soak failed debates
+    /// so while a NATS node was down.
+    #[test]
+    fn an_events_stream_without_a_leader_at_a_takeover_is_not_the_debates_fault() {
+        let unavailable = crate::publish::LastEventError::Unavailable(
+            "JetStream error: JetStream system temporarily unavailable (code 503, error code 10008)"
+                .into(),
+        );
+        let boxed: ractor::ActorProcessingErr = Box::new(unavailable);
+        assert_eq!(fault_reason(boxed.as_ref()), None);
+        let undecodable = crate::publish::LastEventError::Undecodable(
+            serde_json::from_str::<u8>("x").unwrap_err(),
+        );
+        assert!(fault_reason(&undecodable).is_some());
+    }
+
     #[test]
     fn a_newer_checkpoint_format_is_not_the_debates_fault() {
         let newer = parley_cluster::redis_store::RedisStoreError::NewerFormat {

@@ -24,6 +24,57 @@ pub async fn publish_event(
         .await?)
 }
 
+/// Why the last stored event of a debate could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LastEventError {
+    /// JetStream did not answer (no stream leader during an election, no responders, a
+    /// timeout): an outage to wait out, never the debate's fault.
+    #[error("cannot read the debate's last stored event: JetStream unavailable: {0}")]
+    Unavailable(String),
+    /// The stored event does not decode.
+    #[error("the debate's last stored event does not decode: {0}")]
+    Undecodable(#[from] serde_json::Error),
+}
+
+/// The sequence number of the last event of debate `id` the events stream holds (0 when
+/// it holds none), read from the stream leader.
+pub async fn last_stored_seq(js: &jetstream::Context, id: &str) -> Result<u64, LastEventError> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let stream = js
+        .get_stream_no_info(subjects::EVENTS_STREAM)
+        .await
+        .map_err(|e| LastEventError::Unavailable(e.to_string()))?;
+    match stream
+        .get_last_raw_message_by_subject(&subjects::events_subject(id))
+        .await
+    {
+        Ok(m) => Ok(serde_json::from_slice::<parley_protocol::DebateEvent>(&m.payload)?.seq),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
+        Err(e) => Err(LastEventError::Unavailable(e.to_string())),
+    }
+}
+
+/// Of a checkpoint's `outbox` (the events of its debate's last transition, which went out
+/// after the checkpoint unless its owner died first), those the stream does not hold yet.
+///
+/// Publishing the whole outbox again relies on `Nats-Msg-Id` deduplication, which only
+/// covers the stream's duplicate window (2 minutes): a debate taken over longer than that
+/// after its last transition (its tasks queued behind a backlog, its clarifications
+/// unanswered) would get those events stored a second time, its sequence restarting
+/// partway through. Events are published in order, so the outbox's events up to the
+/// debate's last stored one are on the stream; the rest are not.
+pub async fn unpublished(
+    js: &jetstream::Context,
+    id: &str,
+    outbox: &[parley_protocol::DebateEvent],
+) -> Result<Vec<parley_protocol::DebateEvent>, LastEventError> {
+    if outbox.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stored = last_stored_seq(js, id).await?;
+    Ok(outbox.iter().filter(|e| e.seq > stored).cloned().collect())
+}
+
 /// Publishes `events`, each waited for at most a few seconds; failures are logged.
 pub async fn publish_best_effort(deps: &Deps, id: &str, events: &[parley_protocol::DebateEvent]) {
     for event in events {

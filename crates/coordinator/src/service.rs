@@ -346,12 +346,21 @@ async fn connect(
         start_service(&endpoint, &config.redis_url, config.metrics_addr, shutdown).await?;
     let store = store.with_min_replicas(config.redis_min_replicas);
     let js = jetstream::new(nats.clone());
-    parley_cluster::streams::tasks_stream(&js, config.stream_replicas)
+    // A JetStream without a leader for a while (`503`) is an outage to wait out; a signal
+    // meanwhile: the caller's `unless_shutdown` stops this start-up.
+    use parley_cluster::streams::{events_stream, tasks_stream, wait_for_jetstream};
+    let replicas = config.stream_replicas;
+    let tasks = wait_for_jetstream("the tasks stream", shutdown, || tasks_stream(&js, replicas))
         .await
         .map_err(|e| anyhow::anyhow!("while creating the tasks stream: {e}"))?;
-    parley_cluster::streams::events_stream(&js, config.stream_replicas)
-        .await
-        .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
+    let events = wait_for_jetstream("the events stream", shutdown, || {
+        events_stream(&js, replicas)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("while creating the events stream: {e}"))?;
+    if tasks.is_none() || events.is_none() {
+        return std::future::pending().await;
+    }
     Ok((nats, store, js))
 }
 

@@ -6,7 +6,7 @@ use parley_engine::{Effect, Input, Machine};
 use parley_protocol::DebateStatus;
 
 use crate::deps::Deps;
-use crate::publish::publish_best_effort;
+use crate::publish::{publish_best_effort, unpublished};
 
 /// Why a debate could not be settled without its actor.
 #[derive(Debug, thiserror::Error)]
@@ -60,8 +60,14 @@ pub async fn settle_directly(
         return Err(SettleError::NotStored(id.to_string()));
     };
     let before = cp.state.status;
-    // The previous owner's last events first (best effort), so the stream keeps its order.
-    publish_best_effort(deps, id, &cp.state.engine.outbox).await;
+    // The previous owner's last events first (best effort: those the stream does not hold
+    // yet), so the stream keeps its order.
+    match unpublished(&deps.js, id, &cp.state.engine.outbox).await {
+        Ok(events) => publish_best_effort(deps, id, &events).await,
+        Err(e) => {
+            tracing::warn!(debate = %id, error = %e, "cannot tell which of the previous owner's last events were published")
+        }
+    }
     let mut machine = Machine::from_checkpoint(spec, cp.state);
     machine.set_pricing(deps.pricing.clone());
     let events: Vec<parley_protocol::DebateEvent> = machine

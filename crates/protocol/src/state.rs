@@ -590,7 +590,8 @@ pub struct EngineRecord {
     pub traceparent: Option<String>,
     /// The events of the last transition (an outbox): checkpointed with the state that
     /// produced them and published after it, so a coordinator resuming the debate publishes
-    /// them again (deduplicated by message id) and a crash in between loses none.
+    /// those the events stream does not hold yet (its last stored event for the debate
+    /// tells) and a crash in between loses none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outbox: Vec<crate::DebateEvent>,
     /// Agents whose clarification task of the current iteration has come back.

@@ -192,12 +192,20 @@ pub(crate) async fn start(
     if !streams::wait_for_stream(&js, subjects::TASKS_STREAM, shutdown).await {
         std::future::pending::<()>().await;
     }
-    let consumer = streams::task_consumer(&js, config.kind, config.ack_wait)
+    // A JetStream without a leader for a while (`503`) is an outage to wait out.
+    let consumer = streams::wait_for_task_consumer(&js, config.kind, config.ack_wait, shutdown)
         .await
         .map_err(|e| anyhow::anyhow!("while creating the task consumer: {e}"))?;
-    let stash = ResultStash::open(&js, config.stream_replicas)
+    let Some(consumer) = consumer else {
+        // Signalled while waiting: the caller's `unless_shutdown` stops this start-up.
+        return std::future::pending().await;
+    };
+    let stash = ResultStash::open(&js, config.stream_replicas, shutdown)
         .await
         .map_err(|e| anyhow::anyhow!("while opening the result stash: {e}"))?;
+    let Some(stash) = stash else {
+        return std::future::pending().await;
+    };
     // The limiter's scripts are small: the client's usual 500 ms answer time.
     // Boxed: the waiting loop's future would make the binary's `main` future too deep.
     let limiter_conn = Box::pin(parley_cluster::service::wait_for_redis(

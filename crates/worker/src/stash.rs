@@ -50,40 +50,44 @@ pub struct ResultStash {
 }
 
 impl ResultStash {
-    /// Opens the bucket, creating it with `replicas` replicas when missing.
-    pub async fn open(js: &jetstream::Context, replicas: usize) -> Result<Self, async_nats::Error> {
-        let mut last: Option<async_nats::Error> = None;
-        // Two workers creating the bucket at once may race; the second try finds it.
-        for i in 0..5u64 {
-            // The bucket's stream as `create_key_value` makes it; created directly, because
-            // that call first queries the account in a shape older servers do not answer.
-            let created = js
-                .get_or_create_stream(stream::Config {
-                    name: format!("KV_{BUCKET}"),
-                    description: Some(
-                        "Parley task results a worker could not write to Redis".into(),
-                    ),
-                    subjects: vec![format!("$KV.{BUCKET}.>")],
-                    max_messages_per_subject: 1,
-                    max_age: MAX_AGE,
-                    allow_rollup: true,
-                    deny_delete: true,
-                    allow_direct: true,
-                    discard: stream::DiscardPolicy::New,
-                    num_replicas: replicas,
-                    ..Default::default()
-                })
-                .await;
-            match created {
-                Ok(_) => match js.get_key_value(BUCKET).await {
-                    Ok(kv) => return Ok(Self { kv }),
-                    Err(e) => last = Some(e.into()),
-                },
-                Err(e) => last = Some(e.into()),
-            }
-            tokio::time::sleep(Duration::from_millis(200 * (i + 1))).await;
-        }
-        Err(last.unwrap_or_else(|| "cannot open the result stash".into()))
+    /// Opens the bucket, creating it with `replicas` replicas when missing; waits while
+    /// JetStream cannot answer (`parley_cluster::streams::wait_for_jetstream`), `None`
+    /// after `shutdown`. Two workers creating the bucket at once may race; the next try
+    /// finds it.
+    pub async fn open(
+        js: &jetstream::Context,
+        replicas: usize,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Result<Option<Self>, async_nats::Error> {
+        parley_cluster::streams::wait_for_jetstream("the result stash", shutdown, || {
+            Self::open_once(js, replicas)
+        })
+        .await
+    }
+
+    async fn open_once(
+        js: &jetstream::Context,
+        replicas: usize,
+    ) -> Result<Self, async_nats::Error> {
+        // The bucket's stream as `create_key_value` makes it; created directly, because
+        // that call first queries the account in a shape older servers do not answer.
+        js.get_or_create_stream(stream::Config {
+            name: format!("KV_{BUCKET}"),
+            description: Some("Parley task results a worker could not write to Redis".into()),
+            subjects: vec![format!("$KV.{BUCKET}.>")],
+            max_messages_per_subject: 1,
+            max_age: MAX_AGE,
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: stream::DiscardPolicy::New,
+            num_replicas: replicas,
+            ..Default::default()
+        })
+        .await?;
+        Ok(Self {
+            kv: js.get_key_value(BUCKET).await?,
+        })
     }
 
     /// Keeps `result`, sealed with its debate's dispatch `secret`, until a worker writes it

@@ -33,9 +33,25 @@ pub struct Outcome {
     pub state: Value,
     /// When it was seen ending (since the start), if it did.
     pub ended: Option<Duration>,
-    /// Its events' sequence numbers and the kind of the last one.
-    pub seqs: Vec<u64>,
+    /// Its events as read from the stream, in stream order.
+    pub events: Vec<StoredEvent>,
     pub last_event: Option<EventKind>,
+}
+
+/// One message of a debate's events as the stream delivered it: where it is in the stream
+/// and which event it holds, so a broken sequence tells a reader that delivered one message
+/// twice (the same stream sequence again) from a stream that holds an event twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    pub stream_seq: u64,
+    /// The event's own (per-debate) sequence number.
+    pub seq: u64,
+    /// When JetStream stored it.
+    pub published: String,
+    /// Its `Nats-Msg-Id` header.
+    pub msg_id: String,
+    /// The event's kind, in a word.
+    pub kind: String,
 }
 
 /// Words a failure's reason must contain to count as one that names a fault.
@@ -187,20 +203,13 @@ pub fn no_duplicates(
 /// Each debate's events are numbered 1..=n and the last one is its final status.
 pub fn events(outcomes: &HashMap<String, Outcome>, out: &mut Vec<Violation>) {
     for o in outcomes.values() {
-        let expected: Vec<u64> = (1..=o.seqs.len() as u64).collect();
+        let seqs: Vec<u64> = o.events.iter().map(|e| e.seq).collect();
+        let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
         let at = o.ended.unwrap_or_default();
-        if o.seqs != expected {
-            let gaps: Vec<String> = o
-                .seqs
-                .iter()
-                .zip(1u64..)
-                .filter(|(s, i)| *s != i)
-                .take(5)
-                .map(|(s, i)| format!("#{i} is {s}"))
-                .collect();
+        if seqs != expected {
             out.push(Violation {
                 rule: "events contiguous",
-                detail: format!("{}: {} events, {}", o.id, o.seqs.len(), gaps.join(", ")),
+                detail: format!("{}: {}", o.id, sequence_break(&o.events)),
                 debate: Some(o.id.clone()),
                 from: at,
                 to: at,
@@ -223,6 +232,46 @@ pub fn events(outcomes: &HashMap<String, Outcome>, out: &mut Vec<Violation>) {
             });
         }
     }
+}
+
+/// Where `events` first breaks the sequence 1..=n, and whether the reader delivered a
+/// stream message twice or the stream holds two messages for one event: the messages
+/// around the break, with their stream sequences, times and message ids.
+pub fn sequence_break(events: &[StoredEvent]) -> String {
+    let Some(i) = events
+        .iter()
+        .zip(1u64..)
+        .position(|(e, want)| e.seq != want)
+    else {
+        return format!("{} events, numbered 1..={}", events.len(), events.len());
+    };
+    let redelivered = events
+        .windows(2)
+        .any(|w| w[1].stream_seq <= w[0].stream_seq);
+    let cause = if redelivered {
+        "the reader delivered stream messages again (stream sequences not increasing)"
+    } else {
+        "the stream holds these events under distinct stream sequences"
+    };
+    let show = |e: &StoredEvent| {
+        format!(
+            "stream #{} seq {} {} at {} id {}",
+            e.stream_seq, e.seq, e.kind, e.published, e.msg_id
+        )
+    };
+    let mut lines = vec![format!(
+        "{} events, #{} is {}: {cause}",
+        events.len(),
+        i + 1,
+        events[i].seq
+    )];
+    if let Some(first) = events[..i].iter().find(|e| e.seq == events[i].seq) {
+        lines.push(format!("  first: {}", show(first)));
+    }
+    for e in &events[i.saturating_sub(2)..(i + 3).min(events.len())] {
+        lines.push(format!("  {}", show(e)));
+    }
+    lines.join("\n")
 }
 
 /// A call answered 200 twice (same model, same prompt) is a repeat; each must overlap a

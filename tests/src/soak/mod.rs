@@ -65,6 +65,9 @@ pub struct Report {
     pub provenance_checked: usize,
     /// Process exits the nemesis did not cause.
     pub unexpected_exits: usize,
+    /// Task attempts failed at their deadline (the task message or its result lost; the
+    /// coordinator dispatched the task again), with their debate and task.
+    pub deadline_losses: Vec<String>,
     /// From the end of the last fault to the end of the last debate.
     pub last_fault_to_last_end: Duration,
     pub violations: Vec<Violation>,
@@ -85,8 +88,9 @@ impl Report {
         format!(
             "seed {}\nduration {:.0} s (faults and quiet)\ndebates submitted {}, accepted {}, \
              completed {}, failed {}\nfaults {} ({})\nprovider calls {} ({} answered), repeated \
-             calls {}\ntexts traced to their answer {}\nunexpected process exits {}\nlast fault \
-             to last debate end {:.1} s\nviolations {}",
+             calls {}\ntexts traced to their answer {}\nunexpected process exits {}\ntask attempts \
+             lost (dispatched again at their deadline) {}\nlast fault to last debate end \
+             {:.1} s\nviolations {}",
             self.seed,
             self.elapsed.as_secs_f64(),
             self.submitted,
@@ -100,6 +104,7 @@ impl Report {
             self.repeated_calls,
             self.provenance_checked,
             self.unexpected_exits,
+            self.deadline_losses.len(),
             self.last_fault_to_last_end.as_secs_f64(),
             self.violations.len()
         )
@@ -184,16 +189,30 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     let _ = monitor.await;
 
     let mut outcomes: HashMap<String, Outcome> = HashMap::new();
+    let mut deadline_losses = Vec::new();
     for id in &ids {
         let evs = read_events(&layout.client, id).await;
+        for (_, e) in &evs {
+            if let parley_protocol::EventKind::TaskFailed {
+                task_id,
+                attempt,
+                error,
+                ..
+            } = &e.kind
+            {
+                if error.contains("within its deadline") {
+                    deadline_losses.push(format!("{id} {task_id} attempt {attempt} at {}", e.at));
+                }
+            }
+        }
         outcomes.insert(
             id.clone(),
             Outcome {
                 id: id.clone(),
                 state: states.get(id).cloned().unwrap_or_default(),
                 ended: ended.get(id).copied(),
-                seqs: evs.iter().map(|e| e.seq).collect(),
-                last_event: evs.last().map(|e| e.kind.clone()),
+                last_event: evs.last().map(|(_, e)| e.kind.clone()),
+                events: evs.into_iter().map(|(s, _)| s).collect(),
             },
         );
     }
@@ -262,6 +281,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         answered_calls: calls.len(),
         provenance_checked,
         unexpected_exits,
+        deadline_losses,
         last_fault_to_last_end: last_end.saturating_sub(last_fault),
         violations,
         fault_log,
@@ -333,15 +353,19 @@ async fn wait_for_ends(
     }
 }
 
-/// Debate `id`'s events. The status turns final when the checkpoint is written, a moment
-/// before the coordinator publishes the last events: they are read again (and after a
-/// failed read) until the last one is final, for up to 15 s.
-async fn read_events(client: &async_nats::Client, id: &str) -> Vec<parley_protocol::DebateEvent> {
+/// Debate `id`'s events, each with where the stream holds it. The status turns final when
+/// the checkpoint is written, a moment before the coordinator publishes the last events:
+/// they are read again (and after a failed read) until the last one is final, for up to
+/// 15 s.
+async fn read_events(
+    client: &async_nats::Client,
+    id: &str,
+) -> Vec<(check::StoredEvent, parley_protocol::DebateEvent)> {
     let until = std::time::Instant::now() + Duration::from_secs(15);
     let mut last = Vec::new();
     while std::time::Instant::now() < until {
-        if let Ok(evs) = crate::events(client, &format!("parley.debates.{id}.events")).await {
-            if evs.last().is_some_and(|e| e.is_final()) {
+        if let Ok(evs) = stored_events(client, &format!("parley.debates.{id}.events")).await {
+            if evs.last().is_some_and(|(_, e)| e.is_final()) {
                 return evs;
             }
             last = evs;
@@ -349,6 +373,72 @@ async fn read_events(client: &async_nats::Client, id: &str) -> Vec<parley_protoc
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     last
+}
+
+/// The events on `filter`, in stream order, through an ordered consumer (as
+/// [`crate::events`]), each with its stream sequence, time and message id.
+async fn stored_events(
+    client: &async_nats::Client,
+    filter: &str,
+) -> anyhow::Result<Vec<(check::StoredEvent, parley_protocol::DebateEvent)>> {
+    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+    use futures::StreamExt as _;
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = js
+        .get_stream(parley_protocol::subjects::EVENTS_STREAM)
+        .await
+        .context("while opening the events stream")?;
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: filter.to_string(),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .context("while creating an ordered consumer on the events stream")?;
+    let mut messages = consumer
+        .messages()
+        .await
+        .context("while reading the events stream")?;
+    let mut out = Vec::new();
+    while let Ok(next) = tokio::time::timeout(Duration::from_secs(3), messages.next()).await {
+        let Some(msg) = next else { break };
+        let msg = msg.context("while reading the events stream")?;
+        let info = msg
+            .info()
+            .map_err(|e| anyhow::anyhow!("an event without JetStream info: {e}"))?;
+        let (pending, stream_seq, published) = (
+            info.pending,
+            info.stream_sequence,
+            info.published.to_string(),
+        );
+        let event: parley_protocol::DebateEvent = serde_json::from_slice(&msg.payload)
+            .with_context(|| format!("undecodable event on {}", msg.subject))?;
+        let msg_id = msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Msg-Id"))
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        let kind = serde_json::to_value(&event.kind)
+            .ok()
+            .and_then(|v| v["type"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        out.push((
+            check::StoredEvent {
+                stream_seq,
+                seq: event.seq,
+                published,
+                msg_id,
+                kind,
+            },
+            event,
+        ));
+        if pending == 0 {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// Every debate whose spec is in Redis (the master now): (id, problem).
