@@ -137,7 +137,10 @@ async fn cluster_estimates_learn_what_past_debates_used() {
         (learned / real - 1.0).abs() < (assumed / real - 1.0).abs(),
         "the estimate did not move toward the real spend"
     );
-    assert!((0.85..=1.15).contains(&(learned / real)), "{learned} vs {real}");
+    assert!(
+        (0.85..=1.15).contains(&(learned / real)),
+        "{learned} vs {real}"
+    );
 
     // One list per provider/model and kind (3 agents × 3 kinds, the judge's synthesis),
     // each within its bound.

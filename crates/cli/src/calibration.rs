@@ -10,8 +10,8 @@
 
 use std::path::Path;
 
-use parley_protocol::AgentConfig;
 pub use parley_protocol::calibration::{Basis, Calibration, Key, MAX_SAMPLES, MIN_SAMPLES};
+use parley_protocol::AgentConfig;
 
 /// Saved debates read (the newest by modification time).
 pub const MAX_DEBATES: usize = 200;

@@ -172,7 +172,13 @@ pub(crate) async fn request(
 pub(crate) async fn cluster_calibration(
     client: &async_nats::Client,
 ) -> Result<parley_protocol::calibration::Calibration, CliError> {
-    let v = request(client, subjects::CALIBRATION, Vec::new()).await?;
+    // An estimate does not wait long for what only sharpens it.
+    let v = tokio::time::timeout(
+        Duration::from_secs(5),
+        request(client, subjects::CALIBRATION, Vec::new()),
+    )
+    .await
+    .map_err(|_| CliError::general("no coordinator answered within 5 s"))??;
     let bytes = serde_json::to_vec(&v).map_err(|e| CliError::general(e.to_string()))?;
     parley_protocol::calibration::CalibrationReply::decode(&bytes)
         .map(|r| r.calibration())
@@ -253,7 +259,10 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
             Err(e) => Err(e),
         }
         .unwrap_or_else(|e| {
-            eprintln!("warning: estimate without the cluster's calibration: {}", e.message);
+            eprintln!(
+                "warning: estimate without the cluster's calibration: {}",
+                e.message
+            );
             Default::default()
         });
         let learned = crate::run::Learned::Cluster(learned);

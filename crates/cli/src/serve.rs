@@ -379,7 +379,10 @@ impl parley_mcp::Estimator for ConfigEstimator {
                 let learned = tokio::runtime::Handle::current()
                     .block_on(crate::remote::cluster_calibration(client))
                     .unwrap_or_else(|e| {
-                        eprintln!("warning: estimate without the cluster's calibration: {e}");
+                        eprintln!(
+                            "warning: estimate without the cluster's calibration: {}",
+                            e.message
+                        );
                         Default::default()
                     });
                 let provider_of = crate::remote::cluster_provider_of(learned.clone(), local);

@@ -198,7 +198,10 @@ fn bare_prompts_are_within_their_kind_template_bound() {
 
 /// The prompt's tokens as OpenAI counts them: each message's tokens and 4 for its role and
 /// separators, and 3 priming the reply.
-fn openai_tokens(enc: parley_engine::tokens::Encoding, messages: &[parley_llm::ChatMessage]) -> u64 {
+fn openai_tokens(
+    enc: parley_engine::tokens::Encoding,
+    messages: &[parley_llm::ChatMessage],
+) -> u64 {
     messages
         .iter()
         .map(|m| enc.bpe().encode_ordinary(&m.content).len() as u64 + 4)
@@ -274,7 +277,11 @@ fn openai_prompts_stay_within_the_tokenized_bound() {
                     "{model} {who} {:?} (bare: {bare}): {real} tokens, bound {bound}",
                     t.kind
                 );
-                assert!(bound < bytes, "{model} {who} {:?}: no tighter than bytes", t.kind);
+                assert!(
+                    bound < bytes,
+                    "{model} {who} {:?}: no tighter than bytes",
+                    t.kind
+                );
                 let m = most.entry(format!("{:?}", t.kind)).or_insert((0, 0));
                 *m = (m.0.max(real), m.1.max(bound));
             }

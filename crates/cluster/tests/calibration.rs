@@ -65,7 +65,10 @@ async fn samples_are_kept_per_key_newest_first_and_bounded() {
         .find(|e| e.key == key("m", "proposal"))
         .unwrap();
     assert_eq!(kept.tokens.len(), SAMPLES_KEPT);
-    assert!(kept.tokens.iter().all(|&t| t >= 1_000), "old samples stayed");
+    assert!(
+        kept.tokens.iter().all(|&t| t >= 1_000),
+        "old samples stayed"
+    );
 
     // A new model every time: at most KEYS_KEPT keys, the most recently sampled.
     for i in 0..(KEYS_KEPT + 40) {

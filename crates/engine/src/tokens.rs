@@ -104,7 +104,12 @@ impl TokenCounter {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         text.hash(&mut h);
         let key = (enc, h.finish());
-        if let Some(&n) = self.memo.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(&n) = self
+            .memo
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
             return n;
         }
         let n = enc.count(text);

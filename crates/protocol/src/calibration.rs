@@ -407,7 +407,10 @@ mod tests {
         let bytes = serde_json::to_vec(&reply).unwrap();
         let back = CalibrationReply::decode(&bytes).unwrap();
         assert_eq!(back, reply);
-        assert_eq!(back.calibration().basis(&key("proposal"), 400).mean_tokens, 7);
+        assert_eq!(
+            back.calibration().basis(&key("proposal"), 400).mean_tokens,
+            7
+        );
         let big = CalibrationReply {
             entries: vec![CalibrationEntry {
                 key: key("proposal"),

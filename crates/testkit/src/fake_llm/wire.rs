@@ -227,9 +227,7 @@ pub(crate) fn prompt_tokens(model: &str, prompt: &str) -> u64 {
         Some(Tokenizer::Cl100kBase) => tiktoken_rs::cl100k_base_singleton(),
         _ => return rough_tokens(prompt),
     };
-    let long_run = prompt
-        .split(char::is_whitespace)
-        .any(|w| w.len() > 256)
+    let long_run = prompt.split(char::is_whitespace).any(|w| w.len() > 256)
         || prompt.contains(&" ".repeat(257));
     if long_run {
         return rough_tokens(prompt);
