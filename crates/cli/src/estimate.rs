@@ -74,20 +74,6 @@ impl Default for Assumptions {
 /// Tokens the chat format adds to each message (role and separators) for OpenAI models.
 const CHAT_TOKENS_PER_MESSAGE: u64 = 4;
 
-/// The tokenizer of an OpenAI-family model, when tiktoken knows the model (a provider
-/// prefix `openai/`, as OpenRouter names them, is taken off first); `None` for any other
-/// model, which is counted by the characters-per-token ratio.
-fn openai_bpe(model: &str) -> Option<&'static tiktoken_rs::CoreBPE> {
-    use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
-    let name = model.strip_prefix("openai/").unwrap_or(model);
-    match get_tokenizer(name)? {
-        Tokenizer::O200kBase => Some(tiktoken_rs::o200k_base_singleton()),
-        Tokenizer::O200kHarmony => Some(tiktoken_rs::o200k_harmony_singleton()),
-        Tokenizer::Cl100kBase => Some(tiktoken_rs::cl100k_base_singleton()),
-        _ => None,
-    }
-}
-
 /// Min, expected and max of one figure.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Range<T> {
@@ -400,14 +386,12 @@ fn simulate(
         }
         .map_err(EstimateError::Prompt)?;
         let cpt = a.chars_per_token.max(0.5);
-        let bpe = openai_bpe(&task.agent.model);
+        let enc = parley_engine::tokens::Encoding::of_model(&task.agent.model);
         let prompt_tokens: u64 = messages
             .iter()
-            .map(|msg| match (s, bpe) {
+            .map(|msg| match (s, enc) {
                 (Scenario::Max, _) => msg.content.len() as u64 + 8,
-                (_, Some(bpe)) => {
-                    bpe.encode_ordinary(&msg.content).len() as u64 + CHAT_TOKENS_PER_MESSAGE
-                }
+                (_, Some(enc)) => enc.count(&msg.content) + CHAT_TOKENS_PER_MESSAGE,
                 _ => (msg.content.chars().count() as f64 / cpt).ceil() as u64,
             })
             .sum();
@@ -536,45 +520,4 @@ fn made_up_output(task: &Task, s: Scenario, chars: usize, spec: &DebateSpec, n: 
         _ => {}
     }
     out
-}
-
-#[cfg(test)]
-mod tokenizer_tests {
-    use super::openai_bpe;
-
-    #[test]
-    fn openai_models_are_counted_with_their_own_tokenizer() {
-        let text = "Design a rate limiter for a public REST API.";
-        for model in [
-            "gpt-4o",
-            "gpt-4o-mini",
-            "openai/gpt-4.1",
-            "o3",
-            "gpt-4",
-            "gpt-3.5-turbo",
-        ] {
-            let bpe = openai_bpe(model).unwrap_or_else(|| panic!("{model}: no tokenizer"));
-            let n = bpe.encode_ordinary(text).len();
-            // A real BPE count: far fewer tokens than characters, more than words.
-            assert!((9..=14).contains(&n), "{model}: {n} tokens");
-        }
-        // The same text in two encodings: the counts come from the tokenizers, not a ratio.
-        let o200k = openai_bpe("gpt-4o")
-            .unwrap()
-            .encode_ordinary("ünïcödé ✓✓✓")
-            .len();
-        let cl100k = openai_bpe("gpt-4")
-            .unwrap()
-            .encode_ordinary("ünïcödé ✓✓✓")
-            .len();
-        assert!(o200k > 0 && cl100k > 0);
-        for model in [
-            "model-arch",
-            "smollm2",
-            "claude-3-5-sonnet",
-            "meta-llama/llama-3-8b",
-        ] {
-            assert!(openai_bpe(model).is_none(), "{model}");
-        }
-    }
 }

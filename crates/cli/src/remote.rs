@@ -168,6 +168,38 @@ pub(crate) async fn request(
     Ok(v)
 }
 
+/// What the cluster's calls used (`parley.debates.calibration`), for its estimates.
+pub(crate) async fn cluster_calibration(
+    client: &async_nats::Client,
+) -> Result<parley_protocol::calibration::Calibration, CliError> {
+    // An estimate does not wait long for what only sharpens it.
+    let v = tokio::time::timeout(
+        Duration::from_secs(5),
+        request(client, subjects::CALIBRATION, Vec::new()),
+    )
+    .await
+    .map_err(|_| CliError::general("no coordinator answered within 5 s"))??;
+    let bytes = serde_json::to_vec(&v).map_err(|e| CliError::general(e.to_string()))?;
+    parley_protocol::calibration::CalibrationReply::decode(&bytes)
+        .map(|r| r.calibration())
+        .map_err(|e| CliError::general(e.to_string()))
+}
+
+/// The provider an estimate in front of a cluster keys a participant's calls by: the one it
+/// names, else the one the cluster's samples of its model were recorded under, else what
+/// this machine would resolve (`local`).
+pub(crate) fn cluster_provider_of<'a>(
+    learned: parley_protocol::calibration::Calibration,
+    local: impl Fn(&parley_protocol::AgentConfig) -> String + 'a,
+) -> Box<dyn Fn(&parley_protocol::AgentConfig) -> String + 'a> {
+    Box::new(move |a| {
+        a.provider
+            .clone()
+            .or_else(|| learned.provider_of_model(&a.model).map(str::to_string))
+            .unwrap_or_else(|| local(a))
+    })
+}
+
 /// The error of an `{"error": {"code", "message"}}` reply. A debate's state or summary has
 /// an `error` field too (why a failed debate failed): that is an answer, not an error.
 fn error_reply(v: &Value) -> Option<parley_protocol::subjects::ErrorBody> {
@@ -220,8 +252,21 @@ pub async fn submit(args: SubmitArgs, interrupt: &CancellationToken) -> Result<(
     let mut spec = config::build_spec(loaded, problem, &overrides, &mut warn)?;
     if let Some(prices) = prices {
         // What it would cost, from the local price file (the cluster's operator may price
-        // it differently); nothing is sent.
-        return crate::run::print_estimate(&spec, &prices, &endpoints, &limits, r);
+        // it differently), with the reply lengths the cluster's calls taught it; nothing is
+        // submitted.
+        let learned = match connect(&args.nats).await {
+            Ok(client) => cluster_calibration(&client).await,
+            Err(e) => Err(e),
+        }
+        .unwrap_or_else(|e| {
+            eprintln!(
+                "warning: estimate without the cluster's calibration: {}",
+                e.message
+            );
+            Default::default()
+        });
+        let learned = crate::run::Learned::Cluster(learned);
+        return crate::run::print_estimate(&spec, &prices, &endpoints, &limits, r, learned);
     }
     spec.idempotency_key = args.idempotency_key.clone();
     // `--wait` answers the questions as they come: a file or a terminal is needed.

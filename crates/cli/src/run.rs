@@ -110,7 +110,7 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         eprintln!("{note}");
     }
     if args.estimate {
-        return print_estimate(&spec, &prices, &endpoints, &limits, &args);
+        return print_estimate(&spec, &prices, &endpoints, &limits, &args, Learned::Saved);
     }
     // Embedded, the user is the operator: no caps beyond the debate's own budget.
     let pricing =
@@ -152,6 +152,14 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
     .await
 }
 
+/// Where an estimate's reply lengths are learned from.
+pub(crate) enum Learned {
+    /// The debates saved in `./debates/` (embedded).
+    Saved,
+    /// A cluster's calls (`parley.debates.calibration`).
+    Cluster(parley_protocol::calibration::Calibration),
+}
+
 /// `--estimate`: the debate's calls, tokens and cost, with no LLM call (see
 /// [`parley_cli::estimate`]).
 pub(crate) fn print_estimate(
@@ -160,6 +168,7 @@ pub(crate) fn print_estimate(
     endpoints: &config::Endpoints,
     limits: &std::collections::BTreeMap<String, ProviderLimits>,
     args: &RunArgs,
+    learned: Learned,
 ) -> Result<(), CliError> {
     spec.validate()
         .map_err(|e| CliError::usage(e.to_string()))?;
@@ -168,7 +177,7 @@ pub(crate) fn print_estimate(
     settings.agent_base_urls = endpoints.per_agent.clone();
     let registry =
         Registry::with_limits(settings, limits.clone(), Arc::new(LocalLimiter::default()));
-    let provider_of = |a: &parley_protocol::AgentConfig| {
+    let local = |a: &parley_protocol::AgentConfig| {
         registry
             .resolve(a)
             .map(|r| r.kind.to_string())
@@ -178,11 +187,20 @@ pub(crate) fn print_estimate(
     if let Some(n) = args.expected_reply_tokens {
         assumptions.reply_tokens = n;
     }
-    // Learned from the debates saved here (see `parley_cli::calibration`).
-    assumptions.calibration = parley_cli::calibration::Calibration::load(
-        std::path::Path::new(parley_cli::DEBATES_DIR),
-        &provider_of,
-    );
+    let provider_of = match learned {
+        // Learned from the debates saved here (see `parley_cli::calibration`).
+        Learned::Saved => {
+            assumptions.calibration = parley_cli::calibration::load(
+                std::path::Path::new(parley_cli::DEBATES_DIR),
+                &local,
+            );
+            Box::new(local) as Box<dyn Fn(&parley_protocol::AgentConfig) -> String>
+        }
+        Learned::Cluster(c) => {
+            assumptions.calibration = c.clone();
+            crate::remote::cluster_provider_of(c, local)
+        }
+    };
     let est = parley_cli::estimate::estimate(spec, prices, &provider_of, &assumptions)
         .map_err(|e| CliError::general(e.to_string()))?;
     if args.json {

@@ -337,6 +337,9 @@ struct ConfigEstimator {
     /// process's environment), as `parley estimate` resolves it.
     endpoints: config::Endpoints,
     limits: BTreeMap<String, ProviderLimits>,
+    /// In front of a cluster: its connection, to ask what its calls used
+    /// (`parley.debates.calibration`); embedded, the debates saved here calibrate.
+    cluster: Option<async_nats::Client>,
 }
 
 impl parley_mcp::Estimator for ConfigEstimator {
@@ -349,18 +352,39 @@ impl parley_mcp::Estimator for ConfigEstimator {
             self.limits.clone(),
             Arc::new(LocalLimiter::default()),
         );
-        let provider_of = |a: &AgentConfig| {
+        let local = |a: &AgentConfig| {
             registry
                 .resolve(a)
                 .map(|r| r.kind.to_string())
                 .unwrap_or_else(|_| a.provider.clone().unwrap_or_else(|| "unknown".into()))
         };
-        let assumptions = parley_cli::estimate::Assumptions {
+        let (calibration, provider_of) = match &self.cluster {
+            // Learned from the cluster's calls (this runs on a blocking thread of the
+            // runtime); unreachable: assumed, with a warning.
+            Some(client) => {
+                let learned = tokio::runtime::Handle::current()
+                    .block_on(crate::remote::cluster_calibration(client))
+                    .unwrap_or_else(|e| {
+                        eprintln!(
+                            "warning: estimate without the cluster's calibration: {}",
+                            e.message
+                        );
+                        Default::default()
+                    });
+                let provider_of = crate::remote::cluster_provider_of(learned.clone(), local);
+                (learned, provider_of)
+            }
             // Learned from the debates saved here (see `parley_cli::calibration`).
-            calibration: parley_cli::calibration::Calibration::load(
-                std::path::Path::new(parley_cli::DEBATES_DIR),
-                &provider_of,
+            None => (
+                parley_cli::calibration::load(
+                    std::path::Path::new(parley_cli::DEBATES_DIR),
+                    &local,
+                ),
+                Box::new(local) as Box<dyn Fn(&AgentConfig) -> String + '_>,
             ),
+        };
+        let assumptions = parley_cli::estimate::Assumptions {
+            calibration,
             ..Default::default()
         };
         let estimate =
@@ -479,12 +503,13 @@ pub async fn open_backend(
         providers: limits.clone(),
         max_agents: flags.max_agents as usize,
     });
-    let estimator = Arc::new(ConfigEstimator {
+    let mut estimator = ConfigEstimator {
         specs: specs.clone(),
         prices,
         endpoints: endpoints.clone(),
         limits: limits.clone(),
-    });
+        cluster: None,
+    };
     // The config must make a debate before anything is served.
     let probe = SubmitRequest {
         problem: "(configuration check)".into(),
@@ -520,6 +545,7 @@ pub async fn open_backend(
                 report::markdown,
                 flags.max_event_streams as usize,
             ));
+            estimator.cluster = Some(client.clone());
             cluster = Some((client, backend.clone()));
             backend
         }
@@ -570,7 +596,7 @@ pub async fn open_backend(
     Ok(OpenBackend {
         backend,
         embedded,
-        estimator,
+        estimator: Arc::new(estimator),
         cluster,
     })
 }

@@ -60,20 +60,25 @@ async fn fixed_length_fake() -> FakeLlm {
 /// Three agents on one model, a judge on another, three fixed rounds, no summaries; both
 /// models priced.
 fn config(base_url: &str, budget: Option<Value>) -> Value {
+    config_for(base_url, budget, "model-a", "model-judge")
+}
+
+/// [`config`] with the agents on `model` and the judge on `judge`.
+fn config_for(base_url: &str, budget: Option<Value>, model: &str, judge: &str) -> Value {
     let roles = ["architect", "security", "kiss"];
     let agents: Vec<Value> = roles
         .iter()
         .enumerate()
         .map(|(i, role)| {
             json!({"id": format!("agent-{i}"), "name": format!("A{i}"), "role": role,
-                   "model": "model-a", "provider": "openai-compatible", "temperature": 0.2})
+                   "model": model, "provider": "openai-compatible", "temperature": 0.2})
         })
         .collect();
     let mut cfg = json!({
         "baseUrl": base_url,
         "prices": "prices.json",
         "agents": agents,
-        "judge": {"id": "judge", "name": "Judge", "role": "generalist", "model": "model-judge",
+        "judge": {"id": "judge", "name": "Judge", "role": "generalist", "model": judge,
                   "provider": "openai-compatible", "temperature": 0.2},
         "debate": {"rounds": 3, "terminationCondition": {"type": "fixed"},
                    "summarization": {"enabled": false}}
@@ -93,7 +98,12 @@ fn prices() -> Value {
 
 /// Runs the debate in `dir` (its config written with `budget`), returns its state.
 async fn run(dir: &Path, base_url: &str, budget: Option<Value>, out: &str) -> Value {
-    write_json(dir.join("debate-config.json"), &config(base_url, budget));
+    run_config(dir, &config(base_url, budget), out).await
+}
+
+/// Runs the debate of `cfg` in `dir`, returns its state.
+async fn run_config(dir: &Path, cfg: &Value, out: &str) -> Value {
+    write_json(dir.join("debate-config.json"), cfg);
     let output = parley(dir, &["run", PROBLEM, "--output", out]).await;
     let err = ok(&output);
     println!(
@@ -255,4 +265,55 @@ async fn the_estimate_learns_from_a_run_and_a_third_of_its_spend_completes_withi
         "{err}"
     );
     assert_eq!(fake.request_count(), calls, "no call was made");
+}
+
+/// Prompts of OpenAI-family models are counted with their own tokenizer, so a budget of a
+/// third of the unbudgeted spend uses more of itself than with the byte bound of models
+/// Parley has no tokenizer for, and still never spends past it. The fake reports an
+/// OpenAI-family model's prompt tokens with its tokenizer, as OpenAI does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_counted_with_the_models_tokenizer_uses_more_of_itself_and_never_overspends() {
+    let fake = fixed_length_fake().await;
+    let mut used = Vec::new();
+    for (model, judge) in [("model-a", "model-judge"), ("gpt-4o-mini", "gpt-4o")] {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        write_json(dir.join("prices.json"), &prices());
+        let full = tokens(
+            &run_config(
+                dir,
+                &config_for(&fake.base_url(), None, model, judge),
+                "full.json",
+            )
+            .await,
+        );
+        let limit = full / 3;
+        let state = run_config(
+            dir,
+            &config_for(
+                &fake.base_url(),
+                Some(json!({ "tokens": limit })),
+                model,
+                judge,
+            ),
+            "third.json",
+        )
+        .await;
+        assert_kept(&state);
+        let spent = tokens(&state);
+        let share = spent as f64 / limit as f64;
+        println!(
+            "{model} / {judge}: unbudgeted {full} tokens; budget {limit}: spent {spent} \
+             ({:.0} %), degraded {}",
+            share * 100.0,
+            state["budget"]["degraded"]
+        );
+        used.push(share);
+    }
+    assert!(
+        used[1] > used[0],
+        "the tokenizer's count used {:.2} of the budget, the byte bound {:.2}",
+        used[1],
+        used[0]
+    );
 }

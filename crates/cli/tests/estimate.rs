@@ -214,7 +214,8 @@ async fn early_stopping_termination_is_a_range_and_the_table_names_every_partici
     assert_eq!(est["calls"]["evaluation"]["max"], 2, "{est}");
     assert_eq!(est["total"]["calls"]["min"], 14, "{est}");
     assert_eq!(est["total"]["calls"]["max"], 33, "{est}");
-    // `submit --estimate` prints the same and sends nothing (no NATS here).
+    // `submit --estimate` prints the same and submits nothing (no NATS here: it warns that
+    // the cluster's calibration is missing and assumes the replies).
     let out = parley(
         dir.path(),
         &["submit", "Design a cache", "--estimate", "--json"],

@@ -1,7 +1,9 @@
 //! Budgets count a prompt as at most the task's texts plus its kind's template bound
 //! (`parley_engine::budget::template_bytes`, at most `limits::MAX_PROMPT_TEMPLATE_BYTES`; a
 //! token per byte): every prompt the agent and judge workers build stays within it, for
-//! every role and task kind.
+//! every role and task kind. For OpenAI-family models budgets count the texts with the
+//! model's tokenizer and the template in tokens (`parley_engine::budget::template_tokens`):
+//! every prompt, counted as OpenAI counts it, stays within that bound too.
 
 use parley_protocol::{
     limits, AgentClarifications, AgentConfig, ClarificationItem, PeerText, Task, TaskInput,
@@ -192,4 +194,98 @@ fn bare_prompts_are_within_their_kind_template_bound() {
         assert!(template <= bound(kind), "judge {kind:?}: {template}");
     }
     println!("{most:?}");
+}
+
+/// The prompt's tokens as OpenAI counts them: each message's tokens and 4 for its role and
+/// separators, and 3 priming the reply.
+fn openai_tokens(
+    enc: parley_engine::tokens::Encoding,
+    messages: &[parley_llm::ChatMessage],
+) -> u64 {
+    messages
+        .iter()
+        .map(|m| enc.bpe().encode_ordinary(&m.content).len() as u64 + 4)
+        .sum::<u64>()
+        + 3
+}
+
+#[test]
+fn openai_prompts_stay_within_the_tokenized_bound() {
+    let pricing = parley_engine::Pricing::default();
+    let mut most = std::collections::BTreeMap::new();
+    for model in ["gpt-4o-mini", "gpt-4", "o3", "openai/gpt-4.1"] {
+        let enc = parley_engine::tokens::Encoding::of_model(model).unwrap();
+        for bare in [false, true] {
+            let mut tasks = Vec::new();
+            for role in KNOWN_ROLES {
+                for kind in [
+                    TaskKind::Clarify,
+                    TaskKind::Propose,
+                    TaskKind::Critique,
+                    TaskKind::Refine,
+                    TaskKind::Summarize,
+                    TaskKind::Vote,
+                ] {
+                    tasks.push((role.to_string(), task(role, kind)));
+                }
+            }
+            for kind in [
+                TaskKind::Evaluate,
+                TaskKind::Verdict,
+                TaskKind::JudgeSummarize,
+                TaskKind::Synthesize,
+            ] {
+                tasks.push(("judge".to_string(), task("generalist", kind)));
+            }
+            for (who, mut t) in tasks {
+                t.agent.model = model.into();
+                if bare {
+                    let small = PeerText {
+                        agent_id: "agent-1".into(),
+                        agent_role: "security".into(),
+                        content: "p".into(),
+                    };
+                    t.input = TaskInput {
+                        max_length: Some(2500),
+                        max_questions: Some(5),
+                        proposal: Some(small.clone()),
+                        critiques: vec![small.clone(); limits::MAX_AGENTS - 1],
+                        candidates: vec![small; limits::MAX_AGENTS - 1],
+                        history: Some("h".into()),
+                        transcript: Some("t".into()),
+                        open_issues: vec!["i".into(); limits::MAX_OPEN_ISSUES],
+                        vote_result: Some("v".into()),
+                        ..Default::default()
+                    };
+                    t.context = None;
+                }
+                let mut messages = if who == "judge" {
+                    parley_judge_worker::build_messages(&t).unwrap()
+                } else {
+                    parley_agent_worker::build_messages(&t).unwrap()
+                };
+                if who == "judge" {
+                    messages.push(parley_llm::ChatMessage::user(
+                        parley_judge_worker::prompts::STRICT_JSON,
+                    ));
+                }
+                let real = openai_tokens(enc, &messages);
+                let bound = pricing.prompt_bound(&t);
+                let bytes = t.text_bytes() + parley_engine::budget::template_bytes(t.kind);
+                assert!(
+                    real <= bound,
+                    "{model} {who} {:?} (bare: {bare}): {real} tokens, bound {bound}",
+                    t.kind
+                );
+                assert!(
+                    bound < bytes,
+                    "{model} {who} {:?}: no tighter than bytes",
+                    t.kind
+                );
+                let m = most.entry(format!("{:?}", t.kind)).or_insert((0, 0));
+                *m = (m.0.max(real), m.1.max(bound));
+            }
+        }
+    }
+    println!("most tokens / bound per kind: {most:?}");
 }

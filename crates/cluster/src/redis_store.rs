@@ -41,6 +41,9 @@
 //!   failed with NATS and Redis reachable since the debate last made progress.
 //! - `parley:{<id>}:snapshot:<version>`: a list of pages of the state JSON for a paged
 //!   status reply (kept a minute).
+//! - `parley:{calibration}:keys` and `parley:{calibration}:s:<key>`: the completion tokens
+//!   of past calls per provider/model and kind that the cluster's estimates learn from,
+//!   bounded in keys, samples and time (see [`calibration`]).
 //! - `parley:deadletter`: the newest [`lifecycle::DEAD_LETTERS_KEPT`] dead-lettered tasks.
 //! - A finished debate's keys ([`lifecycle::DEBATE_KEYS`]) expire after the coordinator's
 //!   `retention`; a result stored later takes the state's remaining TTL, and none is
@@ -56,6 +59,7 @@ use crate::redis_conn::RedisConnection;
 use parley_protocol::{DebateSpec, DebateState, TaskOutcome, TaskResult};
 use redis::Script;
 
+pub mod calibration;
 mod checkpoint;
 pub mod followers;
 mod leases;

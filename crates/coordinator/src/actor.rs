@@ -390,6 +390,7 @@ async fn handle(
                 for f in fields {
                     let r = &results[f];
                     if state.wants(r, None, Noise::Resuming) {
+                        state.learn(r);
                         effects
                             .extend(state.machine.handle(Input::Result(bounded(r.clone())), now));
                     }
@@ -420,6 +421,7 @@ async fn handle(
                 match state.deps.store.result_of(&id, &task_id, attempt).await {
                     Ok(Some(r)) => {
                         if state.wants(&r, Some((&task_id, attempt)), Noise::Notified) {
+                            state.learn(&r);
                             state.apply(&myself, Input::Result(bounded(r))).await?;
                         }
                     }
@@ -632,6 +634,7 @@ async fn tick(
             if let Some(r) = r {
                 if state.wants(r, Some((&t, attempt)), Noise::Resuming) {
                     tracing::info!(debate = %id, task = %t, "result found by polling");
+                    state.learn(r);
                     state
                         .apply(myself, Input::Result(bounded(r.clone())))
                         .await?;
@@ -720,6 +723,23 @@ impl DebateActorState {
             .get(task_id)
             .copied()
             .unwrap_or(1)
+    }
+
+    /// Adds a result about to be applied to what the cluster's estimates learn from
+    /// (`parley_cluster::redis_store::calibration`), in the background: a failed write
+    /// costs a sample, never the debate.
+    fn learn(&self, r: &TaskResult) {
+        let Some((key, tokens)) =
+            parley_protocol::calibration::sample_of_result(self.machine.spec(), r)
+        else {
+            return;
+        };
+        let store = self.deps.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.record_completion(&key, tokens).await {
+                tracing::warn!(error = %e, model = %preview(&key.model, 80), "cannot record a completion sample for estimates");
+            }
+        });
     }
 
     /// Whether to apply a result read from Redis (for `asked` = the task and attempt it was

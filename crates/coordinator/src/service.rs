@@ -276,6 +276,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         // `parley.debates.follow.<user>` (see `crate::follow`).
         FOLLOW_AS_ANY,
         subjects::LIST,
+        subjects::CALIBRATION,
     ] {
         let sub = nats
             .queue_subscribe(subject, subjects::COORDINATOR_QUEUE.into())
@@ -486,6 +487,7 @@ fn subject_label(subject: &str) -> &'static str {
         subjects::FEEDBACK => "feedback",
         s if subjects::follow_identity(s).is_some() => "follow",
         subjects::LIST => "list",
+        subjects::CALIBRATION => "calibration",
         _ => "control",
     }
 }
@@ -528,6 +530,7 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
                     Some(within_deadline(svc.follow(s, reply_to.as_str(), &msg.payload)).await)
                 }
                 subjects::LIST => Some(within_deadline(svc.follow_all()).await),
+                subjects::CALIBRATION => Some(within_deadline(svc.calibration()).await),
                 s if s.starts_with("parley.debates.follow.") => Some(Err(err(
                     ErrorCode::InvalidRequest,
                     format!(

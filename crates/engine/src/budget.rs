@@ -10,14 +10,17 @@
 //! had: nothing leaks, nothing is counted twice.
 //!
 //! # One call's reservation
-//! - **prompt**: a token per byte of the task's texts ([`Task::text_bytes`]) plus its
-//!   kind's template bound ([`template_bytes`]: the built-in role and judge prompts, the
-//!   templates, the chat format). A token of any byte-level BPE (or SentencePiece with byte
-//!   fallback) covers at least one byte, so this bound holds for every model, whatever its
-//!   tokenizer; an English prompt is about a quarter of it in real tokens. Budgets do not
-//!   use a model's own tokenizer: the bound is safe without one, and what it over-counts is
-//!   given back when the call settles (`parley estimate` does count OpenAI-family prompts
-//!   with their tokenizer).
+//! - **prompt**: counted with the model's own tokenizer where Parley has one (OpenAI
+//!   families, see [`crate::tokens`]): every text of the task ([`Task::for_each_text`]) in
+//!   tokens, [`TEXT_MARGIN_TOKENS`] beside each (a text's edges may tokenize differently
+//!   inside the prompt), plus its kind's template bound in tokens ([`template_tokens`]).
+//!   Every other model (the local model included: its tokenizer lives in the process that
+//!   runs it, not where budgets are fitted) at a token per byte of the task's texts
+//!   ([`Task::text_bytes`]) plus the template bound in bytes ([`template_bytes`]: the
+//!   built-in role and judge prompts, the templates, the chat format): a token of any
+//!   byte-level BPE (or SentencePiece with byte fallback) covers at least one byte, so
+//!   that bound holds whatever the tokenizer (an English prompt is about a quarter of it in
+//!   real tokens). What a bound over-counts is given back when the call settles.
 //! - **completion**: the cap the machine fits and writes into the task's `maxTokens`: the
 //!   participant's cap (its `maxTokens`, else the operator's `max_tokens`), at most what
 //!   the budget has left for the call (see the machine's budget concern for the share), at
@@ -66,6 +69,19 @@ pub fn template_bytes(kind: TaskKind) -> u64 {
     }
 }
 
+/// Tokens counted beside each text of a prompt counted with a tokenizer: where a text
+/// meets the template, the two may tokenize into a token more than apart.
+pub const TEXT_MARGIN_TOKENS: u64 = 2;
+
+/// Tokens a worker's prompt for a task of `kind` adds around the task's own texts, for a
+/// model counted with its tokenizer: half of [`template_bytes`] (an English template is
+/// about a quarter of its bytes in tokens; the chat format's few tokens a message are
+/// included). `crates/cli/tests/prompt_bound.rs` checks every role's and kind's prompt,
+/// counted with each OpenAI tokenizer, stays within the bound.
+pub fn template_tokens(kind: TaskKind) -> u64 {
+    template_bytes(kind) / 2
+}
+
 /// The operator's prices and completion cap, as budgets read them.
 #[derive(Debug, Clone)]
 pub struct Pricing {
@@ -73,6 +89,8 @@ pub struct Pricing {
     prices: PriceTable,
     /// The operator's `max_tokens`: the completion cap of a participant without one.
     operator_max_tokens: u32,
+    /// Prompt token counts, memoized (a debate counts the same texts at every step).
+    counter: crate::tokens::TokenCounter,
 }
 
 /// No prices, the default operator cap ([`parley_protocol::limits::DEFAULT_MAX_TOKENS`]):
@@ -91,6 +109,7 @@ impl Pricing {
         Self {
             prices,
             operator_max_tokens,
+            counter: Default::default(),
         }
     }
 
@@ -139,10 +158,25 @@ impl Pricing {
         self.price_of(agent).is_some()
     }
 
-    /// The bound of `task`'s prompt in tokens: a token per byte of its texts and its kind's
-    /// template (an embedding: its texts).
+    /// The bound of `task`'s prompt in tokens (see the module docs): its texts with the
+    /// model's tokenizer and its kind's template in tokens, else a token per byte of its
+    /// texts and its kind's template (an embedding: a token per byte of its texts).
     pub fn prompt_bound(&self, task: &Task) -> u64 {
-        task.text_bytes().saturating_add(template_bytes(task.kind))
+        let enc = crate::tokens::Encoding::of_model(&task.agent.model);
+        match enc.filter(|_| task.kind != TaskKind::Embed) {
+            Some(enc) => {
+                let mut total = template_tokens(task.kind);
+                task.for_each_text(&mut |text, extra| {
+                    if !text.is_empty() || extra > 0 {
+                        total = total.saturating_add(
+                            self.counter.count(enc, text) + extra + TEXT_MARGIN_TOKENS,
+                        );
+                    }
+                });
+                total
+            }
+            None => task.text_bytes().saturating_add(template_bytes(task.kind)),
+        }
     }
 
     /// What one call of `task` costs with this prompt and completion (an unpriced call:
@@ -264,7 +298,8 @@ pub fn admit(
         return Err(format!(
             "debate.budget: the smallest run of this debate needs up to {} tokens / ${:.6} \
              ({n} round-1 proposal(s) at {MIN_COMPLETION_TOKENS} completion tokens and the \
-             synthesis at {MIN_SYNTHESIS_TOKENS}, prompts counted at a token per byte), \
+             synthesis at {MIN_SYNTHESIS_TOKENS}, prompts counted with the model's tokenizer \
+             or at a token per byte), \
              over its budget of {limit}",
             need.tokens, need.usd,
         ));

@@ -36,6 +36,8 @@
 //! - [`fork`]: a new debate sharing a debate's contributions up to a round ([`fork()`]).
 //! - [`store`]: the checkpoint store of the embedded mode ([`FileStore`] for
 //!   `./debates/<id>.json`, spec included so the file alone continues the debate).
+//! - [`tokens`]: prompt tokens with the model's own tokenizer (OpenAI families) or a token
+//!   per byte, as budgets and estimates count them.
 //! - [`trace`]: the spans of a debate (`debate` → `node`), opened by whoever drives it.
 
 pub mod budget;
@@ -43,6 +45,7 @@ pub mod driver;
 pub mod fork;
 pub mod machine;
 pub mod store;
+pub mod tokens;
 pub mod trace;
 
 pub use budget::Pricing;

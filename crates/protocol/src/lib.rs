@@ -1,6 +1,8 @@
 //! Wire types shared by every Parley process.
 //!
 //! # Layout
+//! - [`calibration`]: estimates that learn: the completion tokens past calls used, per
+//!   provider/model and kind of call, and what an estimate makes of them ([`calibration::Basis`]).
 //! - [`config`]: the dialectic-compatible debate configuration (`agents`, `judge`, `debate`)
 //!   and the per-provider limits operators set.
 //! - [`context_files`]: [`ContextFiles`], the `--context DIR` snapshot a spec carries for
@@ -37,6 +39,7 @@
 //! - [`status`]: the replies of `parley.debates.status`: a summary view, and the full state
 //!   inline or in pages (so no reply outgrows NATS's `max_payload`).
 
+pub mod calibration;
 pub mod config;
 pub mod context_files;
 pub mod evaluation;

@@ -33,6 +33,10 @@ pub const MAX_USER_NAME_BYTES: usize = 32;
 pub const MAX_REPLY_SUBJECT_BYTES: usize = 256;
 /// A consumer of every debate's last event (the page's list; `serve` and `operator` roles).
 pub const LIST: &str = "parley.debates.list";
+/// What the cluster's estimates learned: the completion tokens of past calls per
+/// provider/model and kind (`parley_protocol::calibration::CalibrationReply`); the request
+/// body is ignored.
+pub const CALIBRATION: &str = "parley.debates.calibration";
 /// Queue group shared by coordinator replicas.
 pub const COORDINATOR_QUEUE: &str = "parley-coordinators";
 

@@ -277,48 +277,59 @@ impl Task {
     /// prompts. A worker's prompt is at most this plus
     /// [`crate::limits::MAX_PROMPT_TEMPLATE_BYTES`].
     pub fn text_bytes(&self) -> u64 {
+        let mut total = 0u64;
+        self.for_each_text(&mut |text, extra| {
+            total = total.saturating_add(text.len() as u64 + extra);
+        });
+        total
+    }
+
+    /// Calls `f` with every text [`Self::text_bytes`] counts and the bytes of formatting
+    /// it counts beside that text (a clarification's numbering, a note's round).
+    pub fn for_each_text(&self, f: &mut dyn FnMut(&str, u64)) {
         let i = &self.input;
-        let peer = |p: &PeerText| (p.agent_id.len() + p.agent_role.len() + p.content.len()) as u64;
-        let clar: u64 = i
-            .clarifications
-            .iter()
-            .map(|g| {
-                (g.agent_name.len() + g.role.len()) as u64
-                    + g.items
-                        .iter()
-                        .map(|q| {
-                            (q.question.len() + q.answer.as_deref().map_or(0, str::len) + 16) as u64
-                        })
-                        .sum::<u64>()
-            })
-            .sum();
-        let own = [
-            &self.agent.system_prompt,
-            &self.agent.summary_prompt,
-            &self.agent.clarification_prompt,
+        let mut peer = |p: &PeerText| {
+            f(&p.agent_id, 0);
+            f(&p.agent_role, 0);
+            f(&p.content, 0);
+        };
+        if let Some(p) = &i.proposal {
+            peer(p);
+        }
+        i.critiques.iter().for_each(&mut peer);
+        i.candidates.iter().for_each(&mut peer);
+        i.previous.iter().for_each(&mut peer);
+        for g in &i.clarifications {
+            f(&g.agent_name, 0);
+            f(&g.role, 0);
+            for q in &g.items {
+                f(&q.question, 16);
+                f(q.answer.as_deref().unwrap_or_default(), 0);
+            }
+        }
+        for t in [
+            self.agent.system_prompt.as_deref(),
+            self.agent.summary_prompt.as_deref(),
+            self.agent.clarification_prompt.as_deref(),
+            Some(&*self.problem),
+            self.context.as_deref(),
+            i.history.as_deref(),
+            i.vote_result.as_deref(),
+            i.transcript.as_deref(),
         ]
-        .iter()
-        .map(|t| t.as_deref().map_or(0, str::len) as u64)
-        .sum::<u64>();
-        (self.problem.len() + self.context.as_deref().map_or(0, str::len)) as u64
-            + i.history.as_deref().map_or(0, str::len) as u64
-            + i.proposal.as_ref().map_or(0, peer)
-            + i.critiques.iter().map(peer).sum::<u64>()
-            + i.candidates.iter().map(peer).sum::<u64>()
-            + i.previous.iter().map(peer).sum::<u64>()
-            + i.guidance
-                .iter()
-                .map(|n| n.note.len() as u64 + 16)
-                .sum::<u64>()
-            + i.open_issues
-                .iter()
-                .map(|s| s.len() as u64 + 4)
-                .sum::<u64>()
-            + i.vote_result.as_deref().map_or(0, str::len) as u64
-            + i.transcript.as_deref().map_or(0, str::len) as u64
-            + clar
-            + own
-            + (self.agent.name.len() + self.agent.role.len()) as u64
+        .into_iter()
+        .flatten()
+        {
+            f(t, 0);
+        }
+        for n in &i.guidance {
+            f(&n.note, 16);
+        }
+        for s in &i.open_issues {
+            f(s, 4);
+        }
+        f(&self.agent.name, 0);
+        f(&self.agent.role, 0);
     }
 
     /// Checks a task as a worker receives it: schema version, ids (the task id must be the

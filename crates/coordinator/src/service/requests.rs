@@ -505,6 +505,13 @@ impl Service {
         serde_json::to_value(reply).map_err(|e| err(ErrorCode::Internal, e.to_string()))
     }
 
+    /// `parley.debates.calibration`: the completion tokens the cluster's calls used, per
+    /// provider/model and kind (bounded: see `parley_cluster::redis_store::calibration`).
+    pub(super) async fn calibration(&self) -> Reply {
+        let reply = self.store.calibration().await.map_err(unavailable)?;
+        serde_json::to_value(reply).map_err(|e| err(ErrorCode::Internal, e.to_string()))
+    }
+
     pub(super) async fn answer(&self, payload: &[u8]) -> Reply {
         let req = decode_answer_request(payload).map_err(ErrorReply::from)?;
         let id = req.debate_id.clone();

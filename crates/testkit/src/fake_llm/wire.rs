@@ -213,6 +213,28 @@ pub(crate) fn rough_tokens(text: &str) -> u64 {
     ((text.chars().count() / 4) as u64).max(1)
 }
 
+/// The prompt tokens the fake reports for `model`: an OpenAI-family model's (`gpt-4o`,
+/// `gpt-4`, ... as tiktoken knows them) with its own tokenizer, as OpenAI would, plus a
+/// few tokens of chat format; any other model at four characters a token. A prompt with
+/// a run of over 256 characters without a break stays at the rough count (BPE is slow on
+/// such runs).
+pub(crate) fn prompt_tokens(model: &str, prompt: &str) -> u64 {
+    use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
+    let name = model.strip_prefix("openai/").unwrap_or(model);
+    let bpe = match get_tokenizer(name) {
+        Some(Tokenizer::O200kBase) => tiktoken_rs::o200k_base_singleton(),
+        Some(Tokenizer::O200kHarmony) => tiktoken_rs::o200k_harmony_singleton(),
+        Some(Tokenizer::Cl100kBase) => tiktoken_rs::cl100k_base_singleton(),
+        _ => return rough_tokens(prompt),
+    };
+    let long_run = prompt.split(char::is_whitespace).any(|w| w.len() > 256)
+        || prompt.contains(&" ".repeat(257));
+    if long_run {
+        return rough_tokens(prompt);
+    }
+    bpe.encode_ordinary(prompt).len() as u64 + 10
+}
+
 /// The default reply when no responder is set: a JSON synthesis when the prompt asks for
 /// `JSON`, a short proposal paragraph otherwise. Deterministic given (model, n).
 pub(crate) fn default_reply(model: &str, n: u64, prompt: &str) -> String {
@@ -251,7 +273,7 @@ fn unix_now() -> u64 {
 
 /// A Chat Completions reply.
 pub(crate) fn chat_completion(model: &str, n: u64, text: &str, prompt: &str) -> Value {
-    let prompt_tokens = rough_tokens(prompt);
+    let prompt_tokens = prompt_tokens(model, prompt);
     let completion_tokens = rough_tokens(text);
     json!({
         "id": format!("chatcmpl-fake-{n}"),
@@ -273,7 +295,7 @@ pub(crate) fn chat_completion(model: &str, n: u64, text: &str, prompt: &str) -> 
 
 /// A Responses API reply.
 pub(crate) fn response(model: &str, n: u64, text: &str, prompt: &str) -> Value {
-    let input_tokens = rough_tokens(prompt);
+    let input_tokens = prompt_tokens(model, prompt);
     let output_tokens = rough_tokens(text);
     json!({
         "id": format!("resp_fake_{n}"),
@@ -350,7 +372,7 @@ pub(crate) fn tool_call_reply(
     calls: &[super::FakeToolCall],
     prompt: &str,
 ) -> Value {
-    let prompt_tokens = rough_tokens(prompt);
+    let prompt_tokens = prompt_tokens(model, prompt);
     let completion_tokens: u64 = calls.iter().map(|c| rough_tokens(&c.arguments)).sum();
     if chat {
         let calls: Vec<Value> = calls
