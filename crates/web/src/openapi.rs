@@ -11,7 +11,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::backend::{
     AgentChoice, AgentView, Answer, AnswersRequest, DebateListItem, FeedbackRequest, FormDefaults,
-    ProviderView, SteerKind, SteerRequest, SubmitRequest, WebhookEventName, WebhookRequest,
+    ContributionRequest, ProviderView, SteerKind, SteerRequest, SubmitRequest, WebhookEventName,
+    WebhookRequest,
 };
 use crate::replies::{
     CommandReply, ConfigLimits, ConfigReply, CreatedDebate, DebateList, DebateStateDoc,
@@ -66,13 +67,14 @@ impl Modify for BearerAuth {
         crate::api::cancel,
         crate::api::answers,
         crate::api::steer,
+        crate::api::contribute,
         crate::api::feedback,
     ),
     components(schemas(
         ErrorResponse, ErrorDetail, ErrorCodeDoc, CreatedDebate, DebateList, ConfigReply,
         ConfigLimits, DebateStateDoc, DecisionRecordDoc, CommandReply, SubmitRequest, AgentChoice, AnswersRequest,
         Answer, FeedbackRequest, DebateListItem, FormDefaults, ProviderView, AgentView,
-        SteerRequest, SteerKind,
+        SteerRequest, SteerKind, ContributionRequest,
         WebhookRequest, WebhookEventName,
     )),
     modifiers(&BearerAuth),
