@@ -87,11 +87,18 @@ fn a_human_takes_every_turn_of_its_agent_and_costs_nothing() {
             assert!(c.metadata.carried_over || c.metadata.human, "{c:?}");
             assert_eq!(c.metadata.tokens_used, 0);
             if !c.metadata.carried_over {
-                assert_eq!(c.metadata.latency_ms, 42_000);
                 assert_eq!(c.metadata.cost_usd, Some(0.0));
+                assert_eq!(c.metadata.model, HUMAN_MODEL);
             }
         }
     }
+    // The proposal opened at the start and was answered 42 s later.
+    let p = s.round(1).unwrap().find(ContributionType::Proposal, "a0", None).unwrap();
+    assert_eq!(p.metadata.latency_ms, 42_000);
+    assert_eq!(s.human.answered[0].latency_ms, 42_000);
+    // A person's contributions are no calls.
+    let spend = s.spend.as_ref().unwrap();
+    assert_eq!(spend.calls, r.tasks.len() as u64, "{spend:?}");
     let vote = s.voting.as_ref().unwrap();
     let mine = vote.votes.iter().find(|v| v.agent_id == "a0").unwrap();
     assert!(mine.valid && mine.vote == "a1", "{mine:?}");
@@ -112,8 +119,10 @@ fn an_open_human_task_survives_a_checkpoint_and_is_answered_after_it() {
     let mut r = Run::new(human_spec(1, json!({})));
     r.apply(Input::Start);
     r.drain(|t| Some(ok(t, "llm")));
+    // Its proposal, and its critiques of the two proposals that exist.
     let open = r.machine.open_human_tasks().to_vec();
-    assert_eq!(open.len(), 1);
+    assert_eq!(open.len(), 3);
+    assert_eq!(open[0].kind, TaskKind::Propose);
     // A coordinator dies; another rebuilds the machine from the checkpoint.
     let json = serde_json::to_string(r.machine.state()).unwrap();
     let state: DebateState = serde_json::from_str(&json).unwrap();
@@ -258,7 +267,14 @@ fn past_its_deadline_a_human_task_is_a_failed_agent_task() {
     r.drain(|t| Some(ok(t, "llm")));
     r.apply(Input::Contribute(contribute("my proposal")));
     r.drain(|t| Some(ok(t, "llm")));
+    // Its refinement (the agents' critiques of it are in) is answered; its critiques not.
+    let refine = r.machine.open_human_tasks().iter().find(|t| t.kind == TaskKind::Refine).unwrap().clone();
+    r.apply(Input::Contribute(Contribute {
+        task_id: Some(refine.task_id),
+        ..contribute("my refinement")
+    }));
     let critiques: Vec<_> = r.machine.open_human_tasks().to_vec();
+    assert_eq!(critiques.len(), 2);
     assert!(critiques.iter().all(|t| t.kind == TaskKind::Critique));
     r.machine.handle(Input::Tick, now() + Duration::seconds(5));
     let s = r.machine.state();
