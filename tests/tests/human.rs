@@ -14,18 +14,25 @@ use serde_json::{json, Value};
 /// [`spec`] with the architect a person (`provider: "human"`, no model), one round.
 fn human_spec(problem: &str) -> Value {
     let mut s = spec(problem);
-    s["agents"][0] = json!({"id": "agent-human", "name": "Human", "role": "architect", "provider": "human"});
+    s["agents"][0] =
+        json!({"id": "agent-human", "name": "Human", "role": "architect", "provider": "human"});
     s["debate"]["rounds"] = json!(1);
     s
 }
 
 async fn contribute(c: &Cluster, body: Value) -> Value {
-    c.request("parley.debates.contribute", serde_json::to_vec(&body).unwrap())
-        .await
+    c.request(
+        "parley.debates.contribute",
+        serde_json::to_vec(&body).unwrap(),
+    )
+    .await
 }
 
 fn open_tasks(state: &Value) -> Vec<Value> {
-    state["human"]["open"].as_array().cloned().unwrap_or_default()
+    state["human"]["open"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn error_code(v: &Value) -> &str {
@@ -51,7 +58,9 @@ async fn a_human_answers_through_nats_and_the_cli_across_a_coordinator_kill() {
     let mut coord = c.coordinator();
     let _agent = c.worker("agent");
     let _judge = c.worker("judge");
-    let id = c.submit(&human_spec("Design a human-in-the-loop cache")).await;
+    let id = c
+        .submit(&human_spec("Design a human-in-the-loop cache"))
+        .await;
 
     // The human's proposal opens; the two agents' proposals and their critiques of each
     // other go on without it.
@@ -60,7 +69,11 @@ async fn a_human_answers_through_nats_and_the_cli_across_a_coordinator_kill() {
     let state = c
         .wait_status(&id, Duration::from_secs(60), |s| contributions(s) >= 4)
         .await;
-    assert_eq!(contributions(&state), 4, "2 proposals, 2 critiques: {state}");
+    assert_eq!(
+        contributions(&state),
+        4,
+        "2 proposals, 2 critiques: {state}"
+    );
     let before_kill = c.fake.request_count();
     assert_eq!(before_kill, 4);
 
@@ -76,17 +89,26 @@ async fn a_human_answers_through_nats_and_the_cli_across_a_coordinator_kill() {
     assert_eq!(error_code(&r), "payload_too_large", "{r}");
     let r = contribute(&c, json!({"debateId": id, "text": "x".repeat(20_001)})).await;
     assert_eq!(error_code(&r), "invalid_request", "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("the limit is"), "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the limit is"),
+        "{r}"
+    );
     let r = contribute(&c, json!({"debateId": id, "text": "evil\u{1b}[2J"})).await;
     assert_eq!(error_code(&r), "invalid_request", "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("U+001B"), "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("U+001B"),
+        "{r}"
+    );
     let r = contribute(
         &c,
         json!({"debateId": "deb-20200101-000000-zzzzzz", "text": "wrong debate"}),
     )
     .await;
     assert_eq!(error_code(&r), "not_found", "{r}");
-    let other = format!("deb-20200101-000000-zzzzzz/1/propose/agent-human");
+    let other = "deb-20200101-000000-zzzzzz/1/propose/agent-human";
     let r = contribute(&c, json!({"debateId": id, "taskId": other, "text": "t"})).await;
     assert_eq!(error_code(&r), "conflict", "{r}");
     let r = contribute(
@@ -95,7 +117,13 @@ async fn a_human_answers_through_nats_and_the_cli_across_a_coordinator_kill() {
     )
     .await;
     assert_eq!(error_code(&r), "invalid_request", "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("not a human participant"), "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a human participant"),
+        "{r}"
+    );
     let state = c.status(&id).await;
     assert_eq!(open_tasks(&state).len(), waiting, "{state}");
     assert!(state["human"]["answered"].is_null(), "{state}");
@@ -108,7 +136,16 @@ async fn a_human_answers_through_nats_and_the_cli_across_a_coordinator_kill() {
     loop {
         let out = parley_cli(
             dir.path(),
-            &["contribute", &id, "--text", proposal, "--by", "alice", "--nats-url", &url],
+            &[
+                "contribute",
+                &id,
+                "--text",
+                proposal,
+                "--by",
+                "alice",
+                "--nats-url",
+                &url,
+            ],
         )
         .await;
         if out.status.success() {
@@ -122,11 +159,23 @@ async fn a_human_answers_through_nats_and_the_cli_across_a_coordinator_kill() {
     // A second answer to the same task: refused, with the CLI's usage exit code.
     let out = parley_cli(
         dir.path(),
-        &["contribute", &id, "--task", open["taskId"].as_str().unwrap(), "--text", "again", "--nats-url", &url],
+        &[
+            "contribute",
+            &id,
+            "--task",
+            open["taskId"].as_str().unwrap(),
+            "--text",
+            "again",
+            "--nats-url",
+            &url,
+        ],
     )
     .await;
     assert!(!out.status.success(), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("does not wait"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not wait"),
+        "{out:?}"
+    );
 
     // Its critiques (two open at once) and its refinement, on NATS.
     let mut answered = 1;
@@ -157,7 +206,11 @@ async fn a_human_answers_through_nats_and_the_cli_across_a_coordinator_kill() {
     assert_eq!(answered, 4, "proposal, 2 critiques, refinement");
     let round = &state["rounds"][0];
     assert_eq!(
-        (count(round, "proposal"), count(round, "critique"), count(round, "refinement")),
+        (
+            count(round, "proposal"),
+            count(round, "critique"),
+            count(round, "refinement")
+        ),
         (3, 6, 3)
     );
     let human: Vec<&Value> = round["contributions"]
@@ -172,12 +225,22 @@ async fn a_human_answers_through_nats_and_the_cli_across_a_coordinator_kill() {
         assert_eq!(h["metadata"]["tokensUsed"], 0, "{h}");
     }
     let p = human.iter().find(|c| c["type"] == "proposal").unwrap();
-    assert_eq!(p["content"], proposal, "the answer given after the kill is used");
+    assert_eq!(
+        p["content"], proposal,
+        "the answer given after the kill is used"
+    );
     assert_eq!(state["human"]["answered"].as_array().unwrap().len(), 4);
-    assert!(state["human"]["answered"][0]["by"].as_str().unwrap().starts_with("alice"));
+    assert!(state["human"]["answered"][0]["by"]
+        .as_str()
+        .unwrap()
+        .starts_with("alice"));
     // The LLM calls: 2 proposals, 4 critiques, 2 refinements, the judge's; none twice.
     let judge_calls = 1 + usize::from(!state["judgeSummary"].is_null());
-    assert_eq!(c.fake.request_count(), 8 + judge_calls, "no LLM call for the human");
+    assert_eq!(
+        c.fake.request_count(),
+        8 + judge_calls,
+        "no LLM call for the human"
+    );
     assert_no_completed_call_repeated(&c.fake);
     let events = events(&c.client, &format!("parley.debates.{id}.events"))
         .await
@@ -211,7 +274,10 @@ async fn past_its_deadline_a_human_turn_is_a_failed_agent_task() {
     assert_eq!(state["status"], "failed", "{state}");
     assert_eq!(state["error"]["node"], "refinement", "{state}");
     assert_eq!(state["error"]["kind"], "noAnswer", "{state}");
-    assert!(state["error"]["message"].as_str().unwrap().contains("did not answer"));
+    assert!(state["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("did not answer"));
     let dropped = state["rounds"][0]["dropped"].as_array().unwrap();
     assert_eq!(dropped.len(), 2, "{state}");
     assert!(dropped.iter().all(|d| d["agentId"] == "agent-human"));

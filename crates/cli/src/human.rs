@@ -93,9 +93,9 @@ pub async fn contribute(args: ContributeArgs) -> Result<(), CliError> {
 fn read_text(path: &Path) -> Result<String, CliError> {
     if path.as_os_str() == "-" {
         let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .map_err(|e| CliError::usage(format!("cannot read the contribution from stdin: {e}")))?;
+        std::io::stdin().read_to_string(&mut s).map_err(|e| {
+            CliError::usage(format!("cannot read the contribution from stdin: {e}"))
+        })?;
         return Ok(s);
     }
     std::fs::read_to_string(path)
@@ -134,9 +134,8 @@ impl Desk {
     pub fn choose(file: Option<&Path>) -> Result<Self, CliError> {
         let script = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    CliError::usage(format!("cannot read {}: {e}", path.display()))
-                })?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
                 let map: BTreeMap<String, String> = serde_json::from_str(&text).map_err(|e| {
                     CliError::usage(format!(
                         "{}: not a JSON object of task key → text: {e}",
@@ -278,20 +277,33 @@ async fn send(
 
 /// What a person reads before answering: the task and the input the agent would get.
 fn context_text(open: &HumanTask, task: Option<&Task>) -> String {
-    let mut out = format!("\n=== Your turn as {} ===\n{}\n", open.agent_id, describe(open));
+    let mut out = format!(
+        "\n=== Your turn as {} ===\n{}\n",
+        open.agent_id,
+        describe(open)
+    );
     if let Some(t) = task {
         out.push_str(&format!("\nProblem:\n{}\n", t.problem));
         if let Some(h) = &t.input.history {
             out.push_str(&format!("\nYour history:\n{h}\n"));
         }
         if let Some(p) = &t.input.proposal {
-            out.push_str(&format!("\nProposal of {} ({}):\n{}\n", p.agent_id, p.agent_role, p.content));
+            out.push_str(&format!(
+                "\nProposal of {} ({}):\n{}\n",
+                p.agent_id, p.agent_role, p.content
+            ));
         }
         for c in &t.input.critiques {
-            out.push_str(&format!("\nCritique from {} ({}):\n{}\n", c.agent_id, c.agent_role, c.content));
+            out.push_str(&format!(
+                "\nCritique from {} ({}):\n{}\n",
+                c.agent_id, c.agent_role, c.content
+            ));
         }
         for c in &t.input.candidates {
-            out.push_str(&format!("\nCandidate {} ({}):\n{}\n", c.agent_id, c.agent_role, c.content));
+            out.push_str(&format!(
+                "\nCandidate {} ({}):\n{}\n",
+                c.agent_id, c.agent_role, c.content
+            ));
         }
         for n in &t.input.guidance {
             out.push_str(&format!("\nGuidance (round {}): {}\n", n.round, n.note));

@@ -179,7 +179,10 @@ pub(crate) fn human_line(kind: &EventKind) -> String {
             by,
             ..
         } => {
-            let by = by.as_deref().map(|b| format!(" by {b}")).unwrap_or_default();
+            let by = by
+                .as_deref()
+                .map(|b| format!(" by {b}"))
+                .unwrap_or_default();
             format!(
                 "human: {agent_id} answered {task_id}{by} after {:.1} s",
                 *latency_ms as f64 / 1000.0

@@ -229,9 +229,7 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
                 let _ = writeln!(
                     md,
                     "#### {title}\n\n{text}\n_{} tokens · {} ms · {}{carried}_\n",
-                    m.tokens_used,
-                    m.latency_ms,
-                    m.model
+                    m.tokens_used, m.latency_ms, m.model
                 );
             }
         }

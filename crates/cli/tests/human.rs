@@ -87,16 +87,16 @@ impl Api {
     }
 
     async fn contribute(&self, key: &str, id: &str, body: Value) -> (u16, Value) {
-        self.call(key, "POST", &format!("/v1/debates/{id}/contributions"), Some(body))
-            .await
+        self.call(
+            key,
+            "POST",
+            &format!("/v1/debates/{id}/contributions"),
+            Some(body),
+        )
+        .await
     }
 
-    async fn wait_state(
-        &self,
-        key: &str,
-        id: &str,
-        pred: impl Fn(&Value) -> bool,
-    ) -> Value {
+    async fn wait_state(&self, key: &str, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let (s, v) = self
@@ -113,7 +113,10 @@ impl Api {
 }
 
 fn open_tasks(state: &Value) -> Vec<Value> {
-    state["human"]["open"].as_array().cloned().unwrap_or_default()
+    state["human"]["open"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,7 +134,12 @@ async fn a_human_answers_its_turns_over_the_http_api() {
     let api = Api::start(dir.path(), &keys);
 
     let (s, v) = api
-        .call(&alice, "POST", "/v1/debates", Some(json!({"problem": "Design a cache with a person"})))
+        .call(
+            &alice,
+            "POST",
+            "/v1/debates",
+            Some(json!({"problem": "Design a cache with a person"})),
+        )
         .await;
     assert_eq!(s, 201, "{v}");
     let id = v["debateId"].as_str().unwrap().to_string();
@@ -146,14 +154,30 @@ async fn a_human_answers_its_turns_over_the_http_api() {
         .contribute(&alice, &id, json!({"text": "x".repeat(20_001)}))
         .await;
     assert_eq!(s, 400, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("the limit is"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the limit is"),
+        "{v}"
+    );
     let (s, v) = api
         .contribute(&alice, &id, json!({"text": "bell\u{7}"}))
         .await;
     assert_eq!(s, 400, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("control character"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("control character"),
+        "{v}"
+    );
     let (s, v) = api
-        .contribute(&alice, &id, json!({"text": "t", "taskId": "deb-20200101-000000-zzzzzz/1/propose/agent-human"}))
+        .contribute(
+            &alice,
+            &id,
+            json!({"text": "t", "taskId": "deb-20200101-000000-zzzzzz/1/propose/agent-human"}),
+        )
         .await;
     assert_eq!(s, 409, "another debate's task: {v}");
     let (s, v) = api
@@ -174,7 +198,8 @@ async fn a_human_answers_its_turns_over_the_http_api() {
     let state = loop {
         let state = api
             .wait_state(&alice, &id, |s| {
-                !open_tasks(s).is_empty() || !["running", "pending"].contains(&s["status"].as_str().unwrap())
+                !open_tasks(s).is_empty()
+                    || !["running", "pending"].contains(&s["status"].as_str().unwrap())
             })
             .await;
         let Some(t) = open_tasks(&state).into_iter().next() else {
@@ -182,7 +207,11 @@ async fn a_human_answers_its_turns_over_the_http_api() {
         };
         let text = format!("The person's {}", t["kind"].as_str().unwrap());
         let (s, v) = api
-            .contribute(&alice, &id, json!({"taskId": t["taskId"], "agentId": "agent-human", "text": text}))
+            .contribute(
+                &alice,
+                &id,
+                json!({"taskId": t["taskId"], "agentId": "agent-human", "text": text}),
+            )
             .await;
         assert_eq!(s, 200, "{v}");
         assert_eq!(v["taskId"], t["taskId"]);
@@ -192,7 +221,11 @@ async fn a_human_answers_its_turns_over_the_http_api() {
     assert_eq!(answered, 4);
     let round = &state["rounds"][0];
     assert_eq!(
-        (count(round, "proposal"), count(round, "critique"), count(round, "refinement")),
+        (
+            count(round, "proposal"),
+            count(round, "critique"),
+            count(round, "refinement")
+        ),
         (3, 6, 3)
     );
     for c in round["contributions"].as_array().unwrap() {
@@ -224,13 +257,26 @@ async fn parley_run_takes_the_human_turns_from_a_script() {
     );
     let out = Command::new(PARLEY)
         .current_dir(dir.path())
-        .args(["run", "Design a cache with a person", "--human-answers", "human.json", "-o", "out.json", "--report", "r.md"])
+        .args([
+            "run",
+            "Design a cache with a person",
+            "--human-answers",
+            "human.json",
+            "-o",
+            "out.json",
+            "--report",
+            "r.md",
+        ])
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENROUTER_API_KEY")
         .env("PARLEY_MODEL_DIR", dir.path().join("no-models"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("human: agent-human answered"), "{stderr}");
     let state = parley_tests::read_json(dir.path().join("out.json"));
@@ -280,7 +326,10 @@ async fn parley_run_asks_the_human_on_its_terminal_with_the_agents_context() {
     // Each turn is asked after its context; answered by typing, ended with ".".
     let prompt = "end with a line holding only \".\"";
     let typed = [
-        ("Type your proposal", "A person's proposal typed on the terminal"),
+        (
+            "Type your proposal",
+            "A person's proposal typed on the terminal",
+        ),
         ("Type your critique", "The person's first critique"),
         ("Type your critique", "The person's second critique"),
         ("Type your refined proposal", "The person's refinement"),
@@ -294,13 +343,24 @@ async fn parley_run_asks_the_human_on_its_terminal_with_the_agents_context() {
         let out = run.output();
         let last = &out[out.rfind("=== Your turn").unwrap()..];
         assert!(last.contains(what), "{last}");
-        assert!(last.contains("Design a cache typed by a person"), "the problem: {last}");
+        assert!(
+            last.contains("Design a cache typed by a person"),
+            "the problem: {last}"
+        );
         if *what == "Type your critique" {
-            assert!(last.contains("Proposal of agent-"), "the proposal critiqued: {last}");
+            assert!(
+                last.contains("Proposal of agent-"),
+                "the proposal critiqued: {last}"
+            );
         }
         run.type_lines(&[text, "."]).unwrap();
     }
-    assert_eq!(run.exit_code(wait).await.unwrap(), Some(0), "{}", run.output());
+    assert_eq!(
+        run.exit_code(wait).await.unwrap(),
+        Some(0),
+        "{}",
+        run.output()
+    );
     let state = parley_tests::read_json(dir.path().join("out.json"));
     let mine: Vec<&str> = state["rounds"][0]["contributions"]
         .as_array()

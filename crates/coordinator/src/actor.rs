@@ -87,7 +87,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::deps::Deps;
 use crate::failures::ActorError;
-use crate::messages::{AnswerRefusal, ContributeRefusal, DebateMsg, Rest, SteerRefusal, SupervisorMsg};
+use crate::messages::{
+    AnswerRefusal, ContributeRefusal, DebateMsg, Rest, SteerRefusal, SupervisorMsg,
+};
 use crate::publish::{headers, publish_event};
 use parley_cluster::redis_store::LeaseCheck;
 use parley_engine::{Effect, Expectation, Input, Machine};

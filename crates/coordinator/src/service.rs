@@ -519,9 +519,7 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
                 subjects::CANCEL => Some(svc.user_command(&msg.payload, Command::Cancel).await),
                 subjects::ANSWER => Some(svc.answer(&msg.payload).await),
                 subjects::STEER => Some(svc.steer(reply_to.as_str(), &msg.payload).await),
-                subjects::CONTRIBUTE => {
-                    Some(svc.contribute(reply_to.as_str(), &msg.payload).await)
-                }
+                subjects::CONTRIBUTE => Some(svc.contribute(reply_to.as_str(), &msg.payload).await),
                 subjects::FORK => Some(svc.fork(&msg.payload).await),
                 subjects::FEEDBACK => Some(within_deadline(svc.feedback(&msg.payload)).await),
                 s if subjects::follow_identity(s).is_some() => {

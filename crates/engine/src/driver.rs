@@ -26,9 +26,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::{
-    Contribute, ContributeError, Effect, FileStore, Input, Machine, Steer, SteerError,
-};
+use crate::{Contribute, ContributeError, Effect, FileStore, Input, Machine, Steer, SteerError};
 
 /// Executes one task (one LLM call and its prompt building) and reports the outcome.
 #[async_trait]
@@ -277,7 +275,10 @@ pub async fn run_debate_controlled(
         let human_deadline = async {
             match human_due {
                 Some(at) => {
-                    let wait = at.signed_duration_since(Utc::now()).to_std().unwrap_or_default();
+                    let wait = at
+                        .signed_duration_since(Utc::now())
+                        .to_std()
+                        .unwrap_or_default();
                     tokio::time::sleep(wait).await
                 }
                 None => std::future::pending().await,

@@ -154,12 +154,18 @@ impl ContributeRequest {
         check_contribution_text(&self.text).map_err(bad)?;
         if let Some(a) = &self.agent_id {
             if a.is_empty() || a.len() > limits::MAX_ID_BYTES || a.chars().any(char::is_control) {
-                return Err(bad(format!("agentId: {:?} is not an agent id", preview(a, 40))));
+                return Err(bad(format!(
+                    "agentId: {:?} is not an agent id",
+                    preview(a, 40)
+                )));
             }
         }
         if let Some(t) = &self.task_id {
             if t.is_empty() || t.len() > 512 || t.chars().any(char::is_control) {
-                return Err(bad(format!("taskId: {:?} is not a task id", preview(t, 40))));
+                return Err(bad(format!(
+                    "taskId: {:?} is not a task id",
+                    preview(t, 40)
+                )));
             }
         }
         if let Some(by) = &self.by {
@@ -190,7 +196,9 @@ mod tests {
     #[test]
     fn contributions_are_bounded_plain_text() {
         assert!(check_contribution_text("line one\n\tline two").is_ok());
-        assert!(check_contribution_text("  \n").unwrap_err().contains("empty"));
+        assert!(check_contribution_text("  \n")
+            .unwrap_err()
+            .contains("empty"));
         let long = "x".repeat(limits::MAX_HUMAN_CONTRIBUTION_CHARS + 1);
         assert!(check_contribution_text(&long)
             .unwrap_err()

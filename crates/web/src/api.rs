@@ -51,7 +51,8 @@ use parley_protocol::subjects::{ErrorCode, ErrorReply};
 use serde_json::{json, Value};
 
 use crate::backend::{
-    checked_id, AnswersRequest, ApiError, Backend, ContributionRequest, FeedbackRequest, SteerRequest, SubmitRequest,
+    checked_id, AnswersRequest, ApiError, Backend, ContributionRequest, FeedbackRequest,
+    SteerRequest, SubmitRequest,
 };
 use crate::idempotency::{self, Begin, IdempotencyStore};
 use crate::keys::{KeyFileWatch, Principal};

@@ -10,9 +10,9 @@ use utoipa::openapi::SecurityRequirement;
 use utoipa::{Modify, OpenApi};
 
 use crate::backend::{
-    AgentChoice, AgentView, Answer, AnswersRequest, DebateListItem, FeedbackRequest, FormDefaults,
-    ContributionRequest, ProviderView, SteerKind, SteerRequest, SubmitRequest, WebhookEventName,
-    WebhookRequest,
+    AgentChoice, AgentView, Answer, AnswersRequest, ContributionRequest, DebateListItem,
+    FeedbackRequest, FormDefaults, ProviderView, SteerKind, SteerRequest, SubmitRequest,
+    WebhookEventName, WebhookRequest,
 };
 use crate::replies::{
     CommandReply, ConfigLimits, ConfigReply, CreatedDebate, DebateList, DebateStateDoc,

@@ -257,7 +257,12 @@ impl Machine {
         };
         let mut n = 0;
         // A person's turn costs nothing: it takes no share.
-        for (i, a) in self.agents.iter().enumerate().filter(|(_, a)| !a.is_human()) {
+        for (i, a) in self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.is_human())
+        {
             if rd.find(ContributionType::Proposal, &a.id, None).is_none()
                 && waiting(TaskKind::Propose, i, None)
             {
@@ -306,7 +311,12 @@ impl Machine {
             return ahead;
         };
         let pairs = self.critique_pairs(p.round);
-        for (i, a) in self.agents.iter().enumerate().filter(|(_, a)| !a.is_human()) {
+        for (i, a) in self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.is_human())
+        {
             let q = Planned {
                 round: p.round,
                 kind: TaskKind::Refine,

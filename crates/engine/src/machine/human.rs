@@ -24,9 +24,9 @@
 
 use chrono::{DateTime, Utc};
 use parley_protocol::{
-    check_by, check_contribution_text, human_ballot, ContributionMetadata, DebateStatus,
-    EventKind, HumanAnswer, HumanExpiry, HumanTask, TaskError, TaskKind, TaskOutput,
-    HUMAN_MODEL, HUMAN_PROVIDER,
+    check_by, check_contribution_text, human_ballot, ContributionMetadata, DebateStatus, EventKind,
+    HumanAnswer, HumanExpiry, HumanTask, TaskError, TaskKind, TaskOutput, HUMAN_MODEL,
+    HUMAN_PROVIDER,
 };
 
 use super::{After, Effect, Machine, Planned};
@@ -194,15 +194,19 @@ impl Machine {
         let open = &self.state.human.open;
         let mine = |t: &&HumanTask| c.agent_id.as_ref().is_none_or(|a| t.agent_id == *a);
         let task = match &c.task_id {
-            Some(id) => open.iter().filter(mine).find(|t| t.task_id == *id).ok_or_else(|| {
-                let ids: Vec<&str> = open.iter().map(|t| t.task_id.as_str()).collect();
-                let ids = if ids.is_empty() {
-                    "none".to_string()
-                } else {
-                    ids.join(", ")
-                };
-                ContributeError::NotOpen(parley_protocol::preview(id, 80), ids)
-            })?,
+            Some(id) => open
+                .iter()
+                .filter(mine)
+                .find(|t| t.task_id == *id)
+                .ok_or_else(|| {
+                    let ids: Vec<&str> = open.iter().map(|t| t.task_id.as_str()).collect();
+                    let ids = if ids.is_empty() {
+                        "none".to_string()
+                    } else {
+                        ids.join(", ")
+                    };
+                    ContributeError::NotOpen(parley_protocol::preview(id, 80), ids)
+                })?,
             None => {
                 let Some(first) = open.iter().find(mine) else {
                     let who = c
@@ -317,7 +321,13 @@ impl Machine {
         }
     }
 
-    fn expire_human(&mut self, t: HumanTask, message: String, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
+    fn expire_human(
+        &mut self,
+        t: HumanTask,
+        message: String,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
         self.state.human.open.retain(|o| o.task_id != t.task_id);
         self.in_flight.remove(&t.task_id);
         let Some(p) = self.parse_task_id(&t.task_id) else {

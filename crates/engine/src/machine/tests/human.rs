@@ -14,7 +14,8 @@ fn human_spec(rounds: u32, extra: serde_json::Value) -> DebateSpec {
     let mut s = super::spec(3, rounds, "fixed", extra);
     s.agents[0].provider = Some(HUMAN_PROVIDER.into());
     s.agents[0].model = String::new();
-    s.validate().expect("a human agent without a model is valid");
+    s.validate()
+        .expect("a human agent without a model is valid");
     s
 }
 
@@ -40,7 +41,9 @@ fn run_to_rest(r: &mut Run, wait: Duration) -> usize {
             TaskKind::Vote => "a1: the clearest".to_string(),
             _ => format!("human text for {}", task.task_id),
         };
-        let fx = r.machine.handle(Input::Contribute(contribute(&text)), now() + wait);
+        let fx = r
+            .machine
+            .handle(Input::Contribute(contribute(&text)), now() + wait);
         for f in fx {
             match f {
                 crate::Effect::Dispatch(t) => {
@@ -66,10 +69,9 @@ fn a_human_takes_every_turn_of_its_agent_and_costs_nothing() {
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].kind, TaskKind::Propose);
     assert_eq!(open[0].deadline, now() + Duration::seconds(1800));
-    assert!(r
-        .events
-        .iter()
-        .any(|e| matches!(&e.kind, EventKind::HumanTaskOpened { agent_id, .. } if agent_id == "a0")));
+    assert!(r.events.iter().any(
+        |e| matches!(&e.kind, EventKind::HumanTaskOpened { agent_id, .. } if agent_id == "a0")
+    ));
     // The context a person reads is the agent's task.
     let ctx = r.machine.human_task_context(&open[0].task_id).unwrap();
     assert_eq!(ctx.kind, TaskKind::Propose);
@@ -81,7 +83,10 @@ fn a_human_takes_every_turn_of_its_agent_and_costs_nothing() {
     assert_eq!(s.status, DebateStatus::Completed, "{:?}", s.error);
     // Round 1: propose, 2 critiques, refine; round 2: 2 critiques, refine; the vote.
     assert_eq!(n, 1 + 2 + 1 + 2 + 1 + 1);
-    assert!(r.tasks.iter().all(|t| t.agent.id != "a0"), "no call for the human");
+    assert!(
+        r.tasks.iter().all(|t| t.agent.id != "a0"),
+        "no call for the human"
+    );
     for rd in &s.rounds {
         for c in rd.contributions.iter().filter(|c| c.agent_id == "a0") {
             assert!(c.metadata.carried_over || c.metadata.human, "{c:?}");
@@ -93,7 +98,11 @@ fn a_human_takes_every_turn_of_its_agent_and_costs_nothing() {
         }
     }
     // The proposal opened at the start and was answered 42 s later.
-    let p = s.round(1).unwrap().find(ContributionType::Proposal, "a0", None).unwrap();
+    let p = s
+        .round(1)
+        .unwrap()
+        .find(ContributionType::Proposal, "a0", None)
+        .unwrap();
     assert_eq!(p.metadata.latency_ms, 42_000);
     assert_eq!(s.human.answered[0].latency_ms, 42_000);
     // A person's contributions are no calls.
@@ -140,7 +149,9 @@ fn an_open_human_task_survives_a_checkpoint_and_is_answered_after_it() {
     assert_eq!(m.open_human_tasks(), &open[..], "same task, same deadline");
     assert_eq!(m.next_deadline(), Some(open[0].deadline));
     // The answer given afterwards is used.
-    let task = m.check_contribution(&contribute("after the crash")).unwrap();
+    let task = m
+        .check_contribution(&contribute("after the crash"))
+        .unwrap();
     assert_eq!(task.task_id, open[0].task_id);
     m.handle(Input::Contribute(contribute("after the crash")), later);
     let rd = m.state().round(1).unwrap();
@@ -155,7 +166,10 @@ fn hostile_or_misdirected_contributions_are_refused_and_change_nothing() {
     r.apply(Input::Start);
     let before = serde_json::to_value(r.machine.state()).unwrap();
     let cases: Vec<(Contribute, &str)> = vec![
-        (contribute(&"x".repeat(limits::MAX_HUMAN_CONTRIBUTION_CHARS + 1)), "the limit is"),
+        (
+            contribute(&"x".repeat(limits::MAX_HUMAN_CONTRIBUTION_CHARS + 1)),
+            "the limit is",
+        ),
         (contribute("evil\u{1b}[2J"), "U+001B"),
         (contribute("nul\0"), "control character"),
         (contribute("   "), "empty"),
@@ -213,11 +227,20 @@ fn a_vote_must_name_another_agent() {
     let mut r = Run::new(human_spec(1, json!({"synthesisMethod": "voting"})));
     r.apply(Input::Start);
     let _ = run_until_vote(&mut r);
-    let e = r.machine.check_contribution(&contribute("a0 me")).unwrap_err();
+    let e = r
+        .machine
+        .check_contribution(&contribute("a0 me"))
+        .unwrap_err();
     assert!(matches!(e, ContributeError::BadVote(_)), "{e}");
-    let e = r.machine.check_contribution(&contribute("nobody")).unwrap_err();
+    let e = r
+        .machine
+        .check_contribution(&contribute("nobody"))
+        .unwrap_err();
     assert!(e.to_string().contains("a1, a2"), "{e}");
-    assert!(r.machine.check_contribution(&contribute("a2, simplest")).is_ok());
+    assert!(r
+        .machine
+        .check_contribution(&contribute("a2, simplest"))
+        .is_ok());
 }
 
 /// Answers everything until the human's vote is the open task.
@@ -240,7 +263,10 @@ fn past_its_deadline_a_human_task_is_a_failed_agent_task() {
     r.drain(|t| Some(ok(t, "llm")));
     let open = r.machine.open_human_tasks()[0].clone();
     assert_eq!(open.deadline, now() + Duration::seconds(5));
-    assert!(r.machine.handle(Input::Tick, now() + Duration::seconds(4)).is_empty());
+    assert!(r
+        .machine
+        .handle(Input::Tick, now() + Duration::seconds(4))
+        .is_empty());
     let fx = r.machine.handle(Input::Tick, now() + Duration::seconds(5));
     let s = r.machine.state();
     assert_eq!(s.status, DebateStatus::Failed);
@@ -268,7 +294,13 @@ fn past_its_deadline_a_human_task_is_a_failed_agent_task() {
     r.apply(Input::Contribute(contribute("my proposal")));
     r.drain(|t| Some(ok(t, "llm")));
     // Its refinement (the agents' critiques of it are in) is answered; its critiques not.
-    let refine = r.machine.open_human_tasks().iter().find(|t| t.kind == TaskKind::Refine).unwrap().clone();
+    let refine = r
+        .machine
+        .open_human_tasks()
+        .iter()
+        .find(|t| t.kind == TaskKind::Refine)
+        .unwrap()
+        .clone();
     r.apply(Input::Contribute(Contribute {
         task_id: Some(refine.task_id),
         ..contribute("my refinement")
@@ -280,10 +312,17 @@ fn past_its_deadline_a_human_task_is_a_failed_agent_task() {
     let s = r.machine.state();
     assert_eq!(s.status, DebateStatus::Running);
     assert_eq!(s.round(1).unwrap().dropped.len(), critiques.len());
-    assert!(s.engine.warnings.iter().any(|w| w.contains("dropped a0's critique")));
+    assert!(s
+        .engine
+        .warnings
+        .iter()
+        .any(|w| w.contains("dropped a0's critique")));
 
     // A vote: recorded as not given, not counted; the debate still ends.
-    let mut r = Run::new(human_spec(1, json!({"humanDeadlineSecs": 5, "synthesisMethod": "voting"})));
+    let mut r = Run::new(human_spec(
+        1,
+        json!({"humanDeadlineSecs": 5, "synthesisMethod": "voting"}),
+    ));
     r.apply(Input::Start);
     let vote = run_until_vote(&mut r);
     let fx = r.machine.handle(Input::Tick, vote.deadline);
@@ -298,7 +337,10 @@ fn past_its_deadline_a_human_task_is_a_failed_agent_task() {
     let v = s.voting.as_ref().unwrap();
     let mine = v.votes.iter().find(|v| v.agent_id == "a0").unwrap();
     assert!(!mine.valid);
-    assert_eq!(mine.invalid_reason.as_deref(), Some("no vote given within the deadline"));
+    assert_eq!(
+        mine.invalid_reason.as_deref(),
+        Some("no vote given within the deadline")
+    );
 }
 
 #[test]
