@@ -366,3 +366,20 @@ fn a_human_reserves_nothing_from_a_budget_and_stop_withdraws_its_task() {
     r.drain(|t| Some(ok(t, "llm")));
     assert_eq!(r.machine.state().status, DebateStatus::Completed);
 }
+
+#[test]
+fn the_judge_cannot_be_human_and_the_deadline_is_bounded() {
+    let mut s = human_spec(1, json!({}));
+    s.judge.provider = Some(HUMAN_PROVIDER.into());
+    let e = s.validate().unwrap_err().to_string();
+    assert!(e.contains("the judge cannot be human"), "{e}");
+    let mut s = human_spec(1, json!({}));
+    s.debate.human_deadline_secs = Some(0);
+    let e = s.validate().unwrap_err().to_string();
+    assert!(e.contains("debate.humanDeadlineSecs"), "{e}");
+    // Another agent without a model is still refused.
+    let mut s = human_spec(1, json!({}));
+    s.agents[1].model = String::new();
+    let e = s.validate().unwrap_err().to_string();
+    assert!(e.contains("agents[1].model"), "{e}");
+}
