@@ -64,7 +64,7 @@ fi
 
 # The client role's subjects (see "The client role" in parley.conf) plus its own follow subject,
 # `parley.debates.follow.NAME`: the identity its event followers are counted against.
-publish='"parley.debates.submit", "parley.debates.status", "parley.debates.retry", "parley.debates.cancel", "parley.debates.answer", "parley.debates.steer", "parley.debates.fork", "parley.debates.feedback", "parley.debates.calibration", "parley.evals.submit", "$JS.API.CONSUMER.MSG.NEXT.PARLEY_EVENTS.*", "$JS.API.CONSUMER.INFO.PARLEY_EVENTS.*"'
+publish='"parley.debates.submit", "parley.debates.status", "parley.debates.retry", "parley.debates.cancel", "parley.debates.answer", "parley.debates.steer", "parley.debates.contribute", "parley.debates.fork", "parley.debates.feedback", "parley.debates.calibration", "parley.evals.submit", "$JS.API.CONSUMER.MSG.NEXT.PARLEY_EVENTS.*", "$JS.API.CONSUMER.INFO.PARLEY_EVENTS.*"'
 permissions="permissions: {publish: {allow: [${publish}, \"parley.debates.follow.${name}\"]}, subscribe: {allow: [\"_INBOX_${name}.>\"]}}"
 if [ -n "$nkey" ]; then
     echo "{nkey: ${nkey}, ${permissions}}"

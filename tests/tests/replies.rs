@@ -138,6 +138,7 @@ async fn replies_aimed_at_the_jetstream_api_change_nothing_and_are_counted() {
         ("parley.debates.cancel", "cancel"),
         ("parley.debates.answer", "answer"),
         ("parley.debates.steer", "steer"),
+        ("parley.debates.contribute", "contribute"),
         ("parley.debates.fork", "fork"),
         ("parley.debates.feedback", "feedback"),
         ("parley.debates.follow.alice", "follow"),

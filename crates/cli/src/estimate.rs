@@ -370,6 +370,24 @@ fn simulate(
                 fx = m.handle(Input::Answers(answers), now);
                 continue;
             }
+            // A human participant's turn: a person answers it, at no cost.
+            if let Some(t) = m.open_human_tasks().first() {
+                let text = match t.kind {
+                    TaskKind::Vote => spec
+                        .active_agents()
+                        .find(|a| a.id != t.agent_id)
+                        .map_or_else(String::new, |a| a.id.clone()),
+                    _ => "a person's answer".to_string(),
+                };
+                let c = parley_engine::Contribute {
+                    agent_id: Some(t.agent_id.clone()),
+                    task_id: Some(t.task_id.clone()),
+                    text,
+                    by: None,
+                };
+                fx = m.handle(Input::Contribute(c), now);
+                continue;
+            }
             return Ok(calls);
         };
         let messages = match task.kind.worker() {

@@ -35,6 +35,7 @@ mod demo;
 mod envfile;
 mod eval;
 mod fork;
+mod human;
 mod mcp;
 mod progress;
 mod remote;
@@ -137,6 +138,9 @@ enum Command {
     /// Steer a running cluster debate: pause, resume, guide "note", stop (synthesize now),
     /// extend (one more round). Recorded in its state with who and when.
     Steer(remote::SteerArgs),
+    /// Answer a human participant's open task in a cluster debate (--text or -f FILE);
+    /// without a text, list the tasks waiting for a person.
+    Contribute(human::ContributeArgs),
     /// Write the Markdown report of a saved debate.
     Report(report_cmd::ReportArgs),
     /// Score saved debates with evaluator agents (dialectic's `eval`).
@@ -212,6 +216,11 @@ pub struct RunArgs {
     /// terminal.
     #[arg(long, value_name = "FILE")]
     pub answers: Option<PathBuf>,
+    /// Answers of the human participants (`provider: "human"`): a JSON object mapping task
+    /// keys (`1/propose/NAME`, `1/critique/NAME/TARGET`, or a kind: `refine`) to texts.
+    /// Without it they are typed on the terminal.
+    #[arg(long, value_name = "FILE")]
+    pub human_answers: Option<PathBuf>,
     /// A directory whose text files the agents' tools (`list_files`, `file_read`,
     /// `context_search`) may read: snapshotted now (256 KiB per file, 2 MiB, 1000 files).
     #[arg(long, value_name = "DIR")]
@@ -226,8 +235,9 @@ pub struct RunArgs {
     /// With --estimate: print it as JSON.
     #[arg(long)]
     pub json: bool,
-    /// With --estimate: the expected length of one reply, in tokens, where past debates in
-    /// ./debates do not calibrate it [default: 400].
+    /// With --estimate: the expected length of one reply, in tokens, where past debates do
+    /// not calibrate it (embedded: those in ./debates; `submit`: the cluster's samples)
+    /// [default: 400].
     #[arg(long, value_name = "N")]
     pub expected_reply_tokens: Option<u32>,
     /// When the debate completes, also write it as an ADR (MADR 4.0) into this folder,
@@ -337,6 +347,9 @@ fn main() -> ExitCode {
             }
             Command::Answer(args) => remote::answer(args, interrupt).await,
             Command::Steer(args) => until_interrupted(interrupt, remote::steer(args)).await,
+            Command::Contribute(args) => {
+                until_interrupted(interrupt, human::contribute(args)).await
+            }
             Command::Fork(args) => fork::fork(args, interrupt).await,
             Command::Diff(args) => until_interrupted(interrupt, fork::diff(args)).await,
             Command::Report(args) => report_cmd::report(args),

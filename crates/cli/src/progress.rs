@@ -125,6 +125,14 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
                 };
                 let _ = writeln!(err, "budget: round {round}: {what}{n}");
             }
+            EventKind::HumanTaskOpened { .. }
+            | EventKind::HumanContributed { .. }
+            | EventKind::HumanTaskExpired { .. } => {
+                if tty {
+                    let _ = write!(err, "\r\x1b[K");
+                }
+                let _ = writeln!(err, "{}", human_line(&e.kind));
+            }
             EventKind::VerdictGiven { .. }
             | EventKind::SimilarityMeasured { .. }
             | EventKind::AdaptivePathChosen { .. }
@@ -148,6 +156,45 @@ pub async fn show(mut rx: UnboundedReceiver<DebateEvent>) {
         if e.is_final() && tty {
             let _ = writeln!(err);
         }
+    }
+}
+
+/// One line about a human participant's task: opened (until when), answered (in how
+/// long), expired (and what the debate does without it).
+pub(crate) fn human_line(kind: &EventKind) -> String {
+    match kind {
+        EventKind::HumanTaskOpened {
+            task_id,
+            agent_id,
+            deadline,
+            ..
+        } => format!(
+            "human: {agent_id}'s turn ({task_id}), waiting until {}",
+            deadline.format("%H:%M:%S UTC")
+        ),
+        EventKind::HumanContributed {
+            task_id,
+            agent_id,
+            latency_ms,
+            by,
+            ..
+        } => {
+            let by = by
+                .as_deref()
+                .map(|b| format!(" by {b}"))
+                .unwrap_or_default();
+            format!(
+                "human: {agent_id} answered {task_id}{by} after {:.1} s",
+                *latency_ms as f64 / 1000.0
+            )
+        }
+        EventKind::HumanTaskExpired {
+            task_id,
+            agent_id,
+            reason,
+            ..
+        } => format!("human: {agent_id}'s task {task_id} closed unanswered: {reason}"),
+        _ => String::new(),
     }
 }
 

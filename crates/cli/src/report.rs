@@ -216,13 +216,20 @@ pub fn markdown(spec: Option<&DebateSpec>, state: &DebateState) -> String {
                 } else {
                     ""
                 };
+                let text = marked(indexes.contribution(rd.round_number, c), &c.content);
+                if m.human {
+                    // A person's contribution: no model, no tokens; how long they took.
+                    let _ = writeln!(
+                        md,
+                        "#### {title}\n\n{text}\n_written by a person · {} ms{carried}_\n",
+                        m.latency_ms
+                    );
+                    continue;
+                }
                 let _ = writeln!(
                     md,
-                    "#### {title}\n\n{}\n_{} tokens · {} ms · {}{carried}_\n",
-                    marked(indexes.contribution(rd.round_number, c), &c.content),
-                    m.tokens_used,
-                    m.latency_ms,
-                    m.model
+                    "#### {title}\n\n{text}\n_{} tokens · {} ms · {}{carried}_\n",
+                    m.tokens_used, m.latency_ms, m.model
                 );
             }
         }

@@ -17,14 +17,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 use parley_cli::EmbeddedRunner;
-use parley_engine::{run_debate_until, FileStore, Input, LoadError, Machine};
+use parley_engine::{run_debate_controlled, Controls, FileStore, Input, LoadError, Machine};
 use parley_llm::ratelimit::LocalLimiter;
 use parley_llm::{ProviderSettings, Registry};
 use parley_protocol::{new_debate_id, DebateSpec, DebateStatus, ErrorKind, ProviderLimits};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Overrides};
-use crate::{clarify, progress, report, CliError, RunArgs};
+use crate::{clarify, human, progress, report, CliError, RunArgs};
 
 /// Where embedded debates are checkpointed.
 pub use parley_cli::DEBATES_DIR;
@@ -54,6 +54,10 @@ pub struct SavedArgs {
     /// without it they are asked on the terminal.
     #[arg(long, value_name = "FILE")]
     pub answers: Option<PathBuf>,
+    /// Answers of the human participants (JSON: task key → text, see `parley run`);
+    /// without it they are typed on the terminal.
+    #[arg(long, value_name = "FILE")]
+    pub human_answers: Option<PathBuf>,
     /// When the debate completes, also write it as an ADR (MADR 4.0) into this folder.
     #[arg(long, value_name = "DIR")]
     pub adr: Option<PathBuf>,
@@ -141,12 +145,14 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
         signing_key,
         adr: args.adr.map(|d| (d, args.adr_status)),
     };
+    let desk = human::Desk::choose(args.human_answers.as_deref())?;
     drive(
         machine,
         Input::Start,
         registry,
         &outputs,
         &answers,
+        &desk,
         interrupt,
     )
     .await
@@ -327,7 +333,11 @@ pub async fn continue_saved(
         signing_key,
         adr: args.adr.map(|d| (d, args.adr_status)),
     };
-    drive(machine, input, registry, &outputs, &answers, interrupt).await
+    let desk = human::Desk::choose(args.human_answers.as_deref())?;
+    drive(
+        machine, input, registry, &outputs, &answers, &desk, interrupt,
+    )
+    .await
 }
 
 /// Every participant's provider must be usable before anything runs.
@@ -345,7 +355,9 @@ pub(crate) fn registry_for(
         Arc::new(LocalLimiter::default()),
     ));
     let mut uses_local = false;
-    for a in spec.active_agents().chain(std::iter::once(&spec.judge)) {
+    // A human participant calls no provider.
+    let callers = spec.active_agents().filter(|a| !a.is_human());
+    for a in callers.chain(std::iter::once(&spec.judge)) {
         let r = registry
             .resolve(a)
             .map_err(|e| CliError::config(e.to_string()))?;
@@ -379,6 +391,7 @@ pub(crate) fn effective_models(
 ) -> std::collections::BTreeMap<String, String> {
     let on_local: Vec<&str> = spec
         .active_agents()
+        .filter(|a| !a.is_human())
         .chain(std::iter::once(&spec.judge))
         .filter(|a| registry.resolve(a).is_ok_and(|r| r.kind == "local"))
         .map(|a| a.id.as_str())
@@ -407,6 +420,7 @@ async fn drive(
     registry: Arc<Registry>,
     outputs: &Outputs,
     answers: &clarify::Answers,
+    desk: &human::Desk,
     interrupt: &CancellationToken,
 ) -> Result<(), CliError> {
     if interrupt.is_cancelled() {
@@ -432,7 +446,13 @@ async fn drive(
     let driven = loop {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let display = tokio::spawn(progress::show(rx));
-        let result = run_debate_until(
+        // Human participants' turns: answered from the script or the terminal.
+        let (tx, contributions, at_desk) = desk.start(store.clone(), tx);
+        let controls = Controls {
+            steering: None,
+            contributions: Some(contributions),
+        };
+        let result = run_debate_controlled(
             machine,
             input,
             runner.clone(),
@@ -440,8 +460,11 @@ async fn drive(
             tx,
             interrupt,
             INTERRUPT_GRACE,
+            controls,
         )
         .await;
+        // A person typing when the run ended: their answer is no longer wanted.
+        at_desk.abort();
         let _ = display.await;
         let driven = result.map_err(|e| CliError::general(e.to_string()))?;
         if driven.interrupted || driven.state.status != DebateStatus::AwaitingClarifications {

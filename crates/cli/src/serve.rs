@@ -309,7 +309,9 @@ struct Runners {
 
 impl RunnerSource for Runners {
     fn runner(&self, spec: &DebateSpec) -> Result<Arc<dyn TaskRunner>, ApiError> {
-        for a in spec.active_agents().chain(std::iter::once(&spec.judge)) {
+        // A human participant calls no provider.
+        let callers = spec.active_agents().filter(|a| !a.is_human());
+        for a in callers.chain(std::iter::once(&spec.judge)) {
             let r = self
                 .registry
                 .resolve(a)
@@ -564,6 +566,7 @@ pub async fn open_backend(
             // first submission; a provider without its key stops here (exit 4).
             for a in default_spec
                 .active_agents()
+                .filter(|a| !a.is_human())
                 .chain(std::iter::once(&default_spec.judge))
             {
                 let r = registry

@@ -171,6 +171,11 @@ async fn assert_hidden(base: &str, key: &str, id: &str) {
         ),
         (
             "POST",
+            format!("/v1/debates/{id}/contributions"),
+            Some(json!({"text": "a person's answer"})),
+        ),
+        (
+            "POST",
             format!("/v1/debates/{id}/feedback"),
             Some(json!({"feedback": 1})),
         ),

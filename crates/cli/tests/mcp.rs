@@ -113,6 +113,7 @@ fn assert_session(seen: &Value, fake: &FakeLlm) {
         [
             "answer_questions",
             "cancel_debate",
+            "contribute",
             "debate_result",
             "debate_status",
             "estimate_debate",

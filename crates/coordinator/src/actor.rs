@@ -39,6 +39,10 @@
 //!   [`Deps::clarification_timeout`], a tick past the timeout (counted from
 //!   `engine.awaitingSince` in the checkpoint, so a takeover does not restart it) answers
 //!   every open question `"NA"`.
+//! - A human participant's open task (`state.human.open`) is in the checkpoint with its
+//!   deadline: a takeover finds it open and keeps waiting; [`DebateMsg::Contribute`] checks
+//!   and applies a person's answer; a tick past its deadline (a debate at rest wakes for
+//!   it) expires it.
 //! - When a debate is no longer running (completed, failed, cancelled) the actor removes it
 //!   from `parley:running`, sets its keys to expire after the `retention`, releases the
 //!   lease and stops. `retry` adopts it again (and its keys stop expiring).
@@ -83,7 +87,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::deps::Deps;
 use crate::failures::ActorError;
-use crate::messages::{AnswerRefusal, DebateMsg, Rest, SteerRefusal, SupervisorMsg, RELEASING};
+use crate::messages::{
+    AnswerRefusal, ContributeRefusal, DebateMsg, Rest, SteerRefusal, SupervisorMsg,
+};
 use crate::publish::{headers, publish_event, unpublished};
 use parley_cluster::redis_store::LeaseCheck;
 use parley_engine::{Effect, Expectation, Input, Machine};
@@ -318,18 +324,7 @@ async fn handle(
             state.active_at = std::time::Instant::now();
         }
         if state.stopping {
-            match msg {
-                DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) => {
-                    let _ = reply.send(Err(RELEASING.into()));
-                }
-                DebateMsg::Answer { reply, .. } => {
-                    let _ = reply.send(Err(AnswerRefusal::Other(RELEASING.into())));
-                }
-                DebateMsg::Steer { reply, .. } => {
-                    let _ = reply.send(Err(SteerRefusal::Other(RELEASING.into())));
-                }
-                _ => {}
-            }
+            msg.refuse_releasing();
             return Ok(());
         }
         if !matches!(msg, DebateMsg::Tick(_)) && state.renewed_at.elapsed() >= state.deps.poll_every
@@ -344,18 +339,7 @@ async fn handle(
             {
                 tracing::warn!(debate = %id, "lease lost; stopping");
                 myself.stop(Some("lease lost".into()));
-                match msg {
-                    DebateMsg::Retry(reply) | DebateMsg::Cancel(reply) => {
-                        let _ = reply.send(Err(RELEASING.into()));
-                    }
-                    DebateMsg::Answer { reply, .. } => {
-                        let _ = reply.send(Err(AnswerRefusal::Other(RELEASING.into())));
-                    }
-                    DebateMsg::Steer { reply, .. } => {
-                        let _ = reply.send(Err(SteerRefusal::Other(RELEASING.into())));
-                    }
-                    _ => {}
-                }
+                msg.refuse_releasing();
                 return Ok(());
             }
             state.renewed_at = std::time::Instant::now();
@@ -556,6 +540,25 @@ async fn handle(
                     r.as_ref()
                         .map(|_| ())
                         .map_err(|e| SteerRefusal::Other(e.to_string())),
+                );
+                r?;
+            }
+            DebateMsg::Contribute {
+                contribution,
+                reply,
+            } => {
+                let task = match state.machine.check_contribution(&contribution) {
+                    Ok(task) => task,
+                    Err(e) => {
+                        let _ = reply.send(Err(ContributeRefusal::Refused(e)));
+                        return Ok(());
+                    }
+                };
+                let r = state.apply(&myself, Input::Contribute(contribution)).await;
+                let _ = reply.send(
+                    r.as_ref()
+                        .map(|_| task)
+                        .map_err(|e| ContributeRefusal::Other(e.to_string())),
                 );
                 r?;
             }

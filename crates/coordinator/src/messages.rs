@@ -50,6 +50,43 @@ pub enum DebateMsg {
         steer: parley_engine::Steer,
         reply: RpcReplyPort<Result<(), SteerRefusal>>,
     },
+    /// A person's answer to a human participant's open task; the reply is the task it
+    /// answered.
+    Contribute {
+        contribution: parley_engine::Contribute,
+        reply: RpcReplyPort<Result<parley_protocol::HumanTask, ContributeRefusal>>,
+    },
+}
+
+impl DebateMsg {
+    /// Answers a user's request this actor will not apply (it is releasing its debate);
+    /// other messages are dropped.
+    pub fn refuse_releasing(self) {
+        match self {
+            Self::Retry(reply) | Self::Cancel(reply) => {
+                let _ = reply.send(Err(RELEASING.into()));
+            }
+            Self::Answer { reply, .. } => {
+                let _ = reply.send(Err(AnswerRefusal::Other(RELEASING.into())));
+            }
+            Self::Steer { reply, .. } => {
+                let _ = reply.send(Err(SteerRefusal::Other(RELEASING.into())));
+            }
+            Self::Contribute { reply, .. } => {
+                let _ = reply.send(Err(ContributeRefusal::Other(RELEASING.into())));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Why an actor did not apply a contribution.
+#[derive(Debug)]
+pub enum ContributeRefusal {
+    /// The debate refuses it (no open task, not a human agent, bad text, ...).
+    Refused(parley_engine::ContributeError),
+    /// The actor could not apply it now (releasing the debate, a checkpoint failed).
+    Other(String),
 }
 
 /// Why an actor did not apply a steering command.

@@ -15,6 +15,9 @@
 //!   applied by the debate's actor (here, by adoption, or by the owner through
 //!   `parley.control.<id>.steer`). Who sent it is recorded: the request's `by` and the NATS
 //!   user its reply inbox names (`_INBOX_<user>`), when any.
+//! - `parley.debates.contribute` (`ContributeRequest`): a person's answer to a human
+//!   participant's open task, checked and applied like a steering command (see
+//!   `contribute`).
 //! - `parley.debates.fork` (`ForkRequest`): a new debate sharing a debate's contributions
 //!   up to the end of a round (`parley_engine::fork`), checked like a submission, stored and
 //!   started like one; the parent is only read.
@@ -92,6 +95,7 @@ use crate::supervisor::Supervisor;
 use parley_cluster::nats::{NatsEndpoint, INBOX_COORDINATOR};
 use parley_cluster::{start_service, RedisStore};
 
+mod contribute;
 mod requests;
 use requests::Command;
 
@@ -270,6 +274,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         subjects::CANCEL,
         subjects::ANSWER,
         subjects::STEER,
+        subjects::CONTRIBUTE,
         subjects::FORK,
         subjects::FEEDBACK,
         subjects::FOLLOW,
@@ -483,6 +488,7 @@ fn subject_label(subject: &str) -> &'static str {
         subjects::CANCEL => "cancel",
         subjects::ANSWER => "answer",
         subjects::STEER => "steer",
+        subjects::CONTRIBUTE => "contribute",
         subjects::FORK => "fork",
         subjects::FEEDBACK => "feedback",
         s if subjects::follow_identity(s).is_some() => "follow",
@@ -524,6 +530,7 @@ async fn serve(svc: Arc<Service>, mut sub: async_nats::Subscriber) {
                 subjects::CANCEL => Some(svc.user_command(&msg.payload, Command::Cancel).await),
                 subjects::ANSWER => Some(svc.answer(&msg.payload).await),
                 subjects::STEER => Some(svc.steer(reply_to.as_str(), &msg.payload).await),
+                subjects::CONTRIBUTE => Some(svc.contribute(reply_to.as_str(), &msg.payload).await),
                 subjects::FORK => Some(svc.fork(&msg.payload).await),
                 subjects::FEEDBACK => Some(within_deadline(svc.feedback(&msg.payload)).await),
                 s if subjects::follow_identity(s).is_some() => {

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::{Effect, FileStore, Input, Machine, Steer, SteerError};
+use crate::{Contribute, ContributeError, Effect, FileStore, Input, Machine, Steer, SteerError};
 
 /// Executes one task (one LLM call and its prompt building) and reports the outcome.
 #[async_trait]
@@ -100,12 +100,52 @@ pub async fn run_debate_until(
 /// applied (and checkpointed), or why it does not apply.
 pub type SteerCall = (Steer, oneshot::Sender<Result<(), SteerError>>);
 
+/// A person's contribution for a running driver and where its verdict goes: the task it
+/// answered once applied (and checkpointed), or why it does not apply.
+pub type ContributeCall = (
+    Contribute,
+    oneshot::Sender<Result<parley_protocol::HumanTask, ContributeError>>,
+);
+
+/// What a running driver takes besides task results: steering commands and human
+/// participants' contributions.
+#[derive(Debug, Default)]
+pub struct Controls {
+    pub steering: Option<mpsc::UnboundedReceiver<SteerCall>>,
+    pub contributions: Option<mpsc::UnboundedReceiver<ContributeCall>>,
+}
+
 /// [`run_debate_until`] that also takes steering commands from `steering` while it runs:
 /// each is checked ([`Machine::check_steer`]), answered, and applied as the next input.
 /// A paused debate whose calls in flight have all come back ends the run (`running`,
 /// nothing outstanding): whoever holds it resumes it with [`Input::Steer`] later.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_debate_steered(
+    machine: Machine,
+    input: Input,
+    runner: Arc<dyn TaskRunner>,
+    store: Option<FileStore>,
+    events: mpsc::UnboundedSender<DebateEvent>,
+    interrupt: &CancellationToken,
+    grace: Duration,
+    steering: Option<mpsc::UnboundedReceiver<SteerCall>>,
+) -> Result<Driven, crate::store::StoreError> {
+    let controls = Controls {
+        steering,
+        contributions: None,
+    };
+    run_debate_controlled(
+        machine, input, runner, store, events, interrupt, grace, controls,
+    )
+    .await
+}
+
+/// [`run_debate_steered`] that also takes human participants' contributions: each is
+/// checked ([`Machine::check_contribution`]), applied as the next input and answered once
+/// checkpointed. An open human task past its deadline is fed to the machine as
+/// [`Input::Tick`]; while one is open the run waits for it (it counts as in flight).
+#[allow(clippy::too_many_arguments)]
+pub async fn run_debate_controlled(
     mut machine: Machine,
     input: Input,
     runner: Arc<dyn TaskRunner>,
@@ -113,8 +153,12 @@ pub async fn run_debate_steered(
     events: mpsc::UnboundedSender<DebateEvent>,
     interrupt: &CancellationToken,
     grace: Duration,
-    mut steering: Option<mpsc::UnboundedReceiver<SteerCall>>,
+    controls: Controls,
 ) -> Result<Driven, crate::store::StoreError> {
+    let Controls {
+        mut steering,
+        mut contributions,
+    } = controls;
     let limit = machine.spec().debate.max_concurrency.max(1);
     let slots = Arc::new(Semaphore::new(limit));
     let (tx, mut rx) = mpsc::unbounded_channel::<Input>();
@@ -131,6 +175,11 @@ pub async fn run_debate_steered(
     let mut next = Some(input);
     // The reply of a steering command taken as `next`.
     let mut steered: Option<oneshot::Sender<Result<(), SteerError>>> = None;
+    // The reply of a contribution taken as `next`, with the task it answers.
+    let mut contributed: Option<(
+        oneshot::Sender<Result<parley_protocol::HumanTask, ContributeError>>,
+        parley_protocol::HumanTask,
+    )> = None;
     let mut trace = crate::trace::DebateTrace::open(&mut machine, false);
     loop {
         if let Some(input) = next.take() {
@@ -152,6 +201,9 @@ pub async fn run_debate_steered(
                 }
                 if let Some(reply) = steered.take() {
                     let _ = reply.send(Ok(()));
+                }
+                if let Some((reply, task)) = contributed.take() {
+                    let _ = reply.send(Ok(task));
                 }
                 for effect in effects {
                     match effect {
@@ -218,6 +270,20 @@ pub async fn run_debate_steered(
                 None => std::future::pending().await,
             }
         };
+        // An open human task's deadline: the clock input that expires it.
+        let human_due = machine.human_deadline();
+        let human_deadline = async {
+            match human_due {
+                Some(at) => {
+                    let wait = at
+                        .signed_duration_since(Utc::now())
+                        .to_std()
+                        .unwrap_or_default();
+                    tokio::time::sleep(wait).await
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             input = rx.recv() => match input {
                 Some(input) => next = Some(input),
@@ -242,6 +308,19 @@ pub async fn run_debate_steered(
                 },
                 None => steering = None,
             },
+            call = next_contribution(&mut contributions), if contributions.is_some() && stopping.is_none() && next.is_none() => match call {
+                Some((c, reply)) => match machine.check_contribution(&c) {
+                    Ok(task) => {
+                        next = Some(Input::Contribute(c));
+                        contributed = Some((reply, task));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                },
+                None => contributions = None,
+            },
+            _ = human_deadline, if stopping.is_none() && next.is_none() => next = Some(Input::Tick),
         }
     }
     // Interrupted: the state as of the last transition is the checkpoint.
@@ -260,6 +339,16 @@ async fn next_steer(
     steering: &mut Option<mpsc::UnboundedReceiver<SteerCall>>,
 ) -> Option<SteerCall> {
     match steering {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next contribution, if a receiver is there (the `select!` guard checks it is).
+async fn next_contribution(
+    contributions: &mut Option<mpsc::UnboundedReceiver<ContributeCall>>,
+) -> Option<ContributeCall> {
+    match contributions {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }

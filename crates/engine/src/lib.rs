@@ -49,10 +49,13 @@ pub mod tokens;
 pub mod trace;
 
 pub use budget::Pricing;
-pub use driver::{run_debate, run_debate_steered, run_debate_until, Driven, SteerCall, TaskRunner};
+pub use driver::{
+    run_debate, run_debate_controlled, run_debate_steered, run_debate_until, ContributeCall,
+    Controls, Driven, SteerCall, TaskRunner,
+};
 pub use fork::{fork, ForkError};
 pub use machine::{
-    AnswerError, Effect, Expectation, Input, Machine, Runtime, Steer, SteerError, MAX_TASK_TIMEOUT,
-    RUNNING_RETRY_INTERVAL_SECS,
+    AnswerError, Contribute, ContributeError, Effect, Expectation, Input, Machine, Runtime, Steer,
+    SteerError, MAX_TASK_TIMEOUT, RUNNING_RETRY_INTERVAL_SECS,
 };
 pub use store::{answer_saved, AnswerSavedError, FileStore, LoadError};

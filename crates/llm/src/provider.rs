@@ -380,6 +380,7 @@ async fn call(
         tool_calls: Vec::new(),
         cached_prompt_tokens: (r.cached_prompt_tokens > 0).then_some(r.cached_prompt_tokens),
         cost_usd: cost,
+        human: false,
     };
     Ok(Called {
         text: r.text,
@@ -452,6 +453,7 @@ pub async fn embed_for_task(
         tool_calls: Vec::new(),
         cached_prompt_tokens: None,
         cost_usd: cost,
+        human: false,
     };
     Ok((r.vectors, meta))
 }

@@ -295,6 +295,23 @@ impl SteerArgs {
     }
 }
 
+/// `contribute`'s arguments.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContributeArgs {
+    /// The id `start_debate` returned.
+    pub debate_id: String,
+    /// The contribution: a proposal, critique or refinement; a vote starts with the id of
+    /// the agent voted for, then why (at most 20000 characters).
+    pub text: String,
+    /// The human agent answering (default: the only human agent with an open task).
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// The open task answered (from the state's `human.open`; default: the agent's oldest).
+    #[serde(default)]
+    pub task_id: Option<String>,
+}
+
 /// `list_debates`' arguments.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

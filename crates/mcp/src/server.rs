@@ -123,6 +123,13 @@ impl ParleyMcp {
                 schema::<args::SteerArgs>(),
             ),
             Tool::new(
+                "contribute",
+                "Answers a human participant's open task (an agent with provider \"human\"): \
+                 its proposal, critique, refinement, or vote (the id of the agent voted for \
+                 first). debate_status shows the open tasks (human.open).",
+                schema::<args::ContributeArgs>(),
+            ),
+            Tool::new(
                 "cancel_debate",
                 "Cancels a running debate.",
                 schema::<DebateIdArgs>(),
@@ -213,6 +220,24 @@ impl ParleyMcp {
                 let reply = self
                     .backend
                     .steer(id, command, Some("mcp".into()))
+                    .await
+                    .map_err(Failure::from_api)?;
+                Ok(json!({"debate_id": id, "reply": reply}))
+            }
+            "contribute" => {
+                let a: args::ContributeArgs = args::parse(arguments)?;
+                let id = args::debate_id(&a.debate_id)?;
+                let request = parley_web::backend::ContributionRequest {
+                    text: a.text,
+                    agent_id: a.agent_id,
+                    task_id: a.task_id,
+                };
+                let c = request
+                    .contribution(id, Some("mcp".into()))
+                    .map_err(Failure::from_api)?;
+                let reply = self
+                    .backend
+                    .contribute(id, c)
                     .await
                     .map_err(Failure::from_api)?;
                 Ok(json!({"debate_id": id, "reply": reply}))

@@ -19,6 +19,11 @@ use serde::{Deserialize, Serialize};
 /// operator's configuration, never the submission's.
 pub const KNOWN_PROVIDERS: &[&str] = &["openai", "openrouter", "openai-compatible", "local"];
 
+/// The `provider` of a human participant: an agent whose turns a person takes (see
+/// [`crate::human`]). Not an operator's provider: it has no model, endpoint or key, and
+/// the judge cannot be one.
+pub const HUMAN_PROVIDER: &str = "human";
+
 /// Built-in roles; any other role string is accepted and uses the architect prompts.
 pub const KNOWN_ROLES: &[&str] = &[
     "architect",
@@ -37,9 +42,12 @@ pub struct AgentConfig {
     pub id: String,
     pub name: String,
     pub role: String,
+    /// The model; empty (or absent) only for a human participant (`provider: "human"`).
+    #[serde(default)]
     pub model: String,
     /// `openai`, `openrouter`, `openai-compatible` (needs `baseUrl`) or `local`; `None` picks
-    /// the default provider (openai when `OPENAI_API_KEY` is set, else local).
+    /// the default provider (openai when `OPENAI_API_KEY` is set, else local). `human`: a
+    /// person takes this agent's turns (see [`HUMAN_PROVIDER`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     #[serde(default = "default_temperature")]
@@ -103,6 +111,11 @@ fn default_temperature() -> f64 {
 }
 
 impl AgentConfig {
+    /// A person takes this participant's turns (`provider: "human"`).
+    pub fn is_human(&self) -> bool {
+        self.provider.as_deref() == Some(HUMAN_PROVIDER)
+    }
+
     /// A participant with only its identity, model and temperature set; every optional
     /// setting (provider, endpoint, prompts, ...) unset, to be filled in by the caller.
     pub fn new(
@@ -352,6 +365,21 @@ pub struct DebateSettings {
     /// like an agent's (the operator's endpoints and keys; never a participant's URL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embeddings: Option<EmbeddingsConfig>,
+    /// Seconds a human participant's task waits for its answer (default
+    /// [`crate::DEFAULT_HUMAN_DEADLINE_SECS`], 30 minutes); past it the task is a failed
+    /// agent task (see [`crate::human`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub human_deadline_secs: Option<u64>,
+}
+
+impl DebateSettings {
+    /// How long a human participant's task waits for its answer.
+    pub fn human_deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(
+            self.human_deadline_secs
+                .unwrap_or(crate::DEFAULT_HUMAN_DEADLINE_SECS),
+        )
+    }
 }
 
 /// `debate.embeddings`: the provider and model that embed refinements (`POST
@@ -573,6 +601,7 @@ impl Default for DebateSettings {
             mode: DebateMode::default(),
             critique: CritiqueConfig::default(),
             embeddings: None,
+            human_deadline_secs: None,
         }
     }
 }

@@ -156,6 +156,38 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
     },
+    /// A human participant's task opened: the debate waits for a person's answer to it
+    /// (and only to it) until `deadline`.
+    #[serde(rename_all = "camelCase")]
+    HumanTaskOpened {
+        task_id: String,
+        node: Node,
+        agent_id: String,
+        round: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target_agent_id: Option<String>,
+        deadline: DateTime<Utc>,
+    },
+    /// A person answered a human participant's task (`latencyMs`: how long it took; it
+    /// cost nothing).
+    #[serde(rename_all = "camelCase")]
+    HumanContributed {
+        task_id: String,
+        node: Node,
+        agent_id: String,
+        latency_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
+    /// A human participant's task got no answer in time (or the debate gave it up): it is
+    /// a failed agent task (`reason` says what the debate does without it).
+    #[serde(rename_all = "camelCase")]
+    HumanTaskExpired {
+        task_id: String,
+        node: Node,
+        agent_id: String,
+        reason: String,
+    },
     /// Answers were recorded; `remaining` questions still wait (0: the debate goes on).
     #[serde(rename_all = "camelCase")]
     ClarificationsAnswered {

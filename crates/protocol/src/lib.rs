@@ -24,6 +24,8 @@
 //!   ([`decode_eval_request`]).
 //! - [`fork`]: what a fork of a debate changes ([`ForkChanges`]) and the
 //!   `parley.debates.fork` request.
+//! - [`human`]: human participants (`provider: "human"`): their open tasks in the state
+//!   and the `parley.debates.contribute` request that answers one.
 //! - [`prices`]: model prices (a LiteLLM-format file, inline config entries) and the cost
 //!   of a call; unknown without a price, 0 on `local`.
 //! - [`retry`]: retries written once: which errors are retried, the exponential backoff and
@@ -45,6 +47,7 @@ pub mod context_files;
 pub mod evaluation;
 pub mod event;
 pub mod fork;
+pub mod human;
 pub mod prices;
 pub mod retry;
 pub mod saved;
@@ -64,6 +67,7 @@ pub use context_files::*;
 pub use evaluation::*;
 pub use event::*;
 pub use fork::*;
+pub use human::*;
 pub use prices::{add_cost, format_cost, ModelPrice, PriceError, PriceTable};
 pub use saved::*;
 pub use shared_text::SharedText;

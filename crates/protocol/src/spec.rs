@@ -85,6 +85,14 @@ pub mod limits {
     pub const MAX_STEERING_ENTRIES: usize = 200;
     /// Bytes in one `parley.debates.steer` request.
     pub const MAX_STEER_REQUEST_BYTES: usize = 32 * 1024;
+    /// Characters of one human participant's contribution (a proposal, critique,
+    /// refinement or vote).
+    pub const MAX_HUMAN_CONTRIBUTION_CHARS: usize = 20_000;
+    /// Bytes in one `parley.debates.contribute` request.
+    pub const MAX_CONTRIBUTE_REQUEST_BYTES: usize = 128 * 1024;
+    /// Bounds of `debate.humanDeadlineSecs` (seconds a human participant's task waits).
+    pub const MIN_HUMAN_DEADLINE_SECS: u64 = 1;
+    pub const MAX_HUMAN_DEADLINE_SECS: u64 = 7 * 24 * 3600;
     /// Answers in one `parley.debates.answer` request.
     pub const MAX_ANSWERS: usize = MAX_AGENTS * MAX_CLARIFICATIONS_PER_AGENT as usize;
     /// Bytes in one `parley.debates.answer` request.
@@ -527,6 +535,13 @@ fn validate_settings(d: &DebateSettings, c: &mut Check) {
         d.clarifications_max_iterations,
         0..=MAX_CLARIFICATION_ITERATIONS,
     );
+    if let Some(secs) = d.human_deadline_secs {
+        c.range(
+            "debate.humanDeadlineSecs",
+            secs,
+            MIN_HUMAN_DEADLINE_SECS..=MAX_HUMAN_DEADLINE_SECS,
+        );
+    }
     c.range(
         "debate.maxConcurrency",
         d.max_concurrency,
@@ -608,8 +623,12 @@ pub fn independence_problems_with<'a>(
     model_of: impl Fn(&'a AgentConfig) -> &'a str,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    let agents: Vec<(&AgentConfig, &str)> =
-        spec.active_agents().map(|a| (a, model_of(a))).collect();
+    // A person has no model to share.
+    let agents: Vec<(&AgentConfig, &str)> = spec
+        .active_agents()
+        .filter(|a| !a.is_human())
+        .map(|a| (a, model_of(a)))
+        .collect();
     if agents.len() >= 2 && agents.iter().all(|(_, m)| *m == agents[0].1) {
         out.push(format!(
             "every agent uses the same model {:?}: their answers are not independent",
@@ -777,23 +796,35 @@ fn validate_agent(field: &str, a: &AgentConfig, policy: &SubmissionPolicy, c: &m
     c.id(&format!("{field}.id"), &a.id);
     c.label(&format!("{field}.name"), &a.name, MAX_NAME_BYTES);
     c.label(&format!("{field}.role"), &a.role, MAX_LABEL_BYTES);
-    if a.model.trim().is_empty() {
+    let human = a.is_human() && field != "judge";
+    if a.model.trim().is_empty() && !human {
         c.push(format!("{field}.model"), "must not be empty");
     }
-    c.label(&format!("{field}.model"), &a.model, MAX_MODEL_BYTES);
+    if !a.model.is_empty() {
+        c.label(&format!("{field}.model"), &a.model, MAX_MODEL_BYTES);
+    }
+    if a.is_human() && field == "judge" {
+        c.push(
+            format!("{field}.provider"),
+            "the judge cannot be human (only agents take human turns)",
+        );
+    }
     if let Some(p) = &a.provider {
-        if !KNOWN_PROVIDERS.contains(&p.as_str()) {
+        if !KNOWN_PROVIDERS.contains(&p.as_str()) && !a.is_human() {
+            let human = if field == "judge" { "" } else { ", human" };
             c.push(
                 format!("{field}.provider"),
                 format!(
-                    "unknown provider {:?} (expected one of: {})",
+                    "unknown provider {:?} (expected one of: {}{human})",
                     preview(p, 40),
                     KNOWN_PROVIDERS.join(", ")
                 ),
             );
         }
     }
-    check_model_allowed(field, a, policy, c);
+    if !human {
+        check_model_allowed(field, a, policy, c);
+    }
     if !(0.0..=2.0).contains(&a.temperature) {
         c.push(
             format!("{field}.temperature"),

@@ -65,8 +65,9 @@ impl Spend {
     /// summary, the synthesis) count for `judge_id`; votes for their agents.
     pub fn of(state: &DebateState, judge_id: &str) -> Self {
         let mut s = Self::default();
+        // A carried-over proposal or a person's contribution is no call.
         let mut meta = |who: &str, m: &ContributionMetadata| {
-            if !m.carried_over {
+            if !m.carried_over && !m.human {
                 s.add(who, m.tokens_used, m.cost_usd);
             }
         };

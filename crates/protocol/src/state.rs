@@ -83,6 +83,10 @@ pub struct ContributionMetadata {
     /// absent when the model has no price (unknown, never guessed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Written by a person (a human participant): no model, no tokens, no cost;
+    /// `latencyMs` is how long the person took.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub human: bool,
 }
 
 /// One tool call of a contribution: which tool, its arguments as the model sent them (cut
@@ -651,6 +655,9 @@ pub struct DebateState {
     /// Steering: pause, stop, extra rounds, guide notes and who sent each command when.
     #[serde(default, skip_serializing_if = "crate::SteeringRecord::is_empty")]
     pub steering: crate::SteeringRecord,
+    /// Human participants: the tasks waiting for a person, those answered and expired.
+    #[serde(default, skip_serializing_if = "crate::HumanRecord::is_empty")]
+    pub human: crate::HumanRecord,
     /// A fork: the debate it was forked from and the round it shares up to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkOrigin>,

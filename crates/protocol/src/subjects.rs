@@ -9,6 +9,8 @@ pub const CANCEL: &str = "parley.debates.cancel";
 /// Steering a running debate (`parley_protocol::SteerRequest`): pause, resume, guide,
 /// stop, extend.
 pub const STEER: &str = "parley.debates.steer";
+/// A human participant's answer to its open task (`parley_protocol::ContributeRequest`).
+pub const CONTRIBUTE: &str = "parley.debates.contribute";
 /// A new debate sharing an existing one's contributions up to a round
 /// (`parley_protocol::ForkRequest`).
 pub const FORK: &str = "parley.debates.fork";

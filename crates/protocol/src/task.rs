@@ -572,6 +572,9 @@ pub enum ErrorKind {
     /// The task (or its result) never came back: its deadline passed, its message exhausted
     /// its deliveries, or the worker shut down on its last delivery. Worth a new attempt.
     Undelivered,
+    /// A human participant did not answer its task within the debate's
+    /// `humanDeadlineSecs`. Not retried (`parley retry` opens the task again).
+    NoAnswer,
 }
 
 impl ErrorKind {
@@ -588,6 +591,7 @@ impl ErrorKind {
             Self::Config => "config",
             Self::Internal => "internal",
             Self::Undelivered => "undelivered",
+            Self::NoAnswer => "no_answer",
         }
     }
 }

@@ -108,9 +108,11 @@ fn the_schema_refuses_what_the_loader_refuses() {
             json!({"debate": {"terminationCondition": {"type": "forever"}}}),
             "/debate/terminationCondition/type",
         ),
+        // `model` may be left out (a human participant has none; the spec's validation
+        // requires it of every other participant): `role` may not.
         (
-            json!({"judge": {"id": "j", "name": "J", "role": "generalist"}}),
-            "/judge: missing \"model\"",
+            json!({"judge": {"id": "j", "name": "J", "model": "m"}}),
+            "/judge: missing \"role\"",
         ),
         (
             json!({"providers": {"openai": {"requestsPerMinute": -1}}}),

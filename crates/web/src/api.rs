@@ -14,6 +14,7 @@
 //! | POST | `/v1/debates/{id}/cancel` | cancel it |
 //! | POST | `/v1/debates/{id}/answers` | answers to its clarification questions |
 //! | POST | `/v1/debates/{id}/steer` | pause, resume, guide, stop or extend it (recorded with the caller's key name) |
+//! | POST | `/v1/debates/{id}/contributions` | answer a human participant's open task (recorded with the caller's key name) |
 //! | POST | `/v1/debates/{id}/feedback` | thumbs up/down on a completed debate |
 //!
 //! The OpenAPI document (`crate::openapi`) is generated from these handlers' annotations
@@ -50,7 +51,8 @@ use parley_protocol::subjects::{ErrorCode, ErrorReply};
 use serde_json::{json, Value};
 
 use crate::backend::{
-    checked_id, AnswersRequest, ApiError, Backend, FeedbackRequest, SteerRequest, SubmitRequest,
+    checked_id, AnswersRequest, ApiError, Backend, ContributionRequest, FeedbackRequest,
+    SteerRequest, SubmitRequest,
 };
 use crate::idempotency::{self, Begin, IdempotencyStore};
 use crate::keys::{KeyFileWatch, Principal};
@@ -143,6 +145,7 @@ pub fn router(state: AppState, mcp: Option<Router>) -> Router {
         .route("/debates/{id}/cancel", post(cancel))
         .route("/debates/{id}/answers", post(answers))
         .route("/debates/{id}/steer", post(steer))
+        .route("/debates/{id}/contributions", post(contribute))
         .route("/debates/{id}/feedback", post(feedback))
         .fallback(api_not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -803,6 +806,39 @@ async fn steer(
     Ok(json_response(
         StatusCode::OK,
         &s.backend.steer(&id, command, Some(by)).await?,
+    ))
+}
+
+/// Answers a human participant's open task (`provider: "human"`) with a person's text: a
+/// proposal, critique or refinement, or a vote (the id of the agent voted for first).
+/// Recorded as the agent's contribution, marked `human`, with its latency and no cost, and
+/// in `human.answered` with the caller's key name (`operator` for the operator's token).
+#[utoipa::path(post, path = "/v1/debates/{id}/contributions", tag = "debates",
+    params(("id" = String, Path, description = "The debate id", pattern = r"^deb-[0-9]{8}-[0-9]{6}-[0-9a-z]{4,6}$")),
+    request_body = ContributionRequest,
+    responses(
+        (status = 200, description = "Recorded: the task it answered", body = CommandReply),
+        (status = 400, description = "A bad text (empty, over 20000 characters, control characters), not a human agent, a vote for no other agent, several human agents waiting: the message says what is wrong", body = ErrorResponse),
+        (status = 401, description = "Missing or wrong credentials", body = ErrorResponse),
+        (status = 404, description = "No such debate (or not the caller's)", body = ErrorResponse),
+        (status = 409, description = "Not running, or no such task waiting (answered, expired, another debate's)", body = ErrorResponse),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorResponse),
+        (status = 503, description = "The backend cannot answer now", body = ErrorResponse),
+    ))]
+async fn contribute(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Response, ApiError> {
+    let request: ContributionRequest = json_body(&headers, body)?;
+    let id = visible(&s, &p, &id).await?.to_string();
+    let by = p.name.clone().unwrap_or_else(|| "operator".to_string());
+    let c = request.contribution(&id, Some(by))?;
+    Ok(json_response(
+        StatusCode::OK,
+        &s.backend.contribute(&id, c).await?,
     ))
 }
 

@@ -48,6 +48,10 @@ const MODULES: &[(&str, &str)] = &[
         include_str!("../assets/js/panels/head.js"),
     ),
     (
+        "/js/panels/human.js",
+        include_str!("../assets/js/panels/human.js"),
+    ),
+    (
         "/js/panels/rounds.js",
         include_str!("../assets/js/panels/rounds.js"),
     ),

@@ -429,6 +429,46 @@ impl SteerRequest {
     }
 }
 
+/// `POST /v1/debates/{id}/contributions`: a person's answer to a human participant's open
+/// task (`provider: "human"`). Without `taskId`, the oldest open task of `agentId` (or of
+/// the only human agent with an open task) is answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContributionRequest {
+    /// The contribution: a proposal, critique or refinement; a vote starts with the id of
+    /// the agent voted for, then why. 1 to 20000 characters, no control characters but
+    /// newlines and tabs.
+    #[schema(max_length = 20000)]
+    pub text: String,
+    /// The human agent answering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The task answered (`state.human.open[].taskId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+}
+
+impl ContributionRequest {
+    /// The engine's contribution by `by`; an error names what is wrong with the text or
+    /// the names (whether the debate waits for it is the backend's to say).
+    pub fn contribution(
+        self,
+        id: &str,
+        by: Option<String>,
+    ) -> Result<parley_engine::Contribute, ApiError> {
+        let wire = parley_protocol::ContributeRequest {
+            debate_id: id.to_string(),
+            text: self.text,
+            agent_id: self.agent_id,
+            task_id: self.task_id,
+            by,
+        };
+        wire.validate()
+            .map_err(|r| ApiError::invalid(r.message.clone()))?;
+        Ok(parley_engine::Contribute::from_request(&wire))
+    }
+}
+
 /// One row of `GET /v1/debates`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -608,6 +648,9 @@ pub trait Backend: Send + Sync + 'static {
         command: parley_protocol::SteerCommand,
         by: Option<String>,
     ) -> Result<Value, ApiError>;
+    /// Answers a human participant's open task (`c.by` names who). One the debate does
+    /// not wait for changes nothing.
+    async fn contribute(&self, id: &str, c: parley_engine::Contribute) -> Result<Value, ApiError>;
 
     /// Starts a debate owned by `owner` (the name of the caller's API key, recorded in the
     /// spec and the state so every front end enforces it). The default serves backends that

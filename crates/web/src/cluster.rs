@@ -433,6 +433,18 @@ impl Backend for ClusterBackend {
         self.request(subjects::STEER, body).await
     }
 
+    async fn contribute(&self, id: &str, c: parley_engine::Contribute) -> Result<Value, ApiError> {
+        let request = parley_protocol::ContributeRequest {
+            debate_id: id.to_string(),
+            text: c.text,
+            agent_id: c.agent_id,
+            task_id: c.task_id,
+            by: c.by,
+        };
+        let body = serde_json::to_vec(&request).map_err(|e| ApiError::internal(e.to_string()))?;
+        self.request(subjects::CONTRIBUTE, body).await
+    }
+
     async fn feedback(&self, id: &str, request: FeedbackRequest) -> Result<Value, ApiError> {
         let body = json!({ "debateId": id, "feedback": request.feedback });
         self.request(subjects::FEEDBACK, body.to_string().into_bytes())

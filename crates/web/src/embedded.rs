@@ -19,6 +19,8 @@
 //!   command and answers once it is applied and checkpointed; a paused debate's driver ends
 //!   when its calls in flight are back, and the next command (`resume`, `stop`) starts a
 //!   driver that applies it first ([`EmbeddedBackend::steer_debate`]).
+//! - Human participants: a running driver takes a contribution like a steering command;
+//!   without one, a running debate gets a driver that applies it first (`contribute`).
 //! - Clarifications: a debate that asks questions ends its driver in
 //!   `awaiting_clarifications` (checkpointed); [`EmbeddedBackend::answer_clarifications`]
 //!   records answers through `parley_engine::answer_saved` and, once none is left,
@@ -44,8 +46,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use chrono::Utc;
 use parley_engine::{
-    run_debate_steered, Effect, FileStore, Input, LoadError, Machine, Steer, SteerCall, SteerError,
-    TaskRunner,
+    run_debate_controlled, ContributeCall, Controls, Effect, FileStore, Input, LoadError, Machine,
+    Steer, SteerCall, SteerError, TaskRunner,
 };
 use parley_protocol::{new_debate_id, DebateEvent, DebateSpec, DebateState, DebateStatus};
 use serde_json::{json, Value};
@@ -61,6 +63,7 @@ use crate::backend::{
 /// How long a stopping server waits for the calls in flight before it checkpoints.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Debates `GET /v1/debates` lists, at most (the most recently updated).
+mod contribute;
 mod files;
 
 pub const MAX_LISTED: usize = 200;
@@ -125,6 +128,8 @@ struct Driver {
     stop: CancellationToken,
     /// Steering commands for the running debate (checked and answered by the driver).
     steer: mpsc::UnboundedSender<SteerCall>,
+    /// Human participants' contributions for the running debate (likewise).
+    contribute: mpsc::UnboundedSender<ContributeCall>,
     handle: tokio::task::JoinHandle<()>,
 }
 
@@ -577,6 +582,7 @@ impl Inner {
     ) -> Driver {
         let stop = CancellationToken::new();
         let (steer, steering) = mpsc::unbounded_channel::<SteerCall>();
+        let (contribute, contributions) = mpsc::unbounded_channel::<ContributeCall>();
         let inner = self.clone();
         let stopped = stop.clone();
         let id = machine.id().to_string();
@@ -599,7 +605,11 @@ impl Inner {
             };
             let interrupt = inner.shutdown.child_token();
             let store = Some(inner.store.clone());
-            let run = run_debate_steered(
+            let controls = Controls {
+                steering: Some(steering),
+                contributions: Some(contributions),
+            };
+            let run = run_debate_controlled(
                 machine,
                 input,
                 runner,
@@ -607,7 +617,7 @@ impl Inner {
                 tx,
                 &interrupt,
                 STOP_GRACE,
-                Some(steering),
+                controls,
             );
             let outcome = tokio::select! {
                 r = run => Some(r),
@@ -633,6 +643,7 @@ impl Inner {
         Driver {
             stop,
             steer,
+            contribute,
             handle,
         }
     }
@@ -847,6 +858,10 @@ impl Backend for EmbeddedBackend {
         by: Option<String>,
     ) -> Result<Value, ApiError> {
         self.steer_debate(id, command, by).await
+    }
+
+    async fn contribute(&self, id: &str, c: parley_engine::Contribute) -> Result<Value, ApiError> {
+        self.contribute_debate(id, c).await
     }
 
     /// Writes `userFeedback` into the debate's file (a completed debate has no driver; the

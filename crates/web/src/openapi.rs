@@ -10,8 +10,9 @@ use utoipa::openapi::SecurityRequirement;
 use utoipa::{Modify, OpenApi};
 
 use crate::backend::{
-    AgentChoice, AgentView, Answer, AnswersRequest, DebateListItem, FeedbackRequest, FormDefaults,
-    ProviderView, SteerKind, SteerRequest, SubmitRequest, WebhookEventName, WebhookRequest,
+    AgentChoice, AgentView, Answer, AnswersRequest, ContributionRequest, DebateListItem,
+    FeedbackRequest, FormDefaults, ProviderView, SteerKind, SteerRequest, SubmitRequest,
+    WebhookEventName, WebhookRequest,
 };
 use crate::replies::{
     CommandReply, ConfigLimits, ConfigReply, CreatedDebate, DebateList, DebateStateDoc,
@@ -67,6 +68,7 @@ impl Modify for BearerAuth {
         crate::api::cancel,
         crate::api::answers,
         crate::api::steer,
+        crate::api::contribute,
         crate::api::feedback,
     ),
     components(schemas(
@@ -74,7 +76,7 @@ impl Modify for BearerAuth {
         ConfigLimits, DebateStateDoc, DecisionRecordDoc, CommandReply, SubmitRequest, AgentChoice, AnswersRequest,
         TerminationChoice, ModeChoice, BudgetRequest,
         Answer, FeedbackRequest, DebateListItem, FormDefaults, ProviderView, AgentView,
-        SteerRequest, SteerKind,
+        SteerRequest, SteerKind, ContributionRequest,
         WebhookRequest, WebhookEventName,
     )),
     modifiers(&BearerAuth),

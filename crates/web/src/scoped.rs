@@ -126,6 +126,17 @@ impl Backend for ScopedBackend {
         self.inner.steer(id, command, by).await
     }
 
+    /// Recorded as the caller's key when the caller has one (whatever `by` says).
+    async fn contribute(
+        &self,
+        id: &str,
+        mut c: parley_engine::Contribute,
+    ) -> Result<Value, ApiError> {
+        let id = self.visible(id).await?;
+        c.by = self.principal.name.clone().or(c.by);
+        self.inner.contribute(id, c).await
+    }
+
     async fn owner(&self, id: &str) -> Result<Option<String>, ApiError> {
         let id = self.visible(id).await?;
         self.inner.owner(id).await

@@ -776,6 +776,7 @@ impl Service {
                 };
                 return Some(ask_steer(&actor, id, steer).await);
             }
+            "contribute" => return self.control_contribute(id, payload).await,
             _ => return None,
         };
         let actor = self.actor(id).await?;

@@ -80,7 +80,8 @@ impl Machine {
     /// far in its prompt).
     fn proposals_at_floor(&self) -> Amount {
         let mut total = Amount::default();
-        for i in 0..self.agents.len() {
+        // A person's turn costs nothing.
+        for i in (0..self.agents.len()).filter(|&i| !self.agents[i].is_human()) {
             let p = Planned {
                 round: 1,
                 kind: TaskKind::Propose,
@@ -255,7 +256,13 @@ impl Machine {
             !self.in_flight.contains_key(&self.task_id_of(&q))
         };
         let mut n = 0;
-        for (i, a) in self.agents.iter().enumerate() {
+        // A person's turn costs nothing: it takes no share.
+        for (i, a) in self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.is_human())
+        {
             if rd.find(ContributionType::Proposal, &a.id, None).is_none()
                 && waiting(TaskKind::Propose, i, None)
             {
@@ -269,6 +276,9 @@ impl Machine {
         }
         if self.critiques_open(r) {
             for (i, j) in self.critique_pairs(r) {
+                if self.agents[i].is_human() {
+                    continue;
+                }
                 let (a, t) = (&self.agents[i].id, &self.agents[j].id);
                 if rd.find(ContributionType::Critique, a, Some(t)).is_none()
                     && !rd.dropped_critique(a, t)
@@ -301,7 +311,12 @@ impl Machine {
             return ahead;
         };
         let pairs = self.critique_pairs(p.round);
-        for (i, a) in self.agents.iter().enumerate() {
+        for (i, a) in self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.is_human())
+        {
             let q = Planned {
                 round: p.round,
                 kind: TaskKind::Refine,
@@ -432,7 +447,7 @@ impl Machine {
     /// Round `r + 1`'s refinements at their floor (prompts as round r's).
     fn next_round_need(&self, r: u32) -> Amount {
         let mut need = Amount::default();
-        for i in 0..self.agents.len() {
+        for i in (0..self.agents.len()).filter(|&i| !self.agents[i].is_human()) {
             let p = Planned {
                 round: r,
                 kind: TaskKind::Refine,

@@ -31,10 +31,14 @@ impl Machine {
             .map(|m| chrono::Duration::from_std(m).unwrap_or_else(|_| chrono::Duration::days(1)));
     }
 
-    /// The earliest deadline of an attempt in flight: when the driver should feed
-    /// [`Input::Tick`](super::Input::Tick).
+    /// The earliest deadline of an attempt in flight or of an open human task: when the
+    /// driver should feed [`Input::Tick`](super::Input::Tick).
     pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
-        earliest_deadline(&self.deadlines, &self.in_flight)
+        let calls = earliest_deadline(&self.deadlines, &self.in_flight);
+        match (calls, self.human_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// A worker handed `attempt` of `task_id` back to the queue until `until` (rate limit):
@@ -71,8 +75,12 @@ impl Machine {
         Some(chrono::Duration::milliseconds(timeout_ms as i64) + margin)
     }
 
-    /// Fails every in-flight attempt whose deadline is at or before `now`.
+    /// Fails every in-flight attempt (and open human task) whose deadline is at or before
+    /// `now`.
     pub(super) fn expire_deadlines(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) -> After {
+        if self.state.status == parley_protocol::DebateStatus::Running {
+            self.expire_human_tasks(now, fx);
+        }
         let due: Vec<(String, DateTime<Utc>)> = self
             .deadlines
             .iter()

@@ -249,6 +249,7 @@ impl Machine {
             last_node: self.last_node,
             deadlines: self.deadlines.clone(),
             last_running_retry: self.last_running_retry,
+            human_deadline: self.human_deadline(),
         })
     }
 

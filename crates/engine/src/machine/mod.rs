@@ -42,6 +42,11 @@
 //! exists, once nothing is in flight. `extend`: the round limit is one higher (at most
 //! `limits::MAX_ROUNDS`), refused once the synthesis has started. See `steering`.
 //!
+//! # Human participants
+//! An agent with `provider: "human"` takes its turns through a person: its tasks open in
+//! `state.human` instead of being dispatched, wait (durably) for
+//! [`Input::Contribute`] or their deadline, and cost nothing. See `human`.
+//!
 //! # Scheduling
 //! The machine keeps no phase cursor. After every input it re-derives, from the
 //! [`DebateState`] alone, which tasks have their inputs and no output yet, and dispatches
@@ -98,6 +103,7 @@ mod clarifications;
 mod deadlines;
 mod events;
 mod graph;
+mod human;
 mod lifecycle;
 mod results;
 mod rounds;
@@ -110,6 +116,7 @@ mod voting;
 pub use clarifications::AnswerError;
 use deadlines::earliest_deadline;
 pub use deadlines::MAX_TASK_TIMEOUT;
+pub use human::{Contribute, ContributeError};
 pub use steering::{Steer, SteerError};
 
 /// What drives the machine.
@@ -151,6 +158,9 @@ pub enum Input {
     /// A user's steering command (check it first with [`Machine::check_steer`]: one that
     /// does not pass changes nothing).
     Steer(Steer),
+    /// A person's answer to a human participant's open task (check it first with
+    /// [`Machine::check_contribution`]: one that does not pass changes nothing).
+    Contribute(Contribute),
 }
 
 /// Whether a stored result is one the machine waits for ([`Machine::expects`]).
@@ -244,12 +254,19 @@ pub struct Runtime {
     last_node: Option<Node>,
     deadlines: BTreeMap<String, DateTime<Utc>>,
     last_running_retry: Option<DateTime<Utc>>,
+    /// The earliest deadline of an open human task (checkpointed; kept here so a debate
+    /// at rest wakes for it).
+    human_deadline: Option<DateTime<Utc>>,
 }
 
 impl Runtime {
-    /// The earliest deadline of an attempt in flight.
+    /// The earliest deadline of an attempt in flight or of an open human task.
     pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
-        earliest_deadline(&self.deadlines, &self.in_flight)
+        let calls = earliest_deadline(&self.deadlines, &self.in_flight);
+        match (calls, self.human_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -283,6 +300,7 @@ impl Machine {
             adaptive: None,
             voting: None,
             steering: Default::default(),
+            human: Default::default(),
             forked_from: None,
             owner: spec.owner.clone(),
             webhooks: spec.webhooks.clone(),
@@ -375,11 +393,16 @@ impl Machine {
             Input::Abort(reason) => self.abort(reason, now, &mut fx),
             Input::Resume => self.resume(now, &mut fx),
             Input::Steer(steer) => self.on_steer(steer, now, &mut fx),
+            Input::Contribute(c) => self.on_contribute(c, now, &mut fx),
         };
         if after == After::Stop {
             return fx;
         }
         self.advance(now, &mut fx);
+        if self.state.status != DebateStatus::Running {
+            // Failed, cancelled, completed: no person is waited for (a retry opens anew).
+            self.withdraw_human_tasks(now, &mut fx);
+        }
         let in_flight = &self.in_flight;
         self.deadlines.retain(|id, _| in_flight.contains_key(id));
         self.state.updated_at = now;

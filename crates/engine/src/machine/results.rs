@@ -27,6 +27,10 @@ impl Machine {
             );
             return After::Advance;
         };
+        if self.is_human_task(&planned) {
+            // Only a person answers a human participant's task (`Input::Contribute`).
+            return After::Stop;
+        }
         self.last_node = Some(planned.kind.node());
         if self.is_done(&planned) {
             // First result wins; a duplicate delivery changes nothing.
@@ -34,35 +38,7 @@ impl Machine {
             return After::Advance;
         }
         match result.outcome {
-            TaskOutcome::Ok(out) => {
-                self.in_flight.remove(&result.task_id);
-                self.backing_off.remove(&result.task_id);
-                for w in &out.warnings {
-                    self.warn(fx, now, format!("{}: {w}", result.task_id));
-                }
-                self.settle(&result.task_id, &out.metadata);
-                let (tokens, latency, cost_usd) = (
-                    out.metadata.tokens_used,
-                    out.metadata.latency_ms,
-                    out.metadata.cost_usd,
-                );
-                self.record(&planned, out, now, fx);
-                self.state.spend =
-                    Some(parley_protocol::Spend::of(&self.state, &self.spec.judge.id));
-                let agent_id = self.executor(&planned).id.clone();
-                self.emit(
-                    fx,
-                    now,
-                    EventKind::TaskCompleted {
-                        task_id: result.task_id,
-                        node: planned.kind.node(),
-                        agent_id,
-                        tokens,
-                        latency_ms: latency,
-                        cost_usd,
-                    },
-                );
-            }
+            TaskOutcome::Ok(out) => self.apply_output(&planned, result.task_id, out, now, fx),
             TaskOutcome::Error(err) => {
                 // A stale failure of an older attempt does not count against the budget.
                 if result.attempt < self.attempts(&result.task_id) {
@@ -73,6 +49,44 @@ impl Machine {
             }
         }
         After::Advance
+    }
+
+    /// Records a task's output (a worker's result or a person's contribution): settles
+    /// its reservation, stores it, updates the spend, announces it.
+    pub(super) fn apply_output(
+        &mut self,
+        planned: &Planned,
+        task_id: String,
+        out: parley_protocol::TaskOutput,
+        now: DateTime<Utc>,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.in_flight.remove(&task_id);
+        self.backing_off.remove(&task_id);
+        for w in &out.warnings {
+            self.warn(fx, now, format!("{task_id}: {w}"));
+        }
+        self.settle(&task_id, &out.metadata);
+        let (tokens, latency, cost_usd) = (
+            out.metadata.tokens_used,
+            out.metadata.latency_ms,
+            out.metadata.cost_usd,
+        );
+        self.record(planned, out, now, fx);
+        self.state.spend = Some(parley_protocol::Spend::of(&self.state, &self.spec.judge.id));
+        let agent_id = self.executor(planned).id.clone();
+        self.emit(
+            fx,
+            now,
+            EventKind::TaskCompleted {
+                task_id,
+                node: planned.kind.node(),
+                agent_id,
+                tokens,
+                latency_ms: latency,
+                cost_usd,
+            },
+        );
     }
 
     pub(super) fn on_failure(
@@ -207,6 +221,10 @@ impl Machine {
         let Some(planned) = self.parse_task_id(task_id) else {
             return Expectation::NotDispatched;
         };
+        if self.is_human_task(&planned) {
+            // Never dispatched to a worker: only a person answers it.
+            return Expectation::NotDispatched;
+        }
         if self.is_done(&planned) {
             return Expectation::Finished;
         }

@@ -42,6 +42,9 @@ impl Machine {
             self.complete(now, fx);
             return;
         }
+        if self.synthesizing_now() {
+            self.withdraw_human_tasks(now, fx);
+        }
         let mut degraded = false;
         for p in self.plan() {
             degraded |= self.dispatch(p, now, fx);
@@ -66,6 +69,10 @@ impl Machine {
         let id = self.task_id_of(&p);
         if self.in_flight.contains_key(&id) || self.backing_off.contains(&id) {
             return false;
+        }
+        if self.is_human_task(&p) {
+            // A person's turn: it opens and waits; no call, no reservation.
+            return self.open_human(p, id, now, fx);
         }
         match self.reserve(&p, &id) {
             Fit::Go => {}

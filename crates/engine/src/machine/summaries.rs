@@ -34,7 +34,8 @@ impl Machine {
     /// Whether agent i's summary for round r is settled: not due, or present.
     /// `None` while that cannot be known yet (previous refinement missing).
     pub(super) fn summary_settled(&self, i: usize, r: u32) -> Option<bool> {
-        if r < 2 || !self.summarization_for(Some(i)).enabled {
+        // A person's history is never summarized.
+        if r < 2 || !self.summarization_for(Some(i)).enabled || self.agents[i].is_human() {
             return Some(true);
         }
         let id = &self.agents[i].id;

@@ -39,7 +39,9 @@ impl Machine {
             ),
             None => (String::new(), String::new()),
         };
-        let invalid = if vote.is_empty() {
+        let invalid = if vote.is_empty() && out.metadata.human {
+            Some("no vote given within the deadline".to_string())
+        } else if vote.is_empty() {
             Some("no readable vote in the reply".to_string())
         } else if vote == exec.id {
             Some("a vote for itself".to_string())

@@ -9,6 +9,7 @@ import { refreshList, renderList } from './list.js';
 import { ClarifyPanel } from './panels/clarify.js';
 import { FlowPanel } from './panels/flow.js';
 import { HeadPanel } from './panels/head.js';
+import { HumanPanel } from './panels/human.js';
 import { RoundsPanel } from './panels/rounds.js';
 import { SolutionPanel } from './panels/solution.js';
 import { app, setConn } from './state.js';
@@ -251,7 +252,7 @@ export class DebateView {
 }
 
 // Each panel's methods become DebateView's own (they use the view's state through `this`).
-for (const panel of [HeadPanel, ClarifyPanel, SolutionPanel, FlowPanel, RoundsPanel]) {
+for (const panel of [HeadPanel, ClarifyPanel, SolutionPanel, FlowPanel, RoundsPanel, HumanPanel]) {
   for (const name of Object.getOwnPropertyNames(panel.prototype)) {
     if (name !== 'constructor') {
       Object.defineProperty(DebateView.prototype, name, Object.getOwnPropertyDescriptor(panel.prototype, name));

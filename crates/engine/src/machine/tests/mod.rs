@@ -15,6 +15,7 @@ mod clarifications;
 mod deadlines;
 mod failures;
 mod graph;
+mod human;
 mod lifecycle;
 mod rounds;
 mod similarity;

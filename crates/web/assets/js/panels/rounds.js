@@ -14,7 +14,7 @@ export class RoundsPanel {
     const running = [...this.tasks.entries()].filter(([, t]) => t.state === 'running' || t.state === 'retrying').map(([k]) => k);
     return JSON.stringify([st && st.rounds.map((r) => [r.roundNumber, r.contributions.length, r.evaluation ? r.evaluation.confidence : null, (r.dropped || []).length,
       r.verdict ? r.verdict.verdict : null, r.similarity ? r.similarity.converged : null]),
-      running, this.agentIds(), this.status(), st && st.engine && st.engine.warnings, st && st.error]);
+      running, this.agentIds(), this.status(), st && st.engine && st.engine.warnings, st && st.error, this.humanSig()]);
   }
 
   contribBody(key, content, what) {
@@ -35,6 +35,7 @@ export class RoundsPanel {
   metrics(c, short) {
     const m = c.metadata || {};
     if (m.carriedOver) return 'carried over';
+    if (m.human) return this.humanMetrics(c);
     return `${fmtInt(m.tokensUsed)} tok · ${fmtMs(m.latencyMs)}${m.model && !short ? ` · ${m.model}` : ''}`;
   }
 
@@ -116,6 +117,8 @@ export class RoundsPanel {
     if (!st) return null;
     const agents = this.agentIds();
     const out = el('div', { id: 'rounds' });
+    const votes = this.renderHumanVotes();
+    if (votes) out.append(votes);
     const ended = !this.running();
     const notes = this.notes();
     const at = (n, box, a) => this.noteList(notes.box.get(`${n}/${box}/${a}`), { dataset: { round: String(n), agent: a, box } });
@@ -131,7 +134,7 @@ export class RoundsPanel {
         const find = (type, target) => r.contributions.find((c) => c.type === type && c.agentId === a && (target === undefined || c.targetAgentId === target));
         const col = el('section', { class: 'agent-col', dataset: { agent: a, round: String(n) } },
           el('header', null, el('div', null, el('b', { text: this.agentName(a) }), el('span', { class: 'role', text: this.roleOf(a) }))),
-          at(n, 'column', a));
+          at(n, 'column', a), ...this.humanForms(n, a));
         // proposal
         const prop = find('proposal');
         const propBox = el('div', { class: 'contrib proposal' }, el('div', { class: 'kind' }, 'Proposal', prop ? el('span', { class: 'metrics', text: this.metrics(prop) }) : null));
