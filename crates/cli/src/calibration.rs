@@ -13,6 +13,21 @@ use std::path::Path;
 pub use parley_protocol::calibration::{Basis, Calibration, Key, MAX_SAMPLES, MIN_SAMPLES};
 use parley_protocol::AgentConfig;
 
+/// The provider an estimate in front of a cluster keys a participant's calls by: the one it
+/// names, else the one the cluster's samples of its model were recorded under, else what
+/// this machine would resolve (`local`).
+pub fn cluster_provider_of<'a>(
+    learned: Calibration,
+    local: impl Fn(&AgentConfig) -> String + 'a,
+) -> Box<dyn Fn(&AgentConfig) -> String + 'a> {
+    Box::new(move |a| {
+        a.provider
+            .clone()
+            .or_else(|| learned.provider_of_model(&a.model).map(str::to_string))
+            .unwrap_or_else(|| local(a))
+    })
+}
+
 /// Saved debates read (the newest by modification time).
 pub const MAX_DEBATES: usize = 200;
 /// A file larger than this is not read.

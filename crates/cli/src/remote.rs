@@ -185,21 +185,6 @@ pub(crate) async fn cluster_calibration(
         .map_err(|e| CliError::general(e.to_string()))
 }
 
-/// The provider an estimate in front of a cluster keys a participant's calls by: the one it
-/// names, else the one the cluster's samples of its model were recorded under, else what
-/// this machine would resolve (`local`).
-pub(crate) fn cluster_provider_of<'a>(
-    learned: parley_protocol::calibration::Calibration,
-    local: impl Fn(&parley_protocol::AgentConfig) -> String + 'a,
-) -> Box<dyn Fn(&parley_protocol::AgentConfig) -> String + 'a> {
-    Box::new(move |a| {
-        a.provider
-            .clone()
-            .or_else(|| learned.provider_of_model(&a.model).map(str::to_string))
-            .unwrap_or_else(|| local(a))
-    })
-}
-
 /// The error of an `{"error": {"code", "message"}}` reply. A debate's state or summary has
 /// an `error` field too (why a failed debate failed): that is an answer, not an error.
 fn error_reply(v: &Value) -> Option<parley_protocol::subjects::ErrorBody> {
@@ -460,7 +445,7 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
 async fn status_record(args: &StatusArgs) -> Result<(), CliError> {
     let id = &args.debate.debate_id;
     id_request(id)?;
-    let store = parley_engine::FileStore::new(crate::run::DEBATES_DIR);
+    let store = parley_engine::FileStore::new(parley_cli::DEBATES_DIR);
     let v = if store.exists(id) {
         let path = crate::decisions::record_path_of(&store.path_of(id));
         let record = parley_record::read(&path).map_err(|e| CliError::usage(e.to_string()))?;
@@ -485,7 +470,7 @@ async fn status_record(args: &StatusArgs) -> Result<(), CliError> {
 fn saved_status(args: &StatusArgs) -> Result<Option<Value>, CliError> {
     let id = &args.debate.debate_id;
     id_request(id)?;
-    let store = parley_engine::FileStore::new(crate::run::DEBATES_DIR);
+    let store = parley_engine::FileStore::new(parley_cli::DEBATES_DIR);
     if !store.exists(id) {
         return Ok(None);
     }

@@ -204,7 +204,7 @@ pub(crate) fn print_estimate(
         }
         Learned::Cluster(c) => {
             assumptions.calibration = c.clone();
-            crate::remote::cluster_provider_of(c, local)
+            parley_cli::calibration::cluster_provider_of(c, local)
         }
     };
     let est = parley_cli::estimate::estimate(spec, prices, &provider_of, &assumptions)

@@ -373,7 +373,7 @@ impl parley_mcp::Estimator for ConfigEstimator {
                         );
                         Default::default()
                     });
-                let provider_of = crate::remote::cluster_provider_of(learned.clone(), local);
+                let provider_of = parley_cli::calibration::cluster_provider_of(learned.clone(), local);
                 (learned, provider_of)
             }
             // Learned from the debates saved here (see `parley_cli::calibration`).
