@@ -120,7 +120,7 @@ pub async fn run(args: RunArgs, interrupt: &CancellationToken) -> Result<(), Cli
     let pricing =
         parley_engine::Pricing::new(prices.clone(), parley_protocol::limits::DEFAULT_MAX_TOKENS);
     parley_engine::budget::admit(&mut spec, &Default::default(), &pricing)
-        .map_err(CliError::config)?;
+        .map_err(|e| CliError::config(e.to_string()))?;
     parley_llm::set_prices(prices);
     // Before any call: with clarifications, answers must be had (a file or a terminal).
     let answers = clarify::Answers::choose(args.answers.as_deref())?;

@@ -296,7 +296,7 @@ impl ConfigSpecs {
         // As `parley run` does: a budget that cannot work is refused before any call.
         if let Some(pricing) = &self.pricing {
             parley_engine::budget::admit(&mut spec, &Default::default(), pricing)
-                .map_err(ApiError::invalid)?;
+                .map_err(|e| ApiError::invalid(e.to_string()))?;
         }
         Ok(spec)
     }

@@ -253,6 +253,32 @@ pub(crate) fn more(a: Budget, b: Amount) -> Budget {
     }
 }
 
+/// Why [`admit`] refuses a debate's budget (the message names the figures).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AdmitError {
+    /// A dollar budget with participants whose model has no price.
+    #[error(
+        "debate.budget.usd: no price for {} (a dollar budget needs the operator's price of \
+         every participant's model)",
+        .models.join(", ")
+    )]
+    Unpriced { models: Vec<String> },
+    /// The budget is below the smallest run of the debate.
+    #[error(
+        "debate.budget: the smallest run of this debate needs up to {need_tokens} tokens / \
+         ${need_usd:.6} ({agents} round-1 proposal(s) at {MIN_COMPLETION_TOKENS} completion \
+         tokens and the synthesis at {MIN_SYNTHESIS_TOKENS}, prompts counted with the model's \
+         tokenizer or at a token per byte), over its budget of {limit}"
+    )]
+    BelowMinimum {
+        need_tokens: u64,
+        need_usd: f64,
+        agents: usize,
+        /// The budget as set (`$0.5 / 20000 tokens`).
+        limit: String,
+    },
+}
+
 /// Fixes a submitted debate's budget before it is accepted: its own `debate.budget`
 /// tightened by the operator's `caps` (which alone apply when it sets none) is written into
 /// the spec. Refused, with the figures: a dollar budget with an unpriced participant, and
@@ -263,7 +289,7 @@ pub fn admit(
     spec: &mut DebateSpec,
     caps: &parley_protocol::Budget,
     pricing: &Pricing,
-) -> Result<(), String> {
+) -> Result<(), AdmitError> {
     spec.debate.budget = spec.effective_budget(caps);
     let Some(budget) = spec.debate.budget else {
         return Ok(());
@@ -271,11 +297,7 @@ pub fn admit(
     if budget.usd.is_some() {
         let unpriced = pricing.unpriced(spec);
         if !unpriced.is_empty() {
-            return Err(format!(
-                "debate.budget.usd: no price for {} (a dollar budget needs the operator's \
-                 price of every participant's model)",
-                unpriced.join(", ")
-            ));
+            return Err(AdmitError::Unpriced { models: unpriced });
         }
     }
     let mut m = crate::Machine::new(
@@ -294,15 +316,12 @@ pub fn admit(
         .flatten()
         .collect::<Vec<_>>()
         .join(" / ");
-        let n = spec.active_agents().count();
-        return Err(format!(
-            "debate.budget: the smallest run of this debate needs up to {} tokens / ${:.6} \
-             ({n} round-1 proposal(s) at {MIN_COMPLETION_TOKENS} completion tokens and the \
-             synthesis at {MIN_SYNTHESIS_TOKENS}, prompts counted with the model's tokenizer \
-             or at a token per byte), \
-             over its budget of {limit}",
-            need.tokens, need.usd,
-        ));
+        return Err(AdmitError::BelowMinimum {
+            need_tokens: need.tokens,
+            need_usd: need.usd,
+            agents: spec.active_agents().count(),
+            limit,
+        });
     }
     Ok(())
 }

@@ -90,28 +90,41 @@ impl HumanRecord {
     }
 }
 
+/// Why a contribution's text is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TextError {
+    #[error("text: must not be empty")]
+    Empty,
+    #[error("text: {chars} characters, the limit is {limit}")]
+    TooLong { chars: usize, limit: usize },
+    #[error(
+        "text: control character U+{code:04X} at character {at} (only newlines and tabs are allowed)"
+    )]
+    Control { code: u32, at: usize },
+}
+
 /// A contribution's text: 1 to [`limits::MAX_HUMAN_CONTRIBUTION_CHARS`] characters, no
-/// control character but newline, carriage return before a newline, and tab.
-pub fn check_contribution_text(text: &str) -> Result<(), String> {
+/// control character but newline and tab.
+pub fn check_contribution_text(text: &str) -> Result<(), TextError> {
     if text.trim().is_empty() {
-        return Err("text: must not be empty".into());
+        return Err(TextError::Empty);
     }
     let n = text.chars().count();
     if n > limits::MAX_HUMAN_CONTRIBUTION_CHARS {
-        return Err(format!(
-            "text: {n} characters, the limit is {}",
-            limits::MAX_HUMAN_CONTRIBUTION_CHARS
-        ));
+        return Err(TextError::TooLong {
+            chars: n,
+            limit: limits::MAX_HUMAN_CONTRIBUTION_CHARS,
+        });
     }
     if let Some((i, c)) = text
         .chars()
         .enumerate()
         .find(|(_, c)| c.is_control() && *c != '\n' && *c != '\t')
     {
-        return Err(format!(
-            "text: control character U+{:04X} at character {i} (only newlines and tabs are allowed)",
-            c as u32
-        ));
+        return Err(TextError::Control {
+            code: c as u32,
+            at: i,
+        });
     }
     Ok(())
 }
@@ -151,7 +164,7 @@ impl ContributeRequest {
     pub fn validate(&self) -> Result<(), Rejection> {
         check_debate_id(&self.debate_id)?;
         let bad = |m: String| Rejection::new(ErrorCode::InvalidRequest, m);
-        check_contribution_text(&self.text).map_err(bad)?;
+        check_contribution_text(&self.text).map_err(|e| bad(e.to_string()))?;
         if let Some(a) = &self.agent_id {
             if a.is_empty() || a.len() > limits::MAX_ID_BYTES || a.chars().any(char::is_control) {
                 return Err(bad(format!(
@@ -196,18 +209,18 @@ mod tests {
     #[test]
     fn contributions_are_bounded_plain_text() {
         assert!(check_contribution_text("line one\n\tline two").is_ok());
-        assert!(check_contribution_text("  \n")
-            .unwrap_err()
-            .contains("empty"));
+        assert_eq!(check_contribution_text("  \n"), Err(TextError::Empty));
         let long = "x".repeat(limits::MAX_HUMAN_CONTRIBUTION_CHARS + 1);
-        assert!(check_contribution_text(&long)
-            .unwrap_err()
-            .contains("the limit is"));
-        assert!(check_contribution_text("a\u{1b}[2Jb")
-            .unwrap_err()
-            .contains("U+001B"));
+        assert!(matches!(
+            check_contribution_text(&long),
+            Err(TextError::TooLong { chars, .. }) if chars == limits::MAX_HUMAN_CONTRIBUTION_CHARS + 1
+        ));
+        let esc = check_contribution_text("a\u{1b}[2Jb").unwrap_err();
+        assert_eq!(esc, TextError::Control { code: 0x1b, at: 1 });
+        assert!(esc.to_string().contains("U+001B"));
         assert!(check_contribution_text("a\0b")
             .unwrap_err()
+            .to_string()
             .contains("control character"));
     }
 

@@ -454,7 +454,7 @@ pub(super) async fn run_embedded_debate(
     );
     // As `parley run`: the debate's own budget (if any) is admitted for this problem.
     parley_engine::budget::admit(&mut spec, &Default::default(), &pricing)
-        .map_err(CliError::config)?;
+        .map_err(|e| CliError::config(e.to_string()))?;
     let runner = Arc::new(EmbeddedRunner {
         registry,
         context_files: None,

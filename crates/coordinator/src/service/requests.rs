@@ -138,7 +138,7 @@ impl Service {
     pub(super) async fn submit(&self, payload: &[u8]) -> Reply {
         let mut spec = decode_submission(payload, &self.policy).map_err(ErrorReply::from)?;
         parley_engine::budget::admit(&mut spec, &self.policy.max_debate, &self.pricing)
-            .map_err(|m| err(ErrorCode::InvalidRequest, m))?;
+            .map_err(|e| err(ErrorCode::InvalidRequest, e.to_string()))?;
         let (id, start) = within_deadline(self.create(spec)).await?;
         if start {
             match self.adopt(&id, None).await {
@@ -649,7 +649,7 @@ impl Service {
             .validate_with(&self.policy)
             .map_err(|e| err(ErrorCode::InvalidRequest, e.to_string()))?;
         parley_engine::budget::admit(&mut fspec, &self.policy.max_debate, &self.pricing)
-            .map_err(|m| err(ErrorCode::InvalidRequest, m))?;
+            .map_err(|e| err(ErrorCode::InvalidRequest, e.to_string()))?;
         within_deadline(async {
             self.store
                 .ensure_dispatch_secret(&id)

@@ -165,7 +165,7 @@ impl Machine {
     /// Whether `c` applies to this debate now, and which open task it answers; an error
     /// says why not (and the contribution changes nothing).
     pub fn check_contribution(&self, c: &Contribute) -> Result<HumanTask, ContributeError> {
-        check_contribution_text(&c.text).map_err(ContributeError::Invalid)?;
+        check_contribution_text(&c.text).map_err(|e| ContributeError::Invalid(e.to_string()))?;
         if let Some(by) = &c.by {
             check_by(by).map_err(|e| ContributeError::Invalid(e.to_string()))?;
         }

@@ -127,8 +127,13 @@ fn the_smallest_admissible_budget_runs_the_proposals_and_the_synthesis() {
     let s = spec(3, 2, "fixed", json!({}));
     let min = minimum(&s);
     let mut refused = with_tokens(s.clone(), min - 1);
-    let err =
+    let refusal =
         crate::budget::admit(&mut refused, &Budget::default(), &Pricing::default()).unwrap_err();
+    assert!(
+        matches!(refusal, crate::budget::AdmitError::BelowMinimum { need_tokens, agents: 3, .. } if need_tokens == min),
+        "{refusal:?}"
+    );
+    let err = refusal.to_string();
     assert!(
         err.contains(&min.to_string())
             && err.contains(&format!("{} tokens", min - 1))
