@@ -139,10 +139,12 @@ impl ConfigSpecs {
                     continue;
                 }
             };
-            if let Some(p) = &c.provider {
+            let human = c.provider.as_deref() == Some(parley_protocol::HUMAN_PROVIDER);
+            if let Some(p) = c.provider.as_ref().filter(|_| !human) {
                 if !providers.contains(p) {
                     problems.push(format!(
-                        "{field}.provider: {:?} is not a provider of this server (providers: {})",
+                        "{field}.provider: {:?} is not a provider of this server (providers: {}, \
+                         or human for a person)",
                         parley_protocol::preview(p, 40),
                         providers.join(", ")
                     ));
@@ -158,7 +160,11 @@ impl ConfigSpecs {
             a.id = id;
             a.name = c.name.trim().to_string();
             a.role = role.to_string();
-            a.model = c.model.trim().to_string();
+            a.model = if human {
+                String::new()
+            } else {
+                c.model.trim().to_string()
+            };
             a.provider = c.provider.clone();
             if let Some(t) = c.temperature {
                 a.temperature = t;
@@ -373,7 +379,8 @@ impl parley_mcp::Estimator for ConfigEstimator {
                         );
                         Default::default()
                     });
-                let provider_of = parley_cli::calibration::cluster_provider_of(learned.clone(), local);
+                let provider_of =
+                    parley_cli::calibration::cluster_provider_of(learned.clone(), local);
                 (learned, provider_of)
             }
             // Learned from the debates saved here (see `parley_cli::calibration`).

@@ -283,7 +283,8 @@ pub struct AgentChoice {
     pub name: String,
     pub role: String,
     pub model: String,
-    /// One of the server's providers; none: the server's default for the model.
+    /// One of the server's providers, or `human` (a person takes this agent's turns; no
+    /// model); none: the server's default for the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// 0-2; none: the config's (or built-in) agent's temperature for the role.
@@ -307,7 +308,10 @@ impl AgentChoice {
         };
         text("name", &self.name, limits::MAX_NAME_BYTES);
         text("role", &self.role, limits::MAX_LABEL_BYTES);
-        text("model", &self.model, limits::MAX_MODEL_BYTES);
+        // A person (`provider: "human"`) has no model.
+        if self.provider.as_deref() != Some(parley_protocol::HUMAN_PROVIDER) {
+            text("model", &self.model, limits::MAX_MODEL_BYTES);
+        }
         if let Some(p) = &self.provider {
             text("provider", p, limits::MAX_LABEL_BYTES);
         }
@@ -785,6 +789,20 @@ mod tests {
             ..Default::default()
         };
         assert!(ok.validate().is_ok(), "two agents may share a role");
+        // A person has no model.
+        let person = SubmitRequest {
+            problem: "P".into(),
+            agents: Some(vec![
+                agent("A"),
+                AgentChoice {
+                    model: String::new(),
+                    provider: Some(parley_protocol::HUMAN_PROVIDER.into()),
+                    ..agent("Me")
+                },
+            ]),
+            ..Default::default()
+        };
+        assert!(person.validate().is_ok(), "{:?}", person.validate());
     }
 
     #[test]

@@ -23,7 +23,10 @@ function agentEditor(d) {
   function modelControl(row, value) {
     const allowed = allowedFor(row.provider.value);
     let control;
-    if (allowed) {
+    if (row.provider.value === 'human') {
+      // A person takes this agent's turns: no model.
+      control = el('input', { class: 'agent-model', 'aria-label': 'Model', value: '', placeholder: 'a person', disabled: true });
+    } else if (allowed) {
       control = el('select', { class: 'agent-model', 'aria-label': 'Model' },
         allowed.map((m) => el('option', { value: m, selected: m === value, text: m })));
       if (!allowed.includes(value)) control.value = allowed[0] || '';
@@ -52,7 +55,8 @@ function agentEditor(d) {
       d.roles.map((r) => el('option', { value: r, selected: r === a.role, text: r })));
     row.provider = el('select', { class: 'agent-provider', 'aria-label': 'Provider' },
       el('option', { value: '', text: 'default provider' }),
-      providers.map((p) => el('option', { value: p.name, selected: p.name === a.provider, text: p.name })));
+      providers.filter((p) => p.name !== 'human').map((p) => el('option', { value: p.name, selected: p.name === a.provider, text: p.name })),
+      el('option', { value: 'human', selected: a.provider === 'human', text: 'a person (you)' }));
     row.temperature = el('input', { class: 'agent-temperature', 'aria-label': 'Temperature', type: 'number', min: 0, max: 2, step: 0.1,
       value: a.temperature === undefined || a.temperature === null ? 0.5 : a.temperature, required: true });
     modelControl(row, a.model || (d.models || [])[0] || '');
