@@ -37,8 +37,13 @@ async fn redis(c: &Cluster) -> redis::aio::MultiplexedConnection {
     redis_connection(&c.redis.url()).await
 }
 
+/// Keys in Redis but the estimates' calibration samples (`parley:{calibration}:*`: bounded
+/// on their own, kept 30 days after their last sample, not a debate's).
 async fn dbsize(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
-    redis::cmd("DBSIZE").query_async(conn).await.unwrap()
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
+    keys.iter()
+        .filter(|k| !k.starts_with("parley:{calibration}:"))
+        .count() as i64
 }
 
 async fn debate_events(c: &Cluster, id: &str) -> Vec<parley_protocol::DebateEvent> {
