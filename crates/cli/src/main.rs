@@ -30,6 +30,7 @@ mod compare;
 mod compat;
 mod config;
 mod context_dir;
+mod contribute;
 mod decisions;
 mod demo;
 mod envfile;
@@ -140,7 +141,7 @@ enum Command {
     Steer(remote::SteerArgs),
     /// Answer a human participant's open task in a cluster debate (--text or -f FILE);
     /// without a text, list the tasks waiting for a person.
-    Contribute(human::ContributeArgs),
+    Contribute(contribute::ContributeArgs),
     /// Write the Markdown report of a saved debate.
     Report(report_cmd::ReportArgs),
     /// Score saved debates with evaluator agents (dialectic's `eval`).
@@ -348,7 +349,7 @@ fn main() -> ExitCode {
             Command::Answer(args) => remote::answer(args, interrupt).await,
             Command::Steer(args) => until_interrupted(interrupt, remote::steer(args)).await,
             Command::Contribute(args) => {
-                until_interrupted(interrupt, human::contribute(args)).await
+                until_interrupted(interrupt, contribute::contribute(args)).await
             }
             Command::Fork(args) => fork::fork(args, interrupt).await,
             Command::Diff(args) => until_interrupted(interrupt, fork::diff(args)).await,
