@@ -1002,3 +1002,54 @@ pub fn rubric(s: u32, overall: u32) -> Value {
         "overall_summary": {"strengths": "s", "weaknesses": "w", "overall_score": overall}
     })
 }
+
+/// The page's browser tests: `parley serve` (the `parley` binary at `parley`) on a free
+/// loopback port in `dir`, with no provider key or server token in its environment and no
+/// local model, and the token it generated: (the server, its address, the token).
+pub fn serve_page(parley: &str, dir: &Path) -> (ChildProcess, String, String) {
+    let port = parley_testkit::free_port();
+    let mut cmd = Command::new(parley);
+    cmd.current_dir(dir)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
+        .env_remove("PARLEY_SERVE_TOKEN")
+        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
+    let serve = ChildProcess::spawn(cmd, "serve").unwrap();
+    let line = serve
+        .wait_for_log_line("Parley is serving", Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("serve did not start: {}", serve.log()));
+    let token = line
+        .split_once("#token=")
+        .and_then(|(_, r)| r.split_whitespace().next())
+        .unwrap_or_default()
+        .to_string();
+    assert!(!token.is_empty(), "no generated token in {line:?}");
+    (serve, format!("http://127.0.0.1:{port}"), token)
+}
+
+/// The page at `base` signed in with `token`: types `problem` into the form, starts the
+/// debate and returns its id (from the page's address).
+pub async fn start_from_page(
+    b: &parley_testkit::Browser,
+    base: &str,
+    token: &str,
+    problem: &str,
+) -> String {
+    b.goto(&format!("{base}/#token={token}")).await.unwrap();
+    let field = b
+        .wait_for("#problem", Duration::from_secs(15))
+        .await
+        .unwrap();
+    b.type_text(&field, problem).await.unwrap();
+    let start = b.wait_for("#start", Duration::from_secs(5)).await.unwrap();
+    b.click(&start).await.unwrap();
+    let id = b
+        .wait_until(
+            "return new URLSearchParams(location.search).get('d');",
+            Duration::from_secs(15),
+        )
+        .await
+        .unwrap();
+    id.as_str().unwrap().to_string()
+}

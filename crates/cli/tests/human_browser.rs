@@ -4,37 +4,12 @@
 //! card, the debate runs on to its solution, the state records each text as the person's
 //! (no tokens, no cost), and the page marks them "by a person".
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use parley_testkit::{browser_available, free_port, Browser, ChildProcess, FakeLlm, Latency};
+use parley_testkit::{browser_available, Browser, FakeLlm, Latency};
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
-
-/// `parley serve` on a free port in `dir`: (the server, its address, its generated token).
-fn serve(dir: &Path) -> (ChildProcess, String, String) {
-    let port = free_port();
-    let mut cmd = Command::new(PARLEY);
-    cmd.current_dir(dir)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env_remove("PARLEY_SERVE_TOKEN")
-        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
-    let serve = ChildProcess::spawn(cmd, "serve").unwrap();
-    let line = serve
-        .wait_for_log_line("Parley is serving", Duration::from_secs(30))
-        .unwrap_or_else(|| panic!("serve did not start: {}", serve.log()));
-    let token = line
-        .split_once("#token=")
-        .and_then(|(_, r)| r.split_whitespace().next())
-        .unwrap_or_default()
-        .to_string();
-    assert!(!token.is_empty(), "no generated token in {line:?}");
-    (serve, format!("http://127.0.0.1:{port}"), token)
-}
 
 /// How many open forms of `kind` the page shows.
 fn forms_of(kind: &str) -> String {
@@ -127,20 +102,12 @@ async fn a_person_answers_their_turns_from_the_page() {
         json!({"id": "agent-human", "name": "Human", "role": "architect", "provider": "human"});
     cfg["debate"]["rounds"] = json!(1);
     parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
-    let (_serve, base, token) = serve(dir.path());
+    let (_serve, base, token) = parley_tests::serve_page(PARLEY, dir.path());
 
     let b = Browser::start().await.unwrap();
     b.set_window(1440, 1000).await.unwrap();
-    b.goto(&format!("{base}/#token={token}")).await.unwrap();
-    let field = b
-        .wait_for("#problem", Duration::from_secs(15))
-        .await
-        .unwrap();
-    b.type_text(&field, "Design a feature-flag service")
-        .await
-        .unwrap();
-    let start = b.wait_for("#start", Duration::from_secs(5)).await.unwrap();
-    b.click(&start).await.unwrap();
+    let id =
+        parley_tests::start_from_page(&b, &base, &token, "Design a feature-flag service").await;
 
     answer(
         &b,
@@ -171,15 +138,8 @@ async fn a_person_answers_their_turns_from_the_page() {
     .await
     .unwrap();
 
-    let id = b
-        .execute(
-            "return new URLSearchParams(location.search).get('d');",
-            vec![],
-        )
-        .await
-        .unwrap();
     let state: Value = reqwest::Client::new()
-        .get(format!("{base}/v1/debates/{}", id.as_str().unwrap()))
+        .get(format!("{base}/v1/debates/{id}"))
         .bearer_auth(&token)
         .send()
         .await

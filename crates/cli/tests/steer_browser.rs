@@ -4,38 +4,12 @@
 //! reaches the next prompts on the wire, "One more round" adds exactly one round, and
 //! "Synthesize now" ends the debate with a synthesized solution.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use parley_testkit::{browser_available, free_port, Browser, ChildProcess, FakeLlm, Latency};
+use parley_testkit::{browser_available, Browser, FakeLlm, Latency};
 use serde_json::{json, Value};
 
 const PARLEY: &str = env!("CARGO_BIN_EXE_parley");
-
-/// `parley serve` on a free port in `dir`, no API keys in its environment: (the server, its
-/// address, the token it generated).
-fn serve(dir: &Path) -> (ChildProcess, String, String) {
-    let port = free_port();
-    let mut cmd = Command::new(PARLEY);
-    cmd.current_dir(dir)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENROUTER_API_KEY")
-        .env_remove("PARLEY_SERVE_TOKEN")
-        .env("PARLEY_MODEL_DIR", dir.join("no-models"));
-    let serve = ChildProcess::spawn(cmd, "serve").unwrap();
-    let line = serve
-        .wait_for_log_line("Parley is serving", Duration::from_secs(30))
-        .unwrap_or_else(|| panic!("serve did not start: {}", serve.log()));
-    let token = line
-        .split_once("#token=")
-        .and_then(|(_, r)| r.split_whitespace().next())
-        .unwrap_or_default()
-        .to_string();
-    assert!(!token.is_empty(), "no generated token in {line:?}");
-    (serve, format!("http://127.0.0.1:{port}"), token)
-}
 
 async fn state(base: &str, token: &str, id: &str) -> Value {
     reqwest::Client::new()
@@ -88,31 +62,11 @@ async fn the_steering_buttons_pause_resume_guide_extend_and_stop_a_debate() {
     let mut cfg = parley_tests::spec_config(Some(&fake.base_url()));
     cfg["debate"]["rounds"] = json!(3);
     parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
-    let (_serve, base, token) = serve(dir.path());
+    let (_serve, base, token) = parley_tests::serve_page(PARLEY, dir.path());
 
     let b = Browser::start().await.unwrap();
     b.set_window(1440, 1000).await.unwrap();
-    b.goto(&format!("{base}/#token={token}")).await.unwrap();
-    let field = b
-        .wait_for("#problem", Duration::from_secs(15))
-        .await
-        .unwrap();
-    b.type_text(&field, "Design a job queue").await.unwrap();
-    click(&b, "#start").await;
-    b.wait_until(
-        "return new URLSearchParams(location.search).get('d') !== null;",
-        Duration::from_secs(15),
-    )
-    .await
-    .unwrap();
-    let id = b
-        .execute(
-            "return new URLSearchParams(location.search).get('d');",
-            vec![],
-        )
-        .await
-        .unwrap();
-    let id = id.as_str().unwrap().to_string();
+    let id = parley_tests::start_from_page(&b, &base, &token, "Design a job queue").await;
 
     // Pause: the page says so and offers Resume; the state records who paused it.
     click(&b, "#steer-pause").await;
@@ -207,30 +161,16 @@ async fn synthesize_now_ends_a_running_debate_with_a_solution() {
     let mut cfg = parley_tests::spec_config(Some(&fake.base_url()));
     cfg["debate"]["rounds"] = json!(5);
     parley_tests::write_json(dir.path().join("debate-config.json"), &cfg);
-    let (_serve, base, token) = serve(dir.path());
+    let (_serve, base, token) = parley_tests::serve_page(PARLEY, dir.path());
 
     let b = Browser::start().await.unwrap();
-    b.goto(&format!("{base}/#token={token}")).await.unwrap();
-    let field = b
-        .wait_for("#problem", Duration::from_secs(15))
-        .await
-        .unwrap();
-    b.type_text(&field, "Design a cache").await.unwrap();
-    click(&b, "#start").await;
+    let id = parley_tests::start_from_page(&b, &base, &token, "Design a cache").await;
     b.wait_until(
         "return document.querySelectorAll('#timeline .bar.running').length >= 1;",
         Duration::from_secs(15),
     )
     .await
     .unwrap();
-    let id = b
-        .execute(
-            "return new URLSearchParams(location.search).get('d');",
-            vec![],
-        )
-        .await
-        .unwrap();
-    let id = id.as_str().unwrap().to_string();
     click(&b, "#steer-stop").await;
     b.wait_for("#solution", Duration::from_secs(60))
         .await
