@@ -78,7 +78,10 @@ pub fn load_saved(arg: &str) -> Result<Saved, CliError> {
                 if parley_protocol::is_valid_debate_id(arg) {
                     format!("no saved debate {arg} in {}", parley_cli::DEBATES_DIR)
                 } else {
-                    format!("{arg} is neither a saved debate's file nor a debate id")
+                    format!(
+                        "{:?} is neither a saved debate's file nor a debate id",
+                        parley_protocol::preview(arg, 80)
+                    )
                 },
             ));
         }
