@@ -36,6 +36,32 @@ pub(crate) fn describe(t: &HumanTask) -> String {
     )
 }
 
+/// The desk during one run.
+pub struct DeskRun {
+    done: oneshot::Sender<()>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl DeskRun {
+    /// The driver returned: stops answering (a person typing is no longer waited for)
+    /// and forwards every event still queued, so the last warnings reach the terminal.
+    pub async fn finish(self) {
+        let _ = self.done.send(());
+        let _ = self.handle.await;
+    }
+}
+
+/// Events the driver sent before it returned, passed on to the progress display.
+fn forward_rest(
+    events: &mut mpsc::UnboundedReceiver<DebateEvent>,
+    progress: &mpsc::UnboundedSender<DebateEvent>,
+) {
+    events.close();
+    while let Ok(e) = events.try_recv() {
+        let _ = progress.send(e);
+    }
+}
+
 /// Where a `parley run` takes its human participants' answers from.
 #[derive(Debug, Clone)]
 pub struct Desk {
@@ -74,8 +100,8 @@ impl Desk {
     }
 
     /// Starts the desk for one run: returns the events channel to give the driver (its
-    /// events go on to `progress`), the contributions for the driver, and the task that
-    /// answers opened tasks (it ends when the driver drops the events channel).
+    /// events go on to `progress`), the contributions for the driver, and the desk's
+    /// handle; [`DeskRun::finish`] once the driver returned forwards what is still queued.
     pub fn start(
         &self,
         store: FileStore,
@@ -83,15 +109,23 @@ impl Desk {
     ) -> (
         mpsc::UnboundedSender<DebateEvent>,
         mpsc::UnboundedReceiver<ContributeCall>,
-        tokio::task::JoinHandle<()>,
+        DeskRun,
     ) {
         let (events_tx, mut events_rx) = mpsc::unbounded_channel::<DebateEvent>();
         let (calls_tx, calls_rx) = mpsc::unbounded_channel();
+        let (done_tx, mut done_rx) = oneshot::channel::<()>();
         let desk = self.clone();
         let handle = tokio::spawn(async move {
             let mut first = true;
             let mut handled = std::collections::BTreeSet::new();
-            while let Some(e) = events_rx.recv().await {
+            loop {
+                let e = tokio::select! {
+                    e = events_rx.recv() => match e {
+                        Some(e) => e,
+                        None => return,
+                    },
+                    _ = &mut done_rx => break,
+                };
                 // Tasks opened now, and (at the first event of a resumed run) before.
                 let look = std::mem::take(&mut first)
                     || matches!(e.kind, EventKind::HumanTaskOpened { .. });
@@ -108,12 +142,25 @@ impl Desk {
                 let open: Vec<HumanTask> = machine.open_human_tasks().to_vec();
                 for t in open {
                     if handled.insert(t.task_id.clone()) {
-                        desk.answer(&machine, &t, &calls_tx).await;
+                        // A person typing when the run ended: their answer is no longer
+                        // wanted.
+                        tokio::select! {
+                            () = desk.answer(&machine, &t, &calls_tx) => {}
+                            _ = &mut done_rx => {
+                                forward_rest(&mut events_rx, &progress);
+                                return;
+                            }
+                        }
                     }
                 }
             }
+            forward_rest(&mut events_rx, &progress);
         });
-        (events_tx, calls_rx, handle)
+        let run = DeskRun {
+            done: done_tx,
+            handle,
+        };
+        (events_tx, calls_rx, run)
     }
 
     /// Answers one opened task from the script or the terminal (again on the terminal

@@ -463,8 +463,7 @@ async fn drive(
             controls,
         )
         .await;
-        // A person typing when the run ended: their answer is no longer wanted.
-        at_desk.abort();
+        at_desk.finish().await;
         let _ = display.await;
         let driven = result.map_err(|e| CliError::general(e.to_string()))?;
         if driven.interrupted || driven.state.status != DebateStatus::AwaitingClarifications {
