@@ -75,10 +75,10 @@ impl Machine {
         Some(chrono::Duration::milliseconds(timeout_ms as i64) + margin)
     }
 
-    /// Fails every in-flight attempt (and open human task) whose deadline is at or before
-    /// `now`.
+    /// Fails every in-flight attempt (and open human task, unless the debate is paused)
+    /// whose deadline is at or before `now`.
     pub(super) fn expire_deadlines(&mut self, now: DateTime<Utc>, fx: &mut Vec<Effect>) -> After {
-        if self.state.status == parley_protocol::DebateStatus::Running {
+        if self.state.status == parley_protocol::DebateStatus::Running && !self.paused() {
             self.expire_human_tasks(now, fx);
         }
         let due: Vec<(String, DateTime<Utc>)> = self

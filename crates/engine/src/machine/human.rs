@@ -15,7 +15,9 @@
 //!   `noAnswer`, not retried): a critique is dropped (or fails the debate with
 //!   `onAgentFailure: fail`), a vote is recorded as not given (not counted), a proposal or
 //!   refinement fails the debate at its node (`parley retry` opens the task again with a
-//!   new deadline); a `humanTaskExpired` event says which.
+//!   new deadline); a `humanTaskExpired` event says which. While the debate is paused
+//!   nothing expires, and `resume` moves the open tasks' deadlines on by the time it was
+//!   paused.
 //! - A debate that synthesizes now (`stop`, or its budget) withdraws the open tasks; a
 //!   debate that ends (failed, cancelled) closes them.
 //! - Clarification questions and summaries are not asked of a person: a human agent asks
@@ -103,8 +105,12 @@ impl Machine {
         Some(self.build_task(&p, task_id.to_string(), self.attempts(task_id).max(1)))
     }
 
-    /// The earliest deadline of an open human task.
+    /// The earliest deadline of an open human task (none while the debate is paused: a
+    /// person is not timed then).
     pub fn human_deadline(&self) -> Option<DateTime<Utc>> {
+        if self.paused() {
+            return None;
+        }
         self.state.human.open.iter().map(|t| t.deadline).min()
     }
 

@@ -240,6 +240,9 @@ pub struct Machine {
     /// configured one (e.g. embedded, falling back to the local model). Operator
     /// knowledge, not checkpointed; used for the independence warnings.
     effective_models: BTreeMap<String, String>,
+    /// Agents' history lengths already counted (derived from the state, not
+    /// checkpointed).
+    history_lengths: summaries::HistoryLengths,
 }
 
 /// What a machine knows beyond its checkpoint: the attempts in flight and their deadlines,
@@ -326,6 +329,7 @@ impl Machine {
             last_running_retry: None,
             pricing: Default::default(),
             effective_models: BTreeMap::new(),
+            history_lengths: Default::default(),
         }
     }
 

@@ -130,7 +130,25 @@ impl Machine {
         let mut note = None;
         match &steer.command {
             SteerCommand::Pause => s.paused = true,
-            SteerCommand::Resume => s.paused = false,
+            SteerCommand::Resume => {
+                s.paused = false;
+                // A person is not timed while the debate is paused: their open tasks'
+                // deadlines move on by the time it was.
+                let since = s
+                    .log
+                    .iter()
+                    .rev()
+                    .find(|e| matches!(e.command, SteerCommand::Pause))
+                    .map(|e| e.at);
+                if let Some(paused) = since.map(|at| now.signed_duration_since(at)) {
+                    if paused > chrono::Duration::zero() {
+                        for t in &mut self.state.human.open {
+                            t.deadline =
+                                t.deadline.checked_add_signed(paused).unwrap_or(t.deadline);
+                        }
+                    }
+                }
+            }
             SteerCommand::Guide { note: text } => {
                 s.notes.push(GuideNote {
                     round,

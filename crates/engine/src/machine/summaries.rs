@@ -44,11 +44,10 @@ impl Machine {
         if self.round(r)?.summaries.contains_key(id) {
             return Some(true);
         }
-        if self.budget_skipped(&task_id(&self.state.id, r, TaskKind::Summarize, id, None)) {
+        if self.history_chars(i, r) <= self.summarization_for(Some(i)).threshold {
             return Some(true);
         }
-        let len = self.history_chars(i, r);
-        Some(len <= self.summarization_for(Some(i)).threshold)
+        Some(self.budget_skipped(&task_id(&self.state.id, r, TaskKind::Summarize, id, None)))
     }
 
     /// Agent i's perspective history before round r: its proposals, the critiques it
@@ -59,9 +58,38 @@ impl Machine {
         out
     }
 
-    /// The length of [`Machine::history`] in chars, counted without building it (the plan
-    /// asks on every transition whether an agent's history needs a summary).
+    /// The length of [`Machine::history`] in chars, counted without building it, and
+    /// remembered (the plan asks on every transition whether an agent's history needs a
+    /// summary): see [`HistoryLengths`].
     pub(super) fn history_chars(&self, i: usize, r: u32) -> usize {
+        let mark = self.history_mark(r);
+        if let Some(n) = self.history_lengths.get(i, r, mark) {
+            return n;
+        }
+        let n = self.count_history_chars(i, r);
+        self.history_lengths.put(i, r, mark, n);
+        n
+    }
+
+    /// What a history before round r is made of, counted: the contributions of rounds 1
+    /// to r - 1 and the summaries of rounds 1 to r. Within one machine both only grow
+    /// (a contribution or summary is inserted, never edited or removed), so an equal
+    /// count is an equal history.
+    fn history_mark(&self, r: u32) -> usize {
+        (1..=r)
+            .filter_map(|k| self.round(k))
+            .map(|rd| {
+                rd.summaries.len()
+                    + if rd.round_number < r {
+                        rd.contributions.len()
+                    } else {
+                        0
+                    }
+            })
+            .sum()
+    }
+
+    pub(super) fn count_history_chars(&self, i: usize, r: u32) -> usize {
         /// Counts the chars written to it.
         struct Chars(usize);
         impl std::fmt::Write for Chars {
@@ -146,5 +174,36 @@ impl Machine {
         } else {
             self.round_transcript(last)
         }
+    }
+}
+
+/// Lengths of agents' histories already counted, by (agent, round), each with the
+/// [`Machine::history_mark`] it was counted at. Not checkpointed: a machine rebuilt from a
+/// checkpoint counts again.
+#[derive(Debug, Default)]
+pub(super) struct HistoryLengths(
+    std::sync::Mutex<std::collections::BTreeMap<(usize, u32), (usize, usize)>>,
+);
+
+impl HistoryLengths {
+    fn get(&self, i: usize, r: u32, mark: usize) -> Option<usize> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memo.get(&(i, r))
+            .filter(|(m, _)| *m == mark)
+            .map(|(_, n)| *n)
+    }
+
+    fn put(&self, i: usize, r: u32, mark: usize, n: usize) {
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // Only the open rounds are asked about: older entries are never read again.
+        memo.retain(|(_, round), _| *round + 2 >= r);
+        memo.insert((i, r), (mark, n));
+    }
+}
+
+impl Clone for HistoryLengths {
+    fn clone(&self) -> Self {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        Self(std::sync::Mutex::new(memo.clone()))
     }
 }

@@ -383,3 +383,39 @@ fn the_judge_cannot_be_human_and_the_deadline_is_bounded() {
     let e = s.validate().unwrap_err().to_string();
     assert!(e.contains("agents[1].model"), "{e}");
 }
+
+#[test]
+fn a_paused_debate_does_not_time_its_people_and_resume_moves_their_deadlines_on() {
+    let mut r = Run::new(human_spec(1, json!({"humanDeadlineSecs": 5})));
+    r.apply(Input::Start);
+    r.drain(|t| Some(ok(t, "llm")));
+    let open = r.machine.open_human_tasks()[0].clone();
+    assert_eq!(open.deadline, now() + Duration::seconds(5));
+    let pause = |command| {
+        Input::Steer(crate::Steer {
+            command,
+            by: Some("alice".into()),
+        })
+    };
+    // Paused at +2 s: no deadline to wait for, and a tick long past it expires nothing.
+    r.machine
+        .handle(pause(SteerCommand::Pause), now() + Duration::seconds(2));
+    assert_eq!(r.machine.human_deadline(), None);
+    let fx = r.machine.handle(Input::Tick, now() + Duration::seconds(60));
+    assert!(fx.is_empty(), "{fx:?}");
+    assert_eq!(r.machine.state().status, DebateStatus::Running);
+    assert!(r.machine.state().human.expired.is_empty());
+    // Resumed at +62 s, after 60 s paused: 3 s of the 5 are left.
+    r.machine
+        .handle(pause(SteerCommand::Resume), now() + Duration::seconds(62));
+    let moved = r.machine.open_human_tasks()[0].clone();
+    assert_eq!(moved.task_id, open.task_id);
+    assert_eq!(moved.deadline, now() + Duration::seconds(65));
+    assert_eq!(r.machine.human_deadline(), Some(moved.deadline));
+    assert!(r
+        .machine
+        .handle(Input::Tick, now() + Duration::seconds(64))
+        .is_empty());
+    r.machine.handle(Input::Tick, now() + Duration::seconds(65));
+    assert_eq!(r.machine.state().status, DebateStatus::Failed);
+}

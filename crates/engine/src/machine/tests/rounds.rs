@@ -335,3 +335,37 @@ fn unknown_role_warns_at_start() {
     ));
     assert_eq!(r.machine.state().status, DebateStatus::Completed);
 }
+
+#[test]
+fn a_remembered_history_length_is_always_the_history_counted_afresh() {
+    // Three rounds, summaries on at a threshold some histories cross: after every
+    // transition, each agent's remembered length is the one counted from the state.
+    let sp = spec(
+        3,
+        3,
+        "fixed",
+        json!({"summarization": {"enabled": true, "threshold": 400, "maxLength": 50}}),
+    );
+    let mut r = Run::new(sp);
+    r.apply(Input::Start);
+    let mut checked = 0;
+    while let Some(t) = r.queue.pop_front() {
+        let text = format!("{} é {}", t.id, "z".repeat(30 + t.id.len() % 7 * 20));
+        r.apply(Input::Result(ok(&t, &text)));
+        let m = &r.machine;
+        for round in 2..=m.state().rounds.len() as u32 {
+            for i in 0..3 {
+                assert_eq!(
+                    m.history_chars(i, round),
+                    m.count_history_chars(i, round),
+                    "agent {i}, round {round}, after {}",
+                    t.id
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(r.machine.state().status, DebateStatus::Completed);
+    assert!(r.count(TaskKind::Summarize) > 0);
+    assert!(checked > 20, "{checked}");
+}
