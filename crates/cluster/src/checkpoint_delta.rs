@@ -382,13 +382,11 @@ impl Shaper {
     ) -> Result<Value, NotBuilt> {
         let mut out = Vec::with_capacity(to - from);
         for i in from..to {
-            let mut best = set(&ne[i])?;
-            let mut best_len = json_len(&best);
+            let mut best: Option<(Value, usize)> = None;
             let mut consider = |e: Value| {
                 let n = json_len(&e);
-                if n < best_len {
-                    best = e;
-                    best_len = n;
+                if best.as_ref().is_none_or(|(_, b)| n < *b) {
+                    best = Some((e, n));
                 }
             };
             if i > 0 {
@@ -404,6 +402,18 @@ impl Shaper {
                     .unwrap_or_else(|| Value::Object(Map::new()));
                 consider(op("r", [(*k).into(), e]));
             }
+            // The element whole, unless an edit is already shorter than its JSON (about
+            // its `size`): building it would copy all its text for nothing.
+            let best = match best {
+                Some((e, n)) if n < ne[i].size => e,
+                best => {
+                    let whole = set(&ne[i])?;
+                    match best {
+                        Some((e, n)) if n < json_len(&whole) => e,
+                        _ => whole,
+                    }
+                }
+            };
             out.push(best);
         }
         Ok(Value::Array(out))
@@ -760,6 +770,22 @@ mod tests {
 
     fn long(s: &str) -> String {
         s.repeat(150)
+    }
+
+    #[test]
+    fn typed_maps_with_number_keys_diff_and_apply() {
+        use std::collections::BTreeMap;
+        let s = Shaper::new();
+        let map = |n: u32| -> BTreeMap<u32, String> {
+            (0..n).map(|k| (k * 7, long(&k.to_string()))).collect()
+        };
+        for (a, b) in [(map(3), map(5)), (map(5), map(2)), (map(4), map(4))] {
+            let (old, _) = s.shape_of(&a).unwrap();
+            let (d, _, _) = s.diff_of(&old, &b).unwrap();
+            let mut doc = serde_json::to_value(&a).unwrap();
+            apply(&mut doc, &d.json).unwrap_or_else(|e| panic!("{e}: {}", d.json));
+            assert_eq!(doc, serde_json::to_value(&b).unwrap(), "delta {}", d.json);
+        }
     }
 
     #[test]

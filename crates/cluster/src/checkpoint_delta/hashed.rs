@@ -72,6 +72,8 @@ pub(super) struct Cx<'s> {
     /// Hashes of struct field names by address (they are `'static`: an address always
     /// holds the same text).
     names: Vec<(usize, usize, u64)>,
+    /// A map key's text while it is hashed (one buffer for every key).
+    key_buf: String,
 }
 
 const NAME_SLOTS: usize = 256;
@@ -81,6 +83,7 @@ impl<'s> Cx<'s> {
         Self {
             shaper,
             names: vec![(0, 0, 0); NAME_SLOTS],
+            key_buf: String::new(),
         }
     }
 
@@ -240,8 +243,9 @@ pub(super) struct Compound<'c, 's, 'o> {
     size: usize,
     fields: Vec<(Cow<'static, str>, u64, Node)>,
     elems: Vec<Node>,
-    /// A map's key, between `serialize_key` and `serialize_value`.
-    key: Option<Cow<'static, str>>,
+    /// A map's key, between `serialize_key` and `serialize_value`: its hash, its length
+    /// and, when this compound is built, its text.
+    key: Option<(u64, usize, Option<Cow<'static, str>>)>,
     /// An enum variant's name wrapped around this compound (`{"Variant": ...}`).
     variant: Option<&'static str>,
 }
@@ -285,13 +289,27 @@ impl<'o> Compound<'_, '_, 'o> {
         kh: u64,
         v: &T,
     ) -> Result<(), Error> {
+        let len = k.len();
+        self.field_of(Some(k), len, kh, v)
+    }
+
+    /// A member whose key is `len` bytes long and hashes to `kh`; its text `k` is needed
+    /// only when the compound is built.
+    fn field_of<T: Serialize + ?Sized>(
+        &mut self,
+        k: Option<Cow<'static, str>>,
+        len: usize,
+        kh: u64,
+        v: &T,
+    ) -> Result<(), Error> {
         let old = self.old_field(kh);
         let n = node(self.cx, v, old, self.opaque)?;
         self.hasher.word(kh);
         self.hasher.word(n.hash);
-        self.size += k.len() + 4 + n.size;
+        self.size += len + 4 + n.size;
         self.count += 1;
         if !self.opaque {
+            let k = k.ok_or_else(|| Error("a built member without its key".into()))?;
             self.fields.push((k, kh, n));
         }
         Ok(())
@@ -538,16 +556,26 @@ impl ser::SerializeMap for Compound<'_, '_, '_> {
     type Ok = Node;
     type Error = Error;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> Result<(), Error> {
-        self.key = Some(Cow::Owned(k.serialize(KeySer)?));
+        // The key's text goes into a buffer kept across keys: only a key that is built
+        // (not hashed alone) is copied out of it.
+        let mut text = std::mem::take(&mut self.cx.key_buf);
+        text.clear();
+        let written = k.serialize(KeySer(&mut text));
+        let key = written.map(|()| {
+            let kh = self.cx.shaper.hash_key(&text);
+            let owned = (!self.opaque).then(|| Cow::Owned(text.clone()));
+            (kh, text.len(), owned)
+        });
+        self.cx.key_buf = text;
+        self.key = Some(key?);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        let k = self
+        let (kh, len, k) = self
             .key
             .take()
             .ok_or_else(|| Error("a map value without its key".into()))?;
-        let kh = self.cx.shaper.hash_key(&k);
-        self.field(k, kh, v)
+        self.field_of(k, len, kh, v)
     }
     fn end(self) -> Result<Node, Error> {
         Compound::end(self)
@@ -587,75 +615,108 @@ impl ser::SerializeStructVariant for Compound<'_, '_, '_> {
 }
 
 /// A map key as JSON writes it: strings, and numbers and booleans as their text.
-struct KeySer;
+struct KeySer<'b>(&'b mut String);
 
 fn key_error() -> Error {
     Error("a map key that is not a string".into())
 }
 
-impl ser::Serializer for KeySer {
-    type Ok = String;
+impl ser::Serializer for KeySer<'_> {
+    type Ok = ();
     type Error = Error;
-    type SerializeSeq = ser::Impossible<String, Error>;
-    type SerializeTuple = ser::Impossible<String, Error>;
-    type SerializeTupleStruct = ser::Impossible<String, Error>;
-    type SerializeTupleVariant = ser::Impossible<String, Error>;
-    type SerializeMap = ser::Impossible<String, Error>;
-    type SerializeStruct = ser::Impossible<String, Error>;
-    type SerializeStructVariant = ser::Impossible<String, Error>;
+    type SerializeSeq = ser::Impossible<(), Error>;
+    type SerializeTuple = ser::Impossible<(), Error>;
+    type SerializeTupleStruct = ser::Impossible<(), Error>;
+    type SerializeTupleVariant = ser::Impossible<(), Error>;
+    type SerializeMap = ser::Impossible<(), Error>;
+    type SerializeStruct = ser::Impossible<(), Error>;
+    type SerializeStructVariant = ser::Impossible<(), Error>;
 
-    fn serialize_bool(self, v: bool) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_bool(self, v: bool) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_i8(self, v: i8) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_i8(self, v: i8) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_i16(self, v: i16) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_i16(self, v: i16) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_i32(self, v: i32) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_i32(self, v: i32) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_i64(self, v: i64) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_i64(self, v: i64) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_u8(self, v: u8) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_u8(self, v: u8) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_u16(self, v: u16) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_u16(self, v: u16) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_u32(self, v: u32) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_u32(self, v: u32) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_u64(self, v: u64) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_u64(self, v: u64) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_f32(self, _: f32) -> Result<String, Error> {
+    fn serialize_f32(self, _: f32) -> Result<(), Error> {
         Err(key_error())
     }
-    fn serialize_f64(self, _: f64) -> Result<String, Error> {
+    fn serialize_f64(self, _: f64) -> Result<(), Error> {
         Err(key_error())
     }
-    fn serialize_char(self, v: char) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_char(self, v: char) -> Result<(), Error> {
+        {
+            self.0.push_str(&v.to_string());
+            Ok(())
+        }
     }
-    fn serialize_str(self, v: &str) -> Result<String, Error> {
-        Ok(v.to_string())
+    fn serialize_str(self, v: &str) -> Result<(), Error> {
+        {
+            self.0.push_str(v);
+            Ok(())
+        }
     }
-    fn serialize_bytes(self, _: &[u8]) -> Result<String, Error> {
+    fn serialize_bytes(self, _: &[u8]) -> Result<(), Error> {
         Err(key_error())
     }
-    fn serialize_none(self) -> Result<String, Error> {
+    fn serialize_none(self) -> Result<(), Error> {
         Err(key_error())
     }
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<String, Error> {
+    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), Error> {
         Err(key_error())
     }
-    fn serialize_unit(self) -> Result<String, Error> {
+    fn serialize_unit(self) -> Result<(), Error> {
         Err(key_error())
     }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<String, Error> {
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), Error> {
         Err(key_error())
     }
     fn serialize_unit_variant(
@@ -663,14 +724,15 @@ impl ser::Serializer for KeySer {
         _: &'static str,
         _: u32,
         variant: &'static str,
-    ) -> Result<String, Error> {
-        Ok(variant.to_string())
+    ) -> Result<(), Error> {
+        self.0.push_str(variant);
+        Ok(())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         _: &'static str,
         v: &T,
-    ) -> Result<String, Error> {
+    ) -> Result<(), Error> {
         v.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -679,7 +741,7 @@ impl ser::Serializer for KeySer {
         _: u32,
         _: &'static str,
         _: &T,
-    ) -> Result<String, Error> {
+    ) -> Result<(), Error> {
         Err(key_error())
     }
     fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Error> {
