@@ -694,7 +694,7 @@ impl ser::Serializer for KeySer<'_> {
     }
     fn serialize_char(self, v: char) -> Result<(), Error> {
         {
-            self.0.push_str(&v.to_string());
+            self.0.push(v);
             Ok(())
         }
     }
