@@ -5,7 +5,8 @@
 //!   connection reconnects to it by itself (the `redis` crate's connection manager).
 //! - `redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/db]`: the
 //!   sentinels of a replicated Redis. The master is found by name through the sentinels
-//!   (the first that answers; the master's `ROLE` is checked), and found again whenever a
+//!   (every one that answers is asked, and the master named with the highest configuration
+//!   epoch wins; its `ROLE` is checked: see [`SentinelConnection`]), and found again whenever a
 //!   command fails in a way that means it may have moved: the connection broke or timed
 //!   out, or the server answered `READONLY` (a former master demoted to replica). The
 //!   credentials apply to the master and to the sentinels (as with the Bitnami chart's
@@ -31,8 +32,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 /// URL scheme of a Sentinel deployment.
 pub const SENTINEL_SCHEME: &str = "redis+sentinel";
@@ -273,10 +273,10 @@ impl RedisConnection {
                     (None, Some(p)) => format!(":{}@", encode(p)),
                     _ => String::new(),
                 };
-                let params: Vec<String> = sentinels
+                let sentinels = sentinels
                     .iter()
-                    .map(|s| format!("redis://{auth}{s}"))
-                    .collect();
+                    .map(|s| redis::Client::open(format!("redis://{auth}{s}")))
+                    .collect::<RedisResult<Vec<_>>>()?;
                 let mut info = redis::RedisConnectionInfo::default().set_db(db);
                 if let Some(u) = &username {
                     info = info.set_username(u);
@@ -284,15 +284,11 @@ impl RedisConnection {
                 if let Some(p) = &password {
                     info = info.set_password(p);
                 }
-                let client = SentinelClient::build(
-                    params,
-                    master.clone(),
-                    Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(info)),
-                    SentinelServerType::Master,
-                )?;
                 let conn = SentinelConnection {
                     shared: Arc::new(SentinelShared {
-                        client: tokio::sync::Mutex::new(client),
+                        sentinels,
+                        master_info: info,
+                        lookup: tokio::sync::Mutex::new(()),
                         current: Mutex::new(None),
                         generation: AtomicU64::new(0),
                         config: redis::AsyncConnectionConfig::new()
@@ -325,6 +321,17 @@ impl RedisConnection {
                 let conn = builder.build()?.get_async_connection().await?;
                 Ok(Self::Cluster(conn))
             }
+        }
+    }
+
+    /// Whether the server this connection writes to is the master its deployment names
+    /// now: through sentinels, asks them (see [`SentinelConnection`]) and, when they name
+    /// another, drops the connection; a single server or a cluster (whose client follows
+    /// its slot map) always is.
+    pub async fn still_master(&self) -> RedisResult<bool> {
+        match self {
+            Self::Sentinel(c) => c.still_master().await,
+            Self::Server(_) | Self::Cluster(_) => Ok(true),
         }
     }
 
@@ -369,54 +376,204 @@ fn encode(s: &str) -> String {
 }
 
 /// The master of a Sentinel deployment, found again after it moved.
+///
+/// Every sentinel that answers is asked (`SENTINEL MASTER <name>`), and the master named
+/// with the highest configuration epoch wins (among equal epochs, the address most
+/// sentinels name): a sentinel that has not heard of the last failover yet still names the
+/// old master, and an old master that restarted calls itself master until the sentinels
+/// demote it, so taking the first answer (as the `redis` crate's sentinel client does)
+/// could write to a server whose data the sentinels are about to replace.
 #[derive(Clone)]
 pub struct SentinelConnection {
     shared: Arc<SentinelShared>,
 }
 
 struct SentinelShared {
-    /// Asks the sentinels; one lookup at a time.
-    client: tokio::sync::Mutex<SentinelClient>,
-    /// The connection to the master in use and its generation; `None` once it failed.
-    current: Mutex<Option<(u64, MultiplexedConnection)>>,
+    sentinels: Vec<redis::Client>,
+    /// Database and credentials of the master.
+    master_info: redis::RedisConnectionInfo,
+    /// One lookup at a time.
+    lookup: tokio::sync::Mutex<()>,
+    /// The connection to the master in use, its generation and address; `None` once it
+    /// failed.
+    current: Mutex<Option<Current>>,
     generation: AtomicU64,
     config: redis::AsyncConnectionConfig,
     master: String,
     db: i64,
 }
 
+#[derive(Clone)]
+struct Current {
+    generation: u64,
+    conn: MultiplexedConnection,
+    addr: (String, u16),
+}
+
+/// What one sentinel says of the master: its address and the configuration epoch of
+/// that sentinel's view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Named {
+    addr: (String, u16),
+    epoch: u64,
+}
+
+/// The master the sentinels' answers agree on: the highest epoch, then the address named
+/// most often, then the first named.
+fn choose(named: &[Named]) -> Option<&Named> {
+    let top = named.iter().map(|n| n.epoch).max()?;
+    let newest: Vec<&Named> = named.iter().filter(|n| n.epoch == top).collect();
+    let votes = |a: &(String, u16)| newest.iter().filter(|n| &n.addr == a).count();
+    let mut best: Option<&Named> = None;
+    for n in newest.iter().copied() {
+        if best.is_none_or(|b| votes(&n.addr) > votes(&b.addr)) {
+            best = Some(n);
+        }
+    }
+    best
+}
+
+/// A sentinel's `SENTINEL MASTER` reply read: `None` when it knows the master as down or
+/// not as a master.
+fn named_by(reply: &std::collections::HashMap<String, String>) -> Option<Named> {
+    let flags = reply.get("flags")?;
+    let flags: Vec<&str> = flags.split(',').collect();
+    if !flags.contains(&"master") || flags.iter().any(|f| *f == "s_down" || *f == "o_down") {
+        return None;
+    }
+    let ip = reply.get("ip")?.clone();
+    let port = reply.get("port")?.parse().ok()?;
+    let epoch = reply
+        .get("config-epoch")
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(0);
+    Some(Named {
+        addr: (ip, port),
+        epoch,
+    })
+}
+
 impl SentinelConnection {
     /// The connection to the master, looked up through the sentinels when there is none.
     async fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         if let Some(c) = self.cached() {
-            return Ok(c);
+            return Ok((c.generation, c.conn));
         }
-        let mut client = self.shared.client.lock().await;
+        let _lookup = self.shared.lookup.lock().await;
         // Another command may have connected while this one waited.
         if let Some(c) = self.cached() {
-            return Ok(c);
+            return Ok((c.generation, c.conn));
         }
-        let conn = client
-            .get_async_connection_with_config(&self.shared.config)
-            .await
-            .map_err(|e| {
-                tracing::warn!(master = %self.shared.master, error = %e, "cannot reach the Redis master through the sentinels");
-                e
-            })?;
+        let (addr, conn) = self.connect_master().await.map_err(|e| {
+            tracing::warn!(master = %self.shared.master, error = %e, "cannot reach the Redis master through the sentinels");
+            e
+        })?;
         let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        tracing::info!(master = %self.shared.master, generation, "connected to the Redis master named by the sentinels");
-        *self.lock() = Some((generation, conn.clone()));
+        tracing::info!(master = %self.shared.master, generation, address = %format!("{}:{}", addr.0, addr.1), "connected to the Redis master named by the sentinels");
+        *self.lock() = Some(Current {
+            generation,
+            conn: conn.clone(),
+            addr,
+        });
         Ok((generation, conn))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(u64, MultiplexedConnection)>> {
+    /// Where the sentinels that answer say the master is (see the type's docs).
+    async fn named_master(&self) -> RedisResult<(String, u16)> {
+        let ask = |client: &redis::Client| {
+            let client = client.clone();
+            let config = self.shared.config.clone();
+            let master = self.shared.master.clone();
+            async move {
+                let mut c = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                let reply: std::collections::HashMap<String, String> = redis::cmd("SENTINEL")
+                    .arg("MASTER")
+                    .arg(&master)
+                    .query_async(&mut c)
+                    .await?;
+                Ok::<_, RedisError>(named_by(&reply))
+            }
+        };
+        let answers = futures::future::join_all(self.shared.sentinels.iter().map(ask)).await;
+        let mut named = Vec::new();
+        let mut last_err = None;
+        for a in answers {
+            match a {
+                Ok(Some(n)) => named.push(n),
+                Ok(None) => {}
+                Err(e) => last_err = Some(e),
+            }
+        }
+        match choose(&named) {
+            Some(n) => Ok(n.addr.clone()),
+            None => Err(last_err.unwrap_or_else(|| {
+                RedisError::from((
+                    redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown),
+                    "no sentinel names a master that is up",
+                    self.shared.master.clone(),
+                ))
+            })),
+        }
+    }
+
+    /// Connects to the master the sentinels name, checking that it calls itself master.
+    async fn connect_master(&self) -> RedisResult<((String, u16), MultiplexedConnection)> {
+        let addr = self.named_master().await?;
+        let info = redis::ConnectionAddr::Tcp(addr.0.clone(), addr.1)
+            .into_connection_info()?
+            .set_redis_settings(self.shared.master_info.clone());
+        let mut conn = redis::Client::open(info)?
+            .get_multiplexed_async_connection_with_config(&self.shared.config)
+            .await?;
+        let role: Value = redis::cmd("ROLE").query_async(&mut conn).await?;
+        let is_master = match &role {
+            Value::Array(parts) => {
+                matches!(parts.first(), Some(Value::BulkString(b)) if b.as_slice() == b"master")
+            }
+            _ => false,
+        };
+        if !is_master {
+            return Err(RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+                "the server the sentinels name is not a master (yet)",
+                format!("{}:{}", addr.0, addr.1),
+            )));
+        }
+        Ok((addr, conn))
+    }
+
+    /// Whether the server this connection writes to is still the master the sentinels
+    /// name; when it is not, the connection is dropped (the next command asks the
+    /// sentinels again).
+    pub async fn still_master(&self) -> RedisResult<bool> {
+        let Some(current) = self.cached() else {
+            return Ok(false);
+        };
+        let named = self.named_master().await?;
+        if named == current.addr {
+            return Ok(true);
+        }
+        let mut slot = self.lock();
+        if slot
+            .as_ref()
+            .is_some_and(|c| c.generation == current.generation)
+        {
+            tracing::warn!(master = %self.shared.master, was = %format!("{}:{}", current.addr.0, current.addr.1), now = %format!("{}:{}", named.0, named.1), "the sentinels name another Redis master than the one written to; asking them again");
+            *slot = None;
+        }
+        Ok(false)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
         self.shared
             .current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
+    fn cached(&self) -> Option<Current> {
         self.lock().clone()
     }
 
@@ -427,7 +584,7 @@ impl SentinelConnection {
             return;
         }
         let mut current = self.lock();
-        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+        if current.as_ref().is_some_and(|c| c.generation == generation) {
             tracing::warn!(master = %self.shared.master, error = %e, "the Redis master failed; asking the sentinels again");
             *current = None;
         }
@@ -511,6 +668,58 @@ impl ConnectionLike for RedisConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn named(ip: &str, port: u16, epoch: u64) -> Named {
+        Named {
+            addr: (ip.into(), port),
+            epoch,
+        }
+    }
+
+    #[test]
+    fn the_master_named_with_the_newest_epoch_wins_then_the_most_named() {
+        // The first sentinel has not heard of the failover: its answer loses.
+        let old = named("10.0.0.1", 6379, 3);
+        let new = named("10.0.0.2", 6379, 4);
+        assert_eq!(choose(&[old.clone(), new.clone(), new.clone()]), Some(&new));
+        assert_eq!(choose(&[old.clone(), new.clone()]), Some(&new));
+        // Equal epochs: the address most sentinels name, else the first.
+        let other = named("10.0.0.3", 6379, 4);
+        assert_eq!(
+            choose(&[new.clone(), other.clone(), other.clone()]),
+            Some(&other)
+        );
+        assert_eq!(choose(&[new.clone(), other.clone()]), Some(&new));
+        assert_eq!(choose(&[]), None);
+    }
+
+    #[test]
+    fn a_master_a_sentinel_knows_as_down_is_not_named() {
+        let reply = |flags: &str, epoch: &str| -> std::collections::HashMap<String, String> {
+            [
+                ("name", "mymaster"),
+                ("ip", "10.0.0.2"),
+                ("port", "6380"),
+                ("flags", flags),
+                ("config-epoch", epoch),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+        };
+        assert_eq!(
+            named_by(&reply("master", "7")),
+            Some(named("10.0.0.2", 6380, 7))
+        );
+        assert_eq!(named_by(&reply("master,s_down", "7")), None);
+        assert_eq!(named_by(&reply("master,s_down,o_down", "7")), None);
+        assert_eq!(named_by(&reply("slave", "7")), None);
+        // No epoch (a sentinel that never failed over): 0.
+        assert_eq!(
+            named_by(&reply("master", "x")),
+            Some(named("10.0.0.2", 6380, 0))
+        );
+    }
 
     #[test]
     fn sentinel_urls_name_sentinels_master_and_db() {

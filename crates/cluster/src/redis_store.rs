@@ -221,6 +221,21 @@ impl RedisStore {
             .wait_replicas(&key(debate_id, "state"), self.min_replicas, REPLICA_WAIT)
             .await?;
         if acked < self.min_replicas as i64 {
+            // A master without its replicas may be one the sentinels no longer name (an old
+            // master that restarted and calls itself master until they demote it): what is
+            // written there is lost when they do. Then the write failed; otherwise it stands
+            // on the master and the writes go on without waiting for a while.
+            if !self.conn().still_master().await? {
+                return Err(RedisStoreError::Redis(redis::RedisError::from(
+                    std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        format!(
+                            "{what} of debate {debate_id} went to a Redis server the sentinels \
+                             no longer name as master; it does not count as written"
+                        ),
+                    ),
+                )));
+            }
             self.replicas_short_until.store(
                 now_ms() + REPLICA_RECHECK.as_millis() as u64,
                 Ordering::Relaxed,
