@@ -617,6 +617,14 @@ impl ser::SerializeStructVariant for Compound<'_, '_, '_> {
 /// A map key as JSON writes it: strings, and numbers and booleans as their text.
 struct KeySer<'b>(&'b mut String);
 
+impl KeySer<'_> {
+    /// A number or boolean key: its text, as JSON writes it.
+    fn text(self, v: impl std::fmt::Display) -> Result<(), Error> {
+        use std::fmt::Write as _;
+        write!(self.0, "{v}").map_err(|e| Error(e.to_string()))
+    }
+}
+
 fn key_error() -> Error {
     Error("a map key that is not a string".into())
 }
@@ -633,40 +641,31 @@ impl ser::Serializer for KeySer<'_> {
     type SerializeStructVariant = ser::Impossible<(), Error>;
 
     fn serialize_bool(self, v: bool) -> Result<(), Error> {
-        self.0.push_str(&v.to_string());
-        Ok(())
+        self.text(v)
     }
     fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        self.0.push_str(&v.to_string());
-        Ok(())
+        self.text(v)
     }
     fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        self.0.push_str(&v.to_string());
-        Ok(())
+        self.text(v)
     }
     fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        self.0.push_str(&v.to_string());
-        Ok(())
+        self.text(v)
     }
     fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        self.0.push_str(&v.to_string());
-        Ok(())
+        self.text(v)
     }
     fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        self.0.push_str(&v.to_string());
-        Ok(())
+        self.text(v)
     }
     fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        self.0.push_str(&v.to_string());
-        Ok(())
+        self.text(v)
     }
     fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        self.0.push_str(&v.to_string());
-        Ok(())
+        self.text(v)
     }
     fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        self.0.push_str(&v.to_string());
-        Ok(())
+        self.text(v)
     }
     fn serialize_f32(self, _: f32) -> Result<(), Error> {
         Err(key_error())
