@@ -6,80 +6,52 @@
 
 use std::time::Duration;
 
-use parley_protocol::subjects::{self, ErrorCode, ErrorReply};
+use parley_protocol::subjects::{ErrorCode, ErrorReply};
 use parley_protocol::{decode_contribute_request, ContributeRequest, HumanTask};
 use ractor::rpc::CallResult;
 use ractor::ActorRef;
 use serde_json::{json, Value};
 
-use super::requests::no_answer;
-use super::{err, unavailable, within_deadline, Reply, Service};
-use crate::messages::{AdoptError, ContributeRefusal, DebateMsg, RELEASING};
-use parley_engine::{Contribute, ContributeError, Input, Machine};
+use super::requests::{no_answer, requester};
+use super::{err, Reply, Service};
+use crate::messages::{ContributeRefusal, DebateMsg};
+use parley_engine::{Contribute, ContributeError, Input};
 
 impl Service {
     /// `parley.debates.contribute` (see the module docs).
     pub(super) async fn contribute(&self, reply_to: &str, payload: &[u8]) -> Reply {
         let req = decode_contribute_request(payload).map_err(ErrorReply::from)?;
         let id = req.debate_id.clone();
-        let user = reply_to
-            .split('.')
-            .next()
-            .and_then(subjects::inbox_user)
-            .map(str::to_string);
         let mut c = Contribute::from_request(&req);
-        c.by = match (req.by.clone(), user) {
-            (Some(by), Some(user)) if by != user => Some(format!("{by} (via {user})")),
-            (Some(by), _) => Some(by),
-            (None, user) => user,
-        };
-        let (spec, cp) = within_deadline(async {
-            let spec = self.store.spec(&id).await.map_err(unavailable)?;
-            let cp = self.store.state(&id).await.map_err(unavailable)?;
-            Ok::<_, ErrorReply>((spec, cp))
-        })
-        .await?;
-        let (Some(spec), Some(cp)) = (spec, cp) else {
-            return Err(self.not_found(&id));
-        };
-        let task = Machine::from_checkpoint(spec, cp.state)
+        c.by = requester(reply_to, req.by.clone());
+        let task = self
+            .checked_machine(&id)
+            .await?
             .check_contribution(&c)
             .map_err(contribute_refused)?;
-        let mut last = err(
-            ErrorCode::Unavailable,
-            format!("debate {id} is busy; try again"),
-        );
-        for _ in 0..20 {
-            if let Some(actor) = self.actor(&id).await {
-                match ask_contribute(&actor, &id, c.clone()).await {
-                    Err(e) if e.error.message == RELEASING => last = e,
-                    r => return r,
-                }
-            } else {
-                match self.adopt(&id, Some(Input::Contribute(c.clone()))).await {
-                    Ok(()) => return Ok(contributed(&id, &task)),
-                    Err(AdoptError::OwnedElsewhere) => {
-                        // The owner records the same `by` and answers the same task.
-                        let forwarded = ContributeRequest {
-                            debate_id: id.clone(),
-                            text: c.text.clone(),
-                            agent_id: Some(task.agent_id.clone()),
-                            task_id: Some(task.task_id.clone()),
-                            by: c.by.clone(),
-                        };
-                        let body = serde_json::to_vec(&forwarded)
-                            .map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
-                        match self.forward(&id, "contribute", body.into()).await {
-                            Err(e) if e.error.code == ErrorCode::Unavailable => last = e,
-                            r => return r,
-                        }
-                    }
-                    Err(AdoptError::Failed(e)) => return Err(err(ErrorCode::Unavailable, e)),
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(last)
+        // The owner records the same `by` and answers the same task.
+        let forwarded = ContributeRequest {
+            debate_id: id.clone(),
+            text: c.text.clone(),
+            agent_id: Some(task.agent_id.clone()),
+            task_id: Some(task.task_id.clone()),
+            by: c.by.clone(),
+        };
+        let body =
+            serde_json::to_vec(&forwarded).map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
+        self.route(
+            &id,
+            "contribute",
+            body.into(),
+            || Input::Contribute(c.clone()),
+            || contributed(&id, &task),
+            |actor| {
+                let c = c.clone();
+                let id = id.clone();
+                async move { ask_contribute(&actor, &id, c).await }
+            },
+        )
+        .await
     }
 
     /// `parley.control.<id>.contribute`: the owner applies a forwarded contribution.

@@ -564,48 +564,81 @@ impl Service {
     pub(super) async fn steer(&self, reply_to: &str, payload: &[u8]) -> Reply {
         let (req, command) = decode_steer_request(payload).map_err(ErrorReply::from)?;
         let id = req.debate_id.clone();
-        let user = reply_to
-            .split('.')
-            .next()
-            .and_then(subjects::inbox_user)
-            .map(str::to_string);
-        let by = match (req.by.clone(), user) {
-            (Some(by), Some(user)) if by != user => Some(format!("{by} (via {user})")),
-            (Some(by), _) => Some(by),
-            (None, user) => user,
+        let steer = Steer {
+            command,
+            by: requester(reply_to, req.by.clone()),
         };
-        let steer = Steer { command, by };
+        self.checked_machine(&id)
+            .await?
+            .check_steer(&steer)
+            .map_err(steer_refused)?;
+        // The owner records the same `by`.
+        let forwarded = SteerRequest::new(&id, &steer.command, steer.by.clone());
+        let body =
+            serde_json::to_vec(&forwarded).map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
+        self.route(
+            &id,
+            "steer",
+            body.into(),
+            || Input::Steer(steer.clone()),
+            || steer_accepted(&id, &steer),
+            |actor| {
+                let steer = steer.clone();
+                let id = id.clone();
+                async move { ask_steer(&actor, &id, steer).await }
+            },
+        )
+        .await
+    }
+
+    /// The debate's machine as its checkpoint holds it (for checking a command before it
+    /// is routed); not found when the debate has no spec or state.
+    pub(super) async fn checked_machine(&self, id: &str) -> Result<Machine, ErrorReply> {
         let (spec, cp) = within_deadline(async {
-            let spec = self.store.spec(&id).await.map_err(unavailable)?;
-            let cp = self.store.state(&id).await.map_err(unavailable)?;
+            let spec = self.store.spec(id).await.map_err(unavailable)?;
+            let cp = self.store.state(id).await.map_err(unavailable)?;
             Ok::<_, ErrorReply>((spec, cp))
         })
         .await?;
         let (Some(spec), Some(cp)) = (spec, cp) else {
-            return Err(self.not_found(&id));
+            return Err(self.not_found(id));
         };
-        Machine::from_checkpoint(spec, cp.state)
-            .check_steer(&steer)
-            .map_err(steer_refused)?;
+        Ok(Machine::from_checkpoint(spec, cp.state))
+    }
+
+    /// Applies a checked command to debate `id`: by its actor here (`ask`), by adopting
+    /// the debate with the command's `input` as the first thing it does (then the reply
+    /// is `applied`), or by its owner elsewhere (`body` forwarded on
+    /// `parley.control.<id>.<op>`). A debate between owners (its actor releasing it, its
+    /// owner not answering) is tried again for about 2 s.
+    pub(super) async fn route<Ask, Fut>(
+        &self,
+        id: &str,
+        op: &str,
+        body: Bytes,
+        input: impl Fn() -> Input,
+        applied: impl Fn() -> Value,
+        ask: Ask,
+    ) -> Reply
+    where
+        Ask: Fn(ActorRef<DebateMsg>) -> Fut,
+        Fut: std::future::Future<Output = Reply>,
+    {
         let mut last = err(
             ErrorCode::Unavailable,
             format!("debate {id} is busy; try again"),
         );
         for _ in 0..20 {
-            if let Some(actor) = self.actor(&id).await {
-                match ask_steer(&actor, &id, steer.clone()).await {
+            if let Some(actor) = self.actor(id).await {
+                match ask(actor).await {
                     Err(e) if e.error.message == RELEASING => last = e,
                     r => return r,
                 }
             } else {
-                match self.adopt(&id, Some(Input::Steer(steer.clone()))).await {
-                    Ok(()) => return Ok(steer_accepted(&id, &steer)),
+                match self.adopt(id, Some(input())).await {
+                    Ok(()) => return Ok(applied()),
                     Err(AdoptError::OwnedElsewhere) => {
-                        // The owner records the same `by`.
-                        let forwarded = SteerRequest::new(&id, &steer.command, steer.by.clone());
-                        let body = serde_json::to_vec(&forwarded)
-                            .map_err(|e| err(ErrorCode::Internal, e.to_string()))?;
-                        match self.forward(&id, "steer", body.into()).await {
+                        match self.forward(id, op, body.clone()).await {
                             Err(e) if e.error.code == ErrorCode::Unavailable => last = e,
                             r => return r,
                         }
@@ -801,6 +834,21 @@ pub(super) fn answer_refused(e: parley_engine::AnswerError) -> ErrorReply {
 }
 
 /// The error reply for a steering command the debate refuses.
+/// Who sends a command: the request's `by` and the NATS user its reply inbox names
+/// (`_INBOX_<user>`), both when they differ.
+pub(super) fn requester(reply_to: &str, by: Option<String>) -> Option<String> {
+    let user = reply_to
+        .split('.')
+        .next()
+        .and_then(subjects::inbox_user)
+        .map(str::to_string);
+    match (by, user) {
+        (Some(by), Some(user)) if by != user => Some(format!("{by} (via {user})")),
+        (Some(by), _) => Some(by),
+        (None, user) => user,
+    }
+}
+
 pub(super) fn steer_refused(e: parley_engine::SteerError) -> ErrorReply {
     let code = if e.is_conflict() {
         ErrorCode::Conflict
