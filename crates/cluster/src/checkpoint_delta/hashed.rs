@@ -508,49 +508,29 @@ impl<'c, 's, 'o> ser::Serializer for Ser<'c, 's, 'o> {
     }
 }
 
-impl ser::SerializeSeq for Compound<'_, '_, '_> {
-    type Ok = Node;
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<Node, Error> {
-        Compound::end(self)
-    }
+/// The serde traits of a compound whose items are elements (`method` names the trait's
+/// item method): each item is an element, the end is [`Compound::end`].
+macro_rules! element_compound {
+    ($($trait:ident::$method:ident),* $(,)?) => {$(
+        impl ser::$trait for Compound<'_, '_, '_> {
+            type Ok = Node;
+            type Error = Error;
+            fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
+                self.element(v)
+            }
+            fn end(self) -> Result<Node, Error> {
+                Compound::end(self)
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for Compound<'_, '_, '_> {
-    type Ok = Node;
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<Node, Error> {
-        Compound::end(self)
-    }
-}
-
-impl ser::SerializeTupleStruct for Compound<'_, '_, '_> {
-    type Ok = Node;
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<Node, Error> {
-        Compound::end(self)
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_, '_, '_> {
-    type Ok = Node;
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
-        self.element(v)
-    }
-    fn end(self) -> Result<Node, Error> {
-        Compound::end(self)
-    }
-}
+element_compound!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field,
+);
 
 impl ser::SerializeMap for Compound<'_, '_, '_> {
     type Ok = Node;
