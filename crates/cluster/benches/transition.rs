@@ -146,7 +146,11 @@ fn transition(a: &mut Actor, writer: &CheckpointWriter, input: Option<&str>) -> 
             .collect(),
     );
     let prepared = writer
-        .prepare(a.machine.state(), a.version)
+        .prepare_revised(
+            a.machine.state(),
+            Some(a.machine.round_revisions()),
+            a.version,
+        )
         .expect("a checkpoint");
     let mut out = Out {
         checkpoint_bytes: prepared.stored_bytes(),

@@ -105,10 +105,48 @@ impl Shape {
     }
 }
 
+/// The hash and size of each element of the root's array member `field` in `root`.
+fn elems_of(root: &Node, field: &str) -> Option<Vec<(u64, usize)>> {
+    let Kind::Obj(fields) = &root.kind else {
+        return None;
+    };
+    let (_, _, member) = fields.iter().find(|(k, _, _)| k == field)?;
+    match &member.kind {
+        Kind::Arr(elems) => Some(elems.iter().map(|e| (e.hash, e.size)).collect()),
+        _ => None,
+    }
+}
+
 /// A delta's JSON (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Delta {
     pub json: String,
+}
+
+/// Elements of an array member of the document's root (`field`) that the caller knows did
+/// not change since the last shape: for element `i`, `elems[i]` holds its hash and size as
+/// the last diff or shape reported them ([`Diffed::elems`]), or `None` when it may have
+/// changed. A known element is not read at all: what the caller says must be true (debug
+/// builds check it).
+#[derive(Debug, Clone)]
+pub struct Known {
+    pub field: &'static str,
+    pub elems: Vec<Option<(u64, usize)>>,
+}
+
+/// What [`Shaper::diff_with`] and [`Shaper::shape_with`] make of a document.
+#[derive(Debug)]
+pub struct Diffed {
+    /// The delta from the last shape (`None` from `shape_with`).
+    pub delta: Option<Delta>,
+    /// The shape to keep of the new document.
+    pub shape: Shape,
+    /// The approximate length of its JSON.
+    pub size: usize,
+    /// The hash and size of each element of the array member asked about, when it is one.
+    pub elems: Option<Vec<(u64, usize)>>,
+    /// How many elements [`Known`] named were taken as they were, without reading them.
+    pub unread: usize,
 }
 
 /// Builds shapes and deltas with one process's hash keys.
@@ -136,8 +174,25 @@ impl Shaper {
 
     /// The shape a writer keeps of `v`, and the approximate length of its JSON.
     pub fn shape_of<T: Serialize + ?Sized>(&self, v: &T) -> serde_json::Result<(Shape, usize)> {
+        let d = self.shape_with(v, "")?;
+        Ok((d.shape, d.size))
+    }
+
+    /// [`Shaper::shape_of`], with the hash and size of each element of the root's array
+    /// member `field` (what a later [`Known`] names).
+    pub fn shape_with<T: Serialize + ?Sized>(
+        &self,
+        v: &T,
+        field: &str,
+    ) -> serde_json::Result<Diffed> {
         let node = hashed::node(&mut Cx::new(self), v, None, false).map_err(ser_error)?;
-        Ok((self.kept(&node, None), node.size))
+        Ok(Diffed {
+            delta: None,
+            shape: self.kept(&node, None),
+            size: node.size,
+            elems: elems_of(&node, field),
+            unread: 0,
+        })
     }
 
     /// The delta from the document `old` describes to `new` (serialized as JSON), the
@@ -148,23 +203,46 @@ impl Shaper {
         old: &Shape,
         new: &T,
     ) -> serde_json::Result<(Delta, Shape, usize)> {
-        let mut cx = Cx::new(self);
+        let d = self.diff_with(old, new, None)?;
+        Ok((
+            d.delta.unwrap_or(Delta { json: "{}".into() }),
+            d.shape,
+            d.size,
+        ))
+    }
+
+    /// [`Shaper::diff_of`], taking the elements `known` names as unchanged (not read), and
+    /// reporting the hash and size of each element of its member.
+    pub fn diff_with<T: Serialize + ?Sized>(
+        &self,
+        old: &Shape,
+        new: &T,
+        known: Option<Known>,
+    ) -> serde_json::Result<Diffed> {
+        let field = known.as_ref().map_or("", |k| k.field);
+        let mut cx = Cx::with_known(self, known);
         let guided = hashed::node(&mut cx, new, Some(old), false).map_err(ser_error)?;
-        let (node, edit) = match self.diff_at(old, &guided) {
-            Ok(edit) => (guided, edit),
+        let (node, edit, unread) = match self.diff_at(old, &guided) {
+            Ok(edit) => (guided, edit, cx.unread),
             // A part it needs was hashed alone (an earlier element changed in place, a
-            // splice over equal elements): everything built.
+            // splice over equal elements): everything built, and read.
             Err(NotBuilt) => {
-                let full = hashed::node(&mut cx, new, None, false).map_err(ser_error)?;
+                let full = hashed::node(&mut Cx::new(self), new, None, false).map_err(ser_error)?;
                 let edit = self
                     .diff_at(old, &full)
                     .map_err(|_| ser_error("a part of the state was not built"))?;
-                (full, edit)
+                (full, edit, 0)
             }
         };
         let edit = edit.unwrap_or_else(|| Value::Object(Map::new()));
         let json = serde_json::to_string(&edit)?;
-        Ok((Delta { json }, self.kept(&node, Some(old)), node.size))
+        Ok(Diffed {
+            delta: Some(Delta { json }),
+            shape: self.kept(&node, Some(old)),
+            size: node.size,
+            elems: elems_of(&node, field),
+            unread,
+        })
     }
 
     /// [`Shaper::shape_of`] a JSON value.
@@ -195,7 +273,12 @@ impl Shaper {
             return Shape::Leaf(n.hash);
         }
         match &n.kind {
-            Kind::Scalar(_) | Kind::Opaque => Shape::Leaf(n.hash),
+            // Not read because known unchanged: its last shape still holds.
+            Kind::Opaque => match old {
+                Some(o) if o.hash() == n.hash => o.clone(),
+                _ => Shape::Leaf(n.hash),
+            },
+            Kind::Scalar(_) => Shape::Leaf(n.hash),
             Kind::Obj(fields) => {
                 let old_fields = match old {
                     Some(Shape::Obj(_, f, names)) => Some((f, names)),
@@ -786,6 +869,68 @@ mod tests {
             apply(&mut doc, &d.json).unwrap_or_else(|e| panic!("{e}: {}", d.json));
             assert_eq!(doc, serde_json::to_value(&b).unwrap(), "delta {}", d.json);
         }
+    }
+
+    /// Elements given as known are not read, keep their shape (a later change in place is
+    /// still a small edit), and the deltas are those of a writer that read them.
+    #[test]
+    fn known_elements_are_not_read_and_keep_their_shape() {
+        let s = Shaper::new();
+        let round = |n: u32, k: usize| json!({"n": n, "cs": (0..k).map(|i| long(&format!("{n}.{i}"))).collect::<Vec<_>>()});
+        let doc = |rs: Vec<Value>| json!({"rounds": rs, "status": "running"});
+        let a = doc(vec![round(1, 3), round(2, 2)]);
+        let b = doc(vec![round(1, 3), round(2, 3)]);
+        let c = doc(vec![round(1, 4), round(2, 3)]);
+        let first = s.shape_with(&a, "rounds").unwrap();
+        let elems = first.elems.clone().unwrap();
+        assert_eq!(elems.len(), 2);
+        // b: round 1 known unchanged, round 2 not.
+        let known = Known {
+            field: "rounds",
+            elems: vec![Some(elems[0]), None],
+        };
+        let with = s.diff_with(&first.shape, &b, Some(known)).unwrap();
+        let plain = s.diff_with(&first.shape, &b, None).unwrap();
+        assert_eq!(with.unread, 1);
+        assert_eq!(plain.unread, 0);
+        assert_eq!(
+            with.delta.as_ref().unwrap().json,
+            plain.delta.as_ref().unwrap().json
+        );
+        assert_eq!(with.shape.hash(), plain.shape.hash());
+        assert_eq!(with.elems, s.shape_with(&b, "rounds").unwrap().elems);
+        // c: round 1 grew. Its shape was kept whole though it was not read: an append.
+        let (d, _, _) = s.diff_of(&with.shape, &c).unwrap();
+        let (e, _, _) = s.diff_of(&plain.shape, &c).unwrap();
+        assert_eq!(d.json, e.json);
+        assert!(
+            d.json.starts_with(r#"{"rounds":{"0":{"cs":["a",3,"#),
+            "{}",
+            d.json
+        );
+        let mut back = b.clone();
+        apply(&mut back, &d.json).unwrap();
+        assert_eq!(back, c);
+    }
+
+    /// An element given as known that changed fails in a debug build.
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "given as unchanged but changed")]
+    fn a_known_element_that_changed_fails_in_debug_builds() {
+        let s = Shaper::new();
+        let a = json!({"rounds": [long("a"), long("b"), long("c")]});
+        let b = json!({"rounds": [long("x"), long("b"), long("c")]});
+        let first = s.shape_with(&a, "rounds").unwrap();
+        let elems = first.elems.unwrap().into_iter().map(Some).collect();
+        let _ = s.diff_with(
+            &first.shape,
+            &b,
+            Some(Known {
+                field: "rounds",
+                elems,
+            }),
+        );
     }
 
     #[test]

@@ -108,6 +108,8 @@ struct Debate {
     queue: VecDeque<Task>,
     retries: Vec<String>,
     states: Vec<DebateState>,
+    /// The machine's round revisions after each state (instance, revisions).
+    revisions: Vec<(u64, Vec<u64>)>,
     step: usize,
     /// Time spent in the machine's transitions (handle, outbox, the state's copy).
     busy: std::time::Duration,
@@ -120,6 +122,7 @@ impl Debate {
             queue: VecDeque::new(),
             retries: vec![],
             states: vec![],
+            revisions: vec![],
             step: 0,
             busy: std::time::Duration::ZERO,
         }
@@ -139,6 +142,8 @@ impl Debate {
         self.machine.set_outbox(events);
         self.states.push(self.machine.state().clone());
         self.busy += t0.elapsed();
+        let r = self.machine.round_revisions();
+        self.revisions.push((r.instance, r.revs.to_vec()));
     }
 
     /// Answers every task (`fail` says which attempts fail), applying retries as they come
@@ -226,6 +231,51 @@ fn timed_sequences() -> Vec<(&'static str, Vec<DebateState>, std::time::Duration
     d.run(300, |_| false);
     out.push(("clarifications", d.states, d.busy));
     out
+}
+
+/// A writer told which rounds changed writes exactly the records of one that reads every
+/// round, while leaving rounds unread (a debug build also checks every round it leaves
+/// unread against its real hash).
+#[test]
+fn a_writer_told_which_rounds_changed_writes_the_same_records_reading_less() {
+    use parley_cluster::redis_store::{CheckpointWrite, CheckpointWriter};
+    let bytes = |w: &CheckpointWrite| match w {
+        CheckpointWrite::Delta { record, .. } => record.clone(),
+        CheckpointWrite::Snapshot { json, .. } => json.clone().into_bytes(),
+    };
+    let mut d = Debate::new("deb-revised", spec(4, 3, json!({})));
+    d.apply(Input::Start);
+    d.run(300, |t| t.kind == TaskKind::Critique && t.attempt == 1);
+    assert_eq!(d.machine.state().status, DebateStatus::Completed);
+    let shaper = Shaper::new();
+    let plain = CheckpointWriter::with_shaper(shaper.clone());
+    let revised = CheckpointWriter::with_shaper(shaper);
+    let (mut unread, mut deltas) = (0, 0);
+    for (v, (state, (instance, revs))) in d.states.iter().zip(&d.revisions).enumerate() {
+        let v = v as u64;
+        let a = plain.prepare(state, v).unwrap();
+        let r = RoundRevisions {
+            instance: *instance,
+            revs,
+        };
+        let b = revised.prepare_revised(state, Some(r), v).unwrap();
+        assert_eq!(bytes(&a.write), bytes(&b.write), "write {v}");
+        assert_eq!(a.rounds_unread(), 0);
+        unread += b.rounds_unread();
+        deltas += usize::from(matches!(b.write, CheckpointWrite::Delta { .. }));
+        plain.written(&state.id, a);
+        revised.written(&state.id, b);
+    }
+    eprintln!(
+        "{} writes, {deltas} deltas, {unread} rounds left unread",
+        d.states.len()
+    );
+    assert!(deltas > 20, "{deltas} deltas");
+    // Rounds 1 and 2 are left unread in most writes of round 3, round 1 in round 2's.
+    assert!(
+        unread > deltas / 2,
+        "{unread} rounds unread in {deltas} deltas"
+    );
 }
 
 fn canonical(state: &DebateState) -> Value {

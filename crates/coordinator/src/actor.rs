@@ -850,7 +850,12 @@ impl DebateActorState {
         match self
             .deps
             .store
-            .save_transition(self.machine.state(), self.version, &bodies)
+            .save_transition(
+                self.machine.state(),
+                Some(self.machine.round_revisions()),
+                self.version,
+                &bodies,
+            )
             .await?
         {
             Some(v) => self.version = v,

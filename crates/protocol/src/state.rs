@@ -679,6 +679,17 @@ pub struct DebateState {
     pub updated_at: DateTime<Utc>,
 }
 
+/// What the owner of a [`DebateState`] knows of which of its rounds changed: a revision
+/// number per round (`revs[i]` for `rounds[i]`), drawn from a clock of one owner
+/// (`instance`, unique in the process) that moves on every change of a round. A round
+/// whose revision is the same as at an earlier look, under the same `instance`, has not
+/// changed since: a checkpoint writer need not read it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundRevisions<'a> {
+    pub instance: u64,
+    pub revs: &'a [u64],
+}
+
 fn feedback<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i8>, D::Error> {
     let v = Option::<f64>::deserialize(d)?;
     Ok(v.and_then(|f| {

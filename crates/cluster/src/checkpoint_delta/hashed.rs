@@ -15,7 +15,7 @@ use serde::ser::{self, Serialize};
 use serde_json::{Map, Number, Value};
 
 use super::sip::Sip;
-use super::{Shape, Shaper, LEAF_BYTES};
+use super::{Known, Shape, Shaper, LEAF_BYTES};
 
 /// A serialized value: its hash, the approximate length of its JSON, and its content where
 /// it was built.
@@ -74,6 +74,15 @@ pub(super) struct Cx<'s> {
     names: Vec<(usize, usize, u64)>,
     /// A map key's text while it is hashed (one buffer for every key).
     key_buf: String,
+    /// Elements of one member of the root object known not to have changed (their hash
+    /// and size are taken as known, their values not read).
+    known: Option<Known>,
+    /// Objects and arrays open around the value being serialized.
+    depth: usize,
+    /// The next compound is the member `known` names.
+    arm: bool,
+    /// Elements taken as known (not read).
+    pub unread: usize,
 }
 
 const NAME_SLOTS: usize = 256;
@@ -84,7 +93,24 @@ impl<'s> Cx<'s> {
             shaper,
             names: vec![(0, 0, 0); NAME_SLOTS],
             key_buf: String::new(),
+            known: None,
+            depth: 0,
+            arm: false,
+            unread: 0,
         }
+    }
+
+    /// A context that takes `known`'s elements as unchanged.
+    pub fn with_known(shaper: &'s Shaper, known: Option<Known>) -> Self {
+        Self {
+            known,
+            ..Self::new(shaper)
+        }
+    }
+
+    /// The known hash and size of element `i` of the member `known` names.
+    fn known_elem(&self, i: usize) -> Option<(u64, usize)> {
+        self.known.as_ref()?.elems.get(i).copied().flatten()
     }
 
     fn static_key(&mut self, k: &'static str) -> u64 {
@@ -208,6 +234,8 @@ impl<'c, 's, 'o> Ser<'c, 's, 'o> {
 
     fn compound(self, kind: u64, len: Option<usize>) -> Compound<'c, 's, 'o> {
         let hasher = self.cx.shaper.keys.hasher(kind);
+        let known = std::mem::take(&mut self.cx.arm) && kind == ARR;
+        self.cx.depth += 1;
         let (fields, elems) = match (self.opaque, kind) {
             (true, _) => (Vec::new(), Vec::new()),
             (false, OBJ) => (Vec::with_capacity(len.unwrap_or(0)), Vec::new()),
@@ -225,6 +253,7 @@ impl<'c, 's, 'o> Ser<'c, 's, 'o> {
             elems,
             key: None,
             variant: None,
+            known,
         }
     }
 }
@@ -248,6 +277,8 @@ pub(super) struct Compound<'c, 's, 'o> {
     key: Option<(u64, usize, Option<Cow<'static, str>>)>,
     /// An enum variant's name wrapped around this compound (`{"Variant": ...}`).
     variant: Option<&'static str>,
+    /// The array member of the root whose elements `Cx::known` may name.
+    known: bool,
 }
 
 impl<'o> Compound<'_, '_, 'o> {
@@ -271,9 +302,29 @@ impl<'o> Compound<'_, '_, 'o> {
     fn element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Error> {
         let i = self.count;
         let old = self.old_elem(i);
-        // An element the next shape keeps as a hash alone is hashed alone unless it
-        // changed: built only if the last shape had it as a tree.
-        let n = node(self.cx, v, old, self.opaque)?;
+        let n = match self.known.then(|| self.cx.known_elem(i)).flatten() {
+            // Known unchanged (and the last shape agrees): not read.
+            Some((hash, size)) if old.is_none_or(|o| o.hash() == hash) => {
+                #[cfg(debug_assertions)]
+                {
+                    let real = node(self.cx, v, None, true)?;
+                    assert_eq!(
+                        (real.hash, real.size),
+                        (hash, size),
+                        "element {i} was given as unchanged but changed"
+                    );
+                }
+                self.cx.unread += 1;
+                Node {
+                    hash,
+                    size,
+                    kind: Kind::Opaque,
+                }
+            }
+            // An element the next shape keeps as a hash alone is hashed alone unless it
+            // changed: built only if the last shape had it as a tree.
+            _ => node(self.cx, v, old, self.opaque)?,
+        };
         self.hasher.word(n.hash);
         self.size += n.size + 1;
         self.count += 1;
@@ -303,7 +354,16 @@ impl<'o> Compound<'_, '_, 'o> {
         v: &T,
     ) -> Result<(), Error> {
         let old = self.old_field(kh);
-        let n = node(self.cx, v, old, self.opaque)?;
+        let arm = self.cx.depth == 1
+            && self
+                .cx
+                .known
+                .as_ref()
+                .is_some_and(|known| k.as_deref() == Some(known.field));
+        self.cx.arm = arm;
+        let n = node(self.cx, v, old, self.opaque);
+        self.cx.arm = false;
+        let n = n?;
         self.hasher.word(kh);
         self.hasher.word(n.hash);
         self.size += len + 4 + n.size;
@@ -316,6 +376,7 @@ impl<'o> Compound<'_, '_, 'o> {
     }
 
     fn end(mut self) -> Result<Node, Error> {
+        self.cx.depth -= 1;
         self.hasher.word(self.count as u64);
         let hash = self.hasher.finish();
         let kind = if self.opaque {

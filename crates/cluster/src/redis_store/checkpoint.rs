@@ -74,12 +74,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use parley_protocol::{DebateState, DebateStatus};
+use parley_protocol::{DebateState, DebateStatus, RoundRevisions};
 use redis::Script;
 use serde::de::Error as _;
 
 use super::{key, Checkpoint, RedisStore, RedisStoreError, Result};
-use crate::checkpoint_delta::{self, dict_of, pack, unpack, Shape, Shaper};
+use crate::checkpoint_delta::{self, dict_of, pack, unpack, Diffed, Known, Shape, Shaper};
 
 /// The deltas since the snapshot may reach this many times the state's bytes (as JSON).
 pub const LOG_FACTOR: usize = 4;
@@ -143,6 +143,48 @@ struct Written {
     /// packed against it.
     dict: Vec<u8>,
     used: Instant,
+    /// The rounds as written: their revisions (from the state's owner) and their hashes
+    /// and sizes, so the next write need not read a round whose revision did not move.
+    rounds: Option<RoundsWritten>,
+}
+
+/// The member of the state whose elements carry revisions.
+const ROUNDS: &str = "rounds";
+
+struct RoundsWritten {
+    instance: u64,
+    revs: Vec<u64>,
+    elems: Vec<(u64, usize)>,
+}
+
+impl RoundsWritten {
+    /// What was written, if the owner's revisions and the rounds hashed agree.
+    fn of(revisions: Option<RoundRevisions<'_>>, elems: Option<Vec<(u64, usize)>>) -> Option<Self> {
+        let (r, elems) = (revisions?, elems?);
+        (r.revs.len() == elems.len()).then(|| Self {
+            instance: r.instance,
+            revs: r.revs.to_vec(),
+            elems,
+        })
+    }
+
+    /// The rounds of `state` known not to have changed since this write.
+    fn known(&self, revisions: Option<RoundRevisions<'_>>, state: &DebateState) -> Option<Known> {
+        let r = revisions.filter(|r| r.instance == self.instance)?;
+        if r.revs.len() != state.rounds.len() {
+            return None;
+        }
+        let elems = r
+            .revs
+            .iter()
+            .enumerate()
+            .map(|(i, rev)| (self.revs.get(i) == Some(rev)).then(|| self.elems[i]))
+            .collect();
+        Some(Known {
+            field: ROUNDS,
+            elems,
+        })
+    }
 }
 
 /// The shapes of the checkpoints this process wrote last, by debate (shared by clones of
@@ -162,6 +204,8 @@ pub struct PreparedCheckpoint {
     pub write: CheckpointWrite,
     /// What the writer keeps once the write is in (`None`: a settled debate's).
     keep: Option<Written>,
+    /// Rounds taken as unchanged from their revisions, without reading them.
+    unread: usize,
 }
 
 /// The record a checkpoint write stores.
@@ -177,6 +221,11 @@ pub enum CheckpointWrite {
 }
 
 impl PreparedCheckpoint {
+    /// Rounds the write took as unchanged from their revisions, without reading them.
+    pub fn rounds_unread(&self) -> usize {
+        self.unread
+    }
+
     /// The bytes the write stores (the delta's record or the snapshot's JSON).
     pub fn stored_bytes(&self) -> usize {
         match &self.write {
@@ -189,6 +238,15 @@ impl PreparedCheckpoint {
 impl CheckpointWriter {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A writer hashing with `shaper`'s keys (two writers with the same keys write the
+    /// same records for the same states).
+    pub fn with_shaper(shaper: Shaper) -> Self {
+        Self {
+            shaper,
+            ..Self::default()
+        }
     }
 
     fn take(&self, id: &str) -> Option<Written> {
@@ -215,7 +273,12 @@ impl CheckpointWriter {
                 l.len(),
                 l.iter()
                     .map(|(k, w)| {
-                        k.len() + w.nonce.len() + w.dict.len() + w.shape.heap_bytes() + 120
+                        k.len()
+                            + w.nonce.len()
+                            + w.dict.len()
+                            + w.shape.heap_bytes()
+                            + w.rounds.as_ref().map_or(0, |r| 24 * r.revs.len() + 56)
+                            + 120
                     })
                     .sum(),
             )
@@ -230,14 +293,33 @@ impl CheckpointWriter {
         state: &DebateState,
         expected: u64,
     ) -> serde_json::Result<PreparedCheckpoint> {
+        self.prepare_revised(state, None, expected)
+    }
+
+    /// [`CheckpointWriter::prepare`], told by the state's owner which rounds changed
+    /// (`revisions`): a round whose revision did not move since the last write is not
+    /// read again.
+    pub fn prepare_revised(
+        &self,
+        state: &DebateState,
+        revisions: Option<RoundRevisions<'_>>,
+        expected: u64,
+    ) -> serde_json::Result<PreparedCheckpoint> {
         let next = expected + 1;
         let prev = self
             .take(&state.id)
             .filter(|w| w.version == expected && expected > 0);
         let Some(prev) = prev else {
-            return self.snapshot(state, expected, None);
+            return self.snapshot(state, revisions, expected, None);
         };
-        let (delta, shape, size) = self.shaper.diff_of(&prev.shape, state)?;
+        let known = prev.rounds.as_ref().and_then(|r| r.known(revisions, state));
+        let diffed = self.shaper.diff_with(&prev.shape, state, known)?;
+        let rounds = RoundsWritten::of(revisions, diffed.elems);
+        let unread = diffed.unread;
+        let (shape, size) = (diffed.shape, diffed.size);
+        let delta = diffed
+            .delta
+            .unwrap_or(checkpoint_delta::Delta { json: "{}".into() });
         let stored = pack(&delta.json, &prev.dict);
         let log = prev.log_bytes + LINK_LEN + 1 + stored.len();
         let log_json = prev.log_json + delta.json.len();
@@ -247,7 +329,7 @@ impl CheckpointWriter {
             && (!terminal(state.status) || log <= FINAL_FACTOR * size);
         if !(prev.deltas < MAX_DELTAS && fits && delta.json.len() < size) {
             // Time for a snapshot (see the module docs).
-            return self.snapshot(state, expected, Some(shape));
+            return self.snapshot(state, revisions, expected, Some((shape, rounds)));
         }
         let mut record = Vec::with_capacity(LINK_LEN + 1 + stored.len());
         record.extend_from_slice(prev.nonce.as_bytes());
@@ -263,6 +345,7 @@ impl CheckpointWriter {
             deltas: prev.deltas + 1,
             dict: dict_of(delta.json.as_bytes()).to_vec(),
             used: Instant::now(),
+            rounds,
         });
         Ok(PreparedCheckpoint {
             next,
@@ -272,15 +355,18 @@ impl CheckpointWriter {
                 record,
             },
             keep,
+            unread,
         })
     }
 
-    /// The write of `state` whole as version `expected + 1` (`known`: its shape, if made).
+    /// The write of `state` whole as version `expected + 1` (`known`: its shape and
+    /// rounds, if made).
     fn snapshot(
         &self,
         state: &DebateState,
+        revisions: Option<RoundRevisions<'_>>,
         expected: u64,
-        known: Option<Shape>,
+        known: Option<(Shape, Option<RoundsWritten>)>,
     ) -> serde_json::Result<PreparedCheckpoint> {
         let next = expected + 1;
         let json = serde_json::to_string(state)?;
@@ -288,9 +374,12 @@ impl CheckpointWriter {
         let keep = if settled(state.status) {
             None
         } else {
-            let shape = match known {
-                Some(shape) => shape,
-                None => self.shaper.shape_of(state)?.0,
+            let (shape, rounds) = match known {
+                Some(known) => known,
+                None => {
+                    let Diffed { shape, elems, .. } = self.shaper.shape_with(state, ROUNDS)?;
+                    (shape, RoundsWritten::of(revisions, elems))
+                }
             };
             Some(Written {
                 version: next,
@@ -301,12 +390,14 @@ impl CheckpointWriter {
                 deltas: 0,
                 dict: Vec::new(),
                 used: Instant::now(),
+                rounds,
             })
         };
         Ok(PreparedCheckpoint {
             next,
             write: CheckpointWrite::Snapshot { json, nonce },
             keep,
+            unread: 0,
         })
     }
 
@@ -457,20 +548,22 @@ impl RedisStore {
     /// snapshot (see the module docs). Returns the new version, or `None` when someone
     /// else wrote.
     pub async fn save_state(&self, state: &DebateState, expected: u64) -> Result<Option<u64>> {
-        self.save_transition(state, expected, &[]).await
+        self.save_transition(state, None, expected, &[]).await
     }
 
     /// [`RedisStore::save_state`] with the transition's task bodies (`<task id>#<attempt>`
     /// → the task's JSON, see `put_task_bodies`), stored by the same script only when the
-    /// checkpoint is: one round trip for the transition's writes.
+    /// checkpoint is: one round trip for the transition's writes. `revisions`: which
+    /// rounds changed, from the state's owner (see [`CheckpointWriter::prepare_revised`]).
     pub async fn save_transition(
         &self,
         state: &DebateState,
+        revisions: Option<RoundRevisions<'_>>,
         expected: u64,
         bodies: &[(String, String)],
     ) -> Result<Option<u64>> {
         let id = state.id.as_str();
-        let mut prepared = self.shapes.prepare(state, expected)?;
+        let mut prepared = self.shapes.prepare_revised(state, revisions, expected)?;
         loop {
             let mut script = match &prepared.write {
                 CheckpointWrite::Delta {
@@ -516,9 +609,8 @@ impl RedisStore {
                 // The delta's version was current, but not written by the write this
                 // delta was made against: a snapshot instead.
                 2 if matches!(prepared.write, CheckpointWrite::Delta { .. }) => {
-                    prepared =
-                        self.shapes
-                            .snapshot(state, expected, prepared.keep.map(|w| w.shape))?;
+                    let known = prepared.keep.map(|w| (w.shape, w.rounds));
+                    prepared = self.shapes.snapshot(state, revisions, expected, known)?;
                 }
                 _ => return Ok(None),
             }

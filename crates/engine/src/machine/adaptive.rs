@@ -108,7 +108,7 @@ impl Machine {
         );
         if r == 0 {
             self.choose_path(verdict, out.metadata, now, fx);
-        } else if let Some(rd) = self.state.round_mut(r) {
+        } else if let Some(rd) = self.round_mut(r) {
             rd.verdict = Some(RoundVerdict {
                 verdict,
                 metadata: out.metadata,
@@ -162,7 +162,7 @@ impl Machine {
                 converged,
             },
         );
-        if let Some(rd) = self.state.round_mut(r) {
+        if let Some(rd) = self.round_mut(r) {
             rd.similarity = Some(RoundSimilarity {
                 similarity,
                 threshold,

@@ -258,7 +258,7 @@ pub(super) const NODES: &[NodeDef] = &[
             ..Default::default()
         },
         record: |m, p, out, _, _| {
-            if let Some(rd) = m.state.round_mut(p.round) {
+            if let Some(rd) = m.round_mut(p.round) {
                 rd.evaluation = Some(RoundEvaluation {
                     confidence: out.confidence.unwrap_or(0.0),
                     reasoning: out.content,
@@ -564,7 +564,7 @@ fn record_summary(m: &mut Machine, p: &Planned, out: TaskOutput, now: Now, _: &m
     };
     if p.agent.is_none() {
         m.state.judge_summary = Some(s);
-    } else if let Some(rd) = m.state.round_mut(p.round) {
+    } else if let Some(rd) = m.round_mut(p.round) {
         rd.summaries.insert(exec.id, s);
     }
 }

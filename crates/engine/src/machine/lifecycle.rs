@@ -116,7 +116,7 @@ impl Machine {
         // A critique dropped while its target has not refined yet can still be
         // used: it runs again too (the drop stays recorded where the target went on
         // without it).
-        for rd in &mut self.state.rounds {
+        for rd in self.rounds_mut() {
             let refined: BTreeSet<&str> = rd
                 .contributions
                 .iter()

@@ -106,6 +106,7 @@ mod graph;
 mod human;
 mod lifecycle;
 mod results;
+mod revisions;
 mod rounds;
 mod steering;
 mod summaries;
@@ -243,6 +244,8 @@ pub struct Machine {
     /// Agents' history lengths already counted (derived from the state, not
     /// checkpointed).
     history_lengths: summaries::HistoryLengths,
+    /// A revision per round: which rounds each input changed (not checkpointed).
+    revisions: revisions::Revisions,
 }
 
 /// What a machine knows beyond its checkpoint: the attempts in flight and their deadlines,
@@ -316,6 +319,7 @@ impl Machine {
     /// Rebuilds the machine from a stored spec and state (follow with [`Input::Resume`]).
     pub fn from_checkpoint(spec: DebateSpec, state: DebateState) -> Self {
         let agents = spec.active_agents().cloned().collect();
+        let revisions = revisions::Revisions::new(state.rounds.len());
         Self {
             spec,
             agents,
@@ -330,6 +334,7 @@ impl Machine {
             pricing: Default::default(),
             effective_models: BTreeMap::new(),
             history_lengths: Default::default(),
+            revisions,
         }
     }
 
@@ -379,6 +384,17 @@ impl Machine {
     /// method; unless that method says the input changed nothing more (`After::Stop`),
     /// the machine then dispatches whatever the new state enables.
     pub fn handle(&mut self, input: Input, now: DateTime<Utc>) -> Vec<Effect> {
+        #[cfg(debug_assertions)]
+        let before = self.rounds_before();
+        let fx = self.handle_input(input, now);
+        self.settle_revisions(
+            #[cfg(debug_assertions)]
+            before,
+        );
+        fx
+    }
+
+    fn handle_input(&mut self, input: Input, now: DateTime<Utc>) -> Vec<Effect> {
         let mut fx = Vec::new();
         let after = match input {
             Input::Start => self.start(now, &mut fx),

@@ -184,14 +184,16 @@ impl Machine {
         };
         let agent_id = self.agents[i].id.clone();
         let target_agent_id = self.agents[j].id.clone();
-        let Some(rd) = self
+        let Some(at) = self
             .state
             .rounds
-            .iter_mut()
-            .find(|r| r.round_number == planned.round)
+            .iter()
+            .position(|r| r.round_number == planned.round)
         else {
             return;
         };
+        self.revisions.touch(at);
+        let rd = &mut self.state.rounds[at];
         let dropped = DroppedCritique {
             task_id: id.to_string(),
             agent_id: agent_id.clone(),

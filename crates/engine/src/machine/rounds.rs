@@ -204,7 +204,7 @@ impl Machine {
     }
 
     pub(super) fn open_round(&mut self, r: u32, now: DateTime<Utc>, fx: &mut Vec<Effect>) {
-        self.state.rounds.push(DebateRound::new(r, now));
+        self.push_round(DebateRound::new(r, now));
         self.state.current_round = r;
         self.enter(fx, now, r, Node::RoundManager);
     }
@@ -355,9 +355,16 @@ impl Machine {
             )
         };
         let k = key(&c);
-        let Some(rd) = self.state.round_mut(r) else {
+        // (`round_mut` would borrow all of `self`; `order` borrows the agents.)
+        let Some(i) = r
+            .checked_sub(1)
+            .map(|i| i as usize)
+            .filter(|i| *i < self.state.rounds.len())
+        else {
             return;
         };
+        self.revisions.touch(i);
+        let rd = &mut self.state.rounds[i];
         let pos = rd.contributions.partition_point(|x| key(x) <= k);
         rd.contributions.insert(pos, c);
     }

@@ -17,6 +17,7 @@ mod failures;
 mod graph;
 mod human;
 mod lifecycle;
+mod revisions;
 mod rounds;
 mod similarity;
 mod steering;
