@@ -108,3 +108,52 @@ async fn samples_are_kept_per_key_newest_first_and_bounded() {
     let back = parley_protocol::calibration::CalibrationReply::decode(&bytes).unwrap();
     assert_eq!(back.entries.len(), KEYS_KEPT);
 }
+
+/// A coordinator's samples go through `CompletionSamples`: samples added faster than they
+/// are written arrive in batches, in the order they were added, and none is lost; a batch
+/// of more keys than one script call takes is written whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_samples_arrive_in_order_in_batches() {
+    use parley_cluster::redis_store::calibration::CompletionSamples;
+    let redis = RedisServer::start().unwrap();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let samples = CompletionSamples::start(store.clone());
+    for i in 0..80u64 {
+        samples.add(key("m", "proposal"), i);
+        samples.add(key(&format!("model-{i}"), "critique"), i);
+    }
+    let mut reply = store.calibration().await.unwrap();
+    for _ in 0..100 {
+        let proposals = reply
+            .entries
+            .iter()
+            .find(|e| e.key == key("m", "proposal"))
+            .map_or(0, |e| e.tokens.len());
+        if proposals == 80 && reply.entries.len() == 81 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        reply = store.calibration().await.unwrap();
+    }
+    let proposals = reply
+        .entries
+        .iter()
+        .find(|e| e.key == key("m", "proposal"))
+        .expect("the proposals' samples");
+    assert_eq!(proposals.tokens, (0..80).rev().collect::<Vec<u64>>());
+    assert_eq!(reply.entries.len(), 81, "every key written");
+
+    // A batch of 100 keys at once (two script calls).
+    let batch = (0..100u64)
+        .map(|i| (key(&format!("batch-{i}"), "refine"), vec![i, i + 1]))
+        .collect();
+    store.record_completions(&batch).await.unwrap();
+    let reply = store.calibration().await.unwrap();
+    let b7 = reply
+        .entries
+        .iter()
+        .find(|e| e.key == key("batch-7", "refine"))
+        .expect("batch-7");
+    assert_eq!(b7.tokens, vec![8, 7], "newest first");
+    assert_eq!(reply.entries.len(), 181);
+}

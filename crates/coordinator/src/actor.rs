@@ -730,19 +730,13 @@ impl DebateActorState {
 
     /// Adds a result about to be applied to what the cluster's estimates learn from
     /// (`parley_cluster::redis_store::calibration`), in the background: a failed write
-    /// costs a sample, never the debate.
+    /// costs samples, never the debate.
     fn learn(&self, r: &TaskResult) {
-        let Some((key, tokens)) =
+        if let Some((key, tokens)) =
             parley_protocol::calibration::sample_of_result(self.machine.spec(), r)
-        else {
-            return;
-        };
-        let store = self.deps.store.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.record_completion(&key, tokens).await {
-                tracing::warn!(error = %e, model = %preview(&key.model, 80), "cannot record a completion sample for estimates");
-            }
-        });
+        {
+            self.deps.samples.add(key, tokens);
+        }
     }
 
     /// Whether to apply a result read from Redis (for `asked` = the task and attempt it was

@@ -8,6 +8,8 @@ use parley_cluster::RedisStore;
 /// What every debate actor needs; shared.
 pub struct Deps {
     pub store: RedisStore,
+    /// Completion samples for the estimates, written in batches.
+    pub samples: std::sync::Arc<parley_cluster::redis_store::calibration::CompletionSamples>,
     pub js: jetstream::Context,
     /// To tell an outage from a poison debate when an actor fails.
     pub nats: async_nats::Client,

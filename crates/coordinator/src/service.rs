@@ -233,6 +233,7 @@ pub async fn run(config: CoordinatorConfig, shutdown: CancellationToken) -> anyh
         rand::random::<u32>()
     );
     let deps = Arc::new(Deps {
+        samples: parley_cluster::redis_store::calibration::CompletionSamples::start(store.clone()),
         store: store.clone(),
         js: js.clone(),
         nats: nats.clone(),
