@@ -126,6 +126,8 @@ const SECRET: &str = "0123456789abcdef0123456789abcdef";
 struct Out {
     checkpoint_bytes: usize,
     message_bytes: usize,
+    /// Rounds the writer took as unchanged from the machine's revisions.
+    rounds_unread: usize,
 }
 
 /// One transition (see the crate docs); the result's JSON is `stored`.
@@ -155,6 +157,7 @@ fn transition(a: &mut Actor, writer: &CheckpointWriter, input: Option<&str>) -> 
     let mut out = Out {
         checkpoint_bytes: prepared.stored_bytes(),
         message_bytes: 0,
+        rounds_unread: prepared.rounds_unread(),
     };
     a.version = prepared.next;
     writer.written(a.machine.id(), prepared);
@@ -228,6 +231,7 @@ fn run(case: &Case, transitions: usize, repeat: usize) {
     // with a snapshot (the copy's writer has no shape of it), which is left unmeasured.
     let mut best = Duration::MAX;
     let (mut sizes, mut stored, mut messages, mut measured) = (0usize, 0usize, 0usize, 0usize);
+    let (mut unread, mut rounds) = (0usize, 0usize);
     for _ in 0..repeat {
         let mut b = a.clone();
         let writer = CheckpointWriter::new();
@@ -238,6 +242,7 @@ fn run(case: &Case, transitions: usize, repeat: usize) {
             Some(&stored_result(&warm, case.reply_bytes)),
         );
         (sizes, stored, messages, measured) = (0, 0, 0, 0);
+        (unread, rounds) = (0, 0);
         let mut spent = Duration::ZERO;
         for _ in 0..transitions {
             let Some(task) = b.queue.pop_front() else {
@@ -249,6 +254,8 @@ fn run(case: &Case, transitions: usize, repeat: usize) {
             spent += t.elapsed();
             stored += out.checkpoint_bytes;
             messages += out.message_bytes;
+            unread += out.rounds_unread;
+            rounds += b.machine.state().rounds.len();
             sizes += state_bytes(&b);
             measured += 1;
         }
@@ -256,7 +263,7 @@ fn run(case: &Case, transitions: usize, repeat: usize) {
     }
     let n = measured.max(1);
     println!(
-        "{}: {measured} transitions on a {} B state (mean, JSON); {:.1} us per transition (best of {repeat}); checkpoint {} B and messages {} B per transition",
+        "{}: {measured} transitions on a {} B state (mean, JSON); {:.1} us per transition (best of {repeat}); checkpoint {} B and messages {} B per transition; {unread} of {rounds} rounds left unread",
         case.name,
         sizes / n,
         best.as_secs_f64() * 1e6 / n as f64,
