@@ -150,15 +150,28 @@ pub struct Diffed {
 }
 
 /// Builds shapes and deltas with one process's hash keys.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Shaper {
     keys: sip::Keys,
+    /// The hashes of struct field names a serialization looked up, kept for the next one
+    /// (see `hashed::Cx`).
+    names: std::sync::Mutex<Vec<(usize, usize, u64)>>,
+}
+
+impl Clone for Shaper {
+    fn clone(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            names: Default::default(),
+        }
+    }
 }
 
 impl Default for Shaper {
     fn default() -> Self {
         Self {
             keys: sip::Keys::random(),
+            names: Default::default(),
         }
     }
 }

@@ -87,11 +87,26 @@ pub(super) struct Cx<'s> {
 
 const NAME_SLOTS: usize = 256;
 
+/// The field names' hashes go back to the shaper for the next serialization.
+impl Drop for Cx<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut n) = self.shaper.names.lock() {
+            *n = std::mem::take(&mut self.names);
+        }
+    }
+}
+
 impl<'s> Cx<'s> {
     pub fn new(shaper: &'s Shaper) -> Self {
         Self {
             shaper,
-            names: vec![(0, 0, 0); NAME_SLOTS],
+            names: shaper
+                .names
+                .lock()
+                .map(|mut n| std::mem::take(&mut *n))
+                .ok()
+                .filter(|n| n.len() == NAME_SLOTS)
+                .unwrap_or_else(|| vec![(0, 0, 0); NAME_SLOTS]),
             key_buf: String::new(),
             known: None,
             depth: 0,
@@ -102,10 +117,9 @@ impl<'s> Cx<'s> {
 
     /// A context that takes `known`'s elements as unchanged.
     pub fn with_known(shaper: &'s Shaper, known: Option<Known>) -> Self {
-        Self {
-            known,
-            ..Self::new(shaper)
-        }
+        let mut cx = Self::new(shaper);
+        cx.known = known;
+        cx
     }
 
     /// The known hash and size of element `i` of the member `known` names.
