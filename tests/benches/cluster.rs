@@ -735,16 +735,17 @@ async fn wait_end_events(
         );
         match tokio::time::timeout(Duration::from_secs(1), events.next()).await {
             Ok(Some(msg)) => {
-                let Ok(e) = serde_json::from_slice::<DebateEvent>(&msg.payload) else {
-                    continue;
-                };
-                if matches!(
-                    e.kind,
-                    EventKind::DebateCompleted { .. }
-                        | EventKind::DebateFailed { .. }
-                        | EventKind::DebateCancelled
-                ) {
-                    open.remove(e.debate_id.as_str());
+                let events: Vec<DebateEvent> =
+                    parley_protocol::decode_event_message(&msg.payload).unwrap_or_default();
+                for e in events {
+                    if matches!(
+                        e.kind,
+                        EventKind::DebateCompleted { .. }
+                            | EventKind::DebateFailed { .. }
+                            | EventKind::DebateCancelled
+                    ) {
+                        open.remove(e.debate_id.as_str());
+                    }
                 }
             }
             Ok(None) => panic!("the event subscription ended"),
@@ -788,6 +789,8 @@ struct ScaleRun {
     p99: f64,
     /// ms of CPU per task, by component (as in [`Components::groups`]).
     cpu_ms: Vec<(&'static str, f64)>,
+    /// Messages the events and tasks streams stored, per task.
+    messages: (f64, f64),
 }
 
 /// `n` coordinators, 2 agent workers and a judge worker (concurrency 16 each), zero-latency
@@ -857,7 +860,21 @@ async fn scaleout_run(n: usize, debates: usize, ticks: f64) -> ScaleRun {
         .collect();
     assert_no_completed_call_repeated(&c.fake);
     drop((coordinators, agents, judge));
+    // The streams are fresh: their last sequence is every message they stored.
+    let js = async_nats::jetstream::new(c.client.clone());
+    let mut stored = [0u64; 2];
+    for (n, name) in stored.iter_mut().zip(["PARLEY_EVENTS", "PARLEY_TASKS"]) {
+        let mut stream = js.get_stream(name).await.expect("the stream");
+        *n = stream
+            .info()
+            .await
+            .expect("the stream's info")
+            .state
+            .last_sequence;
+    }
+    let per_task = |n: u64| n as f64 / tasks as f64;
     ScaleRun {
+        messages: (per_task(stored[0]), per_task(stored[1])),
         coordinators: n,
         tasks,
         rate: tasks as f64 / wall_s,
@@ -1470,11 +1487,13 @@ async fn scaleout(rows: &mut Vec<Row>) {
     for n in counts {
         let r = scaleout_run(n, debates, ticks).await;
         println!(
-            "  {n} coordinator(s): {} tasks, {:.0} tasks/s, overhead p50 {:.1} / p99 {:.1} ms; CPU ms/task: {}",
+            "  {n} coordinator(s): {} tasks, {:.0} tasks/s, overhead p50 {:.1} / p99 {:.1} ms; messages stored per task: events {:.2}, tasks {:.2}; CPU ms/task: {}",
             r.tasks,
             r.rate,
             r.p50,
             r.p99,
+            r.messages.0,
+            r.messages.1,
             r.cpu_ms
                 .iter()
                 .map(|(k, v)| format!("{k} {v:.3}"))

@@ -643,9 +643,10 @@ pub async fn assert_events_contiguous(c: &Cluster, id: &str) {
             .await
             .unwrap();
         while let Some(Ok(m)) = msgs.next().await {
-            let ev: Value = serde_json::from_slice(&m.payload).unwrap();
-            seqs.push(ev["seq"].as_u64().unwrap());
-            last_type = ev["type"].as_str().unwrap().to_string();
+            for ev in parley_protocol::decode_event_message::<Value>(&m.payload).unwrap() {
+                seqs.push(ev["seq"].as_u64().unwrap());
+                last_type = ev["type"].as_str().unwrap().to_string();
+            }
         }
     }
     let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
@@ -878,9 +879,9 @@ pub async fn events(client: &async_nats::Client, filter: &str) -> anyhow::Result
         let Some(msg) = next else { break };
         let msg = msg.context("while reading the events stream")?;
         let pending = msg.info().map(|i| i.pending).unwrap_or(0);
-        let event: DebateEvent = serde_json::from_slice(&msg.payload)
-            .with_context(|| format!("undecodable event on {}", msg.subject))?;
-        out.push(event);
+        let events: Vec<DebateEvent> = parley_protocol::decode_event_message(&msg.payload)
+            .with_context(|| format!("undecodable events on {}", msg.subject))?;
+        out.extend(events);
         if pending == 0 {
             break;
         }

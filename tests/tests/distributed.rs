@@ -39,7 +39,8 @@ async fn debate_submitted_over_nats_completes() {
         .get_last_raw_message_by_subject(&format!("parley.debates.{id}.events"))
         .await
         .unwrap();
-    let ev: Value = serde_json::from_slice(&last.payload).unwrap();
+    let evs: Vec<Value> = parley_protocol::decode_event_message(&last.payload).unwrap();
+    let ev = evs.last().unwrap();
     assert_eq!(ev["type"], "debateCompleted", "{ev}");
 }
 

@@ -201,22 +201,23 @@ async fn a_client_reads_only_its_own_replies_and_the_events_of_debates_it_names(
     };
     let mut follower = Follower::start(alice, target).await.unwrap();
     let pending = follower.pending_at_start();
-    assert!(pending > 2, "{pending} events");
+    assert!(pending > 2, "{pending} messages");
     let name = follower.consumer().to_string();
     let delete = format!("$JS.API.CONSUMER.DELETE.PARLEY_EVENTS.{name}");
     mallory.publish(delete.clone(), "".into()).await.unwrap();
     mallory.flush().await.unwrap();
     refused(&mut errors, &format!("Publish to \"{delete}\"")).await;
     let mut seen = Vec::new();
-    while (seen.len() as u64) < pending {
+    for _ in 0..pending {
         let msg = tokio::time::timeout(Duration::from_secs(10), follower.next())
             .await
             .expect("an event within 10 s")
             .expect("the follower goes on")
             .expect("an event");
         assert_eq!(msg.subject.as_str(), hers);
-        let event: parley_protocol::DebateEvent = serde_json::from_slice(&msg.payload).unwrap();
-        seen.push(event);
+        let events: Vec<parley_protocol::DebateEvent> =
+            parley_protocol::decode_event_message(&msg.payload).unwrap();
+        seen.extend(events);
     }
     assert_eq!(follower.consumer(), name, "the consumer was replaced");
     assert!(seen.last().unwrap().is_final());

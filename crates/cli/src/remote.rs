@@ -639,26 +639,31 @@ async fn follow(
                 continue;
             }
         };
-        let Ok(event) = serde_json::from_slice::<DebateEvent>(&msg.payload) else {
+        let Ok(events) = parley_protocol::decode_event_message::<DebateEvent>(&msg.payload) else {
             continue;
         };
-        if expected_seq == 1 && event.seq > 1 {
-            eprintln!(
-                "note: the first {} events of debate {id} are no longer in the events stream",
-                event.seq - 1
-            );
-        }
-        expected_seq = event.seq + 1;
         // A final event followed by more (a retried debate) is not the end.
-        let latest = msg.info().map(|i| i.pending == 0).unwrap_or(true);
-        let last = event.is_final() && latest;
-        let asks = latest
-            && matches!(
-                event.kind,
-                parley_protocol::EventKind::ClarificationsRequested { .. }
-            );
-        let _ = tx.send(event);
-        if last {
+        let latest_message = msg.info().map(|i| i.pending == 0).unwrap_or(true);
+        let count = events.len();
+        let mut ended = false;
+        let mut asks = false;
+        for (i, event) in events.into_iter().enumerate() {
+            if expected_seq == 1 && event.seq > 1 {
+                eprintln!(
+                    "note: the first {} events of debate {id} are no longer in the events stream",
+                    event.seq - 1
+                );
+            }
+            expected_seq = event.seq + 1;
+            ended = event.is_final() && latest_message && i + 1 == count;
+            asks |= latest_message
+                && matches!(
+                    event.kind,
+                    parley_protocol::EventKind::ClarificationsRequested { .. }
+                );
+            let _ = tx.send(event);
+        }
+        if ended {
             break;
         }
         if let (true, Some(asking)) = (asks, asking.as_ref()) {

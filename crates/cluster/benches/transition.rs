@@ -8,7 +8,7 @@
 //!    the last write, packed and linked, or a snapshot) and remembered as written;
 //! 4. each dispatched task stamped with its dispatch token, its body's JSON (stored in
 //!    Redis) and its reference's JSON (the JetStream message);
-//! 5. each event's JSON (its JetStream message).
+//! 5. the transition's events as their JetStream message (a JSON array).
 //!
 //! ```sh
 //! cargo bench -p parley-cluster --bench transition                    # both sizes, timed
@@ -161,6 +161,7 @@ fn transition(a: &mut Actor, writer: &CheckpointWriter, input: Option<&str>) -> 
     };
     a.version = prepared.next;
     writer.written(a.machine.id(), prepared);
+    let mut events = Vec::new();
     for effect in effects {
         match effect {
             Effect::Dispatch(mut task) => {
@@ -175,12 +176,12 @@ fn transition(a: &mut Actor, writer: &CheckpointWriter, input: Option<&str>) -> 
                 out.message_bytes += body.len() + msg.len() + task.message_id().len();
                 a.queue.push_back(task);
             }
-            Effect::Emit(event) => {
-                let body = serde_json::to_vec(&event).expect("an event's JSON");
-                out.message_bytes += body.len();
-            }
+            Effect::Emit(event) => events.push(event),
             Effect::ScheduleRetry { .. } => {}
         }
+    }
+    for m in parley_protocol::encode_event_messages(&events, 1 << 20).expect("the events' JSON") {
+        out.message_bytes += m.body.len();
     }
     out
 }

@@ -71,7 +71,8 @@ const LEAF_BYTES: usize = 96;
 const KEPT_TREES: usize = 2;
 
 /// What a writer remembers of a JSON document it wrote: hashes, and the structure where a
-/// delta can reach into it (see the module docs).
+/// delta can reach into it (see the module docs). The structure is shared: the shape of a
+/// part that did not change is the last shape's, not a copy of it.
 #[derive(Debug, Clone)]
 pub enum Shape {
     /// A scalar, a small object or array, or an array element before the last.
@@ -79,9 +80,9 @@ pub enum Shape {
     /// An object: its hash, its fields as (hash of the key, shape) by key hash, and their
     /// keys in that order, each followed by a NUL (`None` if a key holds a NUL): a later
     /// delta names the keys it removes.
-    Obj(u64, Vec<(u64, Shape)>, Option<Arc<str>>),
+    Obj(u64, Arc<[(u64, Shape)]>, Option<Arc<str>>),
     /// An array: its hash and its elements (all but the last as leaves once pruned).
-    Arr(u64, Vec<Shape>),
+    Arr(u64, Arc<[Shape]>),
 }
 
 impl Shape {
@@ -284,6 +285,14 @@ impl Shaper {
     fn tree(&self, n: &Node, old: Option<&Shape>, prune: bool) -> Shape {
         if n.size < LEAF_BYTES {
             return Shape::Leaf(n.hash);
+        }
+        match old {
+            // Unchanged: the same content pruned the same way (the last shape is a kept
+            // one), shared.
+            Some(o @ (Shape::Obj(..) | Shape::Arr(..))) if prune && o.hash() == n.hash => {
+                return o.clone();
+            }
+            _ => {}
         }
         match &n.kind {
             // Not read because known unchanged: its last shape still holds.

@@ -79,7 +79,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream;
 use chrono::Utc;
 use parley_protocol::{limits, preview, DebateStatus, TaskOutcome, TaskResult};
 use parley_telemetry::DropReason;
@@ -90,7 +89,7 @@ use crate::failures::ActorError;
 use crate::messages::{
     AnswerRefusal, ContributeRefusal, DebateMsg, Rest, SteerRefusal, SupervisorMsg,
 };
-use crate::publish::{headers, publish_event, unpublished};
+use crate::publish::{headers, publish_events, unpublished};
 use parley_cluster::redis_store::LeaseCheck;
 use parley_engine::{Effect, Expectation, Input, Machine};
 use parley_protocol::EventKind;
@@ -266,11 +265,8 @@ async fn finish_settling(
     spec: &parley_protocol::DebateSpec,
     state: &parley_protocol::DebateState,
 ) -> Result<(), ActorProcessingErr> {
-    let mut acks = Vec::new();
-    for event in &unpublished(&deps.js, id, &state.engine.outbox).await? {
-        acks.push(publish_event(&deps.js, event).await?);
-    }
-    for ack in acks {
+    let events = unpublished(&deps.js, id, &state.engine.outbox).await?;
+    for ack in publish_events(deps, &events).await? {
         ack.await?;
     }
     if deps.store.record(id).await?.is_none() {
@@ -655,15 +651,6 @@ async fn tick(
 }
 
 impl DebateActorState {
-    /// Publishes one event with `Nats-Msg-Id = <id>/event/<seq>` (a re-publish within the
-    /// stream's duplicate window is dropped by JetStream).
-    async fn publish_event(
-        &self,
-        event: &parley_protocol::DebateEvent,
-    ) -> Result<jetstream::context::PublishAckFuture, ActorProcessingErr> {
-        publish_event(&self.deps.js, event).await
-    }
-
     /// Puts the debate to rest when the actor has been idle for [`Deps::rest_after`] and
     /// the debate only waits (see `crate::supervisor`).
     fn maybe_rest(&mut self, myself: &ActorRef<DebateMsg>) {
@@ -708,11 +695,8 @@ impl DebateActorState {
     /// `EngineRecord::outbox` and [`unpublished`]).
     async fn publish_outbox(&self) -> Result<(), ActorProcessingErr> {
         let state = self.machine.state();
-        let mut acks = Vec::new();
-        for event in &unpublished(&self.deps.js, &state.id, &state.engine.outbox).await? {
-            acks.push(self.publish_event(event).await?);
-        }
-        for ack in acks {
+        let events = unpublished(&self.deps.js, &state.id, &state.engine.outbox).await?;
+        for ack in publish_events(&self.deps, &events).await? {
             ack.await?;
         }
         Ok(())
@@ -859,6 +843,7 @@ impl DebateActorState {
             }
         }
         let mut acks = Vec::new();
+        let mut events = Vec::new();
         for effect in effects {
             match effect {
                 Effect::Dispatch(task) => {
@@ -878,7 +863,7 @@ impl DebateActorState {
                     if let EventKind::RoundCompleted { round } = event.kind {
                         self.trace.round_completed(round);
                     }
-                    acks.push(self.publish_event(&event).await?);
+                    events.push(event);
                 }
                 Effect::ScheduleRetry { task_id, delay_ms } => {
                     let me = myself.clone();
@@ -890,6 +875,8 @@ impl DebateActorState {
                 }
             }
         }
+        // The transition's events: one message.
+        acks.extend(publish_events(&self.deps, &events).await?);
         for ack in acks {
             ack.await?;
         }

@@ -5,23 +5,49 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::HeaderMap;
-use parley_protocol::{preview, subjects, SCHEMA_VERSION};
+use parley_protocol::{
+    decode_event_message, encode_event_messages, preview, subjects, SCHEMA_VERSION,
+};
 use ractor::ActorProcessingErr;
 
 use crate::deps::Deps;
 
-/// Publishes one event with `Nats-Msg-Id = <id>/event/<seq>` (a re-publish within the
-/// stream's duplicate window is dropped by JetStream).
-pub async fn publish_event(
-    js: &jetstream::Context,
-    event: &parley_protocol::DebateEvent,
-) -> Result<jetstream::context::PublishAckFuture, ActorProcessingErr> {
-    let id = &event.debate_id;
-    let body = serde_json::to_vec(event)?;
-    let msg_id = format!("{id}/event/{}", event.seq);
-    Ok(js
-        .publish_with_headers(subjects::events_subject(id), headers(&msg_id), body.into())
-        .await?)
+/// Room left in a message for its headers (message id, schema version, trace context).
+const HEADER_ROOM: usize = 4 * 1024;
+
+/// Publishes `events` (one debate's, in order: a transition's) on the debate's events
+/// subject, as few messages as the server's `max_payload` allows (one, unless a
+/// transition's events are larger than that), each with `Nats-Msg-Id =
+/// <id>/events/<first seq>` (a re-publish within the stream's duplicate window is dropped
+/// by JetStream). The acknowledgements, to wait for.
+pub async fn publish_events(
+    deps: &Deps,
+    events: &[parley_protocol::DebateEvent],
+) -> Result<Vec<jetstream::context::PublishAckFuture>, ActorProcessingErr> {
+    let Some(first) = events.first() else {
+        return Ok(Vec::new());
+    };
+    let id = &first.debate_id;
+    let max = deps
+        .nats
+        .server_info()
+        .max_payload
+        .saturating_sub(HEADER_ROOM)
+        .max(HEADER_ROOM);
+    let mut acks = Vec::new();
+    for m in encode_event_messages(events, max)? {
+        let msg_id = format!("{id}/events/{}", m.first_seq);
+        acks.push(
+            deps.js
+                .publish_with_headers(
+                    subjects::events_subject(id),
+                    headers(&msg_id),
+                    m.body.into(),
+                )
+                .await?,
+        );
+    }
+    Ok(acks)
 }
 
 /// Why the last stored event of a debate could not be read.
@@ -48,7 +74,11 @@ pub async fn last_stored_seq(js: &jetstream::Context, id: &str) -> Result<u64, L
         .get_last_raw_message_by_subject(&subjects::events_subject(id))
         .await
     {
-        Ok(m) => Ok(serde_json::from_slice::<parley_protocol::DebateEvent>(&m.payload)?.seq),
+        Ok(m) => Ok(
+            decode_event_message::<parley_protocol::DebateEvent>(&m.payload)?
+                .last()
+                .map_or(0, |e| e.seq),
+        ),
         Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
         Err(e) => Err(LastEventError::Unavailable(e.to_string())),
     }
@@ -56,6 +86,8 @@ pub async fn last_stored_seq(js: &jetstream::Context, id: &str) -> Result<u64, L
 
 /// Of a checkpoint's `outbox` (the events of its debate's last transition, which went out
 /// after the checkpoint unless its owner died first), those the stream does not hold yet.
+/// (A message is stored whole or not at all, so the outbox is on the stream whole, or
+/// from some event on it is not.)
 ///
 /// Publishing the whole outbox again relies on `Nats-Msg-Id` deduplication, which only
 /// covers the stream's duplicate window (2 minutes): a debate taken over longer than that
@@ -75,18 +107,20 @@ pub async fn unpublished(
     Ok(outbox.iter().filter(|e| e.seq > stored).cloned().collect())
 }
 
-/// Publishes `events`, each waited for at most a few seconds; failures are logged.
+/// Publishes `events`, waited for at most a few seconds; failures are logged.
 pub async fn publish_best_effort(deps: &Deps, id: &str, events: &[parley_protocol::DebateEvent]) {
-    for event in events {
-        let published = async {
-            let ack = publish_event(&deps.js, event).await?;
-            ack.await.map_err(ActorProcessingErr::from)
-        };
-        match tokio::time::timeout(Duration::from_secs(5), published).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(debate = %id, error = %e, "cannot publish an event"),
-            Err(_) => tracing::warn!(debate = %id, "timed out publishing an event"),
+    let published = async {
+        for ack in publish_events(deps, events).await? {
+            ack.await.map_err(ActorProcessingErr::from)?;
         }
+        Ok::<_, ActorProcessingErr>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(5), published).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(debate = %id, error = %e, "cannot publish the debate's events")
+        }
+        Err(_) => tracing::warn!(debate = %id, "timed out publishing the debate's events"),
     }
 }
 

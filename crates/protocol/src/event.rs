@@ -242,9 +242,131 @@ pub fn clip_text(text: &str, max_bytes: usize) -> String {
     format!("{}…", &text[..end])
 }
 
+/// One message of a debate's events subject (`parley.debates.<id>.events`), encoded: the
+/// first event's `seq` (its `Nats-Msg-Id` is `<id>/events/<first>`) and the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventMessage {
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub body: Vec<u8>,
+}
+
+/// The messages that carry `events` (one debate's, in order): a JSON array of consecutive
+/// events per message, as many events per message as fit in `max_bytes` (an event larger
+/// than that still goes, alone in its message). A transition's events are one message.
+pub fn encode_event_messages(
+    events: &[DebateEvent],
+    max_bytes: usize,
+) -> Result<Vec<EventMessage>, serde_json::Error> {
+    let mut out: Vec<EventMessage> = Vec::new();
+    let mut open: Option<EventMessage> = None;
+    for event in events {
+        let json = serde_json::to_vec(event)?;
+        if let Some(m) = open.as_mut() {
+            // `,` + the event + the closing `]`.
+            if m.body.len() + 1 + json.len() < max_bytes {
+                m.body.push(b',');
+                m.body.extend_from_slice(&json);
+                m.last_seq = event.seq;
+                continue;
+            }
+            out.extend(open.take());
+        }
+        let mut body = Vec::with_capacity(json.len() + 2);
+        body.push(b'[');
+        body.extend_from_slice(&json);
+        open = Some(EventMessage {
+            first_seq: event.seq,
+            last_seq: event.seq,
+            body,
+        });
+    }
+    out.extend(open);
+    for m in &mut out {
+        m.body.push(b']');
+    }
+    Ok(out)
+}
+
+/// The events of one message of a debate's events subject, in order: a JSON array of
+/// events, or one event object (a message a coordinator of an earlier version stored,
+/// which the stream keeps for its retention). `T`: [`DebateEvent`], or
+/// `serde_json::Value` to pass events on as they are.
+pub fn decode_event_message<T: serde::de::DeserializeOwned>(
+    payload: &[u8],
+) -> Result<Vec<T>, serde_json::Error> {
+    let array = payload
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'[');
+    if array {
+        serde_json::from_slice(payload)
+    } else {
+        Ok(vec![serde_json::from_slice(payload)?])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(seq: u64, warning: &str) -> DebateEvent {
+        DebateEvent {
+            schema_version: crate::SCHEMA_VERSION,
+            debate_id: "deb-1".into(),
+            seq,
+            at: DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap(),
+            status: DebateStatus::Running,
+            progress: Progress::default(),
+            kind: EventKind::Warning {
+                message: warning.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_transitions_events_are_one_message_and_split_only_past_the_size() {
+        let events: Vec<_> = (1..=3).map(|s| event(s, "w")).collect();
+        let one = encode_event_messages(&events, 1 << 20).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!((one[0].first_seq, one[0].last_seq), (1, 3));
+        let back: Vec<DebateEvent> = decode_event_message(&one[0].body).unwrap();
+        assert_eq!(back, events);
+        // Each event is about 200 bytes: two fit in 450, the third opens a message.
+        let size = serde_json::to_vec(&events[0]).unwrap().len();
+        let split = encode_event_messages(&events, 2 * size + 10).unwrap();
+        assert_eq!(
+            split
+                .iter()
+                .map(|m| (m.first_seq, m.last_seq))
+                .collect::<Vec<_>>(),
+            [(1, 2), (3, 3)]
+        );
+        for m in &split {
+            assert!(m.body.len() <= 2 * size + 10, "{}", m.body.len());
+        }
+        let rejoined: Vec<DebateEvent> = split
+            .iter()
+            .flat_map(|m| decode_event_message::<DebateEvent>(&m.body).unwrap())
+            .collect();
+        assert_eq!(rejoined, events);
+        // An event over the size still goes, alone.
+        let big = encode_event_messages(&events, 10).unwrap();
+        assert_eq!(big.len(), 3);
+        assert!(encode_event_messages(&[], 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_message_of_one_event_object_reads_as_that_event() {
+        let e = event(7, "old");
+        let body = serde_json::to_vec(&e).unwrap();
+        let back: Vec<DebateEvent> = decode_event_message(&body).unwrap();
+        assert_eq!(back, [e]);
+        let values: Vec<serde_json::Value> = decode_event_message(b" [{\"seq\":1}]").unwrap();
+        assert_eq!(values[0]["seq"], 1);
+        assert!(decode_event_message::<DebateEvent>(b"[1,2]").is_err());
+        assert!(decode_event_message::<DebateEvent>(b"").is_err());
+    }
 
     #[test]
     fn clip_text_keeps_short_texts_and_cuts_on_a_char_boundary() {

@@ -167,9 +167,10 @@ impl ClusterBackend {
             {
                 let Ok(msg) = msg else { break };
                 let pending = msg.info().map(|i| i.pending).unwrap_or(0);
-                if let Ok(v) = serde_json::from_slice::<Value>(&msg.payload) {
-                    out.push(v);
-                }
+                // The debate's last message: its last event is the debate's latest.
+                let events: Vec<Value> =
+                    parley_protocol::decode_event_message(&msg.payload).unwrap_or_default();
+                out.extend(events.into_iter().next_back());
                 if pending == 0 {
                     break;
                 }
@@ -393,18 +394,25 @@ impl Backend for ClusterBackend {
             .map_err(api_error)?
             .into_messages();
         let mut last = after;
-        let events = messages.filter_map(move |m| {
-            // (The follower goes on after an error, e.g. NATS restarted, from where it was.)
-            let _held = &permit;
-            let event = String::from_utf8(m.payload.to_vec())
-                .ok()
-                .and_then(WireEvent::from_json)
-                .filter(|e| e.seq > last);
-            if let Some(e) = &event {
-                last = e.seq;
-            }
-            futures::future::ready(event)
-        });
+        let events = messages
+            .map(move |m| {
+                // (The follower goes on after an error, e.g. NATS restarted, from where it
+                // was.)
+                let _held = &permit;
+                // A message holds a transition's events, each passed on as it is.
+                let events: Vec<Value> =
+                    parley_protocol::decode_event_message(&m.payload).unwrap_or_default();
+                let fresh: Vec<WireEvent> = events
+                    .iter()
+                    .filter_map(|v| WireEvent::from_json(v.to_string()))
+                    .filter(|e| e.seq > last)
+                    .collect();
+                if let Some(e) = fresh.last() {
+                    last = e.seq;
+                }
+                futures::stream::iter(fresh)
+            })
+            .flatten();
         Ok(Box::pin(events))
     }
 

@@ -97,7 +97,7 @@ async fn consume(
         .await
         .map_err(|e| format!("consumer {CONSUMER}: {e}"))?;
     tracing::info!("webhooks: delivering from the durable consumer {CONSUMER}");
-    loop {
+    'messages: loop {
         let msg = tokio::select! {
             m = messages.next() => m,
             () = stop.cancelled() => return Ok(()),
@@ -107,9 +107,12 @@ async fn consume(
             Some(Err(e)) => return Err(e.to_string()),
             None => return Err("the message stream ended".into()),
         };
-        let event: Option<DebateEvent> = serde_json::from_slice(&msg.payload).ok();
-        let message = event.as_ref().and_then(Message::of);
-        if let Some(message) = message {
+        // A message holds a transition's events: each is delivered in order, and the
+        // message is acknowledged once all are (a redelivery sends them again; receivers
+        // tell a repeat by its `webhook-id`).
+        let events: Vec<DebateEvent> =
+            parley_protocol::decode_event_message(&msg.payload).unwrap_or_default();
+        for message in events.iter().filter_map(Message::of) {
             let hooks = match cached(cache, subs, &message.debate_id).await {
                 Ok(h) => h,
                 Err(e) => {
@@ -118,7 +121,7 @@ async fn consume(
                     let _ = msg
                         .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
                         .await;
-                    continue;
+                    continue 'messages;
                 }
             };
             let targets = endpoints.targets(&hooks, message.kind);

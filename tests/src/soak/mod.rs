@@ -412,28 +412,31 @@ async fn stored_events(
             info.stream_sequence,
             info.published.to_string(),
         );
-        let event: parley_protocol::DebateEvent = serde_json::from_slice(&msg.payload)
-            .with_context(|| format!("undecodable event on {}", msg.subject))?;
+        let events: Vec<parley_protocol::DebateEvent> =
+            parley_protocol::decode_event_message(&msg.payload)
+                .with_context(|| format!("undecodable events on {}", msg.subject))?;
         let msg_id = msg
             .headers
             .as_ref()
             .and_then(|h| h.get("Nats-Msg-Id"))
             .map(|v| v.to_string())
             .unwrap_or_default();
-        let kind = serde_json::to_value(&event.kind)
-            .ok()
-            .and_then(|v| v["type"].as_str().map(str::to_string))
-            .unwrap_or_default();
-        out.push((
-            check::StoredEvent {
-                stream_seq,
-                seq: event.seq,
-                published,
-                msg_id,
-                kind,
-            },
-            event,
-        ));
+        for event in events {
+            let kind = serde_json::to_value(&event.kind)
+                .ok()
+                .and_then(|v| v["type"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            out.push((
+                check::StoredEvent {
+                    stream_seq,
+                    seq: event.seq,
+                    published: published.clone(),
+                    msg_id: msg_id.clone(),
+                    kind,
+                },
+                event,
+            ));
+        }
         if pending == 0 {
             break;
         }
