@@ -42,6 +42,41 @@ async fn debate_submitted_over_nats_completes() {
     let evs: Vec<Value> = parley_protocol::decode_event_message(&last.payload).unwrap();
     let ev = evs.last().unwrap();
     assert_eq!(ev["type"], "debateCompleted", "{ev}");
+
+    // A transition's events are one message: a JSON array of consecutive events, its
+    // message id naming the first.
+    use futures::StreamExt as _;
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+            filter_subject: format!("parley.debates.{id}.events"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    let (mut count, mut seq) = (0u64, 0u64);
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
+        let m = m.unwrap();
+        let body: Value = serde_json::from_slice(&m.payload).unwrap();
+        let evs = body.as_array().expect("a message is an array of events");
+        let first = evs[0]["seq"].as_u64().unwrap();
+        let msg_id = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Msg-Id"))
+            .map(|v| v.to_string());
+        assert_eq!(msg_id, Some(format!("{id}/events/{first}")));
+        for e in evs {
+            seq += 1;
+            assert_eq!(e["seq"], seq, "{body}");
+        }
+        count += 1;
+        if m.info().unwrap().pending == 0 {
+            break;
+        }
+    }
+    assert_eq!(seq, evs.last().unwrap()["seq"].as_u64().unwrap());
+    assert!(count < seq, "{count} messages for {seq} events");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
