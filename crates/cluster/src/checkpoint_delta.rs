@@ -135,11 +135,22 @@ pub struct Known {
     pub elems: Vec<Option<(u64, usize)>>,
 }
 
-/// What [`Shaper::diff_with`] and [`Shaper::shape_with`] make of a document.
+/// What [`Shaper::shape_with`] makes of a document.
+#[derive(Debug)]
+pub struct Shaped {
+    /// The shape to keep of the document.
+    pub shape: Shape,
+    /// The approximate length of its JSON.
+    pub size: usize,
+    /// The hash and size of each element of the array member asked about, when it is one.
+    pub elems: Option<Vec<(u64, usize)>>,
+}
+
+/// What [`Shaper::diff_with`] makes of a document.
 #[derive(Debug)]
 pub struct Diffed {
-    /// The delta from the last shape (`None` from `shape_with`).
-    pub delta: Option<Delta>,
+    /// The delta from the last shape.
+    pub delta: Delta,
     /// The shape to keep of the new document.
     pub shape: Shape,
     /// The approximate length of its JSON.
@@ -198,14 +209,12 @@ impl Shaper {
         &self,
         v: &T,
         field: &str,
-    ) -> serde_json::Result<Diffed> {
+    ) -> serde_json::Result<Shaped> {
         let node = hashed::node(&mut Cx::new(self), v, None, false).map_err(ser_error)?;
-        Ok(Diffed {
-            delta: None,
+        Ok(Shaped {
             shape: self.kept(&node, None),
             size: node.size,
             elems: elems_of(&node, field),
-            unread: 0,
         })
     }
 
@@ -218,11 +227,7 @@ impl Shaper {
         new: &T,
     ) -> serde_json::Result<(Delta, Shape, usize)> {
         let d = self.diff_with(old, new, None)?;
-        Ok((
-            d.delta.unwrap_or(Delta { json: "{}".into() }),
-            d.shape,
-            d.size,
-        ))
+        Ok((d.delta, d.shape, d.size))
     }
 
     /// [`Shaper::diff_of`], taking the elements `known` names as unchanged (not read), and
@@ -251,7 +256,7 @@ impl Shaper {
         let edit = edit.unwrap_or_else(|| Value::Object(Map::new()));
         let json = serde_json::to_string(&edit)?;
         Ok(Diffed {
-            delta: Some(Delta { json }),
+            delta: Delta { json },
             shape: self.kept(&node, Some(old)),
             size: node.size,
             elems: elems_of(&node, field),

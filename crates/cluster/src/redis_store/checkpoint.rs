@@ -79,7 +79,7 @@ use redis::Script;
 use serde::de::Error as _;
 
 use super::{key, Checkpoint, RedisStore, RedisStoreError, Result};
-use crate::checkpoint_delta::{self, dict_of, pack, unpack, Diffed, Known, Shape, Shaper};
+use crate::checkpoint_delta::{self, dict_of, pack, unpack, Known, Shape, Shaped, Shaper};
 
 /// The deltas since the snapshot may reach this many times the state's bytes (as JSON).
 pub const LOG_FACTOR: usize = 4;
@@ -317,9 +317,7 @@ impl CheckpointWriter {
         let rounds = RoundsWritten::of(revisions, diffed.elems);
         let unread = diffed.unread;
         let (shape, size) = (diffed.shape, diffed.size);
-        let delta = diffed
-            .delta
-            .unwrap_or(checkpoint_delta::Delta { json: "{}".into() });
+        let delta = diffed.delta;
         let stored = pack(&delta.json, &prev.dict);
         let log = prev.log_bytes + LINK_LEN + 1 + stored.len();
         let log_json = prev.log_json + delta.json.len();
@@ -377,7 +375,7 @@ impl CheckpointWriter {
             let (shape, rounds) = match known {
                 Some(known) => known,
                 None => {
-                    let Diffed { shape, elems, .. } = self.shaper.shape_with(state, ROUNDS)?;
+                    let Shaped { shape, elems, .. } = self.shaper.shape_with(state, ROUNDS)?;
                     (shape, RoundsWritten::of(revisions, elems))
                 }
             };
