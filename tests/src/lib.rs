@@ -855,6 +855,22 @@ pub fn successful_calls_by_problem(fake: &FakeLlm, problems: &[String]) -> Vec<u
 /// Reads what the stream holds now; returns an empty list when nothing matches.
 pub async fn events(client: &async_nats::Client, filter: &str) -> anyhow::Result<Vec<DebateEvent>> {
     use anyhow::Context as _;
+    let mut out = Vec::new();
+    for msg in event_messages(client, filter).await? {
+        let events: Vec<DebateEvent> = parley_protocol::decode_event_message(&msg.payload)
+            .with_context(|| format!("undecodable events on {}", msg.subject))?;
+        out.extend(events);
+    }
+    Ok(out)
+}
+
+/// The messages of the `PARLEY_EVENTS` stream on subjects matching `filter`, in stream
+/// order, as [`events`] reads them (each a transition's events).
+pub async fn event_messages(
+    client: &async_nats::Client,
+    filter: &str,
+) -> anyhow::Result<Vec<async_nats::jetstream::Message>> {
+    use anyhow::Context as _;
     use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
     let js = async_nats::jetstream::new(client.clone());
     let stream = js
@@ -879,9 +895,7 @@ pub async fn events(client: &async_nats::Client, filter: &str) -> anyhow::Result
         let Some(msg) = next else { break };
         let msg = msg.context("while reading the events stream")?;
         let pending = msg.info().map(|i| i.pending).unwrap_or(0);
-        let events: Vec<DebateEvent> = parley_protocol::decode_event_message(&msg.payload)
-            .with_context(|| format!("undecodable events on {}", msg.subject))?;
-        out.extend(events);
+        out.push(msg);
         if pending == 0 {
             break;
         }

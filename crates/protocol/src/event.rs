@@ -369,6 +369,27 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_events_message_is_an_error_or_nothing_never_a_panic() {
+        let decode = |b: &[u8]| decode_event_message::<DebateEvent>(b);
+        assert!(decode(b"[]").unwrap().is_empty());
+        // Nesting past serde_json's recursion limit, a raw control character in a
+        // string, bytes that are not UTF-8, a sequence number out of range, a truncation.
+        let deep = "[".repeat(100_000);
+        assert!(decode(deep.as_bytes()).is_err());
+        let mut one = serde_json::to_string(&event(1, "w")).unwrap();
+        let raw_control = one.replace("\"w\"", "\"\u{1}\"");
+        assert!(decode(raw_control.as_bytes()).is_err());
+        assert!(decode(b"[\xff\xfe]").is_err());
+        let huge_seq = one.replace("\"seq\":1", "\"seq\":1e400");
+        assert!(decode(huge_seq.as_bytes()).is_err());
+        one.truncate(one.len() / 2);
+        assert!(decode(format!("[{one}").as_bytes()).is_err());
+        // Escaped control characters are text like any other.
+        let escaped = serde_json::to_vec(&[event(1, "\u{1}\u{7f}")]).unwrap();
+        assert_eq!(decode(&escaped).unwrap().len(), 1);
+    }
+
+    #[test]
     fn clip_text_keeps_short_texts_and_cuts_on_a_char_boundary() {
         assert_eq!(clip_text("short", 10), "short");
         let long = "é".repeat(100);

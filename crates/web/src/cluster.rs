@@ -404,8 +404,13 @@ impl Backend for ClusterBackend {
                     parley_protocol::decode_event_message(&m.payload).unwrap_or_default();
                 let fresh: Vec<WireEvent> = events
                     .iter()
-                    .filter_map(|v| WireEvent::from_json(v.to_string()))
-                    .filter(|e| e.seq > last)
+                    .filter_map(|v| {
+                        let seq = v.get("seq")?.as_u64()?;
+                        (seq > last).then(|| WireEvent {
+                            seq,
+                            json: v.to_string(),
+                        })
+                    })
                     .collect();
                 if let Some(e) = fresh.last() {
                     last = e.seq;
